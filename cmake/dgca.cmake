@@ -1,0 +1,31 @@
+# Helpers shared by every folder's CMakeLists.txt.
+#
+# dgca_glob_sources(VAR DIR): the .cc files of DIR (not recursive) that are
+# not tests (*_test.cc) and not program entry points (main.cc). New files are
+# picked up at build time (CONFIGURE_DEPENDS), so adding a file needs no edit.
+function(dgca_glob_sources var dir)
+  file(GLOB srcs CONFIGURE_DEPENDS ${dir}/*.cc)
+  list(FILTER srcs EXCLUDE REGEX ".*_test\\.cc$")
+  list(FILTER srcs EXCLUDE REGEX ".*/main\\.cc$")
+  set(${var} ${srcs} PARENT_SCOPE)
+endfunction()
+
+# dgca_add_tests(DIR LIBS...): one GoogleTest executable per DIR/*_test.cc,
+# named after the file, registered with ctest. Tests run from the repository
+# root and find ../shared/data through DGCA_SHARED_DATA.
+function(dgca_add_tests dir)
+  if(NOT DGCA_BUILD_TESTS OR NOT GTest_FOUND)
+    return()
+  endif()
+  file(GLOB tests CONFIGURE_DEPENDS ${dir}/*_test.cc)
+  foreach(t ${tests})
+    get_filename_component(name ${t} NAME_WE)
+    add_executable(${name} ${t})
+    target_link_libraries(${name} PRIVATE ${ARGN} GTest::gtest GTest::gtest_main)
+    add_test(NAME ${name} COMMAND ${name})
+    set_tests_properties(${name} PROPERTIES
+      WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}
+      ENVIRONMENT "DGCA_SHARED_DATA=${DGCA_SHARED_DATA};DGCA_BUILD_DIR=${CMAKE_BINARY_DIR};DGCA_SOURCE_DIR=${CMAKE_SOURCE_DIR}"
+      TIMEOUT 600)
+  endforeach()
+endfunction()

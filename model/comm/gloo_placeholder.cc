@@ -1,0 +1,1 @@
+// Placeholder; delete when model/comm/gloo_communicator.cc lands.

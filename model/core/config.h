@@ -1,0 +1,90 @@
+// Model and training configuration for libdgca_model: plain structs, no YAML.
+// The job spec (coordinator/spec) and the plan (coordinator/planner) are
+// turned into a TrainConfig by worker/rank/train_config.h.
+#ifndef DGCA_MODEL_CORE_CONFIG_H_
+#define DGCA_MODEL_CORE_CONFIG_H_
+
+#include <cstdint>
+#include <string>
+
+#include "model/core/status.h"
+
+namespace dgca {
+
+enum class PromptEncoderKind { kLstm, kMlp, kNone };
+enum class FusionKind { kGated, kNone };
+enum class Precision { kFp32, kFp16, kBf16 };
+enum class MftMode { kNoError, kNone };
+enum class LrSchedule { kConstant, kLinear };
+
+struct ModelConfig {
+  int vocab_size = 21128;
+  int hidden = 768;
+  int layers = 12;
+  int heads = 12;
+  int ffn = 3072;
+  int max_position = 512;   // BERT position embeddings
+  int type_vocab = 2;       // BERT token types
+  float layer_norm_eps = 1e-12f;
+  int prompt_length = 3;    // P; the input has 2P prompt slots
+  PromptEncoderKind prompt_encoder = PromptEncoderKind::kLstm;
+  bool detector = true;
+  bool candidate = true;
+  int candidate_top_k = 8;  // K, {x_i} included
+  FusionKind fusion = FusionKind::kGated;
+  float lambda_detector = 1.0f;
+  float lambda_candidate = 1.0f;
+};
+
+// "tiny" (2 layers, H=128), "small" (4 layers, H=256), "bert-base" (12, 768).
+// Keeps vocab_size and the head/prompt settings of `base`.
+StatusOr<ModelConfig> ApplyPreset(const std::string& preset, ModelConfig base);
+
+// Parameter count of the whole DGCA-ReLM model for `cfg` (all heads included).
+int64_t CountParameters(const ModelConfig& cfg);
+
+struct TrainConfig {
+  ModelConfig model;
+
+  // Data. Empty vocab_path: build the vocabulary from the training data.
+  std::string train_path;
+  std::string eval_path;
+  std::string vocab_path;
+  std::string confusion_path;  // "" = built-in Unihan homophones
+  std::string init_from;       // HF BERT safetensors; "" = random init
+  int max_seq_len = 128;
+  MftMode mft_mode = MftMode::kNoError;
+  float mft_rate = 0.3f;
+  int loader_threads = 1;
+  int prefetch = 2;
+  int64_t max_eval_samples = 0;  // 0 = the whole eval set
+
+  // Optimisation. global batch = micro_batch * accumulation * world_size.
+  int64_t steps = 100;
+  int micro_batch = 8;
+  int accumulation = 1;
+  Precision precision = Precision::kFp32;
+  float lr = 5e-5f;
+  float weight_decay = 0.0f;
+  int64_t warmup_steps = 0;
+  float clip_norm = 0.0f;      // 0 = off
+  LrSchedule schedule = LrSchedule::kLinear;
+  int64_t eval_every = 0;      // 0 = only at the end
+  int64_t checkpoint_every = 0;// 0 = never
+  uint64_t seed = 42;
+  int threads = 1;             // CPU compute threads of this rank
+
+  // Data parallel.
+  double bucket_mb = 25.0;
+  bool overlap = true;
+  double comm_timeout_s = 60.0;
+
+  // Checkpoints: written under checkpoint_dir (step-NNNNNN/), resumed from
+  // resume_from when it is not empty.
+  std::string checkpoint_dir;
+  std::string resume_from;
+};
+
+}  // namespace dgca
+
+#endif  // DGCA_MODEL_CORE_CONFIG_H_

@@ -1,0 +1,1 @@
+// Placeholder; delete when real code lands.

@@ -1,0 +1,73 @@
+// ParamStore: every trainable tensor of the model, with its gradient, in two
+// flat float buffers (values and gradients share one layout).
+//
+// Two phases: modules Declare() their tensors (name, shape, weight decay or
+// not), then Finalize() allocates both buffers once; after that Get() gives
+// stable pointers. Declaration order is the forward order of the network;
+// data-parallel buckets walk it in reverse (the order backward produces
+// gradients), and because the buffer is flat a bucket is a contiguous slice.
+//
+// Names follow Hugging Face BertForMaskedLM ("bert.encoder.layer.0.attention
+// .self.query.weight", ...) so HF checkpoints load; DGCA-only tensors use
+// their own prefixes ("prompt.", "detector.", "candidate.", "fusion.").
+//
+// Thread-safety: not thread-safe; owned by one model.
+#ifndef DGCA_MODEL_NN_PARAMS_H_
+#define DGCA_MODEL_NN_PARAMS_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "model/core/status.h"
+
+namespace dgca {
+
+struct ParamInfo {
+  std::string name;
+  std::vector<int64_t> shape;
+  int64_t offset = 0;   // into the flat buffers, in floats
+  int64_t numel = 0;
+  bool weight_decay = true;  // false for biases and LayerNorm
+};
+
+class ParamStore {
+ public:
+  // Returns the index of the new tensor. Duplicate names are a programming
+  // error and return -1.
+  int Declare(const std::string& name, std::vector<int64_t> shape, bool weight_decay);
+  // Allocates values (zeroed) and gradients (zeroed). Declare() after this
+  // returns -1.
+  void Finalize();
+  bool finalized() const { return finalized_; }
+
+  int size() const { return static_cast<int>(params_.size()); }
+  const ParamInfo& info(int i) const { return params_[i]; }
+  int Find(const std::string& name) const;  // -1 when absent
+
+  float* value(int i) { return values_.data() + params_[i].offset; }
+  const float* value(int i) const { return values_.data() + params_[i].offset; }
+  float* grad(int i) { return grads_.data() + params_[i].offset; }
+  const float* grad(int i) const { return grads_.data() + params_[i].offset; }
+
+  float* values() { return values_.data(); }
+  const float* values() const { return values_.data(); }
+  float* grads() { return grads_.data(); }
+  const float* grads() const { return grads_.data(); }
+  int64_t total_numel() const { return total_; }
+
+  void ZeroGrads();
+
+ private:
+  std::vector<ParamInfo> params_;
+  std::map<std::string, int> by_name_;
+  std::vector<float> values_;
+  std::vector<float> grads_;
+  int64_t total_ = 0;
+  bool finalized_ = false;
+};
+
+}  // namespace dgca
+
+#endif  // DGCA_MODEL_NN_PARAMS_H_

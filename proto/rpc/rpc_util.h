@@ -1,0 +1,50 @@
+// Glue shared by every gRPC endpoint: status conversion at the edge, bearer
+// token authentication, channel creation.
+//
+// Thread-safety: all functions are thread-safe.
+#ifndef DGCA_PROTO_RPC_RPC_UTIL_H_
+#define DGCA_PROTO_RPC_RPC_UTIL_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "model/core/status.h"
+
+namespace dgca {
+
+// Largest request or response message, both directions (4 MiB).
+inline constexpr int kMaxMessageBytes = 4 << 20;
+
+// Status conversions. The numeric codes are shared by all three.
+absl::Status ToAbsl(const Status& s);
+grpc::Status ToGrpc(const absl::Status& s);
+absl::Status FromGrpc(const grpc::Status& s);
+
+// Reads the bearer token from `path` (surrounding whitespace stripped).
+absl::StatusOr<std::string> ReadTokenFile(const std::string& path);
+// Reads DIR/token, or creates it (32 random bytes, hex, mode 0600).
+absl::StatusOr<std::string> LoadOrCreateToken(const std::string& state_dir);
+
+// Server side: true when the call's "authorization" metadata is
+// "Bearer <token>". Compares in constant time.
+bool IsAuthorized(const grpc::ServerContextBase& ctx, const std::string& token);
+inline grpc::Status Unauthenticated() {
+  return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                      "missing or wrong bearer token (see --token-file / DGCA_TOKEN_FILE)");
+}
+
+// Client side: adds "authorization: Bearer <token>" to `ctx`.
+void AddAuth(grpc::ClientContext* ctx, const std::string& token);
+
+// Channel to `address` ("host:port") with the message size limit. When
+// `tls_ca_file` is non-empty, TLS with that root CA; else insecure.
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
+                                           const std::string& tls_ca_file = "");
+
+}  // namespace dgca
+
+#endif  // DGCA_PROTO_RPC_RPC_UTIL_H_
