@@ -1,0 +1,95 @@
+// Agent: the node daemon (`dgca-worker agent`, and the coordinator's embedded
+// local agent). It keeps one AgentService.Connect stream open to the
+// coordinator: registers with the node's topology, sends heartbeats, executes
+// LaunchRank / StopRanks and reports RankExited. When the coordinator goes
+// away it reconnects with exponential backoff (0.2 s doubling to 5 s) and
+// re-registers with the ranks it still supervises, so a restarted coordinator
+// can re-adopt them.
+//
+// Ranks are started with fork/exec of
+//   <worker_binary> rank --coordinator ADDR --token-file F --job J --rank R
+//                   --attempt A
+// in their own process group, with the agent's environment plus the
+// allow-listed LaunchRank.env entries (NCCL_*, CUDA_*, OMP_*, DGCA_*; others
+// are refused and logged). stdout and stderr are appended to
+// STATE_DIR/jobs/J/rank-R.log (LaunchRank.log_dir replaces STATE_DIR/jobs/J
+// when set). A reaper thread waitpid()s them and reports each exit with the
+// last ~20 lines of the log when the exit was not clean.
+//
+// Thread-safety: Start() and Stop() may be called from any thread; Stop() is
+// idempotent and is also called by the destructor. The agent runs its own
+// threads (stream reader/writer, heartbeats, reaper).
+#ifndef DGCA_WORKER_AGENT_AGENT_H_
+#define DGCA_WORKER_AGENT_AGENT_H_
+
+#include <sys/types.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "dgca/v1/agent.pb.h"
+
+namespace dgca {
+
+struct AgentOptions {
+  std::string coordinator_address;   // "host:port"
+  std::string token;                 // bearer token
+  std::string node_name;             // "" = hostname
+  std::string state_dir;             // logs go to STATE_DIR/jobs/J/rank-R.log
+  std::string worker_binary;         // path of dgca-worker ("" = /proc/self/exe)
+  std::string topology_root = "/";   // root of the topology probe
+  double heartbeat_interval_s = 2;
+
+  // Passed to ranks as --token-file. "" = the agent writes the token to
+  // STATE_DIR/agent-token (mode 0600) and passes that.
+  std::string token_file;
+  // Test hook: when non-empty, replaces the argv built for a rank. The
+  // strings may contain {job}, {rank}, {attempt}, {coordinator},
+  // {token_file}, which are substituted.
+  std::vector<std::string> rank_argv_override;
+};
+
+// The environment names a LaunchRank may set: NCCL_*, CUDA_*, OMP_*, DGCA_*.
+bool IsAllowedRankEnv(const std::string& name);
+
+class Agent {
+ public:
+  explicit Agent(AgentOptions options);
+  ~Agent();
+  Agent(const Agent&) = delete;
+  Agent& operator=(const Agent&) = delete;
+
+  // Probes the topology and starts the connection, heartbeat and reaper
+  // threads. Returns at once (the first connection may still be under way).
+  // Errors: FAILED_PRECONDITION when already started, INVALID_ARGUMENT for
+  // bad options.
+  absl::Status Start();
+
+  // Stops every rank (SIGTERM, SIGKILL after 5 s), closes the stream and
+  // joins the threads.
+  void Stop();
+
+  // The name this agent registers under.
+  std::string node_name() const;
+  // True while the stream to the coordinator is open and registered.
+  bool connected() const;
+  // Ranks now supervised (for tests and the coordinator's embedded agent).
+  std::vector<v1::RunningRank> Running() const;
+
+  // Executes a command as if it had arrived on the stream (used by tests and
+  // by the embedded local agent). Thread-safe.
+  void Execute(const v1::CoordinatorCommand& cmd);
+
+  class Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace dgca
+
+#endif  // DGCA_WORKER_AGENT_AGENT_H_
