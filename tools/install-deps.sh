@@ -7,7 +7,7 @@ PKGS=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libyaml-cpp-dev libabsl-dev prometheus-cpp-dev libgloo-dev libsqlite3-dev
   libspdlog-dev libcli11-dev libopenblas-dev libgtest-dev
-  prometheus bzip2 gzip
+  prometheus docker-compose bzip2 gzip
   # Source text and readings for `dgca data synth` (the quickstart corpus).
   unicode-data debian-reference-zh-cn manpages-zh
 )

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Checks the deploy files: Prometheus config and rules (promtool), the compose
+# file (docker-compose config; no Docker engine runs here, so containers are
+# never started), and that each Dockerfile builds the programs `make` builds
+# and copies them from where the build puts them.
+# Usage: check_deploy.sh SOURCE_DIR BUILD_DIR
+set -euo pipefail
+src=$1
+build=$2
+fail=0
+say() { echo "check_deploy: $*"; }
+
+promtool check config "$src/deploy/prometheus/prometheus.yml"
+promtool check rules "$src/deploy/prometheus/rules.yml"
+
+if command -v docker-compose >/dev/null; then
+  (cd "$src" && docker-compose -f docker-compose.yml config -q) && say "docker-compose config: ok"
+else
+  say "SKIP docker-compose config: docker-compose not installed (apt-get install docker-compose)"
+fi
+
+# Programs the project builds: every add_executable outside model/tools and tests.
+programs=$(grep -ho 'add_executable(dgca[a-z-]*' "$src"/coordinator/CMakeLists.txt \
+  "$src"/worker/CMakeLists.txt "$src"/cli/CMakeLists.txt | sed 's/add_executable(//' | sort -u)
+say "programs built by make: $(echo $programs)"
+for df in "$src"/deploy/docker/*.Dockerfile; do
+  built=$(grep -o 'tools/build.sh .*' "$df" | head -1 | sed 's#tools/build.sh ##' | tr ' ' '\n' | sort -u)
+  if [ "$(echo $built)" != "$(echo $programs)" ]; then
+    say "FAIL $df builds [$(echo $built)], make builds [$(echo $programs)]"; fail=1
+  fi
+  # Every binary a runtime stage copies must be where the build writes it.
+  for p in $(grep -o '/src/build/[^ ]*' "$df"); do
+    rel=${p#/src/build/}
+    if [ ! -x "$build/$rel" ]; then say "FAIL $df copies build/$rel, which the build does not produce"; fail=1; fi
+  done
+done
+[ $fail -eq 0 ] && say "ok"
+exit $fail
