@@ -1,0 +1,283 @@
+#include "model/comm/gloo_communicator.h"
+
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "gloo/allreduce.h"
+#include "gloo/barrier.h"
+#include "gloo/broadcast.h"
+#include "gloo/common/error.h"
+#include "gloo/math.h"
+#include "gloo/rendezvous/context.h"
+#include "gloo/rendezvous/store.h"
+#include "gloo/transport/tcp/device.h"
+
+namespace dgca {
+namespace {
+
+// One queued collective: the work, then its outcome and timing.
+struct OpState {
+  std::function<void()> run;  // may throw; runs on the worker thread
+  std::string what;           // "allreduce", "broadcast", "barrier"
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  Status status;
+  double start = 0, end = 0;
+};
+
+class GlooHandle : public CollectiveHandle {
+ public:
+  explicit GlooHandle(std::shared_ptr<OpState> op) : op_(std::move(op)) {}
+  Status Wait() override {
+    std::unique_lock<std::mutex> lock(op_->mu);
+    op_->cv.wait(lock, [&] { return op_->done; });
+    return op_->status;
+  }
+  double start_time() const override { return op_->start; }
+  double end_time() const override { return op_->end; }
+
+ private:
+  std::shared_ptr<OpState> op_;
+};
+
+std::string TeardownKey(int rank) { return "dgca/teardown/" + std::to_string(rank); }
+std::string AddrKey(int owner, int peer) {
+  return "dgca/addr/" + std::to_string(owner) + "/" + std::to_string(peer);
+}
+
+class GlooCommunicator : public Communicator {
+ public:
+  GlooCommunicator(std::shared_ptr<gloo::rendezvous::Store> store, int rank, int world,
+                   const GlooOptions& options)
+      : store_(std::move(store)), rank_(rank), world_(world), options_(options),
+        origin_(std::chrono::steady_clock::now()) {}
+
+  ~GlooCommunicator() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    if (worker_.joinable()) worker_.join();
+    // Barrier on the store before closing sockets (a peer still inside a
+    // collective would otherwise see "Connection closed by peer").
+    if (connected_ && broken_.ok()) {
+      try {
+        store_->set(TeardownKey(rank_), std::vector<char>{'1'});
+        std::vector<std::string> keys;
+        for (int r = 0; r < world_; ++r) keys.push_back(TeardownKey(r));
+        store_->wait(keys, options_.timeout);
+      } catch (const std::exception&) {
+        // A peer that never arrives: nothing left to protect.
+      }
+    }
+    context_.reset();
+    device_.reset();
+  }
+
+  Status Connect() {
+    try {
+      gloo::transport::tcp::attr attr;
+      if (!options_.iface.empty()) {
+        attr.iface = options_.iface;
+      } else {
+        attr.hostname = options_.hostname;
+      }
+      device_ = gloo::transport::tcp::CreateDevice(attr);
+      auto ctx = std::make_shared<gloo::rendezvous::Context>(rank_, world_);
+      ctx->setTimeout(options_.timeout);
+      ctx->connectFullMesh(*store_, device_);
+      context_ = ctx;
+      // Publish the address of each of our pairs so a peer can name the rank
+      // behind an address in Gloo's error messages ("... peer [ip]:port").
+      for (int p = 0; p < world_; ++p) {
+        if (p == rank_) continue;
+        std::string a = context_->getPair(p)->address().str();
+        store_->set(AddrKey(rank_, p), std::vector<char>(a.begin(), a.end()));
+      }
+      for (int p = 0; p < world_; ++p) {
+        if (p == rank_) continue;
+        store_->wait({AddrKey(p, rank_)}, options_.timeout);
+        std::vector<char> v = store_->get(AddrKey(p, rank_));
+        peer_addr_.emplace_back(p, std::string(v.begin(), v.end()));
+      }
+    } catch (const std::exception& e) {
+      return UnavailableError("gloo: rank " + std::to_string(rank_) + " of " +
+                              std::to_string(world_) + " could not connect (hostname '" +
+                              options_.hostname + "', iface '" + options_.iface +
+                              "', timeout " + std::to_string(options_.timeout.count()) +
+                              " ms): " + e.what());
+    }
+    connected_ = true;
+    worker_ = std::thread([this] { Loop(); });
+    return OkStatus();
+  }
+
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_; }
+  std::string backend() const override { return "gloo"; }
+  double Now() const override {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - origin_).count();
+  }
+
+  StatusOr<std::unique_ptr<CollectiveHandle>> StartAllReduce(float* data, size_t count,
+                                                             ReduceOp op) override {
+    if (count > 0 && data == nullptr) return InvalidArgumentError("gloo allreduce: null data");
+    const uint32_t tag = next_tag_++;
+    auto ctx = context_;
+    const int world = world_;
+    auto state = Enqueue("allreduce", [ctx, data, count, op, tag, world] {
+      if (count == 0) return;
+      gloo::AllreduceOptions opts(ctx);
+      opts.setOutput(data, count);
+      opts.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(
+          &gloo::sum<float>));
+      opts.setTag(tag);
+      gloo::allreduce(opts);
+      if (op == ReduceOp::kAverage) {
+        const float inv = 1.0f / static_cast<float>(world);
+        for (size_t i = 0; i < count; ++i) data[i] *= inv;
+      }
+    });
+    return std::unique_ptr<CollectiveHandle>(new GlooHandle(std::move(state)));
+  }
+
+  Status Broadcast(float* data, size_t count, int root) override {
+    if (root < 0 || root >= world_) {
+      return InvalidArgumentError("gloo broadcast: root " + std::to_string(root) +
+                                  " outside [0, " + std::to_string(world_) + ")");
+    }
+    const uint32_t tag = next_tag_++;
+    auto ctx = context_;
+    auto state = Enqueue("broadcast", [ctx, data, count, root, tag] {
+      if (count == 0) return;
+      gloo::BroadcastOptions opts(ctx);
+      opts.setOutput(data, count);
+      opts.setRoot(root);
+      opts.setTag(tag);
+      gloo::broadcast(opts);
+    });
+    return GlooHandle(state).Wait();
+  }
+
+  Status Barrier() override {
+    const uint32_t tag = next_tag_++;
+    auto ctx = context_;
+    auto state = Enqueue("barrier", [ctx, tag] {
+      gloo::BarrierOptions opts(ctx);
+      opts.setTag(tag);
+      gloo::barrier(opts);
+    });
+    return GlooHandle(state).Wait();
+  }
+
+ private:
+  std::shared_ptr<OpState> Enqueue(const std::string& what, std::function<void()> run) {
+    auto state = std::make_shared<OpState>();
+    state->what = what;
+    state->run = std::move(run);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      queue_.push_back(state);
+    }
+    cv_.notify_all();
+    return state;
+  }
+
+  void Loop() {
+    for (;;) {
+      std::shared_ptr<OpState> op;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+        if (queue_.empty()) return;  // stopping and drained
+        op = queue_.front();
+        queue_.pop_front();
+      }
+      Status st;
+      const double start = Now();
+      if (!broken_.ok()) {
+        st = broken_;
+      } else {
+        try {
+          op->run();
+        } catch (const std::exception& e) {
+          st = ErrorFor(op->what, e.what());
+          broken_ = st;
+        } catch (...) {
+          st = InternalError("gloo " + op->what + ": unknown exception on rank " +
+                             std::to_string(rank_));
+          broken_ = st;
+        }
+      }
+      const double end = Now();
+      {
+        std::lock_guard<std::mutex> lock(op->mu);
+        op->status = st;
+        op->start = start;
+        op->end = end;
+        op->done = true;
+        op->run = nullptr;
+      }
+      op->cv.notify_all();
+    }
+  }
+
+  // Turns a Gloo exception into a Status that names the lost peer rank when
+  // the message carries its address (or when there is only one peer).
+  Status ErrorFor(const std::string& what, const std::string& msg) const {
+    int lost = -1;
+    for (const auto& pa : peer_addr_) {
+      if (!pa.second.empty() && msg.find(pa.second) != std::string::npos) lost = pa.first;
+    }
+    if (lost < 0 && world_ == 2) lost = 1 - rank_;
+    std::string peer = lost >= 0 ? "lost peer rank " + std::to_string(lost)
+                                 : "peer rank unknown";
+    const bool timeout = msg.find("imed out") != std::string::npos ||
+                         msg.find("imeout") != std::string::npos;
+    std::string text = "gloo " + what + " failed on rank " + std::to_string(rank_) + " of " +
+                       std::to_string(world_) + " (" + peer + ", timeout " +
+                       std::to_string(options_.timeout.count()) + " ms): " + msg;
+    return timeout ? DeadlineExceededError(text) : UnavailableError(text);
+  }
+
+  std::shared_ptr<gloo::rendezvous::Store> store_;
+  const int rank_, world_;
+  const GlooOptions options_;
+  const std::chrono::steady_clock::time_point origin_;
+  std::shared_ptr<gloo::transport::Device> device_;
+  std::shared_ptr<gloo::Context> context_;
+  std::vector<std::pair<int, std::string>> peer_addr_;
+  bool connected_ = false;
+  uint32_t next_tag_ = 1;  // same sequence on every rank: ops start in the same order
+
+  std::thread worker_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<OpState>> queue_;
+  bool stopping_ = false;
+  Status broken_;  // touched by the worker thread only (and the destructor after join)
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Communicator>> MakeGlooCommunicator(
+    std::shared_ptr<gloo::rendezvous::Store> store, int rank, int world_size,
+    const GlooOptions& options) {
+  if (!store) return InvalidArgumentError("gloo: null rendezvous store");
+  if (world_size < 1 || rank < 0 || rank >= world_size) {
+    return InvalidArgumentError("gloo: rank " + std::to_string(rank) + " outside world size " +
+                                std::to_string(world_size));
+  }
+  auto comm = std::make_unique<GlooCommunicator>(std::move(store), rank, world_size, options);
+  DGCA_RETURN_IF_ERROR(comm->Connect());
+  return std::unique_ptr<Communicator>(std::move(comm));
+}
+
+}  // namespace dgca

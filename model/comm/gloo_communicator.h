@@ -1,0 +1,57 @@
+// Gloo communicator: CPU collectives over Gloo's TCP transport.
+//
+// The rendezvous store is injected: the worker passes a gloo::rendezvous::Store
+// backed by the coordinator's key-value store (over gRPC); tests pass a
+// gloo::rendezvous::FileStore in a temp dir. Use ONE store object per rank
+// (FileStore is not thread-safe) and a fresh key space per communicator
+// (e.g. a gloo::rendezvous::PrefixStore per job attempt): the keys written
+// here ("rank_N" by Gloo's connectFullMesh, "dgca/..." by this file) must not
+// collide with an earlier communicator's.
+//
+// Operations run in the order they were started, on one background thread.
+// A collective that fails (a peer died, timeout) turns into a Status naming
+// the lost peer rank where it can be identified; the communicator is then
+// broken and every later operation fails at once with the same error.
+// Gloo exceptions never escape.
+//
+// Teardown: the destructor waits for queued operations, then barriers on the
+// store (so no rank closes its sockets while a peer is still in a collective;
+// BUILD-NOTES gotcha 4), bounded by the timeout, and is skipped when broken.
+//
+// Thread-safety: as Communicator: Start*/Wait/Broadcast/Barrier from one
+// (the training) thread.
+#ifndef DGCA_MODEL_COMM_GLOO_COMMUNICATOR_H_
+#define DGCA_MODEL_COMM_GLOO_COMMUNICATOR_H_
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "model/comm/communicator.h"
+#include "model/core/status.h"
+
+namespace gloo {
+namespace rendezvous {
+class Store;
+}  // namespace rendezvous
+}  // namespace gloo
+
+namespace dgca {
+
+struct GlooOptions {
+  // Bound on connecting and on every collective; a lost peer fails within it.
+  std::chrono::milliseconds timeout{60000};
+  // Address to bind and advertise. Set one of them; iface wins when set.
+  std::string hostname = "127.0.0.1";
+  std::string iface;
+};
+
+// Connects the full mesh (blocks until every rank joined or the timeout).
+// Errors: UNAVAILABLE / DEADLINE_EXCEEDED with Gloo's message and this rank.
+StatusOr<std::unique_ptr<Communicator>> MakeGlooCommunicator(
+    std::shared_ptr<gloo::rendezvous::Store> store, int rank, int world_size,
+    const GlooOptions& options = GlooOptions());
+
+}  // namespace dgca
+
+#endif  // DGCA_MODEL_COMM_GLOO_COMMUNICATOR_H_

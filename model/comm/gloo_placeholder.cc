@@ -1,1 +1,0 @@
-// Placeholder; delete when model/comm/gloo_communicator.cc lands.
