@@ -1,0 +1,387 @@
+#include "worker/agent/agent.h"
+
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <deque>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "dgca/v1/agent.grpc.pb.h"
+#include "proto/rpc/rpc_util.h"
+
+namespace dgca {
+namespace {
+
+using namespace std::chrono_literals;
+
+// A coordinator stand-in: accepts one agent stream at a time, records what
+// the agent sends and sends the commands a test queues.
+class FakeCoordinator final : public v1::AgentService::Service {
+ public:
+  explicit FakeCoordinator(std::string token) : token_(std::move(token)) {}
+
+  grpc::Status Connect(grpc::ServerContext* ctx,
+                       grpc::ServerReaderWriter<v1::CoordinatorCommand, v1::AgentMessage>* stream)
+      override {
+    if (!IsAuthorized(*ctx, token_)) return Unauthenticated();
+    bool done = false;
+    std::thread reader([&] {
+      v1::AgentMessage m;
+      while (stream->Read(&m)) {
+        std::lock_guard<std::mutex> l(mu_);
+        received_.push_back(m);
+        cv_.notify_all();
+      }
+      std::lock_guard<std::mutex> l(mu_);
+      done = true;
+      cv_.notify_all();
+    });
+    while (true) {
+      std::unique_lock<std::mutex> l(mu_);
+      cv_.wait_for(l, 50ms, [&] { return done || !commands_.empty() || shutdown_; });
+      if (done || shutdown_ || ctx->IsCancelled()) break;
+      while (!commands_.empty()) {
+        auto c = commands_.front();
+        commands_.pop_front();
+        l.unlock();
+        stream->Write(c);
+        l.lock();
+      }
+    }
+    ctx->TryCancel();
+    reader.join();
+    return grpc::Status::OK;
+  }
+
+  void Send(const v1::CoordinatorCommand& c) {
+    std::lock_guard<std::mutex> l(mu_);
+    commands_.push_back(c);
+    cv_.notify_all();
+  }
+  void Shutdown() {
+    std::lock_guard<std::mutex> l(mu_);
+    shutdown_ = true;
+    cv_.notify_all();
+  }
+
+  // Waits for a message matching `pred`; returns it (or nullopt on timeout).
+  template <typename Pred>
+  std::optional<v1::AgentMessage> WaitFor(Pred pred, std::chrono::milliseconds timeout = 10s) {
+    std::unique_lock<std::mutex> l(mu_);
+    std::optional<v1::AgentMessage> found;
+    cv_.wait_for(l, timeout, [&] {
+      for (const auto& m : received_) {
+        if (pred(m)) {
+          found = m;
+          return true;
+        }
+      }
+      return false;
+    });
+    return found;
+  }
+  std::optional<v1::RankExited> WaitExit(const std::string& job, int rank,
+                                         std::chrono::milliseconds timeout = 10s) {
+    auto m = WaitFor(
+        [&](const v1::AgentMessage& m) {
+          return m.has_rank_exited() && m.rank_exited().job_id() == job &&
+                 m.rank_exited().rank() == rank;
+        },
+        timeout);
+    if (!m) return std::nullopt;
+    return m->rank_exited();
+  }
+  int CountRegisters() {
+    std::lock_guard<std::mutex> l(mu_);
+    int n = 0;
+    for (const auto& m : received_) n += m.has_register_();
+    return n;
+  }
+
+ private:
+  std::string token_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<v1::AgentMessage> received_;
+  std::deque<v1::CoordinatorCommand> commands_;
+  bool shutdown_ = false;
+};
+
+std::string MakeTempDir() {
+  char tmpl[] = "/tmp/agent_test.XXXXXX";
+  char* d = mkdtemp(tmpl);
+  EXPECT_NE(d, nullptr);
+  return d ? d : "/tmp";
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+bool ProcessAlive(pid_t pid) {
+  if (kill(pid, 0) != 0) return false;
+  // A zombie counts as gone.
+  std::string stat = ReadFile("/proc/" + std::to_string(pid) + "/stat");
+  size_t p = stat.rfind(')');
+  return !(p != std::string::npos && p + 2 < stat.size() && stat[p + 2] == 'Z');
+}
+
+class AgentTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = MakeTempDir();
+    StartServer(0);
+  }
+  void TearDown() override {
+    StopServer();
+    std::system(("rm -rf " + dir_).c_str());
+  }
+  void StartServer(int port) {
+    fake_ = std::make_unique<FakeCoordinator>("secret");
+    grpc::ServerBuilder b;
+    b.AddListeningPort("127.0.0.1:" + std::to_string(port), grpc::InsecureServerCredentials(),
+                       &port_);
+    b.RegisterService(fake_.get());
+    server_ = b.BuildAndStart();
+    ASSERT_NE(server_, nullptr);
+  }
+  void StopServer() {
+    if (!server_) return;
+    fake_->Shutdown();
+    server_->Shutdown(std::chrono::system_clock::now() + 1s);
+    server_->Wait();
+    server_.reset();
+  }
+  AgentOptions Options(std::vector<std::string> argv) {
+    AgentOptions o;
+    o.coordinator_address = "127.0.0.1:" + std::to_string(port_);
+    o.token = "secret";
+    o.node_name = "test-node";
+    o.state_dir = dir_;
+    o.heartbeat_interval_s = 0.2;
+    o.rank_argv_override = std::move(argv);
+    return o;
+  }
+  static v1::CoordinatorCommand Launch(const std::string& job, int rank) {
+    v1::CoordinatorCommand c;
+    c.mutable_launch()->set_job_id(job);
+    c.mutable_launch()->set_rank(rank);
+    c.mutable_launch()->set_world_size(1);
+    return c;
+  }
+
+  std::string dir_;
+  int port_ = 0;
+  std::unique_ptr<FakeCoordinator> fake_;
+  std::unique_ptr<grpc::Server> server_;
+};
+
+TEST(AgentEnvTest, AllowList) {
+  EXPECT_TRUE(IsAllowedRankEnv("NCCL_DEBUG"));
+  EXPECT_TRUE(IsAllowedRankEnv("CUDA_VISIBLE_DEVICES"));
+  EXPECT_TRUE(IsAllowedRankEnv("OMP_NUM_THREADS"));
+  EXPECT_TRUE(IsAllowedRankEnv("DGCA_X1"));
+  EXPECT_FALSE(IsAllowedRankEnv("LD_PRELOAD"));
+  EXPECT_FALSE(IsAllowedRankEnv("PATH"));
+  EXPECT_FALSE(IsAllowedRankEnv("NCCL_"));
+  EXPECT_FALSE(IsAllowedRankEnv("nccl_debug"));
+  EXPECT_FALSE(IsAllowedRankEnv("NCCL_X=Y"));
+}
+
+TEST_F(AgentTest, RegistersWithTopologyAndHeartbeats) {
+  Agent agent(Options({}));
+  ASSERT_TRUE(agent.Start().ok());
+  auto reg = fake_->WaitFor([](const v1::AgentMessage& m) { return m.has_register_(); });
+  ASSERT_TRUE(reg.has_value());
+  EXPECT_EQ(reg->register_().node(), "test-node");
+  EXPECT_EQ(reg->register_().topology().node(), "test-node");
+  EXPECT_GT(reg->register_().topology().cpu_count(), 0);
+  auto hb = fake_->WaitFor([](const v1::AgentMessage& m) { return m.has_heartbeat(); });
+  ASSERT_TRUE(hb.has_value());
+  EXPECT_GT(hb->heartbeat().time_unix_ms(), 0);
+  EXPECT_TRUE(agent.connected());
+  agent.Stop();
+}
+
+TEST_F(AgentTest, WrongTokenNeverConnects) {
+  AgentOptions o = Options({});
+  o.token = "wrong";
+  Agent agent(o);
+  ASSERT_TRUE(agent.Start().ok());
+  std::this_thread::sleep_for(500ms);
+  EXPECT_EQ(fake_->CountRegisters(), 0);
+  agent.Stop();
+}
+
+TEST_F(AgentTest, LaunchReportsExitCodeAndLogTail) {
+  Agent agent(Options({"/bin/sh", "-c",
+                       "echo out job={job} rank={rank} attempt={attempt}; echo oops >&2; "
+                       "echo \"env=$DGCA_TEST_X path=$LD_PRELOAD\"; exit 3"}));
+  ASSERT_TRUE(agent.Start().ok());
+  ASSERT_TRUE(fake_->WaitFor([](const v1::AgentMessage& m) { return m.has_register_(); }));
+  auto cmd = Launch("job-1", 1);
+  cmd.mutable_launch()->set_attempt(2);
+  (*cmd.mutable_launch()->mutable_env())["DGCA_TEST_X"] = "42";
+  (*cmd.mutable_launch()->mutable_env())["LD_PRELOAD"] = "/evil.so";
+  fake_->Send(cmd);
+  auto e = fake_->WaitExit("job-1", 1);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->exit_code(), 3);
+  EXPECT_EQ(e->signal(), 0);
+  EXPECT_EQ(e->attempt(), 2);
+  EXPECT_NE(e->message().find("oops"), std::string::npos) << e->message();
+  std::string log = ReadFile(dir_ + "/jobs/job-1/rank-1.log");
+  EXPECT_NE(log.find("out job=job-1 rank=1 attempt=2"), std::string::npos) << log;
+  EXPECT_NE(log.find("env=42 path=\n"), std::string::npos) << log;
+  EXPECT_NE(log.find("refused"), std::string::npos) << log;
+  EXPECT_NE(log.find("LD_PRELOAD"), std::string::npos) << log;
+  EXPECT_NE(log.find("exited with code 3"), std::string::npos) << log;
+  EXPECT_TRUE(agent.Running().empty());
+  agent.Stop();
+}
+
+TEST_F(AgentTest, CleanExitHasNoMessage) {
+  Agent agent(Options({"/bin/sh", "-c", "echo fine"}));
+  ASSERT_TRUE(agent.Start().ok());
+  agent.Execute(Launch("job-ok", 0));
+  auto e = fake_->WaitExit("job-ok", 0);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->exit_code(), 0);
+  EXPECT_TRUE(e->message().empty());
+  agent.Stop();
+}
+
+TEST_F(AgentTest, BadJobIdIsRefused) {
+  Agent agent(Options({"/bin/sh", "-c", "exit 0"}));
+  ASSERT_TRUE(agent.Start().ok());
+  agent.Execute(Launch("../escape", 0));
+  auto e = fake_->WaitExit("../escape", 0);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->exit_code(), 127);
+  EXPECT_NE(e->message().find("job id"), std::string::npos);
+  struct stat st;
+  EXPECT_NE(stat((dir_ + "/escape").c_str(), &st), 0);
+  agent.Stop();
+}
+
+TEST_F(AgentTest, MissingBinaryReports127) {
+  Agent agent(Options({"/nonexistent/dgca-worker"}));
+  ASSERT_TRUE(agent.Start().ok());
+  agent.Execute(Launch("job-x", 0));
+  auto e = fake_->WaitExit("job-x", 0);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->exit_code(), 127);
+  EXPECT_NE(e->message().find("exec failed"), std::string::npos) << e->message();
+  agent.Stop();
+}
+
+// The rank ignores SIGTERM and has a grandchild: StopRanks must SIGKILL the
+// whole process group once the grace expires.
+TEST_F(AgentTest, StopKillsWholeProcessGroupWithinGrace) {
+  std::string pidfile = dir_ + "/grandchild.pid";
+  Agent agent(Options({"/bin/sh", "-c",
+                       "trap '' TERM; sleep 100 & echo $! > " + pidfile + "; wait; wait"}));
+  ASSERT_TRUE(agent.Start().ok());
+  agent.Execute(Launch("job-s", 0));
+  pid_t grandchild = 0;
+  for (int i = 0; i < 100 && grandchild == 0; ++i) {
+    std::this_thread::sleep_for(20ms);
+    grandchild = std::atoi(ReadFile(pidfile).c_str());
+  }
+  ASSERT_GT(grandchild, 0);
+  auto running = agent.Running();
+  ASSERT_EQ(running.size(), 1u);
+  pid_t rank_pid = running[0].pid();
+  EXPECT_TRUE(ProcessAlive(grandchild));
+
+  v1::CoordinatorCommand stop;
+  stop.mutable_stop()->set_job_id("job-s");
+  stop.mutable_stop()->set_grace_seconds(0.5);
+  auto t0 = std::chrono::steady_clock::now();
+  fake_->Send(stop);
+  auto e = fake_->WaitExit("job-s", 0);
+  auto took = std::chrono::steady_clock::now() - t0;
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->exit_code(), -1);
+  EXPECT_EQ(e->signal(), SIGKILL);
+  EXPECT_LT(took, 3s);
+  EXPECT_GE(took, 400ms);  // it waited for the grace
+  for (int i = 0; i < 50 && ProcessAlive(grandchild); ++i) std::this_thread::sleep_for(20ms);
+  EXPECT_FALSE(ProcessAlive(grandchild));
+  EXPECT_FALSE(ProcessAlive(rank_pid));
+  agent.Stop();
+}
+
+TEST_F(AgentTest, StopTermsPoliteRankQuickly) {
+  Agent agent(Options({"/bin/sh", "-c", "sleep 100"}));
+  ASSERT_TRUE(agent.Start().ok());
+  agent.Execute(Launch("job-t", 0));
+  agent.Execute(Launch("job-t", 1));
+  ASSERT_EQ(agent.Running().size(), 2u);
+  v1::CoordinatorCommand stop;
+  stop.mutable_stop()->set_job_id("job-t");
+  stop.mutable_stop()->set_grace_seconds(5);
+  auto t0 = std::chrono::steady_clock::now();
+  agent.Execute(stop);
+  auto e0 = fake_->WaitExit("job-t", 0);
+  auto e1 = fake_->WaitExit("job-t", 1);
+  ASSERT_TRUE(e0 && e1);
+  EXPECT_EQ(e0->signal(), SIGTERM);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 2s);
+  agent.Stop();
+}
+
+TEST_F(AgentTest, AgentStopStopsItsRanks) {
+  Agent agent(Options({"/bin/sh", "-c", "sleep 100"}));
+  ASSERT_TRUE(agent.Start().ok());
+  agent.Execute(Launch("job-a", 0));
+  auto running = agent.Running();
+  ASSERT_EQ(running.size(), 1u);
+  pid_t pid = running[0].pid();
+  auto t0 = std::chrono::steady_clock::now();
+  agent.Stop();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 7s);
+  EXPECT_FALSE(ProcessAlive(pid));
+}
+
+// The coordinator goes away and comes back on the same port: the agent
+// reconnects and re-registers with the rank it still supervises; an exit that
+// happened while disconnected is delivered after the reconnect.
+TEST_F(AgentTest, ReconnectsAndReportsRunningRanks) {
+  Agent agent(Options({"/bin/sh", "-c", "sleep {rank}"}));
+  ASSERT_TRUE(agent.Start().ok());
+  ASSERT_TRUE(fake_->WaitFor([](const v1::AgentMessage& m) { return m.has_register_(); }));
+  agent.Execute(Launch("job-r", 30));  // sleeps 30 s
+  agent.Execute(Launch("job-r", 1));   // exits after 1 s, while disconnected
+  int port = port_;
+  StopServer();
+  std::this_thread::sleep_for(1500ms);
+  StartServer(port);
+  ASSERT_EQ(port_, port);
+  auto reg = fake_->WaitFor([](const v1::AgentMessage& m) { return m.has_register_(); }, 15s);
+  ASSERT_TRUE(reg.has_value());
+  ASSERT_EQ(reg->register_().running_size(), 1);
+  EXPECT_EQ(reg->register_().running(0).job_id(), "job-r");
+  EXPECT_EQ(reg->register_().running(0).rank(), 30);
+  auto e = fake_->WaitExit("job-r", 1);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->exit_code(), 0);
+  agent.Stop();
+  EXPECT_TRUE(agent.Running().empty());
+}
+
+}  // namespace
+}  // namespace dgca
