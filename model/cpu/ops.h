@@ -1,0 +1,120 @@
+// CPU kernels of the DGCA-ReLM model, llm.c style: plain functions over
+// float* with explicit shapes, row-major, no allocation in the hot path
+// except where stated.
+//
+// Conventions
+//   - "n" rows of "c" channels; a Linear layer's weight is [out, in] as in
+//     PyTorch nn.Linear (so forward is out = inp W^T + b).
+//   - Parameter gradients (dw, db, dgamma, dbeta, dtable) are ADDED to, so
+//     micro-batches accumulate. Activation gradients (dinp) are overwritten
+//     unless the function takes `accumulate` and it is true.
+//   - Every function with a ctx runs on up to ctx.threads threads (OpenMP
+//     when the library is built with it; serial otherwise).
+//
+// Determinism: for a fixed ctx.threads every kernel is bit-reproducible. No
+// kernel reduces through atomics: reductions over rows (bias, LayerNorm and
+// embedding gradients) are split by columns, each column summed by one
+// thread in row order, so they are even independent of the thread count.
+// Gemm through OpenBLAS is reproducible for a fixed OpenBLAS thread count;
+// the built-in Gemm computes each output element on one thread in a fixed
+// k order.
+//
+// Thread-safety: the kernels are reentrant; they write only their outputs.
+// SetBlasThreads changes OpenBLAS's process-wide setting.
+#ifndef DGCA_MODEL_CPU_OPS_H_
+#define DGCA_MODEL_CPU_OPS_H_
+
+#include <cstdint>
+
+namespace dgca {
+namespace cpu {
+
+struct Context {
+  int threads = 1;
+};
+
+// True when Gemm uses OpenBLAS (built with DGCA_HAVE_OPENBLAS).
+bool HaveBlas();
+
+// Sets OpenBLAS's thread count to ctx.threads when it differs (OpenBLAS's
+// setting is process-wide). No-op without OpenBLAS.
+void SetBlasThreads(const Context& ctx);
+
+// Row-major C[M,N] = alpha * op(A) * op(B) + beta * C, with op(A) [M,K]
+// (A stored [K,M] when trans_a) and op(B) [K,N] (B stored [N,K] when
+// trans_b). beta == 0 overwrites C (NaNs in C are not propagated).
+void Gemm(const Context& ctx, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
+          const float* A, int lda, const float* B, int ldb, float beta, float* C, int ldc);
+// The built-in blocked GEMM that Gemm uses without OpenBLAS; exposed so the
+// test can compare both paths.
+void GemmBuiltin(const Context& ctx, bool trans_a, bool trans_b, int M, int N, int K,
+                 float alpha, const float* A, int lda, const float* B, int ldb, float beta,
+                 float* C, int ldc);
+
+// out[n,oc] = inp[n,ic] w[oc,ic]^T + b[oc]  (b may be null).
+void LinearForward(const Context& ctx, float* out, const float* inp, const float* w,
+                   const float* b, int n, int ic, int oc);
+// dinp[n,ic] (= or += when accumulate_dinp) dout w; dw[oc,ic] += dout^T inp;
+// db[oc] += column sums of dout. dinp, dw, db may each be null (skipped).
+void LinearBackward(const Context& ctx, float* dinp, bool accumulate_dinp, float* dw, float* db,
+                    const float* dout, const float* inp, const float* w, int n, int ic, int oc);
+
+// dst[c] += sum over rows r of src[r*c_stride + c]  (rows in order).
+void ColumnSumAdd(const Context& ctx, float* dst, const float* src, int rows, int cols);
+
+// out = (inp - mean) * rstd * gamma + beta per row; saves mean and rstd [n]
+// for the backward. Statistics are accumulated in double.
+void LayerNormForward(const Context& ctx, float* out, float* mean, float* rstd, const float* inp,
+                      const float* gamma, const float* beta, int n, int c, float eps);
+// dinp (= or += when accumulate) from dout; dgamma, dbeta += (may be null).
+void LayerNormBackward(const Context& ctx, float* dinp, bool accumulate, float* dgamma,
+                       float* dbeta, const float* dout, const float* inp, const float* gamma,
+                       const float* mean, const float* rstd, int n, int c);
+
+// Exact GELU as in BERT: 0.5 x (1 + erf(x / sqrt 2)) (not the tanh form).
+void GeluForward(const Context& ctx, float* out, const float* inp, int64_t n);
+// dinp = dout * gelu'(inp). dinp may alias dout.
+void GeluBackward(const Context& ctx, float* dinp, const float* inp, const float* dout, int64_t n);
+
+// Numerically stable softmax of each row. out may alias inp.
+void SoftmaxRows(const Context& ctx, float* out, const float* inp, int rows, int cols);
+
+// Multi-head self-attention core (the projections are Linear layers around
+// it). qkv [B,L,3H]: query at channel 0, key at H, value at 2H; head h uses
+// channels h*d .. h*d+d-1 of each, d = H/nh. mask [B,L]: 1 = real token,
+// 0 = padding key. Like HF BertModel (which adds the dtype's minimum to
+// masked scores, so their softmax weight underflows to exactly 0), masked
+// keys get probability 0; a query row whose keys are all masked (never in
+// a ReLM batch: [CLS] is always real) gets all-zero probabilities.
+// out [B,L,H] = softmax(q k^T / sqrt(d) + mask) v; probs [B,nh,L,L] saved.
+void AttentionForward(const Context& ctx, float* out, float* probs, const float* qkv,
+                      const int32_t* mask, int B, int L, int H, int nh);
+// dqkv [B,L,3H] (overwritten) from dout [B,L,H].
+void AttentionBackward(const Context& ctx, float* dqkv, const float* dout, const float* qkv,
+                       const float* probs, int B, int L, int H, int nh);
+
+// out[i,:] = table[ids[i],:]. ids must be in range (checked by the caller).
+void EmbeddingForward(const Context& ctx, float* out, const int32_t* ids, const float* table,
+                      int n, int c);
+// out[i,:] += table[ids[i],:].
+void EmbeddingAdd(const Context& ctx, float* out, const int32_t* ids, const float* table, int n,
+                  int c);
+// dtable[ids[i],:] += dout[i,:] for every i with ids[i] >= 0 (rows in order).
+void EmbeddingBackward(const Context& ctx, float* dtable, const int32_t* ids, const float* dout,
+                       int n, int c);
+
+// Cross-entropy of logits [n,v] against targets [n] (ignore_index -100 and
+// any negative target skipped). Returns the SUM of -log softmax(logits)[t]
+// over the rows that count, and their number in *counted (may be null).
+// When dlogits is non-null it gets (softmax - onehot(t)) * dscale for the
+// counted rows and 0 for ignored rows; dlogits may alias logits.
+double CrossEntropy(const Context& ctx, float* dlogits, const float* logits,
+                    const int32_t* targets, int n, int v, float dscale, int64_t* counted);
+
+// out[i] = argmax_j x[i,j] (the first maximum).
+void ArgmaxRows(const Context& ctx, int32_t* out, const float* x, int n, int v);
+
+}  // namespace cpu
+}  // namespace dgca
+
+#endif  // DGCA_MODEL_CPU_OPS_H_
