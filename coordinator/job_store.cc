@@ -1,0 +1,402 @@
+#include "coordinator/job_store.h"
+
+#include <sqlite3.h>
+
+#include <chrono>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace dgca {
+
+int64_t NowUnixMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+namespace {
+
+// RAII prepared statement.
+class Stmt {
+ public:
+  Stmt(sqlite3* db, const char* sql) : db_(db) {
+    rc_ = sqlite3_prepare_v2(db, sql, -1, &st_, nullptr);
+  }
+  ~Stmt() { sqlite3_finalize(st_); }
+  bool ok() const { return rc_ == SQLITE_OK; }
+  Stmt& Bind(int i, const std::string& s) {
+    sqlite3_bind_blob(st_, i, s.data(), static_cast<int>(s.size()), SQLITE_TRANSIENT);
+    return *this;
+  }
+  Stmt& BindText(int i, const std::string& s) {
+    sqlite3_bind_text(st_, i, s.data(), static_cast<int>(s.size()), SQLITE_TRANSIENT);
+    return *this;
+  }
+  Stmt& Bind(int i, int64_t v) {
+    sqlite3_bind_int64(st_, i, v);
+    return *this;
+  }
+  // SQLITE_ROW or SQLITE_DONE or an error.
+  int Step() { return sqlite3_step(st_); }
+  int64_t Int(int c) { return sqlite3_column_int64(st_, c); }
+  std::string Str(int c) {
+    const void* p = sqlite3_column_blob(st_, c);
+    int n = sqlite3_column_bytes(st_, c);
+    return p ? std::string(static_cast<const char*>(p), n) : std::string();
+  }
+
+ private:
+  sqlite3* db_;
+  sqlite3_stmt* st_ = nullptr;
+  int rc_;
+};
+
+// Commits on Commit(), rolls back otherwise.
+class Txn {
+ public:
+  explicit Txn(sqlite3* db) : db_(db) {
+    ok_ = sqlite3_exec(db_, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr) == SQLITE_OK;
+  }
+  ~Txn() {
+    if (ok_ && !done_) sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+  }
+  bool ok() const { return ok_; }
+  bool Commit() {
+    done_ = true;
+    return sqlite3_exec(db_, "COMMIT", nullptr, nullptr, nullptr) == SQLITE_OK;
+  }
+
+ private:
+  sqlite3* db_;
+  bool ok_ = false;
+  bool done_ = false;
+};
+
+constexpr char kJobColumns[] =
+    "id, name, state, spec, spec_yaml, message, created_ms, updated_ms, restarts, eval, "
+    "last_step, plan";
+
+void ReadJobRow(Stmt& s, StoredJob* out) {
+  v1::Job& j = out->job;
+  j.set_id(s.Str(0));
+  j.set_name(s.Str(1));
+  j.set_state(static_cast<v1::JobState>(s.Int(2)));
+  j.mutable_spec()->ParseFromString(s.Str(3));
+  j.set_spec_yaml(s.Str(4));
+  j.set_message(s.Str(5));
+  j.set_created_unix_ms(s.Int(6));
+  j.set_updated_unix_ms(s.Int(7));
+  j.set_restarts(static_cast<int32_t>(s.Int(8)));
+  v1::Job eval_holder;
+  eval_holder.ParseFromString(s.Str(9));
+  *j.mutable_eval() = eval_holder.eval();
+  j.set_step(s.Int(10));
+  j.set_total_steps(j.spec().train().steps());
+  std::string plan = s.Str(11);
+  out->has_plan = !plan.empty();
+  if (out->has_plan) out->plan.ParseFromString(plan);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path) {
+  sqlite3* db = nullptr;
+  int rc = sqlite3_open_v2(path.c_str(), &db,
+                           SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
+                           nullptr);
+  if (rc != SQLITE_OK) {
+    std::string msg = db ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
+    sqlite3_close(db);
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot open job database ", path, ": ", msg));
+  }
+  std::unique_ptr<JobStore> store(new JobStore(db, path));
+  absl::Status s = store->Init();
+  if (!s.ok()) return s;
+  return store;
+}
+
+JobStore::~JobStore() { sqlite3_close(db_); }
+
+absl::Status JobStore::Error(const char* what) {
+  return absl::InternalError(absl::StrCat("job database ", path_, ": ", what, ": ",
+                                          sqlite3_errmsg(db_)));
+}
+
+absl::Status JobStore::Exec(const char* sql) {
+  char* err = nullptr;
+  if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) != SQLITE_OK) {
+    std::string msg = err ? err : "unknown error";
+    sqlite3_free(err);
+    return absl::FailedPreconditionError(absl::StrCat("job database ", path_, ": ", msg));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status JobStore::Init() {
+  sqlite3_busy_timeout(db_, 5000);
+  // The first statement that reads the file detects a file that is not a DB.
+  absl::Status s = Exec("PRAGMA journal_mode=WAL");
+  if (!s.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        s.message(), " (", path_,
+        " is not a usable dgca job database; move it aside to start with an empty store)"));
+  }
+  for (const char* sql : {
+           "PRAGMA synchronous=FULL",
+           "PRAGMA foreign_keys=ON",
+           "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+           "CREATE TABLE IF NOT EXISTS jobs ("
+           " seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT UNIQUE NOT NULL, name TEXT NOT NULL,"
+           " state INTEGER NOT NULL, spec BLOB, spec_yaml TEXT, plan BLOB, message TEXT,"
+           " created_ms INTEGER NOT NULL, updated_ms INTEGER NOT NULL,"
+           " restarts INTEGER NOT NULL DEFAULT 0, eval BLOB, last_step INTEGER NOT NULL DEFAULT 0)",
+           "CREATE TABLE IF NOT EXISTS events ("
+           " job_id TEXT NOT NULL, seq INTEGER NOT NULL, time_ms INTEGER NOT NULL,"
+           " state INTEGER NOT NULL, kind TEXT NOT NULL, message TEXT NOT NULL,"
+           " PRIMARY KEY (job_id, seq))",
+           "CREATE TABLE IF NOT EXISTS ranks ("
+           " job_id TEXT NOT NULL, rank INTEGER NOT NULL, attempt INTEGER NOT NULL,"
+           " node TEXT NOT NULL, pid INTEGER NOT NULL, pgid INTEGER NOT NULL,"
+           " PRIMARY KEY (job_id, rank))",
+       }) {
+    s = Exec(sql);
+    if (!s.ok()) return s;
+  }
+  Stmt q(db_, "SELECT value FROM meta WHERE key='schema_version'");
+  if (!q.ok()) return Error("reading schema version");
+  if (q.Step() == SQLITE_ROW) {
+    int v = std::atoi(q.Str(0).c_str());
+    if (v > kSchemaVersion) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "job database ", path_, " has schema version ", v, "; this coordinator knows up to ",
+          kSchemaVersion, " (use a newer dgca-coordinator or another --state-dir)"));
+    }
+  } else {
+    Stmt ins(db_, "INSERT INTO meta(key, value) VALUES('schema_version', ?)");
+    ins.BindText(1, std::to_string(kSchemaVersion));
+    if (ins.Step() != SQLITE_DONE) return Error("writing schema version");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::JobEvent> JobStore::AppendEventLocked(const std::string& id,
+                                                         v1::JobState state,
+                                                         const std::string& kind,
+                                                         const std::string& message,
+                                                         int64_t now) {
+  Stmt q(db_, "SELECT COALESCE(MAX(seq), 0) FROM events WHERE job_id=?");
+  q.BindText(1, id);
+  if (q.Step() != SQLITE_ROW) return Error("reading event seq");
+  int64_t seq = q.Int(0) + 1;
+  Stmt ins(db_, "INSERT INTO events(job_id, seq, time_ms, state, kind, message) "
+                "VALUES(?,?,?,?,?,?)");
+  ins.BindText(1, id).Bind(2, seq).Bind(3, now).Bind(4, static_cast<int64_t>(state));
+  ins.BindText(5, kind).BindText(6, message);
+  if (ins.Step() != SQLITE_DONE) return Error("appending event");
+  v1::JobEvent e;
+  e.set_job_id(id);
+  e.set_seq(seq);
+  e.set_time_unix_ms(now);
+  e.set_state(state);
+  e.set_kind(kind);
+  e.set_message(message);
+  return e;
+}
+
+absl::StatusOr<v1::Job> JobStore::CreateJob(const v1::JobSpec& spec,
+                                            const std::string& spec_yaml) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Txn txn(db_);
+  if (!txn.ok()) return Error("begin");
+  int64_t now = NowUnixMs();
+  Stmt ins(db_, "INSERT INTO jobs(id, name, state, spec, spec_yaml, message, created_ms, updated_ms)"
+                " VALUES(?,?,?,?,?,?,?,?)");
+  // Temporary unique id; replaced below once the counter is known.
+  std::random_device rd;
+  std::string tmp = absl::StrCat("tmp-", rd(), "-", now);
+  ins.BindText(1, tmp).BindText(2, spec.name()).Bind(3, static_cast<int64_t>(v1::PENDING));
+  ins.Bind(4, spec.SerializeAsString()).BindText(5, spec_yaml).BindText(6, "submitted");
+  ins.Bind(7, now).Bind(8, now);
+  if (ins.Step() != SQLITE_DONE) return Error("inserting job");
+  int64_t seq = sqlite3_last_insert_rowid(db_);
+  std::string id = absl::StrFormat("j-%06d-%04x", seq, rd() & 0xffff);
+  Stmt upd(db_, "UPDATE jobs SET id=? WHERE seq=?");
+  upd.BindText(1, id).Bind(2, seq);
+  if (upd.Step() != SQLITE_DONE) return Error("naming job");
+  auto ev = AppendEventLocked(id, v1::PENDING, "state", "submitted", now);
+  if (!ev.ok()) return ev.status();
+  if (!txn.Commit()) return Error("commit");
+  v1::Job job;
+  job.set_id(id);
+  job.set_name(spec.name());
+  job.set_state(v1::PENDING);
+  *job.mutable_spec() = spec;
+  job.set_spec_yaml(spec_yaml);
+  job.set_created_unix_ms(now);
+  job.set_updated_unix_ms(now);
+  job.set_message("submitted");
+  job.set_total_steps(spec.train().steps());
+  return job;
+}
+
+absl::StatusOr<v1::JobEvent> JobStore::SetState(const std::string& id, v1::JobState state,
+                                                const std::string& message,
+                                                const std::string& kind,
+                                                const std::string& event_message) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Txn txn(db_);
+  if (!txn.ok()) return Error("begin");
+  int64_t now = NowUnixMs();
+  Stmt upd(db_, "UPDATE jobs SET state=?, message=?, updated_ms=? WHERE id=?");
+  upd.Bind(1, static_cast<int64_t>(state)).BindText(2, message).Bind(3, now).BindText(4, id);
+  if (upd.Step() != SQLITE_DONE) return Error("updating job state");
+  if (sqlite3_changes(db_) == 0) return absl::NotFoundError(absl::StrCat("no job ", id));
+  auto ev = AppendEventLocked(id, state, kind, event_message.empty() ? message : event_message,
+                              now);
+  if (!ev.ok()) return ev.status();
+  if (!txn.Commit()) return Error("commit");
+  return ev;
+}
+
+absl::StatusOr<v1::JobEvent> JobStore::AppendEvent(const std::string& id, const std::string& kind,
+                                                   const std::string& message) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Txn txn(db_);
+  if (!txn.ok()) return Error("begin");
+  Stmt q(db_, "SELECT state FROM jobs WHERE id=?");
+  q.BindText(1, id);
+  if (q.Step() != SQLITE_ROW) return absl::NotFoundError(absl::StrCat("no job ", id));
+  auto ev = AppendEventLocked(id, static_cast<v1::JobState>(q.Int(0)), kind, message, NowUnixMs());
+  if (!ev.ok()) return ev.status();
+  if (!txn.Commit()) return Error("commit");
+  return ev;
+}
+
+absl::Status JobStore::SetPlan(const std::string& id, const v1::Plan& plan) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt upd(db_, "UPDATE jobs SET plan=?, updated_ms=? WHERE id=?");
+  upd.Bind(1, plan.SerializeAsString()).Bind(2, NowUnixMs()).BindText(3, id);
+  if (upd.Step() != SQLITE_DONE) return Error("storing plan");
+  if (sqlite3_changes(db_) == 0) return absl::NotFoundError(absl::StrCat("no job ", id));
+  return absl::OkStatus();
+}
+
+absl::Status JobStore::SetRestarts(const std::string& id, int32_t restarts) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt upd(db_, "UPDATE jobs SET restarts=?, updated_ms=? WHERE id=?");
+  upd.Bind(1, static_cast<int64_t>(restarts)).Bind(2, NowUnixMs()).BindText(3, id);
+  if (upd.Step() != SQLITE_DONE) return Error("storing restarts");
+  if (sqlite3_changes(db_) == 0) return absl::NotFoundError(absl::StrCat("no job ", id));
+  return absl::OkStatus();
+}
+
+absl::Status JobStore::SetProgress(const std::string& id, int64_t step,
+                                   const std::map<std::string, double>& eval) {
+  std::lock_guard<std::mutex> lock(mu_);
+  v1::Job holder;
+  for (const auto& [k, v] : eval) (*holder.mutable_eval())[k] = v;
+  Stmt upd(db_, "UPDATE jobs SET last_step=?, eval=?, updated_ms=? WHERE id=?");
+  upd.Bind(1, step).Bind(2, holder.SerializeAsString()).Bind(3, NowUnixMs()).BindText(4, id);
+  if (upd.Step() != SQLITE_DONE) return Error("storing progress");
+  if (sqlite3_changes(db_) == 0) return absl::NotFoundError(absl::StrCat("no job ", id));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StoredJob> JobStore::GetJob(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt q(db_, absl::StrCat("SELECT ", kJobColumns, " FROM jobs WHERE id=?").c_str());
+  if (!q.ok()) return Error("preparing query");
+  q.BindText(1, id);
+  int rc = q.Step();
+  if (rc == SQLITE_DONE) return absl::NotFoundError(absl::StrCat("no job ", id));
+  if (rc != SQLITE_ROW) return Error("reading job");
+  StoredJob out;
+  ReadJobRow(q, &out);
+  return out;
+}
+
+absl::StatusOr<std::vector<v1::Job>> JobStore::ListJobs(const std::vector<v1::JobState>& states,
+                                                        int limit) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt q(db_, absl::StrCat("SELECT ", kJobColumns, " FROM jobs ORDER BY seq DESC").c_str());
+  if (!q.ok()) return Error("preparing query");
+  std::vector<v1::Job> out;
+  int rc;
+  while ((rc = q.Step()) == SQLITE_ROW) {
+    StoredJob j;
+    ReadJobRow(q, &j);
+    bool want = states.empty();
+    for (auto s : states) want = want || s == j.job.state();
+    if (!want) continue;
+    out.push_back(std::move(j.job));
+    if (limit > 0 && static_cast<int>(out.size()) >= limit) break;
+  }
+  if (rc != SQLITE_ROW && rc != SQLITE_DONE) return Error("listing jobs");
+  return out;
+}
+
+absl::StatusOr<std::vector<v1::JobEvent>> JobStore::ListEvents(const std::string& id,
+                                                               int64_t after_seq) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt q(db_, "SELECT seq, time_ms, state, kind, message FROM events "
+              "WHERE job_id=? AND seq>? ORDER BY seq");
+  q.BindText(1, id).Bind(2, after_seq);
+  std::vector<v1::JobEvent> out;
+  int rc;
+  while ((rc = q.Step()) == SQLITE_ROW) {
+    v1::JobEvent e;
+    e.set_job_id(id);
+    e.set_seq(q.Int(0));
+    e.set_time_unix_ms(q.Int(1));
+    e.set_state(static_cast<v1::JobState>(q.Int(2)));
+    e.set_kind(q.Str(3));
+    e.set_message(q.Str(4));
+    out.push_back(std::move(e));
+  }
+  if (rc != SQLITE_DONE) return Error("listing events");
+  return out;
+}
+
+absl::Status JobStore::RecordRank(const StoredRank& r) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt ins(db_, "INSERT OR REPLACE INTO ranks(job_id, rank, attempt, node, pid, pgid) "
+                "VALUES(?,?,?,?,?,?)");
+  ins.BindText(1, r.job_id).Bind(2, static_cast<int64_t>(r.rank));
+  ins.Bind(3, static_cast<int64_t>(r.attempt)).BindText(4, r.node);
+  ins.Bind(5, static_cast<int64_t>(r.pid)).Bind(6, static_cast<int64_t>(r.pgid));
+  if (ins.Step() != SQLITE_DONE) return Error("recording rank");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<StoredRank>> JobStore::ListRanks(const std::string& job_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt q(db_, "SELECT rank, attempt, node, pid, pgid FROM ranks WHERE job_id=? ORDER BY rank");
+  q.BindText(1, job_id);
+  std::vector<StoredRank> out;
+  int rc;
+  while ((rc = q.Step()) == SQLITE_ROW) {
+    StoredRank r;
+    r.job_id = job_id;
+    r.rank = static_cast<int32_t>(q.Int(0));
+    r.attempt = static_cast<int32_t>(q.Int(1));
+    r.node = q.Str(2);
+    r.pid = static_cast<int32_t>(q.Int(3));
+    r.pgid = static_cast<int32_t>(q.Int(4));
+    out.push_back(r);
+  }
+  if (rc != SQLITE_DONE) return Error("listing ranks");
+  return out;
+}
+
+absl::Status JobStore::ClearRanks(const std::string& job_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt del(db_, "DELETE FROM ranks WHERE job_id=?");
+  del.BindText(1, job_id);
+  if (del.Step() != SQLITE_DONE) return Error("clearing ranks");
+  return absl::OkStatus();
+}
+
+}  // namespace dgca

@@ -1,0 +1,137 @@
+#include "coordinator/job_store.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <string>
+
+namespace dgca {
+namespace {
+
+std::string TempDir() {
+  char tmpl[] = "/tmp/dgca-job-store-XXXXXX";
+  char* d = mkdtemp(tmpl);
+  EXPECT_NE(d, nullptr);
+  return d ? d : "/tmp";
+}
+
+v1::JobSpec Spec(const std::string& name) {
+  v1::JobSpec s;
+  s.set_name(name);
+  s.mutable_train()->set_steps(100);
+  return s;
+}
+
+TEST(JobStore, CreateUpdateListEvents) {
+  std::string dir = TempDir();
+  auto store = JobStore::Open(dir + "/dgca.db");
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto a = (*store)->CreateJob(Spec("a"), "name: a\n");
+  auto b = (*store)->CreateJob(Spec("b"), "name: b\n");
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_NE(a->id(), b->id());
+  EXPECT_LT(a->id(), b->id());  // sortable by creation
+  EXPECT_EQ(a->id().rfind("j-000001-", 0), 0u) << a->id();
+  EXPECT_EQ(a->state(), v1::PENDING);
+
+  ASSERT_TRUE((*store)->SetState(a->id(), v1::PLANNING, "planning").ok());
+  v1::Plan plan;
+  plan.set_ranks(2);
+  plan.set_backend("gloo");
+  ASSERT_TRUE((*store)->SetPlan(a->id(), plan).ok());
+  ASSERT_TRUE((*store)->SetState(a->id(), v1::RUNNING, "running").ok());
+  ASSERT_TRUE((*store)->AppendEvent(a->id(), "rank_exit", "rank 1 exited 0").ok());
+  ASSERT_TRUE((*store)->SetRestarts(a->id(), 1).ok());
+  ASSERT_TRUE((*store)->SetProgress(a->id(), 42, {{"f1", 0.5}}).ok());
+
+  auto got = (*store)->GetJob(a->id());
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->job.state(), v1::RUNNING);
+  EXPECT_EQ(got->job.name(), "a");
+  EXPECT_EQ(got->job.spec().train().steps(), 100);
+  EXPECT_EQ(got->job.spec_yaml(), "name: a\n");
+  EXPECT_TRUE(got->has_plan);
+  EXPECT_EQ(got->plan.ranks(), 2);
+  EXPECT_EQ(got->job.restarts(), 1);
+  EXPECT_EQ(got->job.step(), 42);
+  EXPECT_DOUBLE_EQ(got->job.eval().at("f1"), 0.5);
+
+  auto events = (*store)->ListEvents(a->id(), 0);
+  ASSERT_TRUE(events.ok());
+  ASSERT_EQ(events->size(), 4u);
+  EXPECT_EQ((*events)[0].seq(), 1);
+  EXPECT_EQ((*events)[0].message(), "submitted");
+  EXPECT_EQ((*events)[3].kind(), "rank_exit");
+  EXPECT_EQ((*events)[3].state(), v1::RUNNING);
+  auto after = (*store)->ListEvents(a->id(), 2);
+  ASSERT_EQ(after->size(), 2u);
+  EXPECT_EQ((*after)[0].seq(), 3);
+
+  auto all = (*store)->ListJobs({}, 0);
+  ASSERT_EQ(all->size(), 2u);
+  EXPECT_EQ((*all)[0].id(), b->id());  // newest first
+  auto running = (*store)->ListJobs({v1::RUNNING}, 0);
+  ASSERT_EQ(running->size(), 1u);
+  EXPECT_EQ((*running)[0].id(), a->id());
+  EXPECT_EQ((*store)->ListJobs({}, 1)->size(), 1u);
+
+  EXPECT_EQ((*store)->GetJob("j-nope").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ((*store)->SetState("j-nope", v1::FAILED, "x").status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST(JobStore, ReopenFindsEverything) {
+  std::string dir = TempDir();
+  std::string id;
+  {
+    auto store = JobStore::Open(dir + "/dgca.db");
+    ASSERT_TRUE(store.ok());
+    auto j = (*store)->CreateJob(Spec("keep"), "name: keep\n");
+    ASSERT_TRUE(j.ok());
+    id = j->id();
+    ASSERT_TRUE((*store)->SetState(id, v1::RUNNING, "running").ok());
+    ASSERT_TRUE((*store)->RecordRank({id, 1, 0, "n1", 1234, 1234}).ok());
+    ASSERT_TRUE((*store)->RecordRank({id, 0, 0, "n1", 1233, 1233}).ok());
+  }
+  auto store = JobStore::Open(dir + "/dgca.db");
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto got = (*store)->GetJob(id);
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->job.state(), v1::RUNNING);
+  EXPECT_EQ((*store)->ListEvents(id, 0)->size(), 2u);
+  auto ranks = (*store)->ListRanks(id);
+  ASSERT_EQ(ranks->size(), 2u);
+  EXPECT_EQ((*ranks)[1].pid, 1234);
+  EXPECT_EQ((*ranks)[0].rank, 0);
+  ASSERT_TRUE((*store)->ClearRanks(id).ok());
+  EXPECT_TRUE((*store)->ListRanks(id)->empty());
+  // Ids keep increasing after a reopen.
+  auto j2 = (*store)->CreateJob(Spec("next"), "");
+  ASSERT_TRUE(j2.ok());
+  EXPECT_GT(j2->id(), id);
+}
+
+TEST(JobStore, CorruptFileIsAClearError) {
+  std::string dir = TempDir();
+  std::string path = dir + "/dgca.db";
+  {
+    std::ofstream f(path);
+    f << std::string(8192, 'x');
+  }
+  auto store = JobStore::Open(path);
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(store.status().message().find(path), std::string::npos) << store.status();
+  EXPECT_NE(store.status().message().find("not"), std::string::npos) << store.status();
+}
+
+TEST(JobStore, UnopenablePath) {
+  auto store = JobStore::Open("/nonexistent-dir-dgca/x/dgca.db");
+  ASSERT_FALSE(store.ok());
+  EXPECT_NE(store.status().message().find("/nonexistent-dir-dgca"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace dgca
