@@ -1,0 +1,606 @@
+#include "model/nn/heads.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+
+#ifdef DGCA_HAVE_OPENBLAS
+#include <cblas.h>
+#endif
+
+namespace dgca {
+namespace {
+
+constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+
+// Row-major C[M,N] = beta*C + op(A)[M,Kd] · op(B)[Kd,N]. beta is 0 or 1.
+// The loop fallback is the reference; OpenBLAS is used when present.
+void Gemm(bool ta, bool tb, int M, int N, int Kd, const float* A, int lda, const float* B,
+          int ldb, float beta, float* C, int ldc) {
+  if (M <= 0 || N <= 0) return;
+#ifdef DGCA_HAVE_OPENBLAS
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M,
+              N, Kd, 1.0f, A, lda, B, ldb, beta, C, ldc);
+#else
+  for (int i = 0; i < M; ++i) {
+    float* c = C + static_cast<int64_t>(i) * ldc;
+    if (beta == 0.0f) std::fill(c, c + N, 0.0f);
+    for (int k = 0; k < Kd; ++k) {
+      const float a = ta ? A[static_cast<int64_t>(k) * lda + i] : A[static_cast<int64_t>(i) * lda + k];
+      if (a == 0.0f) continue;
+      if (!tb) {
+        const float* b = B + static_cast<int64_t>(k) * ldb;
+        for (int j = 0; j < N; ++j) c[j] += a * b[j];
+      } else {
+        for (int j = 0; j < N; ++j) c[j] += a * B[static_cast<int64_t>(j) * ldb + k];
+      }
+    }
+  }
+#endif
+}
+
+float Dot(const float* a, const float* b, int n) {
+  float s = 0.0f;
+  for (int i = 0; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+// log(1 + exp(v)), stable for any v.
+double Softplus(double v) { return std::max(v, 0.0) + std::log1p(std::exp(-std::fabs(v))); }
+double Sigmoid(double v) {
+  if (v >= 0) return 1.0 / (1.0 + std::exp(-v));
+  const double e = std::exp(v);
+  return e / (1.0 + e);
+}
+double LogAddExp(double a, double b) {
+  if (a == kNegInf) return b;
+  if (b == kNegInf) return a;
+  const double m = std::max(a, b);
+  return m + std::log1p(std::exp(-std::fabs(a - b)));
+}
+
+// Exact (erf) GELU and its derivative.
+inline float Gelu(float a) { return 0.5f * a * (1.0f + std::erf(a * 0.70710678118654752f)); }
+inline float GeluGrad(float a) {
+  const float cdf = 0.5f * (1.0f + std::erf(a * 0.70710678118654752f));
+  const float pdf = 0.39894228040143268f * std::exp(-0.5f * a * a);
+  return cdf + a * pdf;
+}
+
+// logsumexp of a float row, accumulated in double.
+double RowLogSumExp(const float* z, int V) {
+  float m = z[0];
+  for (int j = 1; j < V; ++j) m = std::max(m, z[j]);
+  double s = 0.0;
+  for (int j = 0; j < V; ++j) s += std::exp(static_cast<double>(z[j]) - m);
+  return m + std::log(s);
+}
+
+// splitmix64: small, portable RNG for InitParams.
+struct SplitMix {
+  uint64_t s;
+  uint64_t Next() {
+    uint64_t z = (s += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+  }
+  double Uniform() { return (Next() >> 11) * (1.0 / 9007199254740992.0); }  // [0,1)
+  double Normal() {
+    const double u1 = 1.0 - Uniform();  // (0,1]
+    const double u2 = Uniform();
+    return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+  }
+};
+
+Status DeclareOne(ParamStore* store, const std::string& name, std::vector<int64_t> shape,
+                  bool decay, int* idx) {
+  if (store->finalized())
+    return FailedPreconditionError("DgcaHeads::Declare: ParamStore already finalized (declaring " +
+                                   name + ")");
+  const int i = store->Declare(name, std::move(shape), decay);
+  if (i < 0) return InvalidArgumentError("DgcaHeads::Declare: duplicate parameter name " + name);
+  *idx = i;
+  return OkStatus();
+}
+
+Status BindOne(const ParamStore* store, const std::string& name, std::vector<int64_t> shape,
+               int* idx) {
+  const int i = store->Find(name);
+  if (i < 0) return NotFoundError("DgcaHeads::Bind: parameter " + name + " was not declared");
+  if (store->info(i).shape != shape) {
+    std::string want, got;
+    for (auto d : shape) want += (want.empty() ? "" : ",") + std::to_string(d);
+    for (auto d : store->info(i).shape) got += (got.empty() ? "" : ",") + std::to_string(d);
+    return InvalidArgumentError("DgcaHeads::Bind: parameter " + name + " has shape [" + got +
+                                "], expected [" + want + "]");
+  }
+  *idx = i;
+  return OkStatus();
+}
+
+}  // namespace
+
+DgcaHeads::DgcaHeads(const ModelConfig& cfg, int max_slots)
+    : H_(cfg.hidden),
+      K_(std::max(1, cfg.candidate_top_k)),
+      V_cfg_(cfg.vocab_size),
+      max_slots_(std::max(0, max_slots)),
+      eps_(cfg.layer_norm_eps),
+      detector_(cfg.detector),
+      candidate_(cfg.candidate),
+      gated_(cfg.fusion == FusionKind::kGated && cfg.candidate),
+      lambda_det_(cfg.lambda_detector),
+      lambda_cand_(cfg.lambda_candidate) {}
+
+int64_t DgcaHeads::NumParams(const ModelConfig& cfg) {
+  const int64_t H = cfg.hidden;
+  int64_t n = 0;
+  if (cfg.detector) n += H + 1;
+  if (cfg.candidate) n += H * H + 3 * H;
+  if (cfg.candidate && cfg.fusion == FusionKind::kGated) n += H + 1 + (cfg.detector ? 1 : 0);
+  return n;
+}
+
+Status DgcaHeads::Declare(ParamStore* store) {
+  const int64_t H = H_;
+  if (detector_) {
+    DGCA_RETURN_IF_ERROR(DeclareOne(store, "detector.weight", {H}, true, &det_w_));
+    DGCA_RETURN_IF_ERROR(DeclareOne(store, "detector.bias", {1}, false, &det_b_));
+  }
+  if (candidate_) {
+    DGCA_RETURN_IF_ERROR(DeclareOne(store, "candidate.dense.weight", {H, H}, true, &cd_w_));
+    DGCA_RETURN_IF_ERROR(DeclareOne(store, "candidate.dense.bias", {H}, false, &cd_b_));
+    DGCA_RETURN_IF_ERROR(DeclareOne(store, "candidate.LayerNorm.weight", {H}, false, &ln_w_));
+    DGCA_RETURN_IF_ERROR(DeclareOne(store, "candidate.LayerNorm.bias", {H}, false, &ln_b_));
+  }
+  if (gated_) {
+    DGCA_RETURN_IF_ERROR(DeclareOne(store, "fusion.gate.weight", {H}, true, &g_w_));
+    if (detector_)
+      DGCA_RETURN_IF_ERROR(DeclareOne(store, "fusion.gate.det_scale", {1}, true, &g_a_));
+    DGCA_RETURN_IF_ERROR(DeclareOne(store, "fusion.gate.bias", {1}, false, &g_b_));
+  }
+  return OkStatus();
+}
+
+Status DgcaHeads::Bind(ParamStore* store) {
+  if (!store->finalized())
+    return FailedPreconditionError("DgcaHeads::Bind: call ParamStore::Finalize() first");
+  const int64_t H = H_;
+  if (detector_) {
+    DGCA_RETURN_IF_ERROR(BindOne(store, "detector.weight", {H}, &det_w_));
+    DGCA_RETURN_IF_ERROR(BindOne(store, "detector.bias", {1}, &det_b_));
+  }
+  if (candidate_) {
+    DGCA_RETURN_IF_ERROR(BindOne(store, "candidate.dense.weight", {H, H}, &cd_w_));
+    DGCA_RETURN_IF_ERROR(BindOne(store, "candidate.dense.bias", {H}, &cd_b_));
+    DGCA_RETURN_IF_ERROR(BindOne(store, "candidate.LayerNorm.weight", {H}, &ln_w_));
+    DGCA_RETURN_IF_ERROR(BindOne(store, "candidate.LayerNorm.bias", {H}, &ln_b_));
+  }
+  if (gated_) {
+    DGCA_RETURN_IF_ERROR(BindOne(store, "fusion.gate.weight", {H}, &g_w_));
+    if (detector_) DGCA_RETURN_IF_ERROR(BindOne(store, "fusion.gate.det_scale", {1}, &g_a_));
+    DGCA_RETURN_IF_ERROR(BindOne(store, "fusion.gate.bias", {1}, &g_b_));
+  }
+  store_ = store;
+  const size_t T = static_cast<size_t>(max_slots_);
+  const size_t TH = T * static_cast<size_t>(H_);
+  const size_t TK = T * static_cast<size_t>(K_);
+  cand_.assign(TK, -1);
+  y_.assign(T, 0);
+  label_.assign(T, 0);
+  e_.assign(T, 0.0f);
+  gl_.assign(T, 0.0f);
+  lse_.assign(T, 0.0);
+  wA_.assign(T, 1.0);
+  wB_.assign(T, 0.0);
+  logQ_.assign(T, kNegInf);
+  dl_.assign(T, 0.0f);
+  de_.assign(T, 0.0f);
+  if (candidate_) {
+    act_.assign(TH, 0.0f);
+    gel_.assign(TH, 0.0f);
+    nrm_.assign(TH, 0.0f);
+    u_.assign(TH, 0.0f);
+    rstd_.assign(T, 0.0f);
+    logq_.assign(TK, kNegInf);
+    ds_.assign(TK, 0.0f);
+    du_.assign(TH, 0.0f);
+    da_.assign(TH, 0.0f);
+  }
+  bound_ = true;
+  return OkStatus();
+}
+
+void DgcaHeads::InitParams(uint64_t seed) {
+  if (!bound_) return;
+  SplitMix rng{seed ^ 0x6467636168656164ULL};
+  auto normal = [&](int idx, double std) {
+    if (idx < 0) return;
+    float* v = store_->value(idx);
+    for (int64_t i = 0; i < store_->info(idx).numel; ++i) v[i] = static_cast<float>(std * rng.Normal());
+  };
+  auto fill = [&](int idx, float c) {
+    if (idx < 0) return;
+    float* v = store_->value(idx);
+    std::fill(v, v + store_->info(idx).numel, c);
+  };
+  normal(det_w_, 0.02);
+  fill(det_b_, 0.0f);
+  normal(cd_w_, 0.02);
+  fill(cd_b_, 0.0f);
+  fill(ln_w_, 1.0f);
+  fill(ln_b_, 0.0f);
+  normal(g_w_, 0.02);
+  fill(g_a_, 1.0f);
+  fill(g_b_, 0.0f);
+}
+
+Status DgcaHeads::CheckInputs(const int32_t* cand, const int32_t* x, const int32_t* y, int T,
+                              int V) const {
+  if (!bound_) return FailedPreconditionError("DgcaHeads: Bind() was not called");
+  if (T < 0 || T > max_slots_)
+    return InvalidArgumentError("DgcaHeads: " + std::to_string(T) +
+                                " target slots; valid is 0.." + std::to_string(max_slots_) +
+                                " (max_slots)");
+  if (V < 1) return InvalidArgumentError("DgcaHeads: vocabulary size " + std::to_string(V) +
+                                         " must be >= 1");
+  for (int t = 0; t < T; ++t) {
+    if (x != nullptr && (x[t] < 0 || x[t] >= V))
+      return InvalidArgumentError("DgcaHeads: slot " + std::to_string(t) + ": source id " +
+                                  std::to_string(x[t]) + " outside [0, " + std::to_string(V) + ")");
+    if (y != nullptr && (y[t] < 0 || y[t] >= V))
+      return InvalidArgumentError("DgcaHeads: slot " + std::to_string(t) + ": target id " +
+                                  std::to_string(y[t]) + " outside [0, " + std::to_string(V) + ")");
+    if (candidate_ && cand != nullptr) {
+      for (int k = 0; k < K_; ++k) {
+        const int32_t c = cand[static_cast<int64_t>(t) * K_ + k];
+        if (c < -1 || c >= V)
+          return InvalidArgumentError("DgcaHeads: slot " + std::to_string(t) + ": candidate " +
+                                      std::to_string(k) + " has id " + std::to_string(c) +
+                                      "; valid is -1 (padding) or [0, " + std::to_string(V) + ")");
+      }
+    }
+  }
+  if (candidate_ && cand == nullptr && T > 0)
+    return InvalidArgumentError("DgcaHeads: candidate head is on but no candidate ids were given");
+  return OkStatus();
+}
+
+void DgcaHeads::ForwardHeads(const float* h, const float* E, const int32_t* cand, int T) {
+  const int H = H_;
+  // Detector logits.
+  if (detector_) {
+    const float* wd = store_->value(det_w_);
+    const float bd = store_->value(det_b_)[0];
+    for (int t = 0; t < T; ++t) e_[t] = Dot(wd, h + static_cast<int64_t>(t) * H, H) + bd;
+  }
+  // Candidate head: a = h W_c^T + b_c; u = LN(GELU(a)); s_k = u·E[c_k]; log q.
+  if (candidate_) {
+    const float* Wc = store_->value(cd_w_);
+    const float* bc = store_->value(cd_b_);
+    const float* gam = store_->value(ln_w_);
+    const float* bet = store_->value(ln_b_);
+    Gemm(false, true, T, H, H, h, H, Wc, H, 0.0f, act_.data(), H);
+    for (int t = 0; t < T; ++t) {
+      float* a = act_.data() + static_cast<int64_t>(t) * H;
+      float* g = gel_.data() + static_cast<int64_t>(t) * H;
+      float* n = nrm_.data() + static_cast<int64_t>(t) * H;
+      float* u = u_.data() + static_cast<int64_t>(t) * H;
+      double mean = 0.0;
+      for (int j = 0; j < H; ++j) {
+        a[j] += bc[j];
+        g[j] = Gelu(a[j]);
+        mean += g[j];
+      }
+      mean /= H;
+      double var = 0.0;
+      for (int j = 0; j < H; ++j) var += (g[j] - mean) * (g[j] - mean);
+      var /= H;
+      const float rstd = static_cast<float>(1.0 / std::sqrt(var + eps_));
+      rstd_[t] = rstd;
+      for (int j = 0; j < H; ++j) {
+        n[j] = static_cast<float>((g[j] - mean) * rstd);
+        u[j] = n[j] * gam[j] + bet[j];
+      }
+      // Scores over real candidates and their log-softmax.
+      double* lq = logq_.data() + static_cast<int64_t>(t) * K_;
+      const int32_t* c = cand + static_cast<int64_t>(t) * K_;
+      double m = kNegInf;
+      for (int k = 0; k < K_; ++k) {
+        if (c[k] < 0) {
+          lq[k] = kNegInf;
+          continue;
+        }
+        lq[k] = Dot(u, E + static_cast<int64_t>(c[k]) * H, H);
+        m = std::max(m, lq[k]);
+      }
+      if (m == kNegInf) continue;  // no real candidate: q is empty
+      double s = 0.0;
+      for (int k = 0; k < K_; ++k)
+        if (c[k] >= 0) s += std::exp(lq[k] - m);
+      const double lse = m + std::log(s);
+      for (int k = 0; k < K_; ++k)
+        if (c[k] >= 0) lq[k] -= lse;
+    }
+  }
+  // Gate logits.
+  if (gated_) {
+    const float* wg = store_->value(g_w_);
+    const float bg = store_->value(g_b_)[0];
+    const float a = detector_ ? store_->value(g_a_)[0] : 0.0f;
+    for (int t = 0; t < T; ++t) {
+      float l = Dot(wg, h + static_cast<int64_t>(t) * H, H) + bg;
+      if (detector_) l += a * e_[t];
+      gl_[t] = l;
+    }
+  }
+}
+
+Status DgcaHeads::Forward(const float* h, const float* z, const float* E, const int32_t* cand,
+                          const int32_t* x, const int32_t* y, int T, int V, HeadLosses* out) {
+  DGCA_RETURN_IF_ERROR(CheckInputs(cand, x, y, T, V));
+  if (x == nullptr || y == nullptr)
+    return InvalidArgumentError("DgcaHeads::Forward: source and target ids are required");
+  T_ = T;
+  V_ = V;
+  h_ = h;
+  z_ = z;
+  E_ = E;
+  for (int t = 0; t < T; ++t) {
+    y_[t] = y[t];
+    label_[t] = x[t] != y[t] ? 1 : 0;
+  }
+  if (candidate_) std::copy(cand, cand + static_cast<int64_t>(T) * K_, cand_.begin());
+  ForwardHeads(h, E, cand, T);
+
+  double fus = 0.0, det = 0.0, cnd = 0.0;
+  int64_t n_cand = 0;
+  for (int t = 0; t < T; ++t) {
+    const float* zt = z + static_cast<int64_t>(t) * V;
+    lse_[t] = RowLogSumExp(zt, V);
+    const double logp_y = zt[y[t]] - lse_[t];
+    if (detector_) det += Softplus(e_[t]) - label_[t] * static_cast<double>(e_[t]);
+    double logQ = kNegInf;
+    if (candidate_) {
+      const double* lq = logq_.data() + static_cast<int64_t>(t) * K_;
+      const int32_t* c = cand + static_cast<int64_t>(t) * K_;
+      for (int k = 0; k < K_; ++k)
+        if (c[k] == y[t]) logQ = LogAddExp(logQ, lq[k]);
+      if (logQ != kNegInf) {
+        cnd += -logQ;
+        ++n_cand;
+      }
+    }
+    logQ_[t] = logQ;
+    if (gated_) {
+      const double l = gl_[t];
+      const double logA = -Softplus(l) + logp_y;                              // log((1-g) p_y)
+      const double logB = logQ == kNegInf ? kNegInf : -Softplus(-l) + logQ;  // log(g Q_y)
+      const double logP = LogAddExp(logA, logB);
+      fus += -logP;
+      wA_[t] = std::exp(logA - logP);
+      wB_[t] = logB == kNegInf ? 0.0 : std::exp(logB - logP);
+    } else {
+      fus += -logp_y;
+      wA_[t] = 1.0;
+      wB_[t] = 0.0;
+    }
+  }
+  n_cand_ = n_cand;
+  HeadLosses r;
+  r.slots = T;
+  r.candidate_slots = n_cand;
+  if (T > 0) {
+    r.fusion = fus / T;
+    r.detector = detector_ ? det / T : 0.0;
+  }
+  r.candidate = n_cand > 0 ? cnd / static_cast<double>(n_cand) : 0.0;
+  r.total = r.fusion + (detector_ ? lambda_det_ * r.detector : 0.0) +
+            (candidate_ ? lambda_cand_ * r.candidate : 0.0);
+  if (out != nullptr) *out = r;
+  return OkStatus();
+}
+
+void DgcaHeads::Backward(float scale, float* dh, float* dz, float* dE) {
+  const int T = T_, V = V_, H = H_;
+  if (!bound_ || T == 0) return;
+  const double st = static_cast<double>(scale) / T;
+
+  // dz = st·w_A·(softmax(z) − onehot(y)); written in full, in place if dz == z.
+  for (int t = 0; t < T; ++t) {
+    const float* zt = z_ + static_cast<int64_t>(t) * V;
+    float* dzt = dz + static_cast<int64_t>(t) * V;
+    const double coef = st * wA_[t];
+    const double lse = lse_[t];
+    for (int j = 0; j < V; ++j) dzt[j] = static_cast<float>(coef * std::exp(zt[j] - lse));
+    dzt[y_[t]] -= static_cast<float>(coef);
+  }
+
+  // Gate logit and detector logit gradients.
+  for (int t = 0; t < T; ++t) {
+    double dl = 0.0;
+    if (gated_) {
+      const double g = Sigmoid(gl_[t]);
+      dl = st * (g * wA_[t] - (1.0 - g) * wB_[t]);
+    }
+    dl_[t] = static_cast<float>(dl);
+    if (detector_) {
+      double de = st * lambda_det_ * (Sigmoid(e_[t]) - label_[t]);
+      if (gated_) de += static_cast<double>(store_->value(g_a_)[0]) * dl;
+      de_[t] = static_cast<float>(de);
+    }
+  }
+  if (gated_) {
+    const float* wg = store_->value(g_w_);
+    float* dwg = store_->grad(g_w_);
+    double dbg = 0.0, da = 0.0;
+    for (int t = 0; t < T; ++t) {
+      const float* ht = h_ + static_cast<int64_t>(t) * H;
+      float* dht = dh + static_cast<int64_t>(t) * H;
+      const float d = dl_[t];
+      for (int j = 0; j < H; ++j) {
+        dwg[j] += d * ht[j];
+        dht[j] += d * wg[j];
+      }
+      dbg += d;
+      if (detector_) da += static_cast<double>(d) * e_[t];
+    }
+    store_->grad(g_b_)[0] += static_cast<float>(dbg);
+    if (detector_) store_->grad(g_a_)[0] += static_cast<float>(da);
+  }
+  if (detector_) {
+    const float* wd = store_->value(det_w_);
+    float* dwd = store_->grad(det_w_);
+    double dbd = 0.0;
+    for (int t = 0; t < T; ++t) {
+      const float* ht = h_ + static_cast<int64_t>(t) * H;
+      float* dht = dh + static_cast<int64_t>(t) * H;
+      const float d = de_[t];
+      for (int j = 0; j < H; ++j) {
+        dwd[j] += d * ht[j];
+        dht[j] += d * wd[j];
+      }
+      dbd += d;
+    }
+    store_->grad(det_b_)[0] += static_cast<float>(dbd);
+  }
+
+  if (!candidate_) return;
+  // Candidate scores: ds_k = coef·(q_k − [c_k = y]·q_k/Q_y).
+  const double cand_w = n_cand_ > 0 ? static_cast<double>(scale) * lambda_cand_ / n_cand_ : 0.0;
+  const float* gam = store_->value(ln_w_);
+  float* dgam = store_->grad(ln_w_);
+  float* dbet = store_->grad(ln_b_);
+  for (int t = 0; t < T; ++t) {
+    const int32_t* c = cand_.data() + static_cast<int64_t>(t) * K_;
+    const double* lq = logq_.data() + static_cast<int64_t>(t) * K_;
+    float* ds = ds_.data() + static_cast<int64_t>(t) * K_;
+    const double logQ = logQ_[t];
+    double coef = 0.0;
+    if (logQ != kNegInf) coef = st * wB_[t] + cand_w;
+    const float* ut = u_.data() + static_cast<int64_t>(t) * H;
+    float* du = du_.data() + static_cast<int64_t>(t) * H;
+    std::fill(du, du + H, 0.0f);
+    for (int k = 0; k < K_; ++k) {
+      ds[k] = 0.0f;
+      if (c[k] < 0 || coef == 0.0) continue;
+      const double q = std::exp(lq[k]);
+      const double m = c[k] == y_[t] ? std::exp(lq[k] - logQ) : 0.0;
+      const float d = static_cast<float>(coef * (q - m));
+      ds[k] = d;
+      const float* er = E_ + static_cast<int64_t>(c[k]) * H;
+      float* der = dE + static_cast<int64_t>(c[k]) * H;
+      for (int j = 0; j < H; ++j) {
+        du[j] += d * er[j];
+        der[j] += d * ut[j];
+      }
+    }
+    // LayerNorm backward: dn = du·γ; dg = rstd·(dn − mean(dn) − n·mean(dn·n)).
+    const float* n = nrm_.data() + static_cast<int64_t>(t) * H;
+    const float* a = act_.data() + static_cast<int64_t>(t) * H;
+    float* da = da_.data() + static_cast<int64_t>(t) * H;
+    double mdn = 0.0, mdnn = 0.0;
+    for (int j = 0; j < H; ++j) {
+      dgam[j] += du[j] * n[j];
+      dbet[j] += du[j];
+      const double dn = static_cast<double>(du[j]) * gam[j];
+      mdn += dn;
+      mdnn += dn * n[j];
+    }
+    mdn /= H;
+    mdnn /= H;
+    const double rstd = rstd_[t];
+    for (int j = 0; j < H; ++j) {
+      const double dn = static_cast<double>(du[j]) * gam[j];
+      const double dg = rstd * (dn - mdn - n[j] * mdnn);
+      da[j] = static_cast<float>(dg) * GeluGrad(a[j]);  // GELU backward
+    }
+  }
+  // Dense layer: dW_c += da^T h; db_c += Σ_t da; dh += da W_c.
+  float* dbc = store_->grad(cd_b_);
+  for (int t = 0; t < T; ++t) {
+    const float* da = da_.data() + static_cast<int64_t>(t) * H;
+    for (int j = 0; j < H; ++j) dbc[j] += da[j];
+  }
+  Gemm(true, false, H, H, T, da_.data(), H, h_, H, 1.0f, store_->grad(cd_w_), H);
+  Gemm(false, false, T, H, H, da_.data(), H, store_->value(cd_w_), H, 1.0f, dh, H);
+}
+
+Status DgcaHeads::Predict(const float* h, const float* z, const float* E, const int32_t* cand,
+                          const int32_t* x, int T, int V, int32_t* pred) {
+  DGCA_RETURN_IF_ERROR(CheckInputs(cand, x, nullptr, T, V));
+  if (!gated_) {
+    for (int t = 0; t < T; ++t) {
+      const float* zt = z + static_cast<int64_t>(t) * V;
+      pred[t] = static_cast<int32_t>(std::max_element(zt, zt + V) - zt);  // first max
+    }
+    return OkStatus();
+  }
+  T_ = 0;  // Backward() is not valid after Predict()
+  ForwardHeads(h, E, cand, T);
+  // P_v = (1−g)·p_v + g·Σ_{k: c_k = v} q_k. A non-candidate's P is monotone
+  // in z_v, so the best non-candidate is the largest z among ids not in C:
+  // it is among the top K+1 logits (at most K distinct candidate ids).
+  const int cap = std::min(K_ + 1, V);
+  std::vector<float> top_v(cap);
+  std::vector<int32_t> top_i(cap);
+  for (int t = 0; t < T; ++t) {
+    const float* zt = z + static_cast<int64_t>(t) * V;
+    const int32_t* c = cand + static_cast<int64_t>(t) * K_;
+    const double* lq = logq_.data() + static_cast<int64_t>(t) * K_;
+    const double lse = RowLogSumExp(zt, V);
+    const double g = Sigmoid(gl_[t]);
+    // Top `cap` logits, ordered by (value desc, id asc).
+    int n = 0;
+    for (int v = 0; v < V; ++v) {
+      const float zv = zt[v];
+      if (n == cap && !(zv > top_v[n - 1])) continue;
+      int pos = n < cap ? n : cap - 1;
+      while (pos > 0 && zv > top_v[pos - 1]) {
+        if (pos < cap) {
+          top_v[pos] = top_v[pos - 1];
+          top_i[pos] = top_i[pos - 1];
+        }
+        --pos;
+      }
+      top_v[pos] = zv;
+      top_i[pos] = v;
+      if (n < cap) ++n;
+    }
+    auto is_cand = [&](int32_t v) {
+      for (int k = 0; k < K_; ++k)
+        if (c[k] == v) return true;
+      return false;
+    };
+    int32_t best = -1;
+    double best_p = -1.0;
+    auto offer = [&](int32_t v, double p) {
+      if (p > best_p || (p == best_p && v < best)) {
+        best = v;
+        best_p = p;
+      }
+    };
+    for (int i = 0; i < n; ++i) {
+      if (!is_cand(top_i[i])) {
+        offer(top_i[i], (1.0 - g) * std::exp(zt[top_i[i]] - lse));
+        break;
+      }
+    }
+    for (int k = 0; k < K_; ++k) {
+      if (c[k] < 0) continue;
+      bool seen = false;
+      for (int j = 0; j < k; ++j) seen |= c[j] == c[k];
+      if (seen) continue;
+      double q = 0.0;
+      for (int j = k; j < K_; ++j)
+        if (c[j] == c[k]) q += std::exp(lq[j]);
+      offer(c[k], (1.0 - g) * std::exp(zt[c[k]] - lse) + g * q);
+    }
+    pred[t] = best;
+  }
+  return OkStatus();
+}
+
+}  // namespace dgca

@@ -1,0 +1,370 @@
+#include "model/nn/prompt_encoder.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#ifdef DGCA_HAVE_OPENBLAS
+#include <cblas.h>
+#endif
+
+namespace dgca {
+namespace {
+
+// Row-major C[M,N] = beta*C + op(A)[M,Kd] · op(B)[Kd,N]; beta is 0 or 1.
+// The loop fallback is the reference; OpenBLAS is used when present.
+void Gemm(bool ta, bool tb, int M, int N, int Kd, const float* A, int lda, const float* B,
+          int ldb, float beta, float* C, int ldc) {
+  if (M <= 0 || N <= 0) return;
+#ifdef DGCA_HAVE_OPENBLAS
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M,
+              N, Kd, 1.0f, A, lda, B, ldb, beta, C, ldc);
+#else
+  for (int i = 0; i < M; ++i) {
+    float* c = C + static_cast<int64_t>(i) * ldc;
+    if (beta == 0.0f) std::fill(c, c + N, 0.0f);
+    for (int k = 0; k < Kd; ++k) {
+      const float a = ta ? A[static_cast<int64_t>(k) * lda + i] : A[static_cast<int64_t>(i) * lda + k];
+      if (a == 0.0f) continue;
+      if (!tb) {
+        const float* b = B + static_cast<int64_t>(k) * ldb;
+        for (int j = 0; j < N; ++j) c[j] += a * b[j];
+      } else {
+        for (int j = 0; j < N; ++j) c[j] += a * B[static_cast<int64_t>(j) * ldb + k];
+      }
+    }
+  }
+#endif
+}
+
+inline float Sigm(float v) { return 1.0f / (1.0f + std::exp(-v)); }
+
+// splitmix64: small, portable RNG for InitParams.
+struct SplitMix {
+  uint64_t s;
+  uint64_t Next() {
+    uint64_t z = (s += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+  }
+  double Uniform() { return (Next() >> 11) * (1.0 / 9007199254740992.0); }  // [0,1)
+  double Normal() {
+    const double u1 = 1.0 - Uniform();
+    const double u2 = Uniform();
+    return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+  }
+};
+
+const char* const kDirSuffix[4] = {"_l0", "_l0_reverse", "_l1", "_l1_reverse"};
+
+std::string ShapeStr(const std::vector<int64_t>& s) {
+  std::string r = "[";
+  for (size_t i = 0; i < s.size(); ++i) r += (i ? "," : "") + std::to_string(s[i]);
+  return r + "]";
+}
+
+Status DeclareOne(ParamStore* store, const std::string& name, std::vector<int64_t> shape,
+                  bool decay, int* idx) {
+  if (store->finalized())
+    return FailedPreconditionError("PromptEncoder::Declare: ParamStore already finalized (declaring " +
+                                   name + ")");
+  const int i = store->Declare(name, std::move(shape), decay);
+  if (i < 0) return InvalidArgumentError("PromptEncoder::Declare: duplicate parameter name " + name);
+  *idx = i;
+  return OkStatus();
+}
+
+Status BindOne(const ParamStore* store, const std::string& name,
+               const std::vector<int64_t>& shape, int* idx) {
+  const int i = store->Find(name);
+  if (i < 0) return NotFoundError("PromptEncoder::Bind: parameter " + name + " was not declared");
+  if (store->info(i).shape != shape)
+    return InvalidArgumentError("PromptEncoder::Bind: parameter " + name + " has shape " +
+                                ShapeStr(store->info(i).shape) + ", expected " + ShapeStr(shape));
+  *idx = i;
+  return OkStatus();
+}
+
+}  // namespace
+
+PromptEncoder::PromptEncoder(const ModelConfig& cfg)
+    : kind_(cfg.prompt_encoder), rows_(2 * cfg.prompt_length), hidden_(cfg.hidden) {}
+
+int64_t PromptEncoder::NumParams(const ModelConfig& cfg) {
+  const int64_t H = cfg.hidden, S = 2 * static_cast<int64_t>(cfg.prompt_length);
+  switch (cfg.prompt_encoder) {
+    case PromptEncoderKind::kNone:
+      return 0;
+    case PromptEncoderKind::kMlp:
+      return S * H + (H * H + H) * 2;
+    case PromptEncoderKind::kLstm: {
+      // Per direction: 4H*in + 4H*H + 8H; in = H (layer 0) or 2H (layer 1).
+      const int64_t l0 = 4 * H * H + 4 * H * H + 8 * H;
+      const int64_t l1 = 4 * H * 2 * H + 4 * H * H + 8 * H;
+      return S * H + 2 * (l0 + l1) + (H * 2 * H + H) + (H * H + H);
+    }
+  }
+  return 0;
+}
+
+Status PromptEncoder::Declare(ParamStore* store) {
+  if (kind_ == PromptEncoderKind::kNone) return OkStatus();
+  if (rows_ <= 0 || hidden_ <= 0)
+    return InvalidArgumentError("PromptEncoder: prompt_length " + std::to_string(rows_ / 2) +
+                                " and hidden " + std::to_string(hidden_) +
+                                " must both be >= 1 (or use prompt encoder none)");
+  const int64_t H = hidden_;
+  DGCA_RETURN_IF_ERROR(DeclareOne(store, "prompt.embedding.weight", {rows_, H}, true, &emb_));
+  int64_t in0 = H;
+  if (kind_ == PromptEncoderKind::kLstm) {
+    for (int d = 0; d < 4; ++d) {
+      const int64_t in = d < 2 ? H : 2 * H;
+      const std::string s = kDirSuffix[d];
+      LstmDir& D = dirs_[d];
+      DGCA_RETURN_IF_ERROR(DeclareOne(store, "prompt.lstm.weight_ih" + s, {4 * H, in}, true, &D.w_ih));
+      DGCA_RETURN_IF_ERROR(DeclareOne(store, "prompt.lstm.weight_hh" + s, {4 * H, H}, true, &D.w_hh));
+      DGCA_RETURN_IF_ERROR(DeclareOne(store, "prompt.lstm.bias_ih" + s, {4 * H}, false, &D.b_ih));
+      DGCA_RETURN_IF_ERROR(DeclareOne(store, "prompt.lstm.bias_hh" + s, {4 * H}, false, &D.b_hh));
+    }
+    in0 = 2 * H;
+  }
+  DGCA_RETURN_IF_ERROR(DeclareOne(store, "prompt.mlp.0.weight", {H, in0}, true, &mlp0_w_));
+  DGCA_RETURN_IF_ERROR(DeclareOne(store, "prompt.mlp.0.bias", {H}, false, &mlp0_b_));
+  DGCA_RETURN_IF_ERROR(DeclareOne(store, "prompt.mlp.2.weight", {H, H}, true, &mlp2_w_));
+  DGCA_RETURN_IF_ERROR(DeclareOne(store, "prompt.mlp.2.bias", {H}, false, &mlp2_b_));
+  return OkStatus();
+}
+
+Status PromptEncoder::Bind(ParamStore* store) {
+  if (kind_ == PromptEncoderKind::kNone) {
+    store_ = store;
+    bound_ = true;
+    return OkStatus();
+  }
+  if (!store->finalized())
+    return FailedPreconditionError("PromptEncoder::Bind: call ParamStore::Finalize() first");
+  const int64_t H = hidden_, S = rows_;
+  DGCA_RETURN_IF_ERROR(BindOne(store, "prompt.embedding.weight", {S, H}, &emb_));
+  int64_t in0 = H;
+  if (kind_ == PromptEncoderKind::kLstm) {
+    for (int d = 0; d < 4; ++d) {
+      const int64_t in = d < 2 ? H : 2 * H;
+      const std::string s = kDirSuffix[d];
+      LstmDir& D = dirs_[d];
+      DGCA_RETURN_IF_ERROR(BindOne(store, "prompt.lstm.weight_ih" + s, {4 * H, in}, &D.w_ih));
+      DGCA_RETURN_IF_ERROR(BindOne(store, "prompt.lstm.weight_hh" + s, {4 * H, H}, &D.w_hh));
+      DGCA_RETURN_IF_ERROR(BindOne(store, "prompt.lstm.bias_ih" + s, {4 * H}, &D.b_ih));
+      DGCA_RETURN_IF_ERROR(BindOne(store, "prompt.lstm.bias_hh" + s, {4 * H}, &D.b_hh));
+      D.in = static_cast<int>(in);
+      D.reverse = (d % 2) == 1;
+      D.Wih = store->value(D.w_ih);
+      D.Whh = store->value(D.w_hh);
+      D.Bih = store->value(D.b_ih);
+      D.Bhh = store->value(D.b_hh);
+      D.dWih = store->grad(D.w_ih);
+      D.dWhh = store->grad(D.w_hh);
+      D.dBih = store->grad(D.b_ih);
+      D.dBhh = store->grad(D.b_hh);
+      D.gates.assign(static_cast<size_t>(S * 4 * H), 0.0f);
+      D.c.assign(static_cast<size_t>(S * H), 0.0f);
+      D.tanh_c.assign(static_cast<size_t>(S * H), 0.0f);
+    }
+    in0 = 2 * H;
+    out0_.assign(static_cast<size_t>(S * 2 * H), 0.0f);
+    out1_.assign(static_cast<size_t>(S * 2 * H), 0.0f);
+    d_out0_.assign(static_cast<size_t>(S * 2 * H), 0.0f);
+    d_out1_.assign(static_cast<size_t>(S * 2 * H), 0.0f);
+    dgates_.assign(static_cast<size_t>(S * 4 * H), 0.0f);
+    dh_.assign(static_cast<size_t>(H), 0.0f);
+    dc_.assign(static_cast<size_t>(H), 0.0f);
+  }
+  DGCA_RETURN_IF_ERROR(BindOne(store, "prompt.mlp.0.weight", {H, in0}, &mlp0_w_));
+  DGCA_RETURN_IF_ERROR(BindOne(store, "prompt.mlp.0.bias", {H}, &mlp0_b_));
+  DGCA_RETURN_IF_ERROR(BindOne(store, "prompt.mlp.2.weight", {H, H}, &mlp2_w_));
+  DGCA_RETURN_IF_ERROR(BindOne(store, "prompt.mlp.2.bias", {H}, &mlp2_b_));
+  hid_.assign(static_cast<size_t>(S * H), 0.0f);
+  out_.assign(static_cast<size_t>(S * H), 0.0f);
+  d_hid_.assign(static_cast<size_t>(S * H), 0.0f);
+  store_ = store;
+  bound_ = true;
+  return OkStatus();
+}
+
+void PromptEncoder::InitParams(uint64_t seed) {
+  if (!bound_ || kind_ == PromptEncoderKind::kNone) return;
+  SplitMix rng{seed ^ 0x70726f6d7074ULL};
+  auto uniform = [&](int idx, double bound) {
+    float* v = store_->value(idx);
+    for (int64_t i = 0; i < store_->info(idx).numel; ++i)
+      v[i] = static_cast<float>((2.0 * rng.Uniform() - 1.0) * bound);
+  };
+  float* e = store_->value(emb_);
+  for (int64_t i = 0; i < store_->info(emb_).numel; ++i) e[i] = static_cast<float>(rng.Normal());
+  if (kind_ == PromptEncoderKind::kLstm) {
+    const double b = 1.0 / std::sqrt(static_cast<double>(hidden_));
+    for (auto& D : dirs_) {
+      uniform(D.w_ih, b);
+      uniform(D.w_hh, b);
+      uniform(D.b_ih, b);
+      uniform(D.b_hh, b);
+    }
+  }
+  const double b0 = 1.0 / std::sqrt(static_cast<double>(store_->info(mlp0_w_).shape[1]));
+  uniform(mlp0_w_, b0);
+  uniform(mlp0_b_, b0);
+  const double b2 = 1.0 / std::sqrt(static_cast<double>(hidden_));
+  uniform(mlp2_w_, b2);
+  uniform(mlp2_b_, b2);
+}
+
+void PromptEncoder::LstmDirForward(LstmDir* d, const float* x, float* out) {
+  const int S = rows_, H = hidden_, G = 4 * hidden_;
+  const int col = d->reverse ? H : 0;  // where this direction writes in out [S, 2H]
+  // Input projection for all steps at once: gates = x W_ih^T + b_ih + b_hh.
+  Gemm(false, true, S, G, d->in, x, d->in, d->Wih, d->in, 0.0f, d->gates.data(), G);
+  for (int t = 0; t < S; ++t) {
+    float* g = d->gates.data() + static_cast<int64_t>(t) * G;
+    for (int j = 0; j < G; ++j) g[j] += d->Bih[j] + d->Bhh[j];
+  }
+  // Recurrence; h_{-1} = c_{-1} = 0. The reverse direction walks t = S-1..0.
+  for (int step = 0; step < S; ++step) {
+    const int t = d->reverse ? S - 1 - step : step;
+    const int tp = d->reverse ? t + 1 : t - 1;  // previous step's position
+    float* g = d->gates.data() + static_cast<int64_t>(t) * G;
+    if (step > 0) {
+      const float* hp = out + static_cast<int64_t>(tp) * 2 * H + col;
+      Gemm(false, true, 1, G, H, hp, 2 * H, d->Whh, H, 1.0f, g, G);
+    }
+    float* c = d->c.data() + static_cast<int64_t>(t) * H;
+    float* tc = d->tanh_c.data() + static_cast<int64_t>(t) * H;
+    const float* cp = step > 0 ? d->c.data() + static_cast<int64_t>(tp) * H : nullptr;
+    float* h = out + static_cast<int64_t>(t) * 2 * H + col;
+    for (int j = 0; j < H; ++j) {
+      const float gi = Sigm(g[j]);
+      const float gf = Sigm(g[H + j]);
+      const float gg = std::tanh(g[2 * H + j]);
+      const float go = Sigm(g[3 * H + j]);
+      g[j] = gi;
+      g[H + j] = gf;
+      g[2 * H + j] = gg;
+      g[3 * H + j] = go;
+      c[j] = (cp ? gf * cp[j] : 0.0f) + gi * gg;
+      tc[j] = std::tanh(c[j]);
+      h[j] = go * tc[j];
+    }
+  }
+}
+
+void PromptEncoder::LstmDirBackward(LstmDir* d, const float* x, const float* out,
+                                    const float* dout, float* dx) {
+  const int S = rows_, H = hidden_, G = 4 * hidden_;
+  const int col = d->reverse ? H : 0;
+  float* dh_next = dh_.data();  // gradient flowing into h_{t-1} via W_hh
+  float* dc_next = dc_.data();  // gradient flowing into c_{t-1} via f
+  std::fill(dh_next, dh_next + H, 0.0f);
+  std::fill(dc_next, dc_next + H, 0.0f);
+  // Walk the steps in the opposite order to the forward pass.
+  for (int step = S - 1; step >= 0; --step) {
+    const int t = d->reverse ? S - 1 - step : step;
+    const int tp = d->reverse ? t + 1 : t - 1;
+    const float* g = d->gates.data() + static_cast<int64_t>(t) * G;
+    const float* tc = d->tanh_c.data() + static_cast<int64_t>(t) * H;
+    const float* cp = step > 0 ? d->c.data() + static_cast<int64_t>(tp) * H : nullptr;
+    const float* dht = dout + static_cast<int64_t>(t) * 2 * H + col;
+    float* dg = dgates_.data() + static_cast<int64_t>(t) * G;
+    for (int j = 0; j < H; ++j) {
+      const float gi = g[j], gf = g[H + j], gg = g[2 * H + j], go = g[3 * H + j];
+      const float dh = dht[j] + dh_next[j];
+      const float dc = dc_next[j] + dh * go * (1.0f - tc[j] * tc[j]);
+      dg[j] = dc * gg * gi * (1.0f - gi);                          // input gate (pre-act)
+      dg[H + j] = cp ? dc * cp[j] * gf * (1.0f - gf) : 0.0f;       // forget gate
+      dg[2 * H + j] = dc * gi * (1.0f - gg * gg);                  // cell candidate
+      dg[3 * H + j] = dh * tc[j] * go * (1.0f - go);               // output gate
+      dc_next[j] = dc * gf;
+    }
+    if (step > 0) {
+      // dh_{t-1} = W_hh^T dgates_t; dW_hh += dgates_t^T h_{t-1}.
+      const float* hp = out + static_cast<int64_t>(tp) * 2 * H + col;
+      Gemm(false, false, 1, H, G, dg, G, d->Whh, H, 0.0f, dh_next, H);
+      Gemm(true, false, G, H, 1, dg, G, hp, 2 * H, 1.0f, d->dWhh, H);
+    }
+  }
+  // Input projection: dW_ih += dgates^T x; biases; dx += dgates W_ih.
+  Gemm(true, false, G, d->in, S, dgates_.data(), G, x, d->in, 1.0f, d->dWih, d->in);
+  for (int t = 0; t < S; ++t) {
+    const float* dg = dgates_.data() + static_cast<int64_t>(t) * G;
+    for (int j = 0; j < G; ++j) {
+      d->dBih[j] += dg[j];
+      d->dBhh[j] += dg[j];
+    }
+  }
+  Gemm(false, false, S, d->in, G, dgates_.data(), G, d->Wih, d->in, 1.0f, dx, d->in);
+}
+
+const float* PromptEncoder::Forward() {
+  if (!bound_ || kind_ == PromptEncoderKind::kNone) return nullptr;
+  const int S = rows_, H = hidden_;
+  const float* emb = store_->value(emb_);
+  const float* in0 = emb;
+  int in_w = H;
+  if (kind_ == PromptEncoderKind::kLstm) {
+    LstmDirForward(&dirs_[0], emb, out0_.data());
+    LstmDirForward(&dirs_[1], emb, out0_.data());
+    LstmDirForward(&dirs_[2], out0_.data(), out1_.data());
+    LstmDirForward(&dirs_[3], out0_.data(), out1_.data());
+    in0 = out1_.data();
+    in_w = 2 * H;
+  }
+  // hid = ReLU(in0 W0^T + b0); out = hid W2^T + b2.
+  const float* b0 = store_->value(mlp0_b_);
+  Gemm(false, true, S, H, in_w, in0, in_w, store_->value(mlp0_w_), in_w, 0.0f, hid_.data(), H);
+  for (int t = 0; t < S; ++t)
+    for (int j = 0; j < H; ++j) {
+      float& v = hid_[static_cast<size_t>(t) * H + j];
+      v = std::max(0.0f, v + b0[j]);
+    }
+  const float* b2 = store_->value(mlp2_b_);
+  Gemm(false, true, S, H, H, hid_.data(), H, store_->value(mlp2_w_), H, 0.0f, out_.data(), H);
+  for (int t = 0; t < S; ++t)
+    for (int j = 0; j < H; ++j) out_[static_cast<size_t>(t) * H + j] += b2[j];
+  return out_.data();
+}
+
+void PromptEncoder::Backward(const float* dout) {
+  if (!bound_ || kind_ == PromptEncoderKind::kNone) return;
+  const int S = rows_, H = hidden_;
+  const bool lstm = kind_ == PromptEncoderKind::kLstm;
+  const float* in0 = lstm ? out1_.data() : store_->value(emb_);
+  const int in_w = lstm ? 2 * H : H;
+  // Linear 2: dW2 += dout^T hid; db2 += Σ dout; dhid = dout W2, masked by ReLU.
+  Gemm(true, false, H, H, S, dout, H, hid_.data(), H, 1.0f, store_->grad(mlp2_w_), H);
+  float* db2 = store_->grad(mlp2_b_);
+  for (int t = 0; t < S; ++t)
+    for (int j = 0; j < H; ++j) db2[j] += dout[static_cast<size_t>(t) * H + j];
+  Gemm(false, false, S, H, H, dout, H, store_->value(mlp2_w_), H, 0.0f, d_hid_.data(), H);
+  for (size_t i = 0; i < d_hid_.size(); ++i)
+    if (hid_[i] <= 0.0f) d_hid_[i] = 0.0f;
+  // Linear 0.
+  Gemm(true, false, H, in_w, S, d_hid_.data(), H, in0, in_w, 1.0f, store_->grad(mlp0_w_), in_w);
+  float* db0 = store_->grad(mlp0_b_);
+  for (int t = 0; t < S; ++t)
+    for (int j = 0; j < H; ++j) db0[j] += d_hid_[static_cast<size_t>(t) * H + j];
+  float* demb = store_->grad(emb_);
+  if (!lstm) {
+    // The embedding feeds Linear 0 directly: its gradient is added in place.
+    Gemm(false, false, S, H, H, d_hid_.data(), H, store_->value(mlp0_w_), H, 1.0f, demb, H);
+    return;
+  }
+  Gemm(false, false, S, in_w, H, d_hid_.data(), H, store_->value(mlp0_w_), in_w, 0.0f,
+       d_out1_.data(), in_w);
+  // Layer 1 (input out0_), then layer 0 (input = embedding, dx = its grad).
+  std::fill(d_out0_.begin(), d_out0_.end(), 0.0f);
+  LstmDirBackward(&dirs_[2], out0_.data(), out1_.data(), d_out1_.data(), d_out0_.data());
+  LstmDirBackward(&dirs_[3], out0_.data(), out1_.data(), d_out1_.data(), d_out0_.data());
+  const float* emb = store_->value(emb_);
+  LstmDirBackward(&dirs_[0], emb, out0_.data(), d_out0_.data(), demb);
+  LstmDirBackward(&dirs_[1], emb, out0_.data(), d_out0_.data(), demb);
+}
+
+}  // namespace dgca
