@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "model/core/status.h"
 
@@ -41,7 +42,22 @@ struct ModelConfig {
 StatusOr<ModelConfig> ApplyPreset(const std::string& preset, ModelConfig base);
 
 // Parameter count of the whole DGCA-ReLM model for `cfg` (all heads included).
+// Equals the sum of ListParameters(cfg) numels (see config.cc for the list).
 int64_t CountParameters(const ModelConfig& cfg);
+
+// Every trainable tensor of the model, in forward order, with its name and
+// shape (HF BertForMaskedLM names for BERT; the decoder weight is tied to the
+// word embeddings and not listed). The model's ParamStore::total_numel must
+// equal CountParameters(cfg).
+struct ParamSpec {
+  std::string name;
+  std::vector<int64_t> shape;
+  int64_t numel() const;
+};
+std::vector<ParamSpec> ListParameters(const ModelConfig& cfg);
+
+// "tiny, small, bert-base".
+const char* ValidPresetNames();
 
 struct TrainConfig {
   ModelConfig model;

@@ -1,0 +1,179 @@
+#include "model/core/config.h"
+
+namespace dgca {
+
+// Parameter list (H = hidden, F = ffn, V = vocab_size, M = max_position,
+// T = type_vocab, P = prompt_length, K = candidate_top_k), in forward order:
+//
+// BERT (Hugging Face BertForMaskedLM names; no pooler):
+//   bert.embeddings.word_embeddings.weight        [V, H]
+//   bert.embeddings.position_embeddings.weight    [M, H]
+//   bert.embeddings.token_type_embeddings.weight  [T, H]
+//   bert.embeddings.LayerNorm.{weight,bias}       [H], [H]
+//   for l in 0..layers-1, prefix bert.encoder.layer.l.:
+//     attention.self.{query,key,value}.weight     [H, H] each
+//     attention.self.{query,key,value}.bias       [H] each
+//     attention.output.dense.weight               [H, H]
+//     attention.output.dense.bias                 [H]
+//     attention.output.LayerNorm.{weight,bias}    [H], [H]
+//     intermediate.dense.weight                   [F, H]
+//     intermediate.dense.bias                     [F]
+//     output.dense.weight                         [H, F]
+//     output.dense.bias                           [H]
+//     output.LayerNorm.{weight,bias}              [H], [H]
+//   cls.predictions.transform.dense.weight        [H, H]
+//   cls.predictions.transform.dense.bias          [H]
+//   cls.predictions.transform.LayerNorm.{weight,bias} [H], [H]
+//   cls.predictions.bias                          [V]
+//   (cls.predictions.decoder.weight is tied to word_embeddings and its bias
+//    is cls.predictions.bias: neither is counted again.)
+//
+// Prompt encoder (only when P > 0):
+//   prompt.embedding.weight                       [2P, H]    (lstm, mlp, none)
+//   lstm (PyTorch nn.LSTM(H, H, num_layers=2, bidirectional=True), gates
+//   i,f,g,o stacked, so 4H rows), for d in {"", "_reverse"}:
+//     prompt.lstm.weight_ih_l0{d}                 [4H, H]
+//     prompt.lstm.weight_hh_l0{d}                 [4H, H]
+//     prompt.lstm.bias_ih_l0{d}                   [4H]
+//     prompt.lstm.bias_hh_l0{d}                   [4H]
+//     prompt.lstm.weight_ih_l1{d}                 [4H, 2H]   (input: both directions)
+//     prompt.lstm.weight_hh_l1{d}                 [4H, H]
+//     prompt.lstm.bias_ih_l1{d}                   [4H]
+//     prompt.lstm.bias_hh_l1{d}                   [4H]
+//   then prompt.linear1.{weight [H, 2H], bias [H]}, ReLU,
+//        prompt.linear2.{weight [H, H],  bias [H]}
+//   mlp: prompt.linear1.{weight [H, H], bias [H]}, ReLU,
+//        prompt.linear2.{weight [H, H], bias [H]}
+//   none: the embedding alone.
+//
+// Detector (cfg.detector):      detector.weight [H], detector.bias [1]
+// Candidate head (cfg.candidate && K > 0):
+//   candidate.dense.weight [H, H], candidate.dense.bias [H],
+//   candidate.LayerNorm.weight [H], candidate.LayerNorm.bias [H]
+// Gated fusion (fusion == kGated):
+//   fusion.gate.weight [H] (w_g), fusion.gate.det_scale [1] (a),
+//   fusion.gate.bias [1] (b_g)
+//
+// Totals for bert-base, V=21128, M=512, T=2, P=3, lstm, all heads, K=8:
+//   BERT      102,290,312  (= HF BertForMaskedLM for bert-base-chinese:
+//             embeddings 16,622,592 + 12 x 7,087,872 + MLM head 613,256)
+//   prompt     25,393,152  (embedding 4,608; LSTM layer 0 9,449,472,
+//             layer 1 14,168,064; linear1 1,180,416; linear2 590,592)
+//   detector 769, candidate 592,128, gate 770
+//   total     128,277,131  (checked in config_test.cc)
+
+int64_t ParamSpec::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+const char* ValidPresetNames() { return "tiny, small, bert-base"; }
+
+StatusOr<ModelConfig> ApplyPreset(const std::string& preset, ModelConfig base) {
+  if (preset == "tiny") {
+    base.layers = 2;
+    base.hidden = 128;
+    base.heads = 2;
+    base.ffn = 512;
+  } else if (preset == "small") {
+    base.layers = 4;
+    base.hidden = 256;
+    base.heads = 4;
+    base.ffn = 1024;
+  } else if (preset == "bert-base") {
+    base.layers = 12;
+    base.hidden = 768;
+    base.heads = 12;
+    base.ffn = 3072;
+  } else {
+    return InvalidArgumentError("unknown model preset '" + preset + "' (valid: " +
+                                ValidPresetNames() + ")");
+  }
+  return base;
+}
+
+std::vector<ParamSpec> ListParameters(const ModelConfig& cfg) {
+  const int64_t H = cfg.hidden, F = cfg.ffn, V = cfg.vocab_size, M = cfg.max_position,
+                T = cfg.type_vocab, P = cfg.prompt_length, K = cfg.candidate_top_k;
+  std::vector<ParamSpec> p;
+  auto add = [&p](std::string name, std::vector<int64_t> shape) {
+    p.push_back(ParamSpec{std::move(name), std::move(shape)});
+  };
+  add("bert.embeddings.word_embeddings.weight", {V, H});
+  add("bert.embeddings.position_embeddings.weight", {M, H});
+  add("bert.embeddings.token_type_embeddings.weight", {T, H});
+  add("bert.embeddings.LayerNorm.weight", {H});
+  add("bert.embeddings.LayerNorm.bias", {H});
+  for (int l = 0; l < cfg.layers; ++l) {
+    const std::string pre = "bert.encoder.layer." + std::to_string(l) + ".";
+    for (const char* qkv : {"query", "key", "value"}) {
+      add(pre + "attention.self." + qkv + ".weight", {H, H});
+      add(pre + "attention.self." + qkv + ".bias", {H});
+    }
+    add(pre + "attention.output.dense.weight", {H, H});
+    add(pre + "attention.output.dense.bias", {H});
+    add(pre + "attention.output.LayerNorm.weight", {H});
+    add(pre + "attention.output.LayerNorm.bias", {H});
+    add(pre + "intermediate.dense.weight", {F, H});
+    add(pre + "intermediate.dense.bias", {F});
+    add(pre + "output.dense.weight", {H, F});
+    add(pre + "output.dense.bias", {H});
+    add(pre + "output.LayerNorm.weight", {H});
+    add(pre + "output.LayerNorm.bias", {H});
+  }
+  add("cls.predictions.transform.dense.weight", {H, H});
+  add("cls.predictions.transform.dense.bias", {H});
+  add("cls.predictions.transform.LayerNorm.weight", {H});
+  add("cls.predictions.transform.LayerNorm.bias", {H});
+  add("cls.predictions.bias", {V});
+
+  if (P > 0) {
+    add("prompt.embedding.weight", {2 * P, H});
+    if (cfg.prompt_encoder == PromptEncoderKind::kLstm) {
+      for (int layer = 0; layer < 2; ++layer) {
+        const int64_t in = layer == 0 ? H : 2 * H;
+        for (const char* dir : {"", "_reverse"}) {
+          const std::string sfx = "_l" + std::to_string(layer) + dir;
+          add("prompt.lstm.weight_ih" + sfx, {4 * H, in});
+          add("prompt.lstm.weight_hh" + sfx, {4 * H, H});
+          add("prompt.lstm.bias_ih" + sfx, {4 * H});
+          add("prompt.lstm.bias_hh" + sfx, {4 * H});
+        }
+      }
+      add("prompt.linear1.weight", {H, 2 * H});
+      add("prompt.linear1.bias", {H});
+      add("prompt.linear2.weight", {H, H});
+      add("prompt.linear2.bias", {H});
+    } else if (cfg.prompt_encoder == PromptEncoderKind::kMlp) {
+      add("prompt.linear1.weight", {H, H});
+      add("prompt.linear1.bias", {H});
+      add("prompt.linear2.weight", {H, H});
+      add("prompt.linear2.bias", {H});
+    }
+  }
+  if (cfg.detector) {
+    add("detector.weight", {H});
+    add("detector.bias", {1});
+  }
+  if (cfg.candidate && K > 0) {
+    add("candidate.dense.weight", {H, H});
+    add("candidate.dense.bias", {H});
+    add("candidate.LayerNorm.weight", {H});
+    add("candidate.LayerNorm.bias", {H});
+  }
+  if (cfg.fusion == FusionKind::kGated) {
+    add("fusion.gate.weight", {H});
+    add("fusion.gate.det_scale", {1});
+    add("fusion.gate.bias", {1});
+  }
+  return p;
+}
+
+int64_t CountParameters(const ModelConfig& cfg) {
+  int64_t n = 0;
+  for (const ParamSpec& p : ListParameters(cfg)) n += p.numel();
+  return n;
+}
+
+}  // namespace dgca
