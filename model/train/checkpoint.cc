@@ -1,0 +1,342 @@
+#include "model/train/checkpoint.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "model/core/json.h"
+#include "model/core/safetensors.h"
+
+namespace dgca {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string ShapeStr(const std::vector<int64_t>& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (i) out += ", ";
+    out += std::to_string(s[i]);
+  }
+  return out + "]";
+}
+
+Status WriteTextFile(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    if (!f) return InternalError("cannot write " + tmp + ": " + std::strerror(errno));
+    f << text;
+    f.flush();
+    if (!f) return InternalError("write failed: " + tmp);
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) return InternalError("cannot rename " + tmp + " to " + path + ": " + ec.message());
+  return OkStatus();
+}
+
+StatusOr<std::string> ReadTextFile(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return NotFoundError(path + ": cannot open (missing?)");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// Validates `file` against the expected names/shapes; `prefix` is prepended
+// to each ParamStore name ("" for weights, "m." / "v." for moments).
+Status CheckTensors(const std::string& path, const SafetensorsFile& file,
+                    const ParamStore& params, const std::vector<std::string>& prefixes) {
+  std::set<std::string> expected;
+  for (const std::string& pre : prefixes) {
+    for (int i = 0; i < params.size(); ++i) {
+      const ParamInfo& info = params.info(i);
+      const std::string name = pre + info.name;
+      expected.insert(name);
+      auto it = file.tensors.find(name);
+      if (it == file.tensors.end()) {
+        return DataLossError(path + ": missing tensor '" + name + "' (shape " +
+                             ShapeStr(info.shape) + ")");
+      }
+      if (it->second.shape != info.shape) {
+        return InvalidArgumentError(path + ": tensor '" + name + "' has the wrong shape: expected " +
+                                    ShapeStr(info.shape) + ", got " +
+                                    ShapeStr(it->second.shape));
+      }
+    }
+  }
+  for (const auto& kv : file.tensors) {
+    if (!expected.count(kv.first)) {
+      return InvalidArgumentError(path + ": unknown tensor '" + kv.first +
+                                  "' (not a parameter of this model)");
+    }
+  }
+  return OkStatus();
+}
+
+bool ParseU64(const JsonValue* v, uint64_t* out) {
+  if (v == nullptr) return false;
+  if (v->is_string()) {
+    if (v->string.empty()) return false;
+    char* end = nullptr;
+    errno = 0;
+    unsigned long long x = std::strtoull(v->string.c_str(), &end, 10);
+    if (errno != 0 || *end != '\0') return false;
+    *out = x;
+    return true;
+  }
+  if (v->is_number() && v->is_integer && v->integer >= 0) {
+    *out = static_cast<uint64_t>(v->integer);
+    return true;
+  }
+  return false;
+}
+
+bool ParseI64(const JsonValue* v, int64_t* out) {
+  if (v == nullptr || !v->is_number() || !v->is_integer) return false;
+  *out = v->integer;
+  return true;
+}
+
+}  // namespace
+
+std::map<std::string, int64_t> ConfigFingerprint(const ModelConfig& c) {
+  return {{"vocab_size", c.vocab_size},
+          {"hidden", c.hidden},
+          {"layers", c.layers},
+          {"heads", c.heads},
+          {"ffn", c.ffn},
+          {"max_position", c.max_position},
+          {"type_vocab", c.type_vocab},
+          {"prompt_length", c.prompt_length},
+          {"prompt_encoder", static_cast<int64_t>(c.prompt_encoder)},
+          {"detector", c.detector ? 1 : 0},
+          {"candidate", c.candidate ? 1 : 0},
+          {"candidate_top_k", c.candidate_top_k},
+          {"fusion", static_cast<int64_t>(c.fusion)}};
+}
+
+std::string CheckpointDirName(int64_t step) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "step-%08lld", static_cast<long long>(step));
+  return buf;
+}
+
+StatusOr<std::string> SaveCheckpoint(const std::string& dir, const ParamStore& params,
+                                     const AdamW* adam, const ModelConfig& cfg,
+                                     const CheckpointState& state) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return InternalError("cannot create checkpoint dir " + dir + ": " + ec.message());
+  const std::string name = CheckpointDirName(state.step);
+  const std::string final_dir = dir + "/" + name;
+  const std::string tmp_dir = dir + "/." + name + ".tmp." + std::to_string(getpid());
+  fs::remove_all(tmp_dir, ec);
+  fs::create_directories(tmp_dir, ec);
+  if (ec) return InternalError("cannot create " + tmp_dir + ": " + ec.message());
+
+  std::vector<TensorView> weights;
+  for (int i = 0; i < params.size(); ++i) {
+    weights.push_back({params.info(i).name, params.info(i).shape, params.value(i)});
+  }
+  DGCA_RETURN_IF_ERROR(WriteSafetensors(tmp_dir + "/model.safetensors", weights,
+                                        {{"format", "pt"}, {"writer", "dgca"}}));
+  if (adam != nullptr) {
+    std::vector<TensorView> moments;
+    for (int i = 0; i < params.size(); ++i) {
+      const ParamInfo& p = params.info(i);
+      moments.push_back({"m." + p.name, p.shape, adam->m().data() + p.offset});
+      moments.push_back({"v." + p.name, p.shape, adam->v().data() + p.offset});
+    }
+    DGCA_RETURN_IF_ERROR(WriteSafetensors(tmp_dir + "/optimizer.safetensors", moments,
+                                          {{"writer", "dgca"}}));
+  }
+  std::string js = "{\n";
+  js += "  \"step\": " + std::to_string(state.step) + ",\n";
+  js += "  \"loader_step\": " + std::to_string(state.loader_step) + ",\n";
+  js += "  \"seed\": \"" + std::to_string(state.seed) + "\",\n";
+  js += "  \"rng_state\": \"" + std::to_string(state.rng_state) + "\",\n";
+  js += "  \"adam_step\": " + std::to_string(adam ? adam->step() : 0) + ",\n";
+  js += "  \"has_optimizer\": " + std::string(adam ? "true" : "false") + ",\n";
+  js += "  \"config\": {";
+  bool first = true;
+  for (const auto& kv : ConfigFingerprint(cfg)) {
+    js += first ? "" : ", ";
+    first = false;
+    AppendJsonString(kv.first, &js);
+    js += ": " + std::to_string(kv.second);
+  }
+  js += "}\n}\n";
+  DGCA_RETURN_IF_ERROR(WriteTextFile(tmp_dir + "/state.json", js));
+
+  fs::remove_all(final_dir, ec);  // re-saving the same step replaces it
+  fs::rename(tmp_dir, final_dir, ec);
+  if (ec) return InternalError("cannot rename " + tmp_dir + " to " + final_dir + ": " + ec.message());
+  DGCA_RETURN_IF_ERROR(WriteTextFile(dir + "/latest", name + "\n"));
+  return final_dir;
+}
+
+StatusOr<std::string> LatestCheckpoint(const std::string& dir) {
+  const std::string path = dir + "/latest";
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return NotFoundError(path + ": no checkpoint yet");
+  DGCA_ASSIGN_OR_RETURN(std::string text, ReadTextFile(path));
+  while (!text.empty() && (text.back() == '\n' || text.back() == '\r' || text.back() == ' ')) {
+    text.pop_back();
+  }
+  if (text.empty() || text.find('/') != std::string::npos || text == "." || text == "..") {
+    return DataLossError(path + ": expected one line 'step-NNNNNNNN', got '" + text + "'");
+  }
+  const std::string step_dir = dir + "/" + text;
+  if (!fs::is_directory(step_dir, ec)) {
+    return DataLossError(path + ": names '" + text + "', which is not a directory in " + dir);
+  }
+  return step_dir;
+}
+
+Status LoadCheckpoint(const std::string& step_dir, const ModelConfig& cfg, ParamStore* params,
+                      AdamW* adam, CheckpointState* state) {
+  std::error_code ec;
+  if (!fs::is_directory(step_dir, ec)) {
+    return NotFoundError("checkpoint " + step_dir + ": not a directory");
+  }
+  const std::string state_path = step_dir + "/state.json";
+  const std::string model_path = step_dir + "/model.safetensors";
+  const std::string opt_path = step_dir + "/optimizer.safetensors";
+  for (const std::string& p : {state_path, model_path}) {
+    if (!fs::exists(p, ec)) return NotFoundError("checkpoint " + step_dir + ": missing " + p);
+  }
+  if (adam != nullptr && !fs::exists(opt_path, ec)) {
+    return NotFoundError("checkpoint " + step_dir + ": missing " + opt_path +
+                         " (needed to resume the optimizer)");
+  }
+
+  // state.json first: a config mismatch explains shape errors better.
+  DGCA_ASSIGN_OR_RETURN(std::string text, ReadTextFile(state_path));
+  DGCA_ASSIGN_OR_RETURN(JsonValue js, ParseJson(text, state_path));
+  if (!js.is_object()) return DataLossError(state_path + ": expected a JSON object");
+  CheckpointState st;
+  int64_t adam_step = 0;
+  if (!ParseI64(js.Find("step"), &st.step) || st.step < 0) {
+    return DataLossError(state_path + ": missing or invalid integer field 'step'");
+  }
+  if (!ParseI64(js.Find("loader_step"), &st.loader_step) || st.loader_step < 0) {
+    return DataLossError(state_path + ": missing or invalid integer field 'loader_step'");
+  }
+  if (!ParseU64(js.Find("seed"), &st.seed)) {
+    return DataLossError(state_path + ": missing or invalid field 'seed' (decimal string)");
+  }
+  if (!ParseU64(js.Find("rng_state"), &st.rng_state)) {
+    return DataLossError(state_path + ": missing or invalid field 'rng_state' (decimal string)");
+  }
+  if (!ParseI64(js.Find("adam_step"), &adam_step) || adam_step < 0) {
+    return DataLossError(state_path + ": missing or invalid integer field 'adam_step'");
+  }
+  const JsonValue* conf = js.Find("config");
+  if (conf == nullptr || !conf->is_object()) {
+    return DataLossError(state_path + ": missing object field 'config'");
+  }
+  for (const auto& kv : ConfigFingerprint(cfg)) {
+    int64_t got = 0;
+    if (!ParseI64(conf->Find(kv.first), &got)) {
+      return DataLossError(state_path + ": config field '" + kv.first + "' missing or not an integer");
+    }
+    if (got != kv.second) {
+      return FailedPreconditionError(state_path + ": model config mismatch: checkpoint has " +
+                                     kv.first + "=" + std::to_string(got) + ", this run has " +
+                                     kv.first + "=" + std::to_string(kv.second));
+    }
+  }
+
+  DGCA_ASSIGN_OR_RETURN(SafetensorsFile model, ReadSafetensors(model_path));
+  DGCA_RETURN_IF_ERROR(CheckTensors(model_path, model, *params, {""}));
+  SafetensorsFile opt;
+  if (adam != nullptr) {
+    DGCA_ASSIGN_OR_RETURN(opt, ReadSafetensors(opt_path));
+    DGCA_RETURN_IF_ERROR(CheckTensors(opt_path, opt, *params, {"m.", "v."}));
+  }
+  // All validated: copy.
+  for (int i = 0; i < params->size(); ++i) {
+    const ParamInfo& p = params->info(i);
+    const Tensor& t = model.tensors.at(p.name);
+    std::copy(t.data.begin(), t.data.end(), params->value(i));
+    if (adam != nullptr) {
+      const Tensor& m = opt.tensors.at("m." + p.name);
+      const Tensor& v = opt.tensors.at("v." + p.name);
+      std::copy(m.data.begin(), m.data.end(), adam->m().data() + p.offset);
+      std::copy(v.data.begin(), v.data.end(), adam->v().data() + p.offset);
+    }
+  }
+  if (adam != nullptr) adam->set_step(adam_step);
+  if (state != nullptr) *state = st;
+  return OkStatus();
+}
+
+std::string HfLoadReport::Summary() const {
+  auto list = [](const std::vector<std::string>& v) {
+    std::string s;
+    for (size_t i = 0; i < v.size() && i < 4; ++i) s += (i ? ", " : "") + v[i];
+    if (v.size() > 4) s += ", ...";
+    return s;
+  };
+  std::string s = "loaded " + std::to_string(loaded) + " tensors";
+  s += ", missing " + std::to_string(missing.size());
+  if (!missing.empty()) s += " (" + list(missing) + ")";
+  s += ", unexpected " + std::to_string(unexpected.size());
+  if (!unexpected.empty()) s += " (" + list(unexpected) + ")";
+  s += ", ignored " + std::to_string(ignored.size());
+  return s;
+}
+
+StatusOr<HfLoadReport> LoadHfInit(const std::string& path, ParamStore* params) {
+  DGCA_ASSIGN_OR_RETURN(SafetensorsFile file, ReadSafetensors(path));
+  auto known_extra = [](const std::string& n) {
+    auto starts = [&](const char* p) { return n.rfind(p, 0) == 0; };
+    return n == "bert.embeddings.position_ids" || n == "embeddings.position_ids" ||
+           n == "cls.predictions.decoder.weight" || n == "cls.predictions.decoder.bias" ||
+           starts("bert.pooler.") || starts("pooler.") || starts("cls.seq_relationship.");
+  };
+  HfLoadReport report;
+  // name in file -> parameter index
+  std::vector<std::pair<const Tensor*, int>> plan;
+  std::set<int> hit;
+  for (const auto& kv : file.tensors) {
+    int idx = params->Find(kv.first);
+    if (idx < 0 && kv.first.rfind("bert.", 0) != 0) idx = params->Find("bert." + kv.first);
+    if (idx < 0) {
+      if (known_extra(kv.first)) {
+        report.ignored.push_back(kv.first);
+      } else {
+        report.unexpected.push_back(kv.first);
+      }
+      continue;
+    }
+    const ParamInfo& info = params->info(idx);
+    if (kv.second.shape != info.shape) {
+      return InvalidArgumentError(path + ": tensor '" + kv.first + "' has shape " +
+                                  ShapeStr(kv.second.shape) + " but the model's '" + info.name +
+                                  "' is " + ShapeStr(info.shape) +
+                                  (info.name.find("word_embeddings") != std::string::npos
+                                       ? " (does the vocabulary match the checkpoint's?)"
+                                       : ""));
+    }
+    plan.emplace_back(&kv.second, idx);
+    hit.insert(idx);
+  }
+  for (const auto& pi : plan) {
+    std::copy(pi.first->data.begin(), pi.first->data.end(), params->value(pi.second));
+  }
+  report.loaded = static_cast<int>(plan.size());
+  for (int i = 0; i < params->size(); ++i) {
+    if (!hit.count(i)) report.missing.push_back(params->info(i).name);
+  }
+  return report;
+}
+
+}  // namespace dgca

@@ -1,0 +1,83 @@
+// Checkpoints: weights, AdamW state and the training position, written
+// atomically; and loading a Hugging Face BertForMaskedLM checkpoint as the
+// initial weights.
+//
+// Layout of DIR/step-NNNNNNNN/ (8-digit step):
+//   model.safetensors      every ParamStore tensor under its own name (HF
+//                          BertForMaskedLM names for the BERT part)
+//   optimizer.safetensors  "m.<name>" and "v.<name>": AdamW moments
+//   state.json             {"step", "loader_step", "seed", "rng_state",
+//                           "adam_step", "config": {fingerprint}}
+// The directory is written under a temporary name and renamed, then
+// DIR/latest (one line: "step-NNNNNNNN") is replaced atomically, so a crash
+// leaves either the old or the new checkpoint, never a torn one.
+//
+// Thread-safety: free functions; callers serialise access to one DIR.
+#ifndef DGCA_MODEL_TRAIN_CHECKPOINT_H_
+#define DGCA_MODEL_TRAIN_CHECKPOINT_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "model/core/config.h"
+#include "model/core/status.h"
+#include "model/nn/params.h"
+#include "model/train/optimizer.h"
+
+namespace dgca {
+
+struct CheckpointState {
+  int64_t step = 0;          // optimizer steps done
+  int64_t loader_step = 0;   // LoaderPosition::step to resume the data stream at
+  uint64_t seed = 0;
+  uint64_t rng_state = 0;    // trainer RNG stream position (reserved; 0 today)
+};
+
+// The model sizes a checkpoint must agree with: vocab_size, hidden, layers,
+// heads, ffn, max_position, type_vocab, prompt_length, prompt_encoder,
+// detector, candidate, candidate_top_k, fusion.
+std::map<std::string, int64_t> ConfigFingerprint(const ModelConfig& cfg);
+
+// "step-00000042".
+std::string CheckpointDirName(int64_t step);
+
+// Writes DIR/step-NNNNNNNN/ and updates DIR/latest. `adam` may be null (no
+// optimizer.safetensors). Returns the step directory.
+StatusOr<std::string> SaveCheckpoint(const std::string& dir, const ParamStore& params,
+                                     const AdamW* adam, const ModelConfig& cfg,
+                                     const CheckpointState& state);
+
+// DIR/<contents of DIR/latest>; NOT_FOUND when DIR/latest does not exist,
+// DATA_LOSS when it names no directory.
+StatusOr<std::string> LatestCheckpoint(const std::string& dir);
+
+// Loads a step directory written by SaveCheckpoint into `params` (and `adam`
+// when not null). Everything is validated before anything is copied: missing
+// files, malformed safetensors (the reader's error, naming the file), unknown
+// or missing tensor names, wrong shapes ("expected [..], got [..]"), a config
+// fingerprint that differs from `cfg` (naming the field). Errors name the file.
+Status LoadCheckpoint(const std::string& step_dir, const ModelConfig& cfg, ParamStore* params,
+                      AdamW* adam, CheckpointState* state);
+
+struct HfLoadReport {
+  int loaded = 0;                       // tensors copied
+  std::vector<std::string> missing;     // our parameters absent from the file (kept as is)
+  std::vector<std::string> unexpected;  // file tensors we have no place for
+  std::vector<std::string> ignored;     // known extras (position_ids, pooler, NSP, tied copies)
+  std::string Summary() const;          // "loaded 199, missing 12 (prompt.*...), ..."
+};
+
+// Copies the tensors of an HF BertForMaskedLM (or BertModel) safetensors file
+// whose names match our parameters. Known extras are ignored:
+// bert.embeddings.position_ids, cls.predictions.decoder.weight (tied to the
+// word embeddings), cls.predictions.decoder.bias (== cls.predictions.bias),
+// bert.pooler.*, cls.seq_relationship.*. A "bert."-less BertModel naming is
+// accepted too. A shape mismatch is an error naming the tensor and both
+// shapes; nothing is copied then.
+StatusOr<HfLoadReport> LoadHfInit(const std::string& path, ParamStore* params);
+
+}  // namespace dgca
+
+#endif  // DGCA_MODEL_TRAIN_CHECKPOINT_H_
