@@ -1,0 +1,249 @@
+#include "coordinator/metrics_hub.h"
+
+#include <prometheus/counter.h>
+#include <prometheus/exposer.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+#include <prometheus/text_serializer.h>
+
+#include <exception>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
+namespace dgca {
+
+using prometheus::Counter;
+using prometheus::Family;
+using prometheus::Gauge;
+using prometheus::Histogram;
+
+struct MetricsHub::Families {
+  explicit Families(prometheus::Registry& r)
+      : jobs(prometheus::BuildGauge().Name("dgca_jobs").Help("Jobs by state.").Register(r)),
+        job_progress(prometheus::BuildGauge().Name("dgca_job_progress_ratio")
+                         .Help("Job progress: completed optimizer steps / train.steps (0..1).").Register(r)),
+        job_eta(prometheus::BuildGauge().Name("dgca_job_eta_seconds")
+                    .Help("Estimated seconds until the job's last step.").Register(r)),
+        job_sps(prometheus::BuildGauge().Name("dgca_job_samples_per_second")
+                    .Help("Training throughput of the whole job (sum over ranks), samples per second.").Register(r)),
+        step(prometheus::BuildGauge().Name("dgca_train_step")
+                 .Help("Last completed optimizer step of a rank.").Register(r)),
+        target_steps(prometheus::BuildGauge().Name("dgca_train_target_steps")
+                         .Help("Optimizer steps the job trains for (train.steps).").Register(r)),
+        loss(prometheus::BuildGauge().Name("dgca_train_loss")
+                 .Help("Training loss of the last step, by head (head=\"total\" is the full loss).").Register(r)),
+        sps(prometheus::BuildGauge().Name("dgca_train_samples_per_second")
+                .Help("Training samples per second of a rank.").Register(r)),
+        step_seconds(prometheus::BuildHistogram().Name("dgca_train_step_seconds")
+                         .Help("Wall time of one optimizer step of a rank, seconds.").Register(r)),
+        lr(prometheus::BuildGauge().Name("dgca_train_learning_rate")
+               .Help("Learning rate of the last step.").Register(r)),
+        grad_norm(prometheus::BuildGauge().Name("dgca_train_grad_norm")
+                      .Help("Global gradient L2 norm of the last step (before clipping).").Register(r)),
+        samples(prometheus::BuildCounter().Name("dgca_train_samples_total")
+                    .Help("Training samples processed by a rank.").Register(r)),
+        data_wait(prometheus::BuildCounter().Name("dgca_data_wait_seconds_total")
+                      .Help("Seconds a rank waited for its input pipeline.").Register(r)),
+        allreduce(prometheus::BuildCounter().Name("dgca_comm_allreduce_seconds_total")
+                      .Help("Seconds a rank spent in gradient all-reduce.").Register(r)),
+        exposed(prometheus::BuildCounter().Name("dgca_comm_exposed_seconds_total")
+                    .Help("Seconds of communication not overlapped with compute.").Register(r)),
+        exposed_ratio(prometheus::BuildGauge().Name("dgca_comm_exposed_ratio")
+                          .Help("Exposed (non-overlapped) communication time / step time, last step.").Register(r)),
+        bus_bw(prometheus::BuildGauge().Name("dgca_comm_bus_bandwidth_bytes_per_second")
+                   .Help("All-reduce bus bandwidth measured on the last step, bytes per second.").Register(r)),
+        gpu_util(prometheus::BuildGauge().Name("dgca_gpu_utilization_ratio")
+                     .Help("GPU utilization (0..1) reported by NVML.").Register(r)),
+        gpu_mem(prometheus::BuildGauge().Name("dgca_gpu_memory_used_bytes")
+                    .Help("GPU memory in use, bytes.").Register(r)),
+        gpu_power(prometheus::BuildGauge().Name("dgca_gpu_power_watts")
+                      .Help("GPU power draw, watts.").Register(r)),
+        eval_f1(prometheus::BuildGauge().Name("dgca_eval_f1")
+                    .Help("Evaluation F1 by level (sentence|char) and kind (detection|correction).").Register(r)),
+        eval_metric(prometheus::BuildGauge().Name("dgca_eval_metric")
+                        .Help("Every evaluation metric by name, last evaluation.").Register(r)),
+        hb_age(prometheus::BuildGauge().Name("dgca_worker_heartbeat_age_seconds")
+                   .Help("Seconds since the node agent's last heartbeat.").Register(r)),
+        connected(prometheus::BuildGauge().Name("dgca_worker_connected")
+                      .Help("1 while the node agent's stream is connected.").Register(r)),
+        restarts(prometheus::BuildCounter().Name("dgca_rank_restarts_total")
+                     .Help("Job restarts after a rank failure or stall.").Register(r)) {}
+  Family<Gauge>& jobs;
+  Family<Gauge>& job_progress;
+  Family<Gauge>& job_eta;
+  Family<Gauge>& job_sps;
+  Family<Gauge>& step;
+  Family<Gauge>& target_steps;
+  Family<Gauge>& loss;
+  Family<Gauge>& sps;
+  Family<Histogram>& step_seconds;
+  Family<Gauge>& lr;
+  Family<Gauge>& grad_norm;
+  Family<Counter>& samples;
+  Family<Counter>& data_wait;
+  Family<Counter>& allreduce;
+  Family<Counter>& exposed;
+  Family<Gauge>& exposed_ratio;
+  Family<Gauge>& bus_bw;
+  Family<Gauge>& gpu_util;
+  Family<Gauge>& gpu_mem;
+  Family<Gauge>& gpu_power;
+  Family<Gauge>& eval_f1;
+  Family<Gauge>& eval_metric;
+  Family<Gauge>& hb_age;
+  Family<Gauge>& connected;
+  Family<Counter>& restarts;
+};
+
+struct MetricsHub::RankSeries {
+  prometheus::Labels labels;
+  Gauge* step;
+  Gauge* sps;
+  Histogram* step_seconds;
+  Gauge* lr;
+  Gauge* grad_norm;
+  Counter* samples;
+  Counter* data_wait;
+  Counter* allreduce;
+  Counter* exposed;
+  Gauge* exposed_ratio;
+  Gauge* bus_bw;
+  std::map<std::string, Gauge*> loss;  // by head
+};
+
+MetricsHub::MetricsHub()
+    : registry_(std::make_shared<prometheus::Registry>()),
+      f_(std::make_unique<Families>(*registry_)) {
+  for (int s = v1::PENDING; s <= v1::CANCELLED; ++s) {
+    f_->jobs.Add({{"state", v1::JobState_Name(static_cast<v1::JobState>(s))}}).Set(0);
+  }
+}
+
+MetricsHub::~MetricsHub() = default;
+
+absl::StatusOr<std::string> MetricsHub::StartExposer(const std::string& listen) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (exposer_) return absl::FailedPreconditionError("metrics exposer already started");
+  try {
+    exposer_ = std::make_unique<prometheus::Exposer>(listen);
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(absl::StrCat("cannot serve /metrics on ", listen, ": ", e.what()));
+  }
+  exposer_->RegisterCollectable(registry_);
+  std::vector<int> ports = exposer_->GetListeningPorts();
+  std::string host = listen.substr(0, listen.rfind(':'));
+  if (ports.empty()) return absl::UnavailableError("metrics exposer bound no port");
+  return absl::StrCat(host, ":", ports[0]);
+}
+
+std::string MetricsHub::Serialize() const {
+  std::ostringstream out;
+  prometheus::TextSerializer().Serialize(out, registry_->Collect());
+  return out.str();
+}
+
+void MetricsHub::SetJobCounts(const std::map<v1::JobState, int>& counts) {
+  for (int s = v1::PENDING; s <= v1::CANCELLED; ++s) {
+    auto it = counts.find(static_cast<v1::JobState>(s));
+    f_->jobs.Add({{"state", v1::JobState_Name(static_cast<v1::JobState>(s))}})
+        .Set(it == counts.end() ? 0 : it->second);
+  }
+}
+
+MetricsHub::RankSeries* MetricsHub::Rank(const std::string& job, int rank,
+                                         const std::string& node) {
+  auto& slot = ranks_[{job, rank}];
+  if (slot && slot->labels.at("node") == node) return slot.get();
+  auto r = std::make_unique<RankSeries>();
+  r->labels = {{"job", job}, {"rank", std::to_string(rank)}, {"node", node}};
+  r->step = &f_->step.Add(r->labels);
+  r->sps = &f_->sps.Add(r->labels);
+  r->step_seconds = &f_->step_seconds.Add(
+      r->labels, Histogram::BucketBoundaries{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5,
+                                             10, 30, 60});
+  r->lr = &f_->lr.Add(r->labels);
+  r->grad_norm = &f_->grad_norm.Add(r->labels);
+  r->samples = &f_->samples.Add(r->labels);
+  r->data_wait = &f_->data_wait.Add(r->labels);
+  r->allreduce = &f_->allreduce.Add(r->labels);
+  r->exposed = &f_->exposed.Add(r->labels);
+  r->exposed_ratio = &f_->exposed_ratio.Add(r->labels);
+  r->bus_bw = &f_->bus_bw.Add(r->labels);
+  slot = std::move(r);
+  return slot.get();
+}
+
+void MetricsHub::IngestStep(const v1::StepMetrics& m, const std::string& node, int gpu) {
+  std::lock_guard<std::mutex> lock(mu_);
+  RankSeries* r = Rank(m.job_id(), m.rank(), node);
+  r->step->Set(static_cast<double>(m.step()));
+  r->sps->Set(m.samples_per_second());
+  if (m.step_seconds() > 0) r->step_seconds->Observe(m.step_seconds());
+  r->lr->Set(m.learning_rate());
+  r->grad_norm->Set(m.grad_norm());
+  if (m.samples() > 0) r->samples->Increment(static_cast<double>(m.samples()));
+  if (m.data_wait_seconds() > 0) r->data_wait->Increment(m.data_wait_seconds());
+  if (m.allreduce_seconds() > 0) r->allreduce->Increment(m.allreduce_seconds());
+  if (m.exposed_comm_seconds() > 0) r->exposed->Increment(m.exposed_comm_seconds());
+  r->exposed_ratio->Set(m.step_seconds() > 0 ? m.exposed_comm_seconds() / m.step_seconds() : 0);
+  if (m.bus_bandwidth_bytes_per_second() > 0) r->bus_bw->Set(m.bus_bandwidth_bytes_per_second());
+  auto loss = [&](const std::string& head, double v) {
+    Gauge*& g = r->loss[head];
+    if (g == nullptr) {
+      prometheus::Labels l = r->labels;
+      l["head"] = head;
+      g = &f_->loss.Add(l);
+    }
+    g->Set(v);
+  };
+  loss("total", m.loss());
+  for (const auto& [head, v] : m.loss_by_head()) {
+    if (head.size() <= 64) loss(head, v);
+  }
+  if (gpu >= 0 || m.gpu_utilization_ratio() >= 0 || m.gpu_memory_used_bytes() >= 0 ||
+      m.gpu_power_watts() >= 0) {
+    prometheus::Labels l = r->labels;
+    l["gpu"] = std::to_string(gpu);
+    // Proto3 default 0 would look like a reading; ranks send -1 when absent,
+    // and CPU ranks (gpu < 0) never get GPU series.
+    if (gpu >= 0 && m.gpu_utilization_ratio() >= 0) f_->gpu_util.Add(l).Set(m.gpu_utilization_ratio());
+    if (gpu >= 0 && m.gpu_memory_used_bytes() >= 0) f_->gpu_mem.Add(l).Set(m.gpu_memory_used_bytes());
+    if (gpu >= 0 && m.gpu_power_watts() >= 0) f_->gpu_power.Add(l).Set(m.gpu_power_watts());
+  }
+}
+
+void MetricsHub::IngestEval(const v1::EvalMetrics& m) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [name, v] : m.metrics()) {
+    if (name.size() > 128) continue;
+    f_->eval_metric.Add({{"job", m.job_id()}, {"name", name}}).Set(v);
+    // "<level>_<kind>_f1", e.g. sentence_correction_f1, char_detection_f1.
+    std::vector<std::string> parts = absl::StrSplit(name, '_');
+    if (parts.size() == 3 && parts[2] == "f1") {
+      f_->eval_f1.Add({{"job", m.job_id()}, {"level", parts[0]}, {"kind", parts[1]}}).Set(v);
+    }
+  }
+}
+
+void MetricsHub::SetJobProgress(const std::string& job, double ratio, double eta_seconds,
+                                double samples_per_second, int64_t target_steps) {
+  f_->job_progress.Add({{"job", job}}).Set(ratio);
+  f_->job_eta.Add({{"job", job}}).Set(eta_seconds);
+  f_->job_sps.Add({{"job", job}}).Set(samples_per_second);
+  f_->target_steps.Add({{"job", job}}).Set(static_cast<double>(target_steps));
+}
+
+void MetricsHub::SetHeartbeatAge(const std::string& node, double age_seconds, bool connected) {
+  f_->hb_age.Add({{"node", node}}).Set(age_seconds);
+  f_->connected.Add({{"node", node}}).Set(connected ? 1 : 0);
+}
+
+void MetricsHub::IncRankRestarts(const std::string& job) {
+  f_->restarts.Add({{"job", job}}).Increment();
+}
+
+}  // namespace dgca

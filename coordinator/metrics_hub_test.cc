@@ -1,0 +1,106 @@
+#include "coordinator/metrics_hub.h"
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <string>
+
+namespace dgca {
+namespace {
+
+bool Has(const std::string& text, const std::string& needle) {
+  return text.find(needle) != std::string::npos;
+}
+
+v1::StepMetrics Step(int rank, int64_t step) {
+  v1::StepMetrics m;
+  m.set_job_id("j-1");
+  m.set_rank(rank);
+  m.set_step(step);
+  m.set_total_steps(100);
+  m.set_loss(2.5);
+  (*m.mutable_loss_by_head())["detector"] = 0.25;
+  m.set_learning_rate(1e-4);
+  m.set_grad_norm(1.5);
+  m.set_samples_per_second(64);
+  m.set_step_seconds(0.5);
+  m.set_data_wait_seconds(0.1);
+  m.set_allreduce_seconds(0.2);
+  m.set_exposed_comm_seconds(0.05);
+  m.set_bus_bandwidth_bytes_per_second(1e9);
+  m.set_gpu_utilization_ratio(-1);
+  m.set_gpu_memory_used_bytes(-1);
+  m.set_gpu_power_watts(-1);
+  m.set_samples(32);
+  return m;
+}
+
+TEST(MetricsHub, IngestsStepsAndEvals) {
+  MetricsHub hub;
+  hub.IngestStep(Step(0, 1), "n1", -1);
+  hub.IngestStep(Step(0, 2), "n1", -1);
+  hub.IngestStep(Step(1, 2), "n1", -1);
+  v1::EvalMetrics e;
+  e.set_job_id("j-1");
+  (*e.mutable_metrics())["sentence_correction_f1"] = 0.75;
+  (*e.mutable_metrics())["char_detection_f1"] = 0.5;
+  hub.IngestEval(e);
+  hub.SetJobCounts({{v1::RUNNING, 1}, {v1::SUCCEEDED, 3}});
+  hub.SetHeartbeatAge("n1", 1.5, true);
+  hub.IncRankRestarts("j-1");
+  hub.SetJobProgress("j-1", 0.02, 100, 128, 100);
+  std::string t = hub.Serialize();
+  EXPECT_TRUE(Has(t, "# HELP dgca_train_loss ")) << t;
+  EXPECT_TRUE(Has(t, "dgca_jobs{state=\"SUCCEEDED\"} 3"));
+  EXPECT_TRUE(Has(t, "dgca_jobs{state=\"FAILED\"} 0"));
+  EXPECT_TRUE(Has(t, "dgca_train_step{job=\"j-1\",node=\"n1\",rank=\"0\"} 2"));
+  EXPECT_TRUE(Has(t, "dgca_train_loss{head=\"detector\",job=\"j-1\",node=\"n1\",rank=\"1\"} 0.25"));
+  EXPECT_TRUE(Has(t, "dgca_train_loss{head=\"total\",job=\"j-1\",node=\"n1\",rank=\"0\"} 2.5"));
+  EXPECT_TRUE(Has(t, "dgca_train_step_seconds_count{job=\"j-1\",node=\"n1\",rank=\"0\"} 2"));
+  EXPECT_TRUE(Has(t, "dgca_train_samples_total{job=\"j-1\",node=\"n1\",rank=\"0\"} 64"));
+  EXPECT_TRUE(Has(t, "dgca_comm_exposed_ratio{job=\"j-1\",node=\"n1\",rank=\"0\"} 0.1"));
+  EXPECT_TRUE(Has(t, "dgca_eval_f1{job=\"j-1\",kind=\"correction\",level=\"sentence\"} 0.75"));
+  EXPECT_TRUE(Has(t, "dgca_worker_heartbeat_age_seconds{node=\"n1\"} 1.5"));
+  EXPECT_TRUE(Has(t, "dgca_rank_restarts_total{job=\"j-1\"} 1"));
+  EXPECT_TRUE(Has(t, "# TYPE dgca_data_wait_seconds_total counter"));
+  // CPU ranks report -1: no GPU series.
+  EXPECT_FALSE(Has(t, "dgca_gpu_utilization_ratio{"));
+  v1::StepMetrics g = Step(2, 1);
+  g.set_gpu_utilization_ratio(0.9);
+  g.set_gpu_memory_used_bytes(1e9);
+  g.set_gpu_power_watts(300);
+  hub.IngestStep(g, "n2", 3);
+  t = hub.Serialize();
+  EXPECT_TRUE(Has(t, "dgca_gpu_utilization_ratio{gpu=\"3\",job=\"j-1\",node=\"n2\",rank=\"2\"} 0.9")) << t;
+  EXPECT_TRUE(Has(t, "dgca_gpu_power_watts{gpu=\"3\""));
+}
+
+TEST(MetricsHub, ExposerServesMetrics) {
+  MetricsHub hub;
+  auto addr = hub.StartExposer("127.0.0.1:0");
+  ASSERT_TRUE(addr.ok()) << addr.status();
+  int port = std::stoi(addr->substr(addr->rfind(':') + 1));
+  ASSERT_GT(port, 0);
+  EXPECT_FALSE(hub.StartExposer("127.0.0.1:0").ok());
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(port);
+  inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)), 0);
+  std::string req = "GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n";
+  ASSERT_EQ(write(fd, req.data(), req.size()), static_cast<ssize_t>(req.size()));
+  std::string resp;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof(buf))) > 0) resp.append(buf, n);
+  close(fd);
+  EXPECT_TRUE(Has(resp, "200 OK")) << resp.substr(0, 200);
+  EXPECT_TRUE(Has(resp, "dgca_jobs{state=\"PENDING\"} 0"));
+}
+
+}  // namespace
+}  // namespace dgca
