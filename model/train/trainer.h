@@ -34,6 +34,12 @@ struct StepReport {
   double bus_bandwidth_bytes_per_second = 0;
   int64_t samples = 0;       // this rank, this step
   double eta_seconds = 0;
+  // Overlap evidence (Communicator::Now() time base; -1 when nothing was
+  // communicated this step): when the first bucket all-reduce started running
+  // and when backward of the last micro-step ended.
+  double first_allreduce_start = -1;
+  double backward_end = -1;
+  int buckets = 0;           // bucket all-reduces this step
 };
 
 struct EvalReport {

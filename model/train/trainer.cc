@@ -1,0 +1,419 @@
+#include "model/train/trainer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+
+#include "model/core/confusion.h"
+#include "model/core/data.h"
+#include "model/core/eval_metrics.h"
+#include "model/core/tokenizer.h"
+#include "model/nn/model.h"
+#include "model/train/buckets.h"
+#include "model/train/checkpoint.h"
+#include "model/train/optimizer.h"
+
+namespace dgca {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+double Since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+std::string FormatDuration(double s) {
+  if (!(s >= 0) || !std::isfinite(s)) return "?";
+  long long t = static_cast<long long>(s + 0.5);
+  char buf[64];
+  if (t >= 3600) {
+    std::snprintf(buf, sizeof(buf), "%lldh%02lldm", t / 3600, (t / 60) % 60);
+  } else if (t >= 60) {
+    std::snprintf(buf, sizeof(buf), "%lldm%02llds", t / 60, t % 60);
+  } else {
+    std::snprintf(buf, sizeof(buf), "%llds", t);
+  }
+  return buf;
+}
+
+class Logger {
+ public:
+  Logger(TrainObserver* obs, int rank) : obs_(obs), rank_(rank) {}
+  void operator()(const std::string& line) const {
+    if (obs_) obs_->OnLog(line);
+  }
+  int rank() const { return rank_; }
+
+ private:
+  TrainObserver* obs_;
+  int rank_;
+};
+
+Status ValidateConfig(const TrainConfig& c) {
+  if (c.train_path.empty()) return InvalidArgumentError("train: data.train (train_path) is empty");
+  if (c.steps <= 0) return InvalidArgumentError("train: steps must be > 0, got " + std::to_string(c.steps));
+  if (c.micro_batch <= 0) {
+    return InvalidArgumentError("train: micro_batch must be > 0, got " + std::to_string(c.micro_batch));
+  }
+  if (c.accumulation <= 0) {
+    return InvalidArgumentError("train: accumulation must be > 0, got " + std::to_string(c.accumulation));
+  }
+  if (c.bucket_mb <= 0) return InvalidArgumentError("train: bucket_mb must be > 0");
+  if (c.precision != Precision::kFp32) {
+    return UnimplementedError("train: the CPU trainer runs fp32 only (precision fp16/bf16 needs CUDA)");
+  }
+  return OkStatus();
+}
+
+// Decodes the eval set with Predict (no MFT) and scores it. Every rank
+// evaluates the whole (possibly capped) eval set: simple, and identical on
+// all ranks, so no reduction is needed.
+StatusOr<EvalReport> Evaluate(DgcaModel* model, const std::vector<Example>& examples,
+                              const ConfusionSet* confusion, const BatchOptions& opts,
+                              int batch_size, int64_t max_samples, int64_t step) {
+  CorrectionMetrics metrics;
+  const int64_t n = max_samples > 0 ? std::min<int64_t>(max_samples, examples.size())
+                                    : static_cast<int64_t>(examples.size());
+  for (int64_t begin = 0; begin < n; begin += batch_size) {
+    std::vector<int64_t> idx;
+    for (int64_t i = begin; i < std::min<int64_t>(n, begin + batch_size); ++i) idx.push_back(i);
+    Batch batch = BuildBatch(examples, idx, opts, confusion, /*mft=*/false, /*epoch=*/0);
+    DGCA_ASSIGN_OR_RETURN(std::vector<int32_t> pred, model->Predict(batch));
+    if (static_cast<int>(pred.size()) != batch.num_slots()) {
+      return InternalError("eval: Predict returned " + std::to_string(pred.size()) +
+                           " ids for " + std::to_string(batch.num_slots()) + " target slots");
+    }
+    size_t t = 0;
+    for (int b = 0; b < batch.batch_size; ++b) {
+      const Example& ex = examples[idx[b]];
+      const size_t len = static_cast<size_t>(batch.row_length[b]);
+      std::vector<int32_t> src(ex.src.begin(), ex.src.begin() + std::min(len, ex.src.size()));
+      std::vector<int32_t> trg(ex.trg.begin(), ex.trg.begin() + std::min(len, ex.trg.size()));
+      std::vector<int32_t> p(pred.begin() + t, pred.begin() + t + len);
+      t += len;
+      metrics.Add(src, trg, p);
+    }
+  }
+  EvalReport report;
+  report.step = step;
+  report.metrics = metrics.Compute();
+  report.samples = n;
+  return report;
+}
+
+std::string EvalLine(const EvalReport& r) {
+  auto get = [&](const char* k) {
+    auto it = r.metrics.find(k);
+    return it == r.metrics.end() ? 0.0 : it->second;
+  };
+  char buf[512];
+  std::snprintf(buf, sizeof(buf),
+                "eval step %lld (%lld sentences): sentence correction P/R/F1 %.4f/%.4f/%.4f, "
+                "detection F1 %.4f, char correction F1 %.4f, false positive rate %.4f",
+                static_cast<long long>(r.step), static_cast<long long>(r.samples),
+                get("sentence_correction_precision"), get("sentence_correction_recall"),
+                get("sentence_correction_f1"), get("sentence_detection_f1"),
+                get("char_correction_f1"), get("false_positive_rate"));
+  return buf;
+}
+
+}  // namespace
+
+StatusOr<TrainResult> Train(const TrainConfig& config, Communicator* comm,
+                            TrainObserver* observer) {
+  DGCA_RETURN_IF_ERROR(ValidateConfig(config));
+  std::unique_ptr<Communicator> local;
+  if (comm == nullptr) {
+    local = MakeLocalCommunicator();
+    comm = local.get();
+  }
+  const int rank = comm->rank();
+  const int world = comm->world_size();
+  Logger log(observer, rank);
+  const auto run_start = Clock::now();
+
+  // Vocabulary: given, or the one saved next to the checkpoints (so a resumed
+  // run keeps its ids), or built from the training data.
+  Vocab vocab;
+  const std::string saved_vocab =
+      config.checkpoint_dir.empty() ? "" : config.checkpoint_dir + "/vocab.txt";
+  if (!config.vocab_path.empty()) {
+    DGCA_ASSIGN_OR_RETURN(vocab, Vocab::Load(config.vocab_path));
+  } else if (!saved_vocab.empty() && fs::exists(saved_vocab)) {
+    DGCA_ASSIGN_OR_RETURN(vocab, Vocab::Load(saved_vocab));
+    log("vocab: " + std::to_string(vocab.size()) + " tokens from " + saved_vocab);
+  } else {
+    DGCA_ASSIGN_OR_RETURN(vocab, Vocab::BuildFromExamples({config.train_path}));
+    log("vocab: built " + std::to_string(vocab.size()) + " tokens from " + config.train_path);
+    if (!saved_vocab.empty() && rank == 0) {
+      std::error_code ec;
+      fs::create_directories(config.checkpoint_dir, ec);
+      DGCA_RETURN_IF_ERROR(vocab.Save(saved_vocab));
+    }
+  }
+
+  ModelConfig mcfg = config.model;
+  mcfg.vocab_size = vocab.size();
+
+  std::shared_ptr<const ConfusionSet> confusion;
+  if (mcfg.candidate) {
+    if (!config.confusion_path.empty()) {
+      DGCA_ASSIGN_OR_RETURN(ConfusionSet cs, ConfusionSet::LoadJson(config.confusion_path, vocab));
+      confusion = std::make_shared<const ConfusionSet>(std::move(cs));
+      log("confusion set: " + config.confusion_path);
+    } else {
+      DGCA_ASSIGN_OR_RETURN(ConfusionSet cs, ConfusionSet::BuildFromUnihan(vocab));
+      confusion = std::make_shared<const ConfusionSet>(std::move(cs));
+      log("confusion set: built-in Unihan homophones");
+    }
+  }
+
+  ReadStats stats;
+  DGCA_ASSIGN_OR_RETURN(std::vector<Example> train_ex,
+                        ReadEcspell(config.train_path, vocab, &stats));
+  log("train data " + config.train_path + ": " + std::to_string(stats.lines) + " lines, " +
+      std::to_string(stats.kept) + " kept, " + std::to_string(stats.skipped_unequal) +
+      " skipped (unequal lengths), " + std::to_string(stats.truncated) + " truncated to " +
+      std::to_string(MaxCharsForSeqLen(config.max_seq_len, mcfg.prompt_length)) + " chars");
+  if (train_ex.empty()) {
+    return InvalidArgumentError("train data " + config.train_path + ": no usable sentence pairs");
+  }
+  auto train_examples = std::make_shared<const std::vector<Example>>(std::move(train_ex));
+  std::vector<Example> eval_examples;
+  if (!config.eval_path.empty()) {
+    ReadStats es;
+    DGCA_ASSIGN_OR_RETURN(eval_examples, ReadEcspell(config.eval_path, vocab, &es));
+    log("eval data " + config.eval_path + ": " + std::to_string(es.kept) + " kept, " +
+        std::to_string(es.skipped_unequal) + " skipped (unequal lengths)");
+  }
+
+  DGCA_ASSIGN_OR_RETURN(std::unique_ptr<DgcaModel> model,
+                        DgcaModel::Create(mcfg, config.micro_batch, config.max_seq_len,
+                                          config.seed, config.threads));
+  ParamStore& params = model->params();
+  AdamWOptions aopt;
+  aopt.weight_decay = config.weight_decay;
+  AdamW adam(&params, aopt);
+
+  // Initial weights: resume > init_from > random (from the seed).
+  std::string resume_dir;
+  if (!config.resume_from.empty()) {
+    if (fs::exists(config.resume_from + "/latest")) {
+      DGCA_ASSIGN_OR_RETURN(resume_dir, LatestCheckpoint(config.resume_from));
+    } else {
+      resume_dir = config.resume_from;
+    }
+  } else if (!config.checkpoint_dir.empty()) {
+    auto latest = LatestCheckpoint(config.checkpoint_dir);
+    if (latest.ok()) {
+      resume_dir = *latest;
+    } else if (latest.status().code() != StatusCode::kNotFound) {
+      return latest.status();
+    }
+  }
+  int64_t start_step = 0;
+  if (!resume_dir.empty()) {
+    CheckpointState st;
+    DGCA_RETURN_IF_ERROR(LoadCheckpoint(resume_dir, mcfg, &params, &adam, &st));
+    start_step = st.step;
+    if (st.seed != config.seed) {
+      log("warning: checkpoint seed " + std::to_string(st.seed) + " differs from this run's " +
+          std::to_string(config.seed) + "; the data order will differ");
+    }
+    log("resumed from " + resume_dir + " at step " + std::to_string(start_step));
+  } else if (!config.init_from.empty()) {
+    DGCA_ASSIGN_OR_RETURN(HfLoadReport r, LoadHfInit(config.init_from, &params));
+    log("init_from " + config.init_from + ": " + r.Summary());
+  } else {
+    log("random init (seed " + std::to_string(config.seed) + "), " +
+        std::to_string(params.total_numel()) + " parameters");
+  }
+  if (world > 1) {
+    // Every rank starts from rank 0's weights (and optimizer state).
+    DGCA_RETURN_IF_ERROR(comm->Broadcast(params.values(), params.total_numel(), 0));
+    DGCA_RETURN_IF_ERROR(comm->Broadcast(adam.m().data(), adam.m().size(), 0));
+    DGCA_RETURN_IF_ERROR(comm->Broadcast(adam.v().data(), adam.v().size(), 0));
+  }
+
+  BatchOptions bopt;
+  bopt.seq_len = config.max_seq_len;
+  bopt.prompt_length = mcfg.prompt_length;
+  bopt.top_k = mcfg.candidate ? mcfg.candidate_top_k : 0;
+  bopt.mft_mode = config.mft_mode;
+  bopt.mft_rate = config.mft_rate;
+  bopt.seed = config.seed;
+  LoaderOptions lopt;
+  lopt.batch = bopt;
+  lopt.micro_batch = config.micro_batch;
+  lopt.accumulation = config.accumulation;
+  lopt.rank = rank;
+  lopt.world_size = world;
+  lopt.threads = std::max(1, config.loader_threads);
+  lopt.prefetch = std::max(1, config.prefetch);
+  LoaderPosition pos;
+  pos.step = start_step;
+  DGCA_ASSIGN_OR_RETURN(std::unique_ptr<DataLoader> loader,
+                        DataLoader::Create(train_examples, confusion, lopt, pos));
+
+  GradientBuckets buckets(comm, &params, config.bucket_mb);
+  log("training: rank " + std::to_string(rank) + "/" + std::to_string(world) + ", steps " +
+      std::to_string(start_step) + ".." + std::to_string(config.steps) + ", global batch " +
+      std::to_string(static_cast<int64_t>(config.micro_batch) * config.accumulation * world) +
+      " (micro " + std::to_string(config.micro_batch) + " x accumulation " +
+      std::to_string(config.accumulation) + " x ranks " + std::to_string(world) + "), " +
+      std::to_string(buckets.buckets().size()) + " gradient buckets, overlap " +
+      (config.overlap ? "on" : "off"));
+
+  TrainResult result;
+  auto run_eval = [&](int64_t step) -> Status {
+    if (eval_examples.empty()) return OkStatus();
+    DGCA_ASSIGN_OR_RETURN(EvalReport er,
+                          Evaluate(model.get(), eval_examples, confusion.get(), bopt,
+                                   config.micro_batch, config.max_eval_samples, step));
+    log(EvalLine(er));
+    if (observer) observer->OnEval(er);
+    result.eval = er.metrics;
+    return OkStatus();
+  };
+  int64_t last_ckpt = -1;
+  auto save = [&](int64_t step) -> Status {
+    if (config.checkpoint_dir.empty() || last_ckpt == step) return OkStatus();
+    std::string dir;
+    if (rank == 0) {
+      CheckpointState st;
+      st.step = step;
+      st.loader_step = loader->position().step;
+      st.seed = config.seed;
+      DGCA_ASSIGN_OR_RETURN(dir, SaveCheckpoint(config.checkpoint_dir, params, &adam, mcfg, st));
+      log("checkpoint " + dir);
+      if (observer) observer->OnCheckpoint(dir, step);
+    }
+    last_ckpt = step;
+    return comm->Barrier();  // nobody runs ahead of a half-written checkpoint
+  };
+
+  const int acc = config.accumulation;
+  const float grad_scale = 1.0f / static_cast<float>(acc);
+  const int64_t log_every = std::max<int64_t>(1, config.steps / 20);
+  double train_seconds = 0;
+  int64_t train_samples = 0;
+  auto last_log = Clock::now();
+  for (int64_t step = start_step; step < config.steps; ++step) {
+    const auto t0 = Clock::now();
+    StepReport rep;
+    rep.step = step + 1;
+    rep.total_steps = config.steps;
+    params.ZeroGrads();
+    LossBreakdown sum;
+    CommStats cs;
+    for (int a = 0; a < acc; ++a) {
+      const bool last = a == acc - 1;
+      double wait = 0;
+      DGCA_ASSIGN_OR_RETURN(Batch batch, loader->Next(&wait));
+      rep.data_wait_seconds += wait;
+      rep.samples += batch.batch_size;
+      buckets.BeginStep(last);
+      GradReadyFn ready;
+      if (last && config.overlap && world > 1) {
+        ready = [&buckets](int first) { buckets.OnGradReady(first); };
+      }
+      DGCA_ASSIGN_OR_RETURN(LossBreakdown lb, model->ForwardBackward(batch, grad_scale, ready));
+      if (!std::isfinite(lb.total)) {
+        return InternalError("train: loss is not finite at step " + std::to_string(step + 1) +
+                             " (lr " + std::to_string(config.lr) + "); try a lower learning rate");
+      }
+      sum.total += lb.total;
+      sum.fusion += lb.fusion;
+      sum.mft += lb.mft;
+      sum.detector += lb.detector;
+      sum.candidate += lb.candidate;
+      if (last) {
+        buckets.MarkBackwardEnd();
+        auto w = buckets.WaitAll();
+        if (!w.ok()) {
+          return w.status().WithPrefix("train: gradient all-reduce at step " +
+                                       std::to_string(step + 1));
+        }
+        cs = std::move(w).value();
+      }
+    }
+    rep.loss = sum.total / acc;
+    rep.loss_by_head = {{"fusion", sum.fusion / acc},
+                        {"mft", sum.mft / acc},
+                        {"detector", sum.detector / acc},
+                        {"candidate", sum.candidate / acc}};
+    rep.grad_norm = ClipGradNorm(params.grads(), params.total_numel(), config.clip_norm);
+    rep.learning_rate =
+        ScheduledLr(config.schedule, config.lr, step, config.warmup_steps, config.steps);
+    adam.Step(static_cast<float>(rep.learning_rate));
+    rep.step_seconds = Since(t0);
+    rep.allreduce_seconds = cs.allreduce_seconds;
+    rep.exposed_comm_seconds = cs.exposed_seconds;
+    rep.bus_bandwidth_bytes_per_second = cs.bus_bandwidth;
+    rep.buckets = static_cast<int>(cs.events.size());
+    if (!cs.events.empty()) {
+      rep.first_allreduce_start = cs.events[0].start;
+      for (const BucketEvent& e : cs.events) {
+        rep.first_allreduce_start = std::min(rep.first_allreduce_start, e.start);
+      }
+      rep.backward_end = cs.backward_end;
+    }
+    rep.samples_per_second = rep.step_seconds > 0 ? rep.samples / rep.step_seconds : 0;
+    train_seconds += rep.step_seconds;
+    train_samples += rep.samples;
+    const int64_t done = step + 1 - start_step;
+    rep.eta_seconds = train_seconds / done * static_cast<double>(config.steps - step - 1);
+    result.losses.push_back(rep.loss);
+    result.steps = step + 1;
+    if (observer) observer->OnStep(rep);
+    if (step == start_step || rep.step % log_every == 0 || rep.step == config.steps ||
+        Since(last_log) >= 10.0) {
+      char buf[512];
+      std::snprintf(buf, sizeof(buf),
+                    "step %lld/%lld loss %.4f (fusion %.4f mft %.4f det %.4f cand %.4f) lr %.3g "
+                    "gnorm %.3f %.1f samples/s data %.0f%% comm %.0f%% exposed %.0f%% eta %s",
+                    static_cast<long long>(rep.step), static_cast<long long>(config.steps),
+                    rep.loss, rep.loss_by_head["fusion"], rep.loss_by_head["mft"],
+                    rep.loss_by_head["detector"], rep.loss_by_head["candidate"],
+                    rep.learning_rate, rep.grad_norm, rep.samples_per_second,
+                    100.0 * rep.data_wait_seconds / std::max(1e-9, rep.step_seconds),
+                    100.0 * rep.allreduce_seconds / std::max(1e-9, rep.step_seconds),
+                    100.0 * rep.exposed_comm_seconds / std::max(1e-9, rep.step_seconds),
+                    FormatDuration(rep.eta_seconds).c_str());
+      log(buf);
+      last_log = Clock::now();
+    }
+    if (config.checkpoint_every > 0 && rep.step % config.checkpoint_every == 0) {
+      DGCA_RETURN_IF_ERROR(save(rep.step));
+    }
+    if (config.eval_every > 0 && rep.step % config.eval_every == 0 && rep.step != config.steps) {
+      DGCA_RETURN_IF_ERROR(run_eval(rep.step));
+    }
+    if (observer && observer->StopRequested()) {
+      log("stop requested after step " + std::to_string(rep.step));
+      return CancelledError("train: stopped at step " + std::to_string(rep.step) +
+                            " on request");
+    }
+  }
+  if (config.checkpoint_every > 0) DGCA_RETURN_IF_ERROR(save(config.steps));
+  DGCA_RETURN_IF_ERROR(run_eval(config.steps));
+  result.steps = config.steps;
+  // final_loss: mean of the last (up to) 10 step losses, less noisy than one.
+  if (!result.losses.empty()) {
+    const size_t k = std::min<size_t>(10, result.losses.size());
+    double s = 0;
+    for (size_t i = result.losses.size() - k; i < result.losses.size(); ++i) s += result.losses[i];
+    result.final_loss = s / k;
+  }
+  result.samples_per_second = train_seconds > 0 ? train_samples / train_seconds : 0;
+  log("done: " + std::to_string(result.steps) + " steps in " + FormatDuration(Since(run_start)) +
+      ", " + std::to_string(result.samples_per_second) + " samples/s, final loss " +
+      std::to_string(result.final_loss));
+  return result;
+}
+
+}  // namespace dgca
