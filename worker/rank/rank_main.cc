@@ -1,0 +1,451 @@
+#include "worker/rank/rank_main.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "dgca/v1/rank.grpc.pb.h"
+#include "model/comm/communicator.h"
+#include "model/comm/gloo_communicator.h"
+#include "model/train/trainer.h"
+#include "proto/rpc/rpc_util.h"
+#include "worker/rank/grpc_store.h"
+#include "worker/rank/train_config.h"
+
+namespace dgca {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+volatile sig_atomic_t g_signalled = 0;
+
+void OnSignal(int sig) {
+  if (g_signalled) {
+    signal(sig, SIG_DFL);
+    raise(sig);
+    return;
+  }
+  g_signalled = sig;
+}
+
+int64_t NowUnixMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// printf to stderr with a timestamp and the rank, flushed (it goes to a file).
+template <typename... Args>
+void Log(int rank, const absl::FormatSpec<Args...>& fmt, const Args&... args) {
+  std::string line = absl::StrFormat(fmt, args...);
+  time_t t = time(nullptr);
+  struct tm tm;
+  gmtime_r(&t, &tm);
+  char ts[32];
+  strftime(ts, sizeof(ts), "%H:%M:%S", &tm);
+  std::fprintf(stderr, "%s rank %d: %s\n", ts, rank, line.c_str());
+  std::fflush(stderr);
+}
+
+bool IsAuthOrNetwork(grpc::StatusCode c) {
+  return c == grpc::StatusCode::UNAVAILABLE || c == grpc::StatusCode::DEADLINE_EXCEEDED ||
+         c == grpc::StatusCode::UNAUTHENTICATED;
+}
+
+// Streams MetricSamples to the coordinator from its own thread. Push never
+// blocks: with the queue full the oldest droppable sample goes.
+class MetricsSender {
+ public:
+  MetricsSender(std::shared_ptr<grpc::Channel> channel, std::string token, int rank)
+      : stub_(v1::RankService::NewStub(channel)), token_(std::move(token)), rank_(rank) {
+    thread_ = std::thread([this] { Loop(); });
+  }
+  ~MetricsSender() { Close(std::chrono::seconds(0)); }
+
+  void Push(v1::MetricSample s, bool droppable) {
+    std::lock_guard<std::mutex> l(mu_);
+    if (queue_.size() >= kMaxQueue) {
+      for (auto it = queue_.begin(); it != queue_.end(); ++it) {
+        if (it->droppable) {
+          queue_.erase(it);
+          ++dropped_;
+          break;
+        }
+      }
+    }
+    if (queue_.size() >= kMaxQueue) {  // nothing droppable left: drop this one
+      ++dropped_;
+      return;
+    }
+    queue_.push_back({std::move(s), droppable});
+    cv_.notify_all();
+  }
+
+  // Sends what is queued (at most `timeout`), then closes the stream.
+  void Close(std::chrono::milliseconds timeout) {
+    {
+      std::unique_lock<std::mutex> l(mu_);
+      if (closed_) return;
+      closing_ = true;
+      cv_.notify_all();
+      cv_.wait_for(l, timeout, [this] { return queue_.empty() && !sending_; });
+      closed_ = true;
+      cv_.notify_all();
+      if (ctx_) ctx_->TryCancel();
+    }
+    thread_.join();
+    if (dropped_ > 0) Log(rank_, "metrics: %d samples dropped (queue full or coordinator away)",
+                          dropped_);
+  }
+
+ private:
+  struct Item {
+    v1::MetricSample sample;
+    bool droppable;
+  };
+  static constexpr size_t kMaxQueue = 4096;
+
+  void Loop() {
+    std::unique_ptr<grpc::ClientWriter<v1::MetricSample>> writer;
+    v1::StreamMetricsResponse resp;
+    double backoff = 0.2;
+    while (true) {
+      Item item;
+      {
+        std::unique_lock<std::mutex> l(mu_);
+        cv_.wait(l, [this] { return closed_ || !queue_.empty() || closing_; });
+        if (closed_ || (closing_ && queue_.empty())) break;
+        if (queue_.empty()) continue;
+        item = queue_.front();
+        queue_.pop_front();
+        sending_ = true;
+      }
+      if (!writer) {
+        auto ctx = std::make_shared<grpc::ClientContext>();
+        AddAuth(ctx.get(), token_);
+        {
+          std::lock_guard<std::mutex> l(mu_);
+          ctx_ = ctx;
+        }
+        writer = stub_->StreamMetrics(ctx.get(), &resp);
+      }
+      if (!writer->Write(item.sample)) {
+        grpc::Status s = writer->Finish();
+        writer.reset();
+        std::unique_lock<std::mutex> l(mu_);
+        ctx_.reset();
+        queue_.push_front(item);
+        sending_ = false;
+        if (!warned_) {
+          Log(rank_, "metrics stream closed (%s); retrying", s.error_message());
+          warned_ = true;
+        }
+        cv_.wait_for(l, std::chrono::duration<double>(backoff), [this] { return closed_; });
+        backoff = std::min(backoff * 2, 5.0);
+        continue;
+      }
+      backoff = 0.2;
+      std::lock_guard<std::mutex> l(mu_);
+      sending_ = false;
+      cv_.notify_all();
+    }
+    if (writer) {
+      writer->WritesDone();
+      writer->Finish();
+    }
+    std::lock_guard<std::mutex> l(mu_);
+    ctx_.reset();
+  }
+
+  std::unique_ptr<v1::RankService::Stub> stub_;
+  std::string token_;
+  int rank_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Item> queue_;
+  std::shared_ptr<grpc::ClientContext> ctx_;
+  bool closing_ = false, closed_ = false, sending_ = false, warned_ = false;
+  int dropped_ = 0;
+  std::thread thread_;
+};
+
+class RankObserver : public TrainObserver {
+ public:
+  RankObserver(const RankArgs& a, MetricsSender* sender, std::atomic<bool>* stop,
+               std::atomic<int64_t>* step)
+      : a_(a), sender_(sender), stop_(stop), step_(step) {}
+
+  void OnStep(const StepReport& r) override {
+    step_->store(r.step);
+    v1::MetricSample s;
+    auto* m = s.mutable_step();
+    m->set_job_id(a_.job_id);
+    m->set_rank(a_.rank);
+    m->set_step(r.step);
+    m->set_total_steps(r.total_steps);
+    m->set_loss(r.loss);
+    for (const auto& [k, v] : r.loss_by_head) (*m->mutable_loss_by_head())[k] = v;
+    m->set_learning_rate(r.learning_rate);
+    m->set_grad_norm(r.grad_norm);
+    m->set_samples_per_second(r.samples_per_second);
+    m->set_step_seconds(r.step_seconds);
+    m->set_data_wait_seconds(r.data_wait_seconds);
+    m->set_allreduce_seconds(r.allreduce_seconds);
+    m->set_exposed_comm_seconds(r.exposed_comm_seconds);
+    m->set_bus_bandwidth_bytes_per_second(r.bus_bandwidth_bytes_per_second);
+    m->set_gpu_utilization_ratio(-1);
+    m->set_gpu_memory_used_bytes(-1);
+    m->set_gpu_power_watts(-1);
+    m->set_time_unix_ms(NowUnixMs());
+    m->set_samples(r.samples);
+    sender_->Push(std::move(s), true);
+    auto now = Clock::now();
+    if (r.step == 1 || r.step == r.total_steps || now - last_print_ > std::chrono::seconds(1)) {
+      last_print_ = now;
+      Log(a_.rank, "step %d/%d loss %.4f lr %.3g grad_norm %.3g %.1f samples/s %.3f s/step "
+          "(comm %.3f s, exposed %.3f s) ETA %.0f s",
+          r.step, r.total_steps, r.loss, r.learning_rate, r.grad_norm, r.samples_per_second,
+          r.step_seconds, r.allreduce_seconds, r.exposed_comm_seconds, r.eta_seconds);
+    }
+  }
+  void OnEval(const EvalReport& r) override {
+    v1::MetricSample s;
+    auto* e = s.mutable_eval();
+    e->set_job_id(a_.job_id);
+    e->set_rank(a_.rank);
+    e->set_step(r.step);
+    std::string line;
+    for (const auto& [k, v] : r.metrics) {
+      (*e->mutable_metrics())[k] = v;
+      absl::StrAppendFormat(&line, " %s=%.4f", k, v);
+    }
+    sender_->Push(std::move(s), false);
+    Log(a_.rank, "eval at step %d (%d samples):%s", r.step, r.samples, line);
+  }
+  void OnLog(const std::string& line) override {
+    v1::MetricSample s;
+    s.set_log_line(line);
+    sender_->Push(std::move(s), true);
+    Log(a_.rank, "%s", line);
+  }
+  void OnCheckpoint(const std::string& dir, int64_t step) override {
+    Log(a_.rank, "checkpoint at step %d: %s", step, dir);
+  }
+  bool StopRequested() override { return stop_->load() || g_signalled != 0; }
+
+ private:
+  const RankArgs& a_;
+  MetricsSender* sender_;
+  std::atomic<bool>* stop_;
+  std::atomic<int64_t>* step_;
+  Clock::time_point last_print_{};
+};
+
+}  // namespace
+
+void InstallRankSignalHandlers() {
+  struct sigaction sa {};
+  sa.sa_handler = OnSignal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+}
+
+int RunRank(const RankArgs& a) {
+  Log(a.rank, "job %s attempt %d, coordinator %s, pid %d", a.job_id, a.attempt, a.coordinator,
+      static_cast<int>(getpid()));
+  auto token = ReadTokenFile(a.token_file);
+  if (!token.ok()) {
+    Log(a.rank, "error: %s", token.status().ToString());
+    return 3;
+  }
+  auto channel = MakeChannel(a.coordinator);
+  auto stub = v1::RankService::NewStub(channel);
+
+  // Assignment, retried while the coordinator is away (it may be restarting).
+  v1::GetAssignmentResponse asg;
+  {
+    auto deadline = Clock::now() + std::chrono::duration<double>(a.heartbeat_timeout_s);
+    double backoff = 0.2;
+    while (true) {
+      grpc::ClientContext ctx;
+      AddAuth(&ctx, *token);
+      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+      v1::GetAssignmentRequest req;
+      req.set_job_id(a.job_id);
+      req.set_rank(a.rank);
+      req.set_attempt(a.attempt);
+      grpc::Status s = stub->GetAssignment(&ctx, req, &asg);
+      if (s.ok()) break;
+      bool retry = (s.error_code() == grpc::StatusCode::UNAVAILABLE ||
+                    s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) &&
+                   Clock::now() < deadline;
+      if (!retry) {
+        Log(a.rank, "error: GetAssignment failed: %s (code %d)", s.error_message(),
+            static_cast<int>(s.error_code()));
+        return IsAuthOrNetwork(s.error_code()) ? 3 : 2;
+      }
+      std::this_thread::sleep_for(std::chrono::duration<double>(backoff));
+      backoff = std::min(backoff * 2, 2.0);
+    }
+  }
+  const int world = asg.world_size() > 0 ? asg.world_size() : 1;
+  auto cfg = TrainConfigFromSpec(asg.spec(), asg.plan());
+  if (!cfg.ok()) {
+    Log(a.rank, "error: bad job configuration: %s", cfg.status().message());
+    return 2;
+  }
+  cfg->checkpoint_dir = asg.checkpoint_dir();
+  cfg->resume_from = asg.resume_from();
+  Log(a.rank, "world %d, %s backend, %d layers H=%d, micro_batch %d x accumulation %d, %d steps, "
+      "%d threads%s",
+      world, world > 1 ? "gloo" : "local", cfg->model.layers, cfg->model.hidden, cfg->micro_batch,
+      cfg->accumulation, cfg->steps, cfg->threads,
+      cfg->resume_from.empty() ? "" : absl::StrCat(", resuming from ", cfg->resume_from));
+
+  std::atomic<bool> stop{false};
+  std::atomic<bool> done{false};
+  std::atomic<bool> unreachable{false};
+  std::atomic<int64_t> step{0};
+  std::mutex reason_mu;
+  std::string stop_reason;
+
+  // Heartbeats.
+  std::mutex hb_mu;
+  std::condition_variable hb_cv;
+  std::thread heartbeat([&] {
+    auto last_ok = Clock::now();
+    while (true) {
+      {
+        std::unique_lock<std::mutex> l(hb_mu);
+        hb_cv.wait_for(l, std::chrono::duration<double>(a.heartbeat_interval_s),
+                       [&] { return done.load(); });
+        if (done.load()) return;
+      }
+      grpc::ClientContext ctx;
+      AddAuth(&ctx, *token);
+      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+      v1::RankHeartbeatRequest req;
+      req.set_job_id(a.job_id);
+      req.set_rank(a.rank);
+      req.set_attempt(a.attempt);
+      req.set_step(step.load());
+      v1::RankHeartbeatResponse resp;
+      grpc::Status s = stub->Heartbeat(&ctx, req, &resp);
+      if (s.ok()) {
+        last_ok = Clock::now();
+        if (resp.stop() && !stop.load()) {
+          std::lock_guard<std::mutex> l(reason_mu);
+          stop_reason = resp.reason().empty() ? "the coordinator asked this rank to stop"
+                                              : resp.reason();
+          Log(a.rank, "stop requested by the coordinator: %s", stop_reason);
+          stop = true;
+        }
+      } else if (s.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
+                 s.error_code() == grpc::StatusCode::NOT_FOUND) {
+        std::lock_guard<std::mutex> l(reason_mu);
+        stop_reason = absl::StrCat("heartbeat rejected: ", s.error_message());
+        Log(a.rank, "%s", stop_reason);
+        stop = true;
+      } else if (Clock::now() - last_ok > std::chrono::duration<double>(a.heartbeat_timeout_s)) {
+        if (!unreachable.load()) {
+          std::lock_guard<std::mutex> l(reason_mu);
+          stop_reason = absl::StrFormat("coordinator %s unreachable for more than %.0f s (%s)",
+                                        a.coordinator, a.heartbeat_timeout_s, s.error_message());
+          Log(a.rank, "%s; stopping", stop_reason);
+          unreachable = true;
+          stop = true;
+        }
+      }
+    }
+  });
+  auto finish_heartbeat = [&] {
+    {
+      std::lock_guard<std::mutex> l(hb_mu);
+      done = true;
+    }
+    hb_cv.notify_all();
+    if (heartbeat.joinable()) heartbeat.join();
+  };
+
+  MetricsSender sender(channel, *token, a.rank);
+  RankObserver observer(a, &sender, &stop, &step);
+
+  // Communicator.
+  std::unique_ptr<Communicator> comm;
+  if (world == 1) {
+    comm = MakeLocalCommunicator();
+  } else {
+    auto timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg->comm_timeout_s * 1000));
+    auto store = std::make_shared<GrpcStore>(channel, *token, a.job_id, a.attempt, timeout);
+    GlooOptions go;
+    go.timeout = timeout;
+    if (const char* iface = getenv("DGCA_GLOO_IFACE"); iface && *iface) {
+      go.iface = iface;
+    } else if (const char* h = getenv("DGCA_GLOO_HOSTNAME"); h && *h) {
+      go.hostname = h;
+    } else {
+      std::string host = a.coordinator.substr(0, a.coordinator.rfind(':'));
+      if (host != "127.0.0.1" && host != "localhost" && host != "[::1]") {
+        char buf[256] = {0};
+        if (gethostname(buf, sizeof(buf) - 1) == 0) go.hostname = buf;
+      }
+    }
+    Log(a.rank, "joining the Gloo rendezvous (%d ranks, %s, timeout %.0f s)", world,
+        go.iface.empty() ? go.hostname : "iface " + go.iface, cfg->comm_timeout_s);
+    auto c = MakeGlooCommunicator(store, a.rank, world, go);
+    if (!c.ok()) {
+      Log(a.rank, "error: cannot build the Gloo communicator: %s", c.status().ToString());
+      finish_heartbeat();
+      sender.Close(std::chrono::seconds(5));
+      return 1;
+    }
+    comm = std::move(*c);
+    Log(a.rank, "rendezvous done");
+  }
+
+  auto t0 = Clock::now();
+  StatusOr<TrainResult> result = Train(*cfg, comm.get(), &observer);
+  double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  int code = 0;
+  if (result.ok()) {
+    Log(a.rank, "finished: %d steps in %.1f s, final loss %.4f, %.1f samples/s", result->steps,
+        seconds, result->final_loss, result->samples_per_second);
+    v1::MetricSample s;
+    s.set_log_line(absl::StrFormat("rank %d finished: %d steps, final loss %.4f", a.rank,
+                                   result->steps, result->final_loss));
+    sender.Push(std::move(s), false);
+  } else {
+    std::string reason;
+    {
+      std::lock_guard<std::mutex> l(reason_mu);
+      reason = stop_reason;
+    }
+    if (g_signalled && reason.empty()) reason = absl::StrCat("signal ", int(g_signalled));
+    if (!reason.empty()) {
+      Log(a.rank, "stopped after step %d: %s", step.load(), reason);
+    } else {
+      Log(a.rank, "error: training failed: %s", result.status().ToString());
+    }
+    code = unreachable.load() ? 3 : 1;
+  }
+  finish_heartbeat();
+  // The communicator barriers with its peers before closing sockets.
+  comm.reset();
+  sender.Close(std::chrono::seconds(10));
+  return code;
+}
+
+}  // namespace dgca
