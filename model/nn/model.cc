@@ -1,0 +1,352 @@
+// DgcaModel on the CPU: the assembly of Bert (model/nn/bert.h), the ReLM
+// prompt encoder (prompt_encoder.h) and the DGCA heads (heads.h).
+//
+// Parameter declaration order (= forward order; backward completes them in
+// exactly the reverse order, which GradReadyFn and the gradient buckets rely
+// on):
+//   0                bert.embeddings.word_embeddings.weight  (tied MLM decoder:
+//                    its gradient comes from the head at the start of backward
+//                    AND from the lookup at the end, so it is complete last)
+//   1 ..             prompt.*  (prompt encoder; none for kind none)
+//   ..               bert.embeddings.{position,token_type}_embeddings, LayerNorm
+//   ..               bert.encoder.layer.0 .. layer.N-1
+//   ..               cls.predictions.{transform.*, bias}
+//   ..               detector.*, candidate.*, fusion.*  (enabled heads only)
+// on_grad_ready is called with: the first cls.predictions index (heads and
+// MLM head done), then each layer's first index from the last layer down,
+// then the position-embedding index, then 0.
+//
+// Loss: fusion term on the target slots (plain MLM cross-entropy = ReLM
+// when no DGCA head is on; DgcaHeads otherwise), plus the MLM cross-entropy
+// mean over MFT positions (mft_labels != -100), plus the weighted detector
+// and candidate terms. The MLM head runs only on the gathered target-slot and
+// MFT rows, never on all B*L positions.
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "model/cpu/ops.h"
+#include "model/nn/bert.h"
+#include "model/nn/heads.h"
+#include "model/nn/model.h"
+#include "model/nn/prompt_encoder.h"
+
+namespace dgca {
+namespace {
+
+std::string Where(const char* field, int64_t i, int L) {
+  return std::string("batch.") + field + "[" + std::to_string(i) + "] (row " +
+         std::to_string(L > 0 ? i / L : 0) + ", position " + std::to_string(L > 0 ? i % L : 0) +
+         ")";
+}
+
+Status ValidateConfig(const ModelConfig& c, int max_batch, int seq_len, int threads) {
+  auto bad = [](const std::string& m) { return InvalidArgumentError("DgcaModel: " + m); };
+  if (c.vocab_size < 1) return bad("vocab_size must be >= 1, got " + std::to_string(c.vocab_size));
+  if (c.hidden < 1 || c.heads < 1 || c.hidden % c.heads != 0)
+    return bad("hidden (" + std::to_string(c.hidden) + ") must be a positive multiple of heads (" +
+               std::to_string(c.heads) + ")");
+  if (c.layers < 0) return bad("layers must be >= 0, got " + std::to_string(c.layers));
+  if (c.ffn < 1) return bad("ffn must be >= 1, got " + std::to_string(c.ffn));
+  if (c.type_vocab < 1) return bad("type_vocab must be >= 1");
+  if (c.prompt_length < 0) return bad("prompt_length must be >= 0");
+  if (c.candidate && c.candidate_top_k < 1) return bad("candidate_top_k must be >= 1");
+  if (max_batch < 1) return bad("max_batch must be >= 1, got " + std::to_string(max_batch));
+  if (seq_len < 1 || seq_len > c.max_position)
+    return bad("seq_len " + std::to_string(seq_len) + " must be in [1, max_position=" +
+               std::to_string(c.max_position) + "]");
+  if (threads < 1) return bad("threads must be >= 1, got " + std::to_string(threads));
+  return OkStatus();
+}
+
+uint64_t Mix(uint64_t seed, uint64_t stream) {
+  uint64_t z = seed + 0x9E3779B97F4A7C15ULL * (stream + 1);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
+class CpuDgcaModel final : public DgcaModel {
+ public:
+  CpuDgcaModel(const ModelConfig& cfg, int max_batch, int seq_len, int threads)
+      : cfg_(cfg),
+        max_batch_(max_batch),
+        seq_len_(seq_len),
+        max_slots_(max_batch * std::max(1, seq_len)),
+        ctx_{threads},
+        bert_(cfg, max_batch, seq_len, max_batch * seq_len),
+        prompt_(cfg),
+        heads_(cfg, max_batch * seq_len),
+        heads_on_(cfg.detector || cfg.candidate) {}
+
+  Status Init(uint64_t seed) {
+    DGCA_RETURN_IF_ERROR(bert_.DeclareWordEmbeddings(&store_));
+    DGCA_RETURN_IF_ERROR(prompt_.Declare(&store_));
+    DGCA_RETURN_IF_ERROR(bert_.DeclareBody(&store_));
+    DGCA_RETURN_IF_ERROR(bert_.DeclareMlmHead(&store_));
+    if (heads_on_) DGCA_RETURN_IF_ERROR(heads_.Declare(&store_));
+    store_.Finalize();
+    DGCA_RETURN_IF_ERROR(bert_.Bind(&store_));
+    DGCA_RETURN_IF_ERROR(prompt_.Bind(&store_));
+    if (heads_on_) DGCA_RETURN_IF_ERROR(heads_.Bind(&store_));
+    bert_.InitParams(Mix(seed, 0));
+    if (prompt_.enabled()) prompt_.InitParams(Mix(seed, 1));
+    if (heads_on_) heads_.InitParams(Mix(seed, 2));
+    const size_t N = static_cast<size_t>(max_batch_) * seq_len_;
+    types_.assign(N, 0);
+    slots_.assign(N, -1);
+    rows_.reserve(N);
+    targets_.reserve(N);
+    dprompt_.assign(static_cast<size_t>(std::max(1, 2 * cfg_.prompt_length)) * cfg_.hidden, 0.0f);
+    dh_heads_.assign(N * cfg_.hidden, 0.0f);
+    return OkStatus();
+  }
+
+  const ModelConfig& config() const override { return cfg_; }
+  ParamStore& params() override { return store_; }
+
+  StatusOr<LossBreakdown> ForwardBackward(const Batch& batch, float grad_scale,
+                                          const GradReadyFn& on_grad_ready) override {
+    return Run(batch, /*backward=*/true, grad_scale, on_grad_ready);
+  }
+
+  StatusOr<LossBreakdown> Forward(const Batch& batch) override {
+    return Run(batch, /*backward=*/false, 1.0f, GradReadyFn());
+  }
+
+  StatusOr<std::vector<int32_t>> Predict(const Batch& batch) override {
+    DGCA_RETURN_IF_ERROR(Validate(batch, /*need_labels=*/false));
+    RunEncoder(batch);
+    const int T = batch.num_slots();
+    std::vector<int32_t> pred(static_cast<size_t>(T), 0);
+    if (T == 0) return pred;
+    float* z = bert_.MlmHeadForward(ctx_, batch.slot_index.data(), T);
+    if (heads_on_) {
+      DGCA_RETURN_IF_ERROR(heads_.Predict(
+          bert_.gathered(), z, store_.value(bert_.word_embeddings_index()),
+          heads_.candidate_enabled() ? batch.candidates.data() : nullptr,
+          batch.slot_source_id.data(), T, cfg_.vocab_size, pred.data()));
+    } else {
+      cpu::ArgmaxRows(ctx_, pred.data(), z, T, cfg_.vocab_size);
+    }
+    return pred;
+  }
+
+ private:
+  // Checks every field the model reads; errors name the field and index.
+  Status Validate(const Batch& b, bool need_labels) {
+    const int B = b.batch_size, L = b.seq_len;
+    if (B < 0 || B > max_batch_)
+      return InvalidArgumentError("DgcaModel: batch_size " + std::to_string(B) +
+                                  " outside [0, max_batch=" + std::to_string(max_batch_) + "]");
+    if (L < 1 || L > seq_len_)
+      return InvalidArgumentError("DgcaModel: batch.seq_len " + std::to_string(L) +
+                                  " outside [1, " + std::to_string(seq_len_) +
+                                  "] (the model's seq_len)");
+    const size_t N = static_cast<size_t>(B) * L;
+    auto size_err = [&](const char* f, size_t got) {
+      return InvalidArgumentError("DgcaModel: batch." + std::string(f) + " has " +
+                                  std::to_string(got) + " entries; expected batch_size*seq_len = " +
+                                  std::to_string(N));
+    };
+    if (b.input_ids.size() != N) return size_err("input_ids", b.input_ids.size());
+    if (b.attention_mask.size() != N) return size_err("attention_mask", b.attention_mask.size());
+    if (!b.token_type_ids.empty() && b.token_type_ids.size() != N)
+      return size_err("token_type_ids", b.token_type_ids.size());
+    if (!b.prompt_slot.empty() && b.prompt_slot.size() != N)
+      return size_err("prompt_slot", b.prompt_slot.size());
+    if (!b.labels.empty() && b.labels.size() != N) return size_err("labels", b.labels.size());
+    if (!b.mft_labels.empty() && b.mft_labels.size() != N)
+      return size_err("mft_labels", b.mft_labels.size());
+    const int V = cfg_.vocab_size, S = 2 * cfg_.prompt_length;
+    for (size_t i = 0; i < N; ++i) {
+      if (b.input_ids[i] < 0 || b.input_ids[i] >= V)
+        return InvalidArgumentError("DgcaModel: " + Where("input_ids", i, L) + " = " +
+                                    std::to_string(b.input_ids[i]) + " outside [0, vocab_size=" +
+                                    std::to_string(V) + ")");
+      const int32_t tt = b.token_type_ids.empty() ? 0 : b.token_type_ids[i];
+      if (tt < 0 || tt >= cfg_.type_vocab)
+        return InvalidArgumentError("DgcaModel: " + Where("token_type_ids", i, L) + " = " +
+                                    std::to_string(tt) + " outside [0, " +
+                                    std::to_string(cfg_.type_vocab) + ")");
+      types_[i] = tt;
+      const int32_t ps = b.prompt_slot.empty() ? -1 : b.prompt_slot[i];
+      if (ps < -1 || ps >= S)
+        return InvalidArgumentError("DgcaModel: " + Where("prompt_slot", i, L) + " = " +
+                                    std::to_string(ps) + "; valid is -1 or [0, 2P=" +
+                                    std::to_string(S) + ")");
+      slots_[i] = ps;
+      if (!b.mft_labels.empty() && b.mft_labels[i] != -100 &&
+          (b.mft_labels[i] < 0 || b.mft_labels[i] >= V))
+        return InvalidArgumentError("DgcaModel: " + Where("mft_labels", i, L) + " = " +
+                                    std::to_string(b.mft_labels[i]) +
+                                    "; valid is -100 or [0, vocab_size)");
+    }
+    const int T = b.num_slots();
+    // Target rows first, then MFT rows; each position at most once.
+    rows_.clear();
+    targets_.clear();
+    mark_.assign(N, 0);
+    for (int t = 0; t < T; ++t) {
+      const int32_t r = b.slot_index[t];
+      if (r < 0 || static_cast<size_t>(r) >= N)
+        return InvalidArgumentError("DgcaModel: batch.slot_index[" + std::to_string(t) + "] = " +
+                                    std::to_string(r) + " outside [0, " + std::to_string(N) + ")");
+      if (mark_[r])
+        return InvalidArgumentError("DgcaModel: batch.slot_index[" + std::to_string(t) +
+                                    "] repeats position " + std::to_string(r));
+      mark_[r] = 1;
+      rows_.push_back(r);
+      int32_t y = -100;
+      if (!b.slot_target_id.empty()) {
+        if (b.slot_target_id.size() != static_cast<size_t>(T))
+          return InvalidArgumentError("DgcaModel: batch.slot_target_id has " +
+                                      std::to_string(b.slot_target_id.size()) +
+                                      " entries; expected one per slot (" + std::to_string(T) + ")");
+        y = b.slot_target_id[t];
+      } else if (!b.labels.empty()) {
+        y = b.labels[r];
+      }
+      if (need_labels && (y < 0 || y >= V))
+        return InvalidArgumentError("DgcaModel: target of slot " + std::to_string(t) + " (" +
+                                    Where("labels", r, L) + ") = " + std::to_string(y) +
+                                    " outside [0, vocab_size=" + std::to_string(V) + ")");
+      targets_.push_back(y);
+    }
+    if (heads_on_) {
+      if (b.slot_source_id.size() != static_cast<size_t>(T))
+        return InvalidArgumentError("DgcaModel: batch.slot_source_id has " +
+                                    std::to_string(b.slot_source_id.size()) +
+                                    " entries; the DGCA heads need one per slot (" +
+                                    std::to_string(T) + ")");
+      if (heads_.candidate_enabled() &&
+          (b.top_k != heads_.top_k() ||
+           b.candidates.size() != static_cast<size_t>(T) * heads_.top_k()))
+        return InvalidArgumentError("DgcaModel: batch.candidates has " +
+                                    std::to_string(b.candidates.size()) + " entries with top_k " +
+                                    std::to_string(b.top_k) + "; the model needs top_k " +
+                                    std::to_string(heads_.top_k()) + " and slots*top_k = " +
+                                    std::to_string(static_cast<int64_t>(T) * heads_.top_k()));
+    }
+    if (!b.mft_labels.empty()) {
+      for (size_t i = 0; i < N; ++i) {
+        if (b.mft_labels[i] == -100) continue;
+        if (mark_[i])
+          return InvalidArgumentError("DgcaModel: " + Where("mft_labels", i, L) +
+                                      " is set on a target slot");
+        rows_.push_back(static_cast<int32_t>(i));
+        targets_.push_back(b.mft_labels[i]);
+      }
+    }
+    return OkStatus();
+  }
+
+  void RunEncoder(const Batch& b) {
+    cpu::SetBlasThreads(ctx_);
+    const float* prompt_rows = prompt_.enabled() ? prompt_.Forward() : nullptr;
+    bert_.EmbedForward(ctx_, b.input_ids.data(), types_.data(), slots_.data(), prompt_rows,
+                       b.batch_size, b.seq_len);
+    bert_.EncoderForward(ctx_, b.attention_mask.data(), b.batch_size, b.seq_len);
+  }
+
+  StatusOr<LossBreakdown> Run(const Batch& b, bool backward, float grad_scale,
+                              const GradReadyFn& ready) {
+    const int T = b.num_slots();
+    const bool have_labels = !b.slot_target_id.empty() || !b.labels.empty();
+    if (backward && !have_labels && T > 0)
+      return InvalidArgumentError("DgcaModel: ForwardBackward needs batch.labels or slot_target_id");
+    DGCA_RETURN_IF_ERROR(Validate(b, /*need_labels=*/have_labels));
+    RunEncoder(b);
+    LossBreakdown lb;
+    lb.target_slots = T;
+    const int R = static_cast<int>(rows_.size());
+    const int M = R - T;
+    const int V = cfg_.vocab_size, H = cfg_.hidden;
+    const bool compute_loss = have_labels || M > 0;
+    // Without labels Forward only checks and runs the encoder.
+    float* z = nullptr;
+    if (compute_loss || backward) z = bert_.MlmHeadForward(ctx_, rows_.data(), R);
+    float* dz = backward ? z : nullptr;  // gradients overwrite the logits in place
+
+    // Fusion / ReLM term on the target slots.
+    if (have_labels && T > 0) {
+      if (heads_on_) {
+        HeadLosses hl;
+        DGCA_RETURN_IF_ERROR(heads_.Forward(
+            bert_.gathered(), z, store_.value(bert_.word_embeddings_index()),
+            heads_.candidate_enabled() ? b.candidates.data() : nullptr, b.slot_source_id.data(),
+            targets_.data(), T, V, &hl));
+        lb.fusion = hl.fusion;
+        lb.detector = hl.detector;
+        lb.candidate = hl.candidate;
+        lb.total = hl.total;
+      } else {
+        const double sum = cpu::CrossEntropy(ctx_, dz, z, targets_.data(), T, V,
+                                             grad_scale / static_cast<float>(T), nullptr);
+        lb.fusion = sum / T;
+        lb.total = lb.fusion;
+      }
+    }
+    // MFT term on the masked source positions (rows T..R).
+    if (M > 0) {
+      const size_t off = static_cast<size_t>(T) * V;
+      const double sum =
+          cpu::CrossEntropy(ctx_, dz != nullptr ? dz + off : nullptr, z + off,
+                            targets_.data() + T, M, V, grad_scale / static_cast<float>(M), nullptr);
+      lb.mft = sum / M;
+      lb.total += lb.mft;
+    }
+    if (!std::isfinite(lb.total))
+      return InternalError("DgcaModel: the loss is not finite (" + std::to_string(lb.total) + ")");
+    if (!backward) return lb;
+
+    // ---- backward, in reverse declaration order.
+    const float* extra = nullptr;
+    if (heads_on_ && T > 0) {
+      std::fill(dh_heads_.begin(), dh_heads_.begin() + static_cast<size_t>(T) * H, 0.0f);
+      heads_.Backward(grad_scale, dh_heads_.data(), dz,
+                      store_.grad(bert_.word_embeddings_index()));
+      extra = dh_heads_.data();
+    }
+    bert_.MlmHeadBackward(ctx_, dz, extra, T);
+    if (ready) ready(bert_.head_first_index());
+    bert_.EncoderBackward(ctx_, [&](int l) {
+      if (ready) ready(bert_.layer_first_index(l));
+    });
+    float* dprompt = nullptr;
+    if (prompt_.enabled()) {
+      std::fill(dprompt_.begin(), dprompt_.end(), 0.0f);
+      dprompt = dprompt_.data();
+    }
+    bert_.EmbedBackward(ctx_, dprompt);
+    if (ready) ready(bert_.body_first_index());
+    if (prompt_.enabled()) prompt_.Backward(dprompt);
+    if (ready) ready(0);
+    return lb;
+  }
+
+  ModelConfig cfg_;
+  int max_batch_, seq_len_, max_slots_;
+  cpu::Context ctx_;
+  ParamStore store_;
+  Bert bert_;
+  PromptEncoder prompt_;
+  DgcaHeads heads_;
+  bool heads_on_;
+  // Per-batch scratch (allocated once).
+  std::vector<int32_t> types_, slots_, rows_, targets_;
+  std::vector<uint8_t> mark_;
+  std::vector<float> dprompt_, dh_heads_;
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<DgcaModel>> DgcaModel::Create(const ModelConfig& cfg, int max_batch,
+                                                       int seq_len, uint64_t seed, int threads) {
+  DGCA_RETURN_IF_ERROR(ValidateConfig(cfg, max_batch, seq_len, threads));
+  auto m = std::make_unique<CpuDgcaModel>(cfg, max_batch, seq_len, threads);
+  DGCA_RETURN_IF_ERROR(m->Init(seed));
+  return std::unique_ptr<DgcaModel>(std::move(m));
+}
+
+}  // namespace dgca
