@@ -40,13 +40,22 @@ struct ReadStats {
   int64_t kept = 0;
   int64_t skipped_unequal = 0;  // pairs whose sides differ in length
   int64_t truncated = 0;        // longer than max chars for max_seq_len
+  int64_t skipped_empty = 0;    // blank lines and pairs with no characters
 };
 
 // Reads "src<TAB>trg" lines (characters separated by single spaces).
 // Errors: missing file, empty file, invalid UTF-8 (file:line:column), a line
 // without a tab (file:line).
+// Each space-separated character maps to exactly one id (Vocab::Lookup;
+// [UNK] when absent; no lowercasing), so source and target stay aligned.
+// A trailing CR is dropped. `stats` may be null. Pairs longer than
+// `max_chars` characters (> 0; e.g. MaxCharsForSeqLen) are truncated to it
+// and counted; 0 keeps them whole (BuildBatch truncates anyway). A file with
+// no usable pair is an error.
 StatusOr<std::vector<Example>> ReadEcspell(const std::string& path, const Vocab& vocab,
                                            ReadStats* stats);
+StatusOr<std::vector<Example>> ReadEcspell(const std::string& path, const Vocab& vocab,
+                                           int max_chars, ReadStats* stats);
 
 // Longest source (in characters) that fits max_seq_len with 2P prompt slots.
 int MaxCharsForSeqLen(int max_seq_len, int prompt_length);
@@ -58,10 +67,21 @@ struct BatchOptions {
   MftMode mft_mode = MftMode::kNoError;
   float mft_rate = 0.3f;
   uint64_t seed = 42;
+  // Special ids of the vocabulary (SetSpecialTokens fills them from a Vocab).
+  int32_t pad_id = 0, cls_id = 101, sep_id = 102, mask_id = 103;
+  // special->at(id) != 0: never MFT-masked. Null: ids below 104 ([PAD],
+  // [unusedN], [UNK], [CLS], [SEP], [MASK] in BERT's layout) are special.
+  std::shared_ptr<const std::vector<uint8_t>> special;
 };
 
+// Copies the vocabulary's special ids and special-token table into `options`.
+void SetSpecialTokens(const Vocab& vocab, BatchOptions* options);
+
 // Builds one ReLM batch from examples[indices]. `mft` false at evaluation.
-// `epoch` feeds the MFT RNG.
+// `epoch` feeds the MFT RNG: the mask of sample i depends only on (seed,
+// epoch, i), never on the batch it lands in. Precondition: seq_len >=
+// 2 * prompt_length + 2 (DataLoader::Create checks it); rows are truncated to
+// MaxCharsForSeqLen. `confusion` may be null (candidates = {x_i} only).
 Batch BuildBatch(const std::vector<Example>& examples, const std::vector<int64_t>& indices,
                  const BatchOptions& options, const ConfusionSet* confusion, bool mft,
                  int64_t epoch);
@@ -81,6 +101,13 @@ struct LoaderOptions {
   int prefetch = 2;    // micro-batches queued ahead
 };
 
+// Stream order: the training stream is the concatenation of the epochs'
+// shuffled orders (epoch e: a Fisher-Yates permutation keyed by (seed, e));
+// optimizer step s takes stream positions [s*G, (s+1)*G), G = global batch,
+// so no sample is dropped and a step may straddle two epochs (each sample
+// keeps its own epoch for MFT). G > N is allowed (a step then repeats
+// samples).
+//
 // Background loader over the training examples. Next() returns micro-batches
 // in order: for each optimizer step, `accumulation` micro-batches for this
 // rank. Thread-safety: Next() from one thread only.
@@ -97,6 +124,19 @@ class DataLoader {
   // Position after the last micro-batch of the last complete step returned.
   virtual LoaderPosition position() const = 0;
 };
+
+// The shuffled order of epoch `epoch` over n samples (deterministic for
+// (seed, epoch), the same on every platform).
+std::vector<int64_t> EpochPermutation(int64_t n, uint64_t seed, int64_t epoch);
+
+// The samples (epoch, index) of micro-batch `micro_step` of optimizer step
+// `step` for options.rank: what DataLoader yields there.
+struct SampleRef {
+  int64_t epoch = 0;
+  int64_t index = 0;
+};
+std::vector<SampleRef> MicroBatchSamples(int64_t num_examples, const LoaderOptions& options,
+                                         int64_t step, int micro_step);
 
 }  // namespace dgca
 
