@@ -15,6 +15,7 @@
 #ifndef DGCA_MODEL_CORE_EVAL_METRICS_H_
 #define DGCA_MODEL_CORE_EVAL_METRICS_H_
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
