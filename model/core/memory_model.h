@@ -1,0 +1,41 @@
+// Memory model of one training rank: bytes for weights, gradients, optimizer
+// state and activations, from the model shape alone. The planner picks the
+// largest micro-batch whose total fits the device memory with headroom.
+//
+// Not included: the CUDA context and allocator fragmentation (the planner
+// adds its own margin), communication buckets (they depend on the plan).
+//
+// Thread-safety: pure functions.
+#ifndef DGCA_MODEL_CORE_MEMORY_MODEL_H_
+#define DGCA_MODEL_CORE_MEMORY_MODEL_H_
+
+#include <cstdint>
+
+#include "model/core/config.h"
+
+namespace dgca {
+
+struct MemoryEstimate {
+  double params = 0;                  // fp32 master weights (+ half copy for fp16/bf16)
+  double grads = 0;                   // fp32 gradients
+  double optimizer = 0;               // AdamW m and v, fp32
+  double activations_per_sample = 0;  // saved for backward, one sample of seq_len
+  double workspace = 0;               // GEMM workspace and per-step temporaries
+  // Bytes for a micro-batch of `micro_batch` samples.
+  double total(int micro_batch) const {
+    return params + grads + optimizer + workspace + activations_per_sample * micro_batch;
+  }
+};
+
+// Bytes of activation element for `precision` (4 for fp32, 2 for fp16/bf16).
+int ActivationBytes(Precision precision);
+
+MemoryEstimate EstimateMemory(const ModelConfig& cfg, int seq_len, Precision precision);
+
+// The largest micro-batch whose total fits `budget_bytes` (0 when even one
+// sample does not fit).
+int MaxMicroBatch(const MemoryEstimate& estimate, double budget_bytes);
+
+}  // namespace dgca
+
+#endif  // DGCA_MODEL_CORE_MEMORY_MODEL_H_

@@ -1,0 +1,63 @@
+#include "model/core/memory_model.h"
+
+#include <gtest/gtest.h>
+
+namespace dgca {
+namespace {
+
+TEST(MemoryModelTest, StateBytesFromParameterCount) {
+  ModelConfig cfg;  // bert-base
+  const double N = static_cast<double>(CountParameters(cfg));
+  MemoryEstimate fp32 = EstimateMemory(cfg, 128, Precision::kFp32);
+  EXPECT_DOUBLE_EQ(fp32.params, 4 * N);
+  EXPECT_DOUBLE_EQ(fp32.grads, 4 * N);
+  EXPECT_DOUBLE_EQ(fp32.optimizer, 8 * N);
+  MemoryEstimate bf16 = EstimateMemory(cfg, 128, Precision::kBf16);
+  EXPECT_DOUBLE_EQ(bf16.params, 6 * N);
+  EXPECT_DOUBLE_EQ(bf16.optimizer, 8 * N);
+}
+
+TEST(MemoryModelTest, ActivationsMatchHandFormula) {
+  ModelConfig cfg = ApplyPreset("tiny", ModelConfig()).value();
+  cfg.vocab_size = 1000;
+  cfg.prompt_length = 3;
+  cfg.candidate_top_k = 8;
+  const double L = 64, H = 128, A = 2, F = 512, V = 1000, K = 8, e = 4;
+  const double T = (64 - 2 - 6) / 2;  // 28
+  const double R = 2 * T;
+  const double expect = 2 * L * H * e + 2 * L * 4 +
+                        2 * ((8 * L * H + A * L * L + 2 * L * F) * e + 4 * L * 4) +
+                        3 * R * H * e + 2 * R * 4 + 2 * R * V * 4 + 3 * T * H * e +
+                        (2 * T * K + 4 * T) * 4;
+  MemoryEstimate m = EstimateMemory(cfg, 64, Precision::kFp32);
+  EXPECT_DOUBLE_EQ(m.activations_per_sample, expect);
+  EXPECT_DOUBLE_EQ(m.total(3) - m.total(1), 2 * expect);
+}
+
+TEST(MemoryModelTest, MonotoneAndHalfPrecisionSmaller) {
+  ModelConfig cfg;
+  MemoryEstimate a = EstimateMemory(cfg, 128, Precision::kFp32);
+  MemoryEstimate b = EstimateMemory(cfg, 256, Precision::kFp32);
+  MemoryEstimate h = EstimateMemory(cfg, 128, Precision::kFp16);
+  EXPECT_GT(b.activations_per_sample, 2 * a.activations_per_sample * 0.99);
+  EXPECT_LT(h.activations_per_sample, a.activations_per_sample);
+  EXPECT_GT(h.activations_per_sample, 0.5 * a.activations_per_sample);
+  // bert-base at L=128 in fp32: order of 100 MB per sample, 2 GB of state.
+  EXPECT_GT(a.activations_per_sample, 50e6);
+  EXPECT_LT(a.activations_per_sample, 300e6);
+  EXPECT_GT(a.total(0), 2.0e9);
+  EXPECT_LT(a.total(0), 2.2e9);
+}
+
+TEST(MemoryModelTest, MaxMicroBatch) {
+  MemoryEstimate m;
+  m.params = 100;
+  m.activations_per_sample = 10;
+  EXPECT_EQ(MaxMicroBatch(m, 100), 0);
+  EXPECT_EQ(MaxMicroBatch(m, 109), 0);
+  EXPECT_EQ(MaxMicroBatch(m, 110), 1);
+  EXPECT_EQ(MaxMicroBatch(m, 195), 9);
+}
+
+}  // namespace
+}  // namespace dgca
