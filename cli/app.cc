@@ -1,0 +1,115 @@
+#include "cli/app.h"
+
+#include <CLI/CLI.hpp>
+
+#include <cstdlib>
+#include <string>
+
+#include "cli/commands.h"
+
+namespace dgca {
+namespace cli {
+namespace {
+
+std::string EnvOr(const char* name, const char* fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? v : fallback;
+}
+
+}  // namespace
+
+int RunCli(int argc, const char* const* argv, std::ostream& out, std::ostream& err,
+           bool err_is_tty) {
+  CLI::App app{"dgca: submit and follow DGCA-ReLM training jobs", "dgca"};
+  app.require_subcommand(1);
+  app.fallthrough();  // global options may follow the command
+  GlobalOptions g;
+  g.coordinator = EnvOr("DGCA_COORDINATOR", "127.0.0.1:7600");
+  g.token_file = EnvOr("DGCA_TOKEN_FILE", ".dgca/token");
+  g.tls_ca_file = EnvOr("DGCA_TLS_CA", "");
+  app.add_option("--coordinator", g.coordinator, "coordinator HOST:PORT (env DGCA_COORDINATOR)")
+      ->capture_default_str();
+  app.add_option("--token-file", g.token_file, "bearer token file (env DGCA_TOKEN_FILE)")
+      ->capture_default_str();
+  app.add_option("--tls-ca", g.tls_ca_file, "use TLS with this root CA (env DGCA_TLS_CA)");
+
+  std::string spec, job, root, out_dir;
+  bool wait = false, json = false, follow = false;
+  int rank = 0;
+
+  auto* submit = app.add_subcommand("submit", "submit a job spec");
+  submit->add_option("SPEC", spec, "job spec (YAML)")->required();
+  submit->add_flag("--wait", wait, "follow the job to its end; exit 0 only if it succeeded");
+
+  auto* validate = app.add_subcommand("validate", "check a job spec (no coordinator needed)");
+  validate->add_option("SPEC", spec, "job spec (YAML)")->required();
+
+  auto* plan = app.add_subcommand("plan", "dry run: the planner's choices and reasons");
+  plan->add_option("SPEC", spec, "job spec (YAML)")->required();
+  plan->add_flag("--json", json, "one JSON document");
+
+  auto* list = app.add_subcommand("list", "list jobs");
+  list->add_flag("--json", json, "one JSON document");
+
+  auto* status = app.add_subcommand("status", "a job's state, per-rank progress, events");
+  status->add_option("JOB", job, "job id")->required();
+  status->add_flag("--json", json, "one JSON document");
+
+  auto* watch = app.add_subcommand("watch", "live progress of a job until it ends");
+  watch->add_option("JOB", job, "job id")->required();
+
+  auto* logs = app.add_subcommand("logs", "a rank's output");
+  logs->add_option("JOB", job, "job id")->required();
+  logs->add_option("--rank", rank, "rank")->capture_default_str();
+  logs->add_flag("--follow,-f", follow, "keep printing until the job ends");
+
+  auto* cancel = app.add_subcommand("cancel", "cancel a job (stops every rank)");
+  cancel->add_option("JOB", job, "job id")->required();
+
+  auto* topo = app.add_subcommand("topo", "what the topology probe sees on this machine");
+  topo->add_option("--root", root, "probe this directory tree instead of /");
+  topo->add_flag("--json", json, "one JSON document");
+
+  auto* nodes = app.add_subcommand("nodes", "the nodes registered with the coordinator");
+  nodes->add_flag("--json", json, "one JSON document");
+
+  auto* diagnose = app.add_subcommand("diagnose", "staged bottleneck finder");
+
+  auto* data = app.add_subcommand("data", "data tools");
+  data->require_subcommand(1);
+  auto* synth = data->add_subcommand("synth", "build the synthetic ECSpell-format corpus");
+  synth->add_option("--out", out_dir, "output directory")->required();
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    out << app.help();
+    return kOk;
+  } catch (const CLI::CallForAllHelp& e) {
+    out << app.help("", CLI::AppFormatMode::All);
+    return kOk;
+  } catch (const CLI::ParseError& e) {
+    // Help for a subcommand comes as CallForHelp too; everything else is usage.
+    err << "error: " << e.what() << "\n";
+    err << "run 'dgca --help' for the commands\n";
+    return kUsage;
+  }
+  Io io{out, err, err_is_tty};
+  if (*submit) return CmdSubmit(g, io, spec, wait);
+  if (*validate) return CmdValidate(io, spec);
+  if (*plan) return CmdPlan(g, io, spec, json);
+  if (*list) return CmdList(g, io, json);
+  if (*status) return CmdStatus(g, io, job, json);
+  if (*watch) return CmdWatch(g, io, job);
+  if (*logs) return CmdLogs(g, io, job, rank, follow);
+  if (*cancel) return CmdCancel(g, io, job);
+  if (*topo) return CmdTopo(io, root, json);
+  if (*nodes) return CmdNodes(g, io, json);
+  if (*diagnose) return CmdDiagnose(io);
+  if (*synth) return CmdDataSynth(io, out_dir);
+  err << "error: no command\n";
+  return kUsage;
+}
+
+}  // namespace cli
+}  // namespace dgca

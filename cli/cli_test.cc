@@ -1,0 +1,188 @@
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli/app.h"
+#include "cli/client.h"
+#include "cli/format.h"
+
+namespace dgca {
+namespace cli {
+namespace {
+
+struct CliRun {
+  int code;
+  std::string out, err;
+};
+
+CliRun Cli(std::vector<std::string> args) {
+  std::vector<const char*> argv = {"dgca"};
+  for (auto& a : args) argv.push_back(a.c_str());
+  std::ostringstream out, err;
+  int code = RunCli(static_cast<int>(argv.size()), argv.data(), out, err, false);
+  return {code, out.str(), err.str()};
+}
+
+std::string TempFile(const std::string& content) {
+  char tmpl[] = "/tmp/cli_test.XXXXXX";
+  int fd = mkstemp(tmpl);
+  EXPECT_GE(fd, 0);
+  close(fd);
+  std::ofstream(tmpl) << content;
+  return tmpl;
+}
+
+TEST(CliFormatTest, DurationAndProgressLine) {
+  EXPECT_EQ(FormatDuration(45), "45s");
+  EXPECT_EQ(FormatDuration(187), "3m07s");
+  EXPECT_EQ(FormatDuration(7500), "2h05m");
+  EXPECT_EQ(FormatDuration(-1), "?");
+  Progress p;
+  p.state = v1::RUNNING;
+  p.step = 5;
+  p.total_steps = 20;
+  p.samples_per_second = 12.5;
+  p.loss = 3.25;
+  p.has_loss = true;
+  p.eta_seconds = 30;
+  std::string line = ProgressLine(p, 4);
+  EXPECT_EQ(line, "RUNNING  step 5/20 [#...]  25%  12.5 samples/s  loss 3.2500  ETA 30s");
+}
+
+TEST(CliFormatTest, ProgressFromRankSamples) {
+  v1::Job job;
+  job.set_state(v1::RUNNING);
+  job.mutable_spec()->mutable_train()->set_steps(100);
+  std::map<int, v1::StepMetrics> ranks;
+  ranks[0].set_step(10);
+  ranks[0].set_total_steps(100);
+  ranks[0].set_samples_per_second(5);
+  ranks[0].set_loss(2.0);
+  ranks[0].set_step_seconds(1.0);
+  ranks[1].set_step(9);
+  ranks[1].set_total_steps(100);
+  ranks[1].set_samples_per_second(7);
+  ranks[1].set_loss(4.0);
+  ranks[1].set_step_seconds(3.0);
+  Progress p = ComputeProgress(job, ranks);
+  EXPECT_EQ(p.step, 9);
+  EXPECT_EQ(p.total_steps, 100);
+  EXPECT_DOUBLE_EQ(p.samples_per_second, 12);
+  EXPECT_DOUBLE_EQ(p.loss, 3.0);
+  EXPECT_DOUBLE_EQ(p.eta_seconds, 91 * 2.0);
+}
+
+TEST(CliFormatTest, TableAlignsColumns) {
+  EXPECT_EQ(Table({{"A", "BB"}, {"ccc", "d"}}), "A    BB\nccc  d\n");
+}
+
+TEST(CliFormatTest, JsonUsesProtoNamesAndEnumNames) {
+  v1::Job job;
+  job.set_id("j1");
+  job.set_state(v1::SUCCEEDED);
+  job.set_total_steps(7);
+  std::string j = ToJson(job);
+  EXPECT_NE(j.find("\"state\": \"SUCCEEDED\""), std::string::npos) << j;
+  EXPECT_NE(j.find("\"total_steps\""), std::string::npos) << j;
+  EXPECT_NE(j.find("\"restarts\": 0"), std::string::npos) << j;
+}
+
+TEST(CliExitCodeTest, Mapping) {
+  EXPECT_EQ(ExitCodeFor(absl::UnavailableError("x")), 3);
+  EXPECT_EQ(ExitCodeFor(absl::UnauthenticatedError("x")), 3);
+  EXPECT_EQ(ExitCodeFor(absl::DeadlineExceededError("x")), 3);
+  EXPECT_EQ(ExitCodeFor(absl::InvalidArgumentError("x")), 2);
+  EXPECT_EQ(ExitCodeFor(absl::NotFoundError("x")), 2);
+  EXPECT_EQ(ExitCodeFor(absl::InternalError("x")), 1);
+  EXPECT_EQ(ExitCodeFor(absl::OkStatus()), 0);
+}
+
+TEST(CliTest, ValidateReportsEveryProblemWithLineAndColumn) {
+  std::string path = TempFile(
+      "name: bad\n"
+      "model:\n"
+      "  preset: tiny\n"
+      "  colour: blue\n"
+      "train:\n"
+      "  steps: -5\n"
+      "  global_batch: lots\n");
+  CliRun r = Cli({"validate", path});
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find(path + ":4:3: model.colour"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(path + ":6:10: train.steps"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(path + ":7:17: train.global_batch"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("3 problems"), std::string::npos) << r.err;
+  std::remove(path.c_str());
+}
+
+TEST(CliTest, ValidateAcceptsGoodSpec) {
+  std::string path = TempFile("name: ok\nmodel: {preset: tiny}\ntrain: {steps: 10}\n");
+  CliRun r = Cli({"validate", path});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("valid"), std::string::npos);
+  std::remove(path.c_str());
+}
+
+TEST(CliTest, MissingSpecFileIsUsageError) {
+  CliRun r = Cli({"validate", "/nonexistent/spec.yaml"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("/nonexistent/spec.yaml"), std::string::npos);
+}
+
+TEST(CliTest, UnknownCommandIsUsageError) {
+  EXPECT_EQ(Cli({"frobnicate"}).code, 2);
+  EXPECT_EQ(Cli({}).code, 2);
+  EXPECT_EQ(Cli({"--help"}).code, 0);
+}
+
+TEST(CliTest, NoTokenFileExits3) {
+  CliRun r = Cli({"--token-file", "/nonexistent/token", "list"});
+  EXPECT_EQ(r.code, 3);
+  EXPECT_NE(r.err.find("/nonexistent/token"), std::string::npos) << r.err;
+}
+
+TEST(CliTest, UnreachableCoordinatorExits3) {
+  std::string token = TempFile("abc\n");
+  // Port 1 on loopback: nothing listens there.
+  CliRun r = Cli({"--coordinator", "127.0.0.1:1", "--token-file", token, "status", "j1"});
+  EXPECT_EQ(r.code, 3) << r.err;
+  EXPECT_NE(r.err.find("is dgca-coordinator running"), std::string::npos) << r.err;
+  // Global options after the command work too.
+  EXPECT_EQ(Cli({"list", "--coordinator", "127.0.0.1:1", "--token-file", token}).code, 3);
+  std::remove(token.c_str());
+}
+
+TEST(CliTest, EnvironmentVariablesActAsFlags) {
+  std::string token = TempFile("abc\n");
+  setenv("DGCA_COORDINATOR", "127.0.0.1:1", 1);
+  setenv("DGCA_TOKEN_FILE", token.c_str(), 1);
+  CliRun r = Cli({"nodes"});
+  unsetenv("DGCA_COORDINATOR");
+  unsetenv("DGCA_TOKEN_FILE");
+  EXPECT_EQ(r.code, 3) << r.err;
+  EXPECT_NE(r.err.find("127.0.0.1:1"), std::string::npos) << r.err;
+  std::remove(token.c_str());
+}
+
+TEST(CliTest, DiagnoseSaysItIsNotImplemented) {
+  CliRun r = Cli({"diagnose"});
+  EXPECT_EQ(r.code, 0);
+  EXPECT_NE(r.out.find("not implemented yet"), std::string::npos);
+}
+
+TEST(CliTest, TopoOnFixtureRootAndJson) {
+  CliRun bad = Cli({"topo", "--root", "/nonexistent/root"});
+  EXPECT_EQ(bad.code, 2);
+  CliRun r = Cli({"topo", "--json"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("\"cpu_count\""), std::string::npos) << r.out;
+}
+
+}  // namespace
+}  // namespace cli
+}  // namespace dgca

@@ -1,0 +1,68 @@
+#include "cli/client.h"
+
+#include "absl/strings/str_cat.h"
+#include "proto/rpc/rpc_util.h"
+
+namespace dgca {
+namespace cli {
+
+int ExitCodeFor(const absl::Status& s) {
+  switch (s.code()) {
+    case absl::StatusCode::kOk:
+      return kOk;
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kDeadlineExceeded:
+    case absl::StatusCode::kUnauthenticated:
+      return kUnreachable;
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kNotFound:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kAlreadyExists:
+      return kUsage;
+    default:
+      return kJobFailed;
+  }
+}
+
+int ReportError(std::ostream& err, const GlobalOptions& g, const absl::Status& s) {
+  err << "error: " << s.message() << "\n";
+  switch (s.code()) {
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kDeadlineExceeded:
+      err << "hint: is dgca-coordinator running at " << g.coordinator
+          << "? (--coordinator / DGCA_COORDINATOR)\n";
+      break;
+    case absl::StatusCode::kUnauthenticated:
+      err << "hint: the token must match the coordinator's STATE_DIR/token (--token-file / "
+             "DGCA_TOKEN_FILE; now "
+          << g.token_file << ")\n";
+      break;
+    default:
+      break;
+  }
+  return ExitCodeFor(s);
+}
+
+absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const GlobalOptions& g) {
+  auto token = ReadTokenFile(g.token_file);
+  if (!token.ok()) {
+    return absl::UnauthenticatedError(absl::StrCat(token.status().message(),
+                                                   " (the coordinator writes it to "
+                                                   "STATE_DIR/token at its first start)"));
+  }
+  auto c = std::unique_ptr<Client>(new Client());
+  c->channel_ = MakeChannel(g.coordinator, g.tls_ca_file);
+  c->stub_ = v1::Coordinator::NewStub(c->channel_);
+  c->token_ = *token;
+  return c;
+}
+
+std::unique_ptr<grpc::ClientContext> Client::Context(std::chrono::milliseconds deadline) const {
+  auto ctx = std::make_unique<grpc::ClientContext>();
+  AddAuth(ctx.get(), token_);
+  if (deadline.count() > 0) ctx->set_deadline(std::chrono::system_clock::now() + deadline);
+  return ctx;
+}
+
+}  // namespace cli
+}  // namespace dgca

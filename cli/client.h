@@ -1,0 +1,60 @@
+// The CLI's connection to the coordinator: channel, bearer token, deadlines,
+// and the mapping from RPC failures to the exit codes of DESIGN.md
+// "Command line" (0 ok, 1 job failed/cancelled, 2 bad usage or invalid spec,
+// 3 cannot reach or authenticate).
+//
+// Thread-safety: Client is thread-safe after Connect (stubs are).
+#ifndef DGCA_CLI_CLIENT_H_
+#define DGCA_CLI_CLIENT_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <memory>
+#include <ostream>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "dgca/v1/coordinator.grpc.pb.h"
+
+namespace dgca {
+namespace cli {
+
+enum ExitCode { kOk = 0, kJobFailed = 1, kUsage = 2, kUnreachable = 3 };
+
+struct GlobalOptions {
+  std::string coordinator;    // host:port
+  std::string token_file;
+  std::string tls_ca_file;    // "" = plaintext
+};
+
+// The exit code for a failed RPC: UNAVAILABLE, DEADLINE_EXCEEDED and
+// UNAUTHENTICATED (and a missing token file) -> 3; INVALID_ARGUMENT,
+// NOT_FOUND, FAILED_PRECONDITION, ALREADY_EXISTS -> 2; anything else -> 1.
+int ExitCodeFor(const absl::Status& s);
+
+// Prints "error: ..." with a hint for the common cases and returns
+// ExitCodeFor(s).
+int ReportError(std::ostream& err, const GlobalOptions& g, const absl::Status& s);
+
+class Client {
+ public:
+  // Reads the token file; errors are UNAUTHENTICATED (so they map to exit 3).
+  static absl::StatusOr<std::unique_ptr<Client>> Connect(const GlobalOptions& g);
+
+  v1::Coordinator::Stub* stub() { return stub_.get(); }
+  // A context with the token and, when > 0, a deadline.
+  std::unique_ptr<grpc::ClientContext> Context(
+      std::chrono::milliseconds deadline = std::chrono::seconds(15)) const;
+
+ private:
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::Coordinator::Stub> stub_;
+  std::string token_;
+};
+
+}  // namespace cli
+}  // namespace dgca
+
+#endif  // DGCA_CLI_CLIENT_H_

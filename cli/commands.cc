@@ -1,0 +1,645 @@
+#include "cli/commands.h"
+
+#include <limits.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "cli/format.h"
+#include "coordinator/spec/spec.h"
+#include "proto/rpc/rpc_util.h"
+#include "worker/topology/probe.h"
+#include "worker/topology/topo_matrix.h"
+
+#if __has_include("model/core/synth.h")
+#include "model/core/synth.h"
+#define DGCA_HAVE_SYNTH 1
+#endif
+
+namespace dgca {
+namespace cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+absl::Status ReadFile(const std::string& path, std::string* out) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::InvalidArgumentError(absl::StrCat("cannot read spec file ", path));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  *out = ss.str();
+  return absl::OkStatus();
+}
+
+// The absolute directory of `path` (relative paths in the spec resolve
+// against it, wherever the coordinator and the ranks run).
+std::string AbsDirOf(const std::string& path) {
+  char buf[PATH_MAX];
+  if (realpath(path.c_str(), buf) != nullptr) {
+    std::string abs(buf);
+    size_t p = abs.rfind('/');
+    return p == 0 ? "/" : abs.substr(0, p);
+  }
+  return ".";
+}
+
+// Parses the spec locally; prints every problem. Returns 0 or 2.
+int ValidateLocally(Io io, const std::string& spec_path, std::string* yaml,
+                    v1::JobSpec* spec = nullptr) {
+  if (auto s = ReadFile(spec_path, yaml); !s.ok()) {
+    io.err << "error: " << s.message() << "\n";
+    return kUsage;
+  }
+  auto parsed = ParseJobSpec(*yaml, spec_path);
+  if (!parsed.ok()) {
+    io.err << "error: " << parsed.status().message() << "\n";
+    return kUsage;
+  }
+  if (!parsed->ok()) {
+    io.err << FormatProblems(parsed->problems);
+    io.err << spec_path << ": " << parsed->problems.size() << " problem"
+           << (parsed->problems.size() == 1 ? "" : "s") << "\n";
+    return kUsage;
+  }
+  if (spec) *spec = parsed->spec;
+  return kOk;
+}
+
+int PrintProblems(Io io, const std::string& spec_path,
+                  const google::protobuf::RepeatedPtrField<v1::SpecProblem>& problems) {
+  io.err << FormatProblems(problems);
+  io.err << spec_path << ": " << problems.size() << " problem"
+         << (problems.size() == 1 ? "" : "s") << "\n";
+  return kUsage;
+}
+
+std::string Age(int64_t unix_ms) {
+  if (unix_ms <= 0) return "-";
+  double s = (static_cast<double>(std::time(nullptr)) * 1000 - unix_ms) / 1000.0;
+  return FormatDuration(std::max(0.0, s)) + " ago";
+}
+
+std::string RankRows(const v1::Job& job, const std::map<int, v1::StepMetrics>& live) {
+  std::vector<std::vector<std::string>> rows = {
+      {"RANK", "NODE", "PID", "STATE", "STEP", "LOSS", "SAMPLES/S", "STEP_S", "HB_AGE", "EXIT",
+       "RESTARTS"}};
+  std::map<int, v1::RankProgress> by_rank;
+  for (const auto& r : job.ranks()) by_rank[r.rank()] = r;
+  for (const auto& [r, m] : live) {
+    if (!by_rank.count(r)) by_rank[r].set_rank(r);
+  }
+  for (auto [r, p] : by_rank) {
+    auto it = live.find(r);
+    if (it != live.end() && it->second.step() >= p.step()) {
+      p.set_step(it->second.step());
+      p.set_loss(it->second.loss());
+      p.set_samples_per_second(it->second.samples_per_second());
+      p.set_step_seconds(it->second.step_seconds());
+    }
+    bool exited = p.state() == "exited" || p.state() == "failed";
+    rows.push_back({absl::StrCat(r), p.node().empty() ? "-" : p.node(),
+                    p.pid() > 0 ? absl::StrCat(p.pid()) : "-",
+                    p.state().empty() ? "-" : p.state(), absl::StrCat(p.step()),
+                    p.step() > 0 ? absl::StrFormat("%.4f", p.loss()) : "-",
+                    p.samples_per_second() > 0 ? absl::StrFormat("%.1f", p.samples_per_second())
+                                               : "-",
+                    p.step_seconds() > 0 ? absl::StrFormat("%.3f", p.step_seconds()) : "-",
+                    exited ? "-" : absl::StrFormat("%.1fs", p.heartbeat_age_seconds()),
+                    exited ? absl::StrCat(p.exit_code()) : "-", absl::StrCat(p.restarts())});
+  }
+  return Table(rows);
+}
+
+std::string EventLine(const v1::JobEvent& e) {
+  return absl::StrCat("[", ClockTime(e.time_unix_ms()), "] ", StateName(e.state()), "  ",
+                      e.kind(), e.message().empty() ? "" : ": ", e.message());
+}
+
+std::map<std::string, double> EvalOf(const v1::Job& j) {
+  return std::map<std::string, double>(j.eval().begin(), j.eval().end());
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- submit
+int CmdSubmit(const GlobalOptions& g, Io io, const std::string& spec_path, bool wait) {
+  std::string yaml;
+  if (int rc = ValidateLocally(io, spec_path, &yaml); rc != kOk) return rc;
+  auto client = Client::Connect(g);
+  if (!client.ok()) return ReportError(io.err, g, client.status());
+  v1::SubmitJobRequest req;
+  req.set_spec_yaml(yaml);
+  req.set_spec_path(spec_path);
+  req.set_base_dir(AbsDirOf(spec_path));
+  v1::SubmitJobResponse resp;
+  auto ctx = (*client)->Context(std::chrono::seconds(30));
+  grpc::Status s = (*client)->stub()->SubmitJob(ctx.get(), req, &resp);
+  if (!s.ok()) return ReportError(io.err, g, FromGrpc(s));
+  if (resp.problems_size() > 0) return PrintProblems(io, spec_path, resp.problems());
+  io.out << resp.job_id() << "\n";
+  io.out.flush();
+  io.err << "submitted job " << resp.job_id() << " (" << resp.spec().name() << ")\n";
+  if (!wait) return kOk;
+  return FollowJob(g, io, client->get(), resp.job_id(), /*full_view=*/false);
+}
+
+// ---------------------------------------------------------------- validate
+int CmdValidate(Io io, const std::string& spec_path) {
+  std::string yaml;
+  v1::JobSpec spec;
+  if (int rc = ValidateLocally(io, spec_path, &yaml, &spec); rc != kOk) return rc;
+  io.out << spec_path << ": valid (job '" << spec.name() << "', preset " << spec.model().preset()
+         << ", " << spec.train().steps() << " steps)\n";
+  return kOk;
+}
+
+// ---------------------------------------------------------------- plan
+int CmdPlan(const GlobalOptions& g, Io io, const std::string& spec_path, bool json) {
+  std::string yaml;
+  if (int rc = ValidateLocally(io, spec_path, &yaml); rc != kOk) return rc;
+  auto client = Client::Connect(g);
+  if (!client.ok()) return ReportError(io.err, g, client.status());
+  v1::PlanJobRequest req;
+  req.set_spec_yaml(yaml);
+  req.set_spec_path(spec_path);
+  req.set_base_dir(AbsDirOf(spec_path));
+  v1::PlanJobResponse resp;
+  auto ctx = (*client)->Context(std::chrono::seconds(300));  // trial mode measures
+  grpc::Status s = (*client)->stub()->PlanJob(ctx.get(), req, &resp);
+  if (!s.ok()) return ReportError(io.err, g, FromGrpc(s));
+  if (resp.problems_size() > 0) return PrintProblems(io, spec_path, resp.problems());
+  const v1::Plan& p = resp.plan();
+  if (json) {
+    io.out << ToJson(p);
+    return kOk;
+  }
+  io.out << absl::StrFormat("plan for %s: %d rank(s) on %s, backend %s, precision %s\n",
+                            resp.spec().name(), p.ranks(), p.device(), p.backend(), p.precision());
+  io.out << absl::StrFormat(
+      "micro_batch %d x accumulation %d x ranks %d = %d samples/step; bucket %.1f MB; %d "
+      "thread(s)/rank\n",
+      p.micro_batch(), p.accumulation(), p.ranks(),
+      p.micro_batch() * p.accumulation() * std::max(1, p.ranks()), p.bucket_mb(),
+      p.threads_per_rank());
+  if (p.predicted_step_seconds() > 0) {
+    io.out << absl::StrFormat(
+        "predicted: %.3f s/step, %.1f samples/s, comm share %.1f%%, %.2f GiB/rank\n",
+        p.predicted_step_seconds(), p.predicted_samples_per_second(),
+        100 * p.predicted_comm_share(), p.predicted_memory_bytes() / (1 << 30));
+  }
+  std::vector<std::vector<std::string>> rows = {{"SETTING", "VALUE", "SOURCE", "REASON"}};
+  for (const auto& d : p.decisions()) {
+    std::string src = d.source() == v1::USER      ? "user"
+                      : d.source() == v1::PLANNER ? "planner"
+                      : d.source() == v1::DEFAULT ? "default"
+                                                  : "-";
+    rows.push_back({d.name(), d.value(), src, d.reason()});
+  }
+  io.out << "\n" << Table(rows);
+  if (!p.env().empty()) {
+    io.out << "\nenvironment for every rank:\n";
+    for (const auto& [k, v] : std::map<std::string, std::string>(p.env().begin(), p.env().end()))
+      io.out << "  " << k << "=" << v << "\n";
+  }
+  if (p.trials_size() > 0) {
+    std::vector<std::vector<std::string>> t = {
+        {"MICRO_BATCH", "ACCUMULATION", "BUCKET_MB", "STEP_S", "SAMPLES/S", "NOTE"}};
+    for (const auto& tr : p.trials()) {
+      t.push_back({absl::StrCat(tr.micro_batch()), absl::StrCat(tr.accumulation()),
+                   absl::StrFormat("%.1f", tr.bucket_mb()),
+                   absl::StrFormat("%.3f", tr.measured_step_seconds()),
+                   absl::StrFormat("%.1f", tr.samples_per_second()), tr.note()});
+    }
+    io.out << "\ntrials:\n" << Table(t);
+  }
+  for (const auto& w : p.warnings()) io.out << "warning: " << w << "\n";
+  return kOk;
+}
+
+// ---------------------------------------------------------------- list
+int CmdList(const GlobalOptions& g, Io io, bool json) {
+  auto client = Client::Connect(g);
+  if (!client.ok()) return ReportError(io.err, g, client.status());
+  v1::ListJobsRequest req;
+  v1::ListJobsResponse resp;
+  auto ctx = (*client)->Context();
+  grpc::Status s = (*client)->stub()->ListJobs(ctx.get(), req, &resp);
+  if (!s.ok()) return ReportError(io.err, g, FromGrpc(s));
+  if (json) {
+    io.out << ToJson(resp);
+    return kOk;
+  }
+  std::vector<std::vector<std::string>> rows = {
+      {"JOB", "NAME", "STATE", "STEP", "LOSS", "SAMPLES/S", "CREATED", "MESSAGE"}};
+  for (const auto& j : resp.jobs()) {
+    Progress p = ComputeProgress(j, {});
+    rows.push_back({j.id(), j.name(), StateName(j.state()),
+                    p.total_steps > 0 ? absl::StrCat(p.step, "/", p.total_steps)
+                                      : absl::StrCat(p.step),
+                    j.step() > 0 ? absl::StrFormat("%.4f", j.loss()) : "-",
+                    j.samples_per_second() > 0 ? absl::StrFormat("%.1f", j.samples_per_second())
+                                               : "-",
+                    Age(j.created_unix_ms()), j.message()});
+  }
+  io.out << Table(rows);
+  return kOk;
+}
+
+// ---------------------------------------------------------------- status
+int CmdStatus(const GlobalOptions& g, Io io, const std::string& job_id, bool json) {
+  auto client = Client::Connect(g);
+  if (!client.ok()) return ReportError(io.err, g, client.status());
+  v1::GetJobRequest req;
+  req.set_job_id(job_id);
+  v1::GetJobResponse resp;
+  auto ctx = (*client)->Context();
+  grpc::Status s = (*client)->stub()->GetJob(ctx.get(), req, &resp);
+  if (!s.ok()) return ReportError(io.err, g, FromGrpc(s));
+  const v1::Job& j = resp.job();
+  if (json) {
+    io.out << ToJson(resp);
+    return kOk;
+  }
+  Progress p = ComputeProgress(j, {});
+  io.out << "job      " << j.id() << " (" << j.name() << ")\n";
+  io.out << "state    " << StateName(j.state()) << (j.message().empty() ? "" : "  ") << j.message()
+         << "\n";
+  io.out << "created  " << Age(j.created_unix_ms()) << ", updated " << Age(j.updated_unix_ms())
+         << (j.restarts() > 0 ? absl::StrCat(", ", j.restarts(), " restart(s)") : "") << "\n";
+  io.out << "progress " << ProgressLine(p) << "\n";
+  const v1::Plan& plan = resp.plan();
+  if (plan.ranks() > 0) {
+    io.out << absl::StrFormat("plan     %d rank(s) %s/%s, micro_batch %d x accumulation %d, %s\n",
+                              plan.ranks(), plan.device(), plan.backend(), plan.micro_batch(),
+                              plan.accumulation(), plan.precision());
+  }
+  if (j.ranks_size() > 0) io.out << "\n" << RankRows(j, {});
+  if (!j.eval().empty()) io.out << "\nevaluation:\n" << EvalTable(EvalOf(j));
+  if (resp.events_size() > 0) {
+    io.out << "\nevents:\n";
+    int start = std::max(0, resp.events_size() - 10);
+    for (int i = start; i < resp.events_size(); ++i) io.out << "  " << EventLine(resp.events(i)) << "\n";
+  }
+  return kOk;
+}
+
+// ---------------------------------------------------------------- watch / follow
+namespace {
+
+struct LiveState {
+  std::mutex mu;
+  std::condition_variable cv;
+  v1::Job job;
+  bool have_job = false;
+  std::map<int, v1::StepMetrics> ranks;
+  std::vector<v1::JobEvent> new_events;  // not yet printed
+  int64_t last_seq = 0;
+  bool terminal = false;
+  bool stop = false;
+  absl::Status fatal;                    // set when following must give up
+  Clock::time_point last_contact = Clock::now();
+  std::shared_ptr<grpc::ClientContext> watch_ctx;
+};
+
+}  // namespace
+
+int FollowJob(const GlobalOptions& g, Io io, Client* client, const std::string& job_id,
+              bool full_view) {
+  LiveState st;
+  constexpr auto kGiveUpAfter = std::chrono::seconds(60);
+
+  // Poller: the job snapshot every second (ranks, heartbeat ages, terminal
+  // state). It also bounds how long the coordinator may be away.
+  std::thread poller([&] {
+    while (true) {
+      v1::GetJobRequest req;
+      req.set_job_id(job_id);
+      v1::GetJobResponse resp;
+      auto ctx = client->Context(std::chrono::seconds(5));
+      grpc::Status s = client->stub()->GetJob(ctx.get(), req, &resp);
+      std::unique_lock<std::mutex> l(st.mu);
+      if (st.stop) return;
+      if (s.ok()) {
+        st.last_contact = Clock::now();
+        st.job = resp.job();
+        st.have_job = true;
+        for (const auto& e : resp.events()) {
+          if (e.seq() > st.last_seq) {
+            st.new_events.push_back(e);
+            st.last_seq = e.seq();
+          }
+        }
+        if (IsTerminal(resp.job().state())) st.terminal = true;
+      } else if (s.error_code() == grpc::StatusCode::NOT_FOUND ||
+                 s.error_code() == grpc::StatusCode::UNAUTHENTICATED) {
+        st.fatal = FromGrpc(s);
+      } else if (Clock::now() - st.last_contact > kGiveUpAfter) {
+        st.fatal = absl::UnavailableError(absl::StrCat(
+            "lost the coordinator for more than 60 s: ", s.error_message()));
+      }
+      st.cv.notify_all();
+      if (st.terminal || !st.fatal.ok()) {
+        if (st.watch_ctx) st.watch_ctx->TryCancel();
+        return;
+      }
+      st.cv.wait_for(l, std::chrono::seconds(1), [&] { return st.stop; });
+      if (st.stop) return;
+    }
+  });
+
+  // Watcher: live step samples and events as they happen.
+  std::thread watcher([&] {
+    double backoff = 0.5;
+    while (true) {
+      auto ctx = std::shared_ptr<grpc::ClientContext>(client->Context(std::chrono::milliseconds(0)));
+      v1::WatchJobRequest req;
+      req.set_job_id(job_id);
+      {
+        std::lock_guard<std::mutex> l(st.mu);
+        if (st.stop || st.terminal || !st.fatal.ok()) return;
+        st.watch_ctx = ctx;
+        req.set_after_event_seq(st.last_seq);
+      }
+      auto reader = client->stub()->WatchJob(ctx.get(), req);
+      v1::WatchJobResponse u;
+      while (reader->Read(&u)) {
+        std::lock_guard<std::mutex> l(st.mu);
+        st.last_contact = Clock::now();
+        if (u.has_event()) {
+          if (u.event().seq() > st.last_seq) {
+            st.new_events.push_back(u.event());
+            st.last_seq = u.event().seq();
+          }
+          if (IsTerminal(u.event().state())) st.terminal = true;
+        } else if (u.has_sample() && u.sample().has_step()) {
+          st.ranks[u.sample().step().rank()] = u.sample().step();
+        } else if (u.has_snapshot()) {
+          st.job = u.snapshot();
+          st.have_job = true;
+          if (IsTerminal(u.snapshot().state())) st.terminal = true;
+        }
+        st.cv.notify_all();
+        backoff = 0.5;
+      }
+      reader->Finish();
+      std::unique_lock<std::mutex> l(st.mu);
+      st.watch_ctx.reset();
+      if (st.stop || st.terminal || !st.fatal.ok()) return;
+      st.cv.wait_for(l, std::chrono::duration<double>(backoff), [&] { return st.stop; });
+      backoff = std::min(backoff * 2, 5.0);
+    }
+  });
+
+  // Renderer (this thread).
+  int drawn_lines = 0;  // full view on a TTY: lines to erase before redrawing
+  bool line_shown = false;
+  auto last_plain = Clock::now() - std::chrono::seconds(60);
+  std::string last_plain_line;
+  auto clear_live = [&] {
+    if (!io.err_is_tty) return;
+    if (full_view && drawn_lines > 0) {
+      io.err << "\x1b[" << drawn_lines << "F\x1b[J";
+      drawn_lines = 0;
+    } else if (!full_view && line_shown) {
+      io.err << "\r\x1b[K";
+      line_shown = false;
+    }
+  };
+  absl::Status fatal;
+  while (true) {
+    std::vector<v1::JobEvent> events;
+    v1::Job job;
+    std::map<int, v1::StepMetrics> ranks;
+    bool terminal, have_job;
+    {
+      std::unique_lock<std::mutex> l(st.mu);
+      st.cv.wait_for(l, std::chrono::milliseconds(io.err_is_tty ? 250 : 1000));
+      events.swap(st.new_events);
+      job = st.job;
+      ranks = st.ranks;
+      terminal = st.terminal;
+      have_job = st.have_job;
+      fatal = st.fatal;
+    }
+    if (!events.empty()) {
+      clear_live();
+      for (const auto& e : events) io.err << EventLine(e) << "\n";
+    }
+    if (!fatal.ok() || terminal) break;
+    if (!have_job) continue;
+    Progress p = ComputeProgress(job, ranks);
+    if (io.err_is_tty) {
+      clear_live();
+      if (full_view) {
+        std::string block = absl::StrCat("job ", job.id(), " (", job.name(), ")\n",
+                                         ProgressLine(p, 30), "\n", RankRows(job, ranks));
+        io.err << block;
+        drawn_lines = static_cast<int>(std::count(block.begin(), block.end(), '\n'));
+      } else {
+        io.err << ProgressLine(p, 20);
+        line_shown = true;
+      }
+      io.err.flush();
+    } else {
+      // Plain lines: every 5 s at most, and only when something changed.
+      std::string line = ProgressLine(p, 0);
+      if (Clock::now() - last_plain >= std::chrono::seconds(5) &&
+          line.substr(0, line.find("  elapsed")) !=
+              last_plain_line.substr(0, last_plain_line.find("  elapsed"))) {
+        io.err << line << "\n";
+        if (full_view) io.err << RankRows(job, ranks);
+        io.err.flush();
+        last_plain = Clock::now();
+        last_plain_line = line;
+      }
+    }
+  }
+  clear_live();
+  {
+    std::lock_guard<std::mutex> l(st.mu);
+    st.stop = true;
+    if (st.watch_ctx) st.watch_ctx->TryCancel();
+  }
+  st.cv.notify_all();
+  poller.join();
+  watcher.join();
+  if (!fatal.ok()) return ReportError(io.err, g, fatal);
+
+  // The final snapshot (eval metrics may arrive with the last update).
+  v1::GetJobRequest req;
+  req.set_job_id(job_id);
+  v1::GetJobResponse resp;
+  auto ctx = client->Context();
+  grpc::Status s = client->stub()->GetJob(ctx.get(), req, &resp);
+  v1::Job job = s.ok() ? resp.job() : st.job;
+  Progress p = ComputeProgress(job, {});
+  io.err << ProgressLine(p, 0) << "\n";
+  io.out << "job " << job.id() << " " << StateName(job.state());
+  if (!job.message().empty()) io.out << ": " << job.message();
+  io.out << "\n";
+  if (!job.eval().empty()) io.out << "\nevaluation (step " << job.step() << "):\n" << EvalTable(EvalOf(job));
+  io.out.flush();
+  return job.state() == v1::SUCCEEDED ? kOk : kJobFailed;
+}
+
+int CmdWatch(const GlobalOptions& g, Io io, const std::string& job_id) {
+  auto client = Client::Connect(g);
+  if (!client.ok()) return ReportError(io.err, g, client.status());
+  return FollowJob(g, io, client->get(), job_id, /*full_view=*/true);
+}
+
+// ---------------------------------------------------------------- logs
+int CmdLogs(const GlobalOptions& g, Io io, const std::string& job_id, int rank, bool follow) {
+  auto client = Client::Connect(g);
+  if (!client.ok()) return ReportError(io.err, g, client.status());
+  int64_t offset = 0;
+  double backoff = 0.5;
+  auto last_ok = Clock::now();
+  while (true) {
+    v1::GetLogsRequest req;
+    req.set_job_id(job_id);
+    req.set_rank(rank);
+    req.set_offset(offset);
+    req.set_follow(follow);
+    auto ctx = (*client)->Context(follow ? std::chrono::milliseconds(0) : std::chrono::seconds(30));
+    auto reader = (*client)->stub()->GetLogs(ctx.get(), req);
+    v1::GetLogsResponse chunk;
+    bool eof = false;
+    while (reader->Read(&chunk)) {
+      io.out << chunk.data();
+      io.out.flush();
+      if (chunk.next_offset() > 0) offset = chunk.next_offset();
+      else offset += static_cast<int64_t>(chunk.data().size());
+      eof = chunk.eof();
+      last_ok = Clock::now();
+    }
+    grpc::Status s = reader->Finish();
+    if (!s.ok()) {
+      bool transient = s.error_code() == grpc::StatusCode::UNAVAILABLE;
+      if (follow && transient && Clock::now() - last_ok < std::chrono::seconds(60)) {
+        std::this_thread::sleep_for(std::chrono::duration<double>(backoff));
+        backoff = std::min(backoff * 2, 5.0);
+        continue;
+      }
+      return ReportError(io.err, g, FromGrpc(s));
+    }
+    // Without --follow one pass is all; with it, the server streams until the
+    // job ends (eof), or we ask again from where we are.
+    if (!follow || eof) return kOk;
+    last_ok = Clock::now();
+  }
+}
+
+// ---------------------------------------------------------------- cancel
+int CmdCancel(const GlobalOptions& g, Io io, const std::string& job_id) {
+  auto client = Client::Connect(g);
+  if (!client.ok()) return ReportError(io.err, g, client.status());
+  v1::CancelJobRequest req;
+  req.set_job_id(job_id);
+  v1::CancelJobResponse resp;
+  auto ctx = (*client)->Context(std::chrono::seconds(30));
+  grpc::Status s = (*client)->stub()->CancelJob(ctx.get(), req, &resp);
+  if (!s.ok()) return ReportError(io.err, g, FromGrpc(s));
+  io.out << "job " << job_id << " " << StateName(resp.job().state());
+  if (!resp.job().message().empty()) io.out << ": " << resp.job().message();
+  io.out << "\n";
+  return kOk;
+}
+
+// ---------------------------------------------------------------- topo
+int CmdTopo(Io io, const std::string& root, bool json) {
+  ProbeOptions o;
+  o.root = root.empty() ? "/" : root;
+  auto t = ProbeTopology(o);
+  if (!t.ok()) {
+    io.err << "error: " << t.status().message() << "\n";
+    return kUsage;
+  }
+  if (json) {
+    io.out << ToJson(*t);
+  } else {
+    io.out << FormatTopoMatrix(*t);
+  }
+  return kOk;
+}
+
+// ---------------------------------------------------------------- nodes
+int CmdNodes(const GlobalOptions& g, Io io, bool json) {
+  auto client = Client::Connect(g);
+  if (!client.ok()) return ReportError(io.err, g, client.status());
+  v1::ListNodesRequest req;
+  v1::ListNodesResponse resp;
+  auto ctx = (*client)->Context();
+  grpc::Status s = (*client)->stub()->ListNodes(ctx.get(), req, &resp);
+  if (!s.ok()) return ReportError(io.err, g, FromGrpc(s));
+  if (json) {
+    io.out << ToJson(resp);
+    return kOk;
+  }
+  std::vector<std::vector<std::string>> rows = {
+      {"NODE", "ADDRESS", "CONNECTED", "HB_AGE", "CPUS", "MEMORY", "GPUS", "WSL2", "JOBS"}};
+  for (const auto& n : resp.nodes()) {
+    const auto& t = n.topology();
+    std::string gpus = absl::StrCat(t.gpus_size());
+    if (t.gpus_size() > 0) absl::StrAppend(&gpus, " x ", t.gpus(0).name());
+    rows.push_back({n.name(), n.address().empty() ? "-" : n.address(),
+                    n.connected() ? "yes" : "no",
+                    absl::StrFormat("%.1fs", n.heartbeat_age_seconds()),
+                    absl::StrCat(t.cpu_count()),
+                    t.memory_bytes() > 0
+                        ? absl::StrFormat("%.1f GiB", t.memory_bytes() / double(1ull << 30))
+                        : "?",
+                    gpus, t.wsl2() ? "yes" : "no",
+                    n.running_jobs().empty() ? "-" : absl::StrJoin(n.running_jobs(), ",")});
+  }
+  io.out << Table(rows);
+  return kOk;
+}
+
+// ---------------------------------------------------------------- diagnose
+int CmdDiagnose(Io io) {
+  io.out << "dgca diagnose will run a staged bottleneck finder on the job's nodes:\n"
+            "  1. data: loader throughput alone (is the trainer starved?)\n"
+            "  2. compute: forward+backward time per micro-batch on each rank\n"
+            "  3. comm: all-reduce bus bandwidth and latency at several sizes, per link\n"
+            "  4. the whole step: exposed communication share and data wait\n"
+            "and name the stage that limits throughput, with the planner's fix.\n";
+  io.out << "not implemented yet: diagnose comm lands with issue 4\n";
+  return kOk;
+}
+
+// ---------------------------------------------------------------- data synth
+int CmdDataSynth(Io io, const std::string& out_dir) {
+  if (out_dir.empty()) {
+    io.err << "error: --out DIR is required\n";
+    return kUsage;
+  }
+#ifdef DGCA_HAVE_SYNTH
+  SynthOptions o;
+  o.out_dir = out_dir;
+  auto r = SynthesizeCorpus(o);
+  if (!r.ok()) {
+    io.err << "error: " << r.status().message() << "\n";
+    return kJobFailed;
+  }
+  io.out << SynthSummary(*r);
+  return kOk;
+#else
+  io.err << "error: dgca data synth is not built into this dgca yet (model/core/synth.h)\n";
+  return kJobFailed;
+#endif
+}
+
+}  // namespace cli
+}  // namespace dgca

@@ -1,0 +1,48 @@
+// The `dgca` commands (DESIGN.md "Command line"). Each returns the process
+// exit code: 0 ok, 1 the job failed or was cancelled, 2 bad usage or invalid
+// spec, 3 cannot reach or authenticate. Results go to `io.out` (what scripts
+// read: job ids, tables, JSON), progress and errors to `io.err`.
+//
+// Thread-safety: each call is independent; they share nothing.
+#ifndef DGCA_CLI_COMMANDS_H_
+#define DGCA_CLI_COMMANDS_H_
+
+#include <ostream>
+#include <string>
+
+#include "cli/client.h"
+
+namespace dgca {
+namespace cli {
+
+struct Io {
+  std::ostream& out;
+  std::ostream& err;
+  bool err_is_tty = false;  // live \r-updated lines when true
+};
+
+int CmdSubmit(const GlobalOptions& g, Io io, const std::string& spec_path, bool wait);
+int CmdValidate(Io io, const std::string& spec_path);
+int CmdPlan(const GlobalOptions& g, Io io, const std::string& spec_path, bool json);
+int CmdList(const GlobalOptions& g, Io io, bool json);
+int CmdStatus(const GlobalOptions& g, Io io, const std::string& job_id, bool json);
+int CmdWatch(const GlobalOptions& g, Io io, const std::string& job_id);
+int CmdLogs(const GlobalOptions& g, Io io, const std::string& job_id, int rank, bool follow);
+int CmdCancel(const GlobalOptions& g, Io io, const std::string& job_id);
+int CmdTopo(Io io, const std::string& root, bool json);
+int CmdNodes(const GlobalOptions& g, Io io, bool json);
+int CmdDiagnose(Io io);
+int CmdDataSynth(Io io, const std::string& out_dir);
+
+// Follows a job until it ends, rendering progress on io.err (a \r line on a
+// TTY, a line every few seconds otherwise; `full_view`: progress bar plus
+// per-rank rows), printing its events as they happen. Returns the exit code
+// for the final state (0 SUCCEEDED, 1 FAILED/CANCELLED) and prints the final
+// state and evaluation metrics to io.out.
+int FollowJob(const GlobalOptions& g, Io io, Client* client, const std::string& job_id,
+              bool full_view);
+
+}  // namespace cli
+}  // namespace dgca
+
+#endif  // DGCA_CLI_COMMANDS_H_

@@ -1,0 +1,145 @@
+#include "cli/format.h"
+
+#include <google/protobuf/util/json_util.h>
+
+#include <algorithm>
+#include <cmath>
+#include <ctime>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace dgca {
+namespace cli {
+
+Progress ComputeProgress(const v1::Job& job, const std::map<int, v1::StepMetrics>& ranks) {
+  Progress p;
+  p.state = job.state();
+  p.step = job.step();
+  p.total_steps = job.total_steps();
+  p.samples_per_second = job.samples_per_second();
+  p.loss = job.loss();
+  p.has_loss = job.step() > 0;
+  p.eta_seconds = job.eta_seconds() > 0 ? job.eta_seconds() : -1;
+  if (job.total_steps() == 0 && job.spec().train().steps() > 0) {
+    p.total_steps = job.spec().train().steps();
+  }
+  if (!ranks.empty()) {
+    int64_t min_step = INT64_MAX, total = 0;
+    double sps = 0, loss = 0, step_s = 0;
+    for (const auto& [r, m] : ranks) {
+      min_step = std::min<int64_t>(min_step, m.step());
+      total = std::max<int64_t>(total, m.total_steps());
+      sps += m.samples_per_second();
+      loss += m.loss();
+      step_s += m.step_seconds();
+    }
+    const double n = static_cast<double>(ranks.size());
+    if (min_step >= p.step) {
+      p.step = min_step;
+      if (total > 0) p.total_steps = total;
+      p.samples_per_second = sps;
+      p.loss = loss / n;
+      p.has_loss = true;
+      if (p.total_steps > 0 && step_s > 0) {
+        p.eta_seconds = (p.total_steps - p.step) * (step_s / n);
+      }
+    }
+  }
+  if (job.created_unix_ms() > 0) {
+    int64_t end = IsTerminal(job.state()) && job.updated_unix_ms() > 0
+                      ? job.updated_unix_ms()
+                      : static_cast<int64_t>(std::time(nullptr)) * 1000;
+    p.elapsed_seconds = std::max<double>(0, (end - job.created_unix_ms()) / 1000.0);
+  }
+  return p;
+}
+
+std::string ProgressLine(const Progress& p, int bar_width) {
+  std::string out = StateName(p.state);
+  if (p.total_steps > 0) {
+    absl::StrAppendFormat(&out, "  step %d/%d", p.step, p.total_steps);
+    double frac = std::clamp(static_cast<double>(p.step) / p.total_steps, 0.0, 1.0);
+    if (bar_width > 0) {
+      int filled = static_cast<int>(std::lround(frac * bar_width));
+      absl::StrAppend(&out, " [", std::string(filled, '#'),
+                      std::string(bar_width - filled, '.'), "]");
+    }
+    absl::StrAppendFormat(&out, " %3d%%", static_cast<int>(frac * 100));
+  } else if (p.step > 0) {
+    absl::StrAppendFormat(&out, "  step %d", p.step);
+  }
+  if (p.samples_per_second > 0) absl::StrAppendFormat(&out, "  %.1f samples/s", p.samples_per_second);
+  if (p.has_loss) absl::StrAppendFormat(&out, "  loss %.4f", p.loss);
+  if (!IsTerminal(p.state) && p.eta_seconds >= 0) {
+    absl::StrAppend(&out, "  ETA ", FormatDuration(p.eta_seconds));
+  }
+  if (p.elapsed_seconds > 0) absl::StrAppend(&out, "  elapsed ", FormatDuration(p.elapsed_seconds));
+  return out;
+}
+
+std::string FormatDuration(double s) {
+  if (s < 0 || !std::isfinite(s)) return "?";
+  int64_t t = static_cast<int64_t>(std::lround(s));
+  if (t < 60) return absl::StrCat(t, "s");
+  if (t < 3600) return absl::StrFormat("%dm%02ds", t / 60, t % 60);
+  return absl::StrFormat("%dh%02dm", t / 3600, (t % 3600) / 60);
+}
+
+std::string StateName(v1::JobState s) {
+  if (s == v1::JOB_STATE_UNSPECIFIED) return "UNKNOWN";
+  return v1::JobState_Name(s);
+}
+
+bool IsTerminal(v1::JobState s) {
+  return s == v1::SUCCEEDED || s == v1::FAILED || s == v1::CANCELLED;
+}
+
+std::string Table(const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> w;
+  for (const auto& r : rows) {
+    if (w.size() < r.size()) w.resize(r.size(), 0);
+    for (size_t i = 0; i < r.size(); ++i) w[i] = std::max(w[i], r[i].size());
+  }
+  std::string out;
+  for (const auto& r : rows) {
+    std::string line;
+    for (size_t i = 0; i < r.size(); ++i) {
+      line += r[i];
+      if (i + 1 < r.size()) line += std::string(w[i] - r[i].size() + 2, ' ');
+    }
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    out += line + "\n";
+  }
+  return out;
+}
+
+std::string EvalTable(const std::map<std::string, double>& eval) {
+  std::vector<std::vector<std::string>> rows = {{"METRIC", "VALUE"}};
+  for (const auto& [k, v] : eval) rows.push_back({k, absl::StrFormat("%.4f", v)});
+  return Table(rows);
+}
+
+std::string ToJson(const google::protobuf::Message& m) {
+  google::protobuf::util::JsonPrintOptions o;
+  o.add_whitespace = true;
+  o.always_print_primitive_fields = true;
+  o.preserve_proto_field_names = true;
+  std::string out;
+  auto st = google::protobuf::util::MessageToJsonString(m, &out, o);
+  if (!st.ok()) return "{}\n";
+  if (out.empty() || out.back() != '\n') out += "\n";
+  return out;
+}
+
+std::string ClockTime(int64_t unix_ms) {
+  time_t t = static_cast<time_t>(unix_ms / 1000);
+  struct tm tm;
+  gmtime_r(&t, &tm);
+  char buf[16];
+  strftime(buf, sizeof(buf), "%H:%M:%S", &tm);
+  return buf;
+}
+
+}  // namespace cli
+}  // namespace dgca

@@ -1,0 +1,63 @@
+// Text and JSON rendering for the CLI: progress lines, tables, durations,
+// protobuf messages as JSON.
+//
+// Thread-safety: pure functions.
+#ifndef DGCA_CLI_FORMAT_H_
+#define DGCA_CLI_FORMAT_H_
+
+#include <google/protobuf/message.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "dgca/v1/job.pb.h"
+#include "dgca/v1/metrics.pb.h"
+
+namespace dgca {
+namespace cli {
+
+// Job-level progress, from the ranks' latest step samples or a Job snapshot.
+struct Progress {
+  v1::JobState state = v1::JOB_STATE_UNSPECIFIED;
+  int64_t step = 0;
+  int64_t total_steps = 0;
+  double samples_per_second = 0;
+  double loss = 0;
+  bool has_loss = false;
+  double eta_seconds = -1;  // < 0 = unknown
+  double elapsed_seconds = 0;
+};
+
+// From a snapshot; per-rank samples (latest per rank) win when present:
+// step = min over ranks, samples/s = sum, loss = mean, ETA from step time.
+Progress ComputeProgress(const v1::Job& job, const std::map<int, v1::StepMetrics>& ranks);
+
+// "RUNNING  step 37/200 [######..............]  18%  1234.5 samples/s  loss 3.2145  ETA 45s"
+// `bar_width` 0 omits the bar.
+std::string ProgressLine(const Progress& p, int bar_width = 20);
+
+// "45s", "3m07s", "2h05m"; "?" when negative.
+std::string FormatDuration(double seconds);
+
+// Short state name: "RUNNING".
+std::string StateName(v1::JobState s);
+bool IsTerminal(v1::JobState s);
+
+// Columns padded to the widest cell; the first row is the header.
+std::string Table(const std::vector<std::vector<std::string>>& rows);
+
+// Metric table "metric  value", sorted by name.
+std::string EvalTable(const std::map<std::string, double>& eval);
+
+// One JSON document, proto field names as in the .proto, enums by name,
+// every field printed (defaults too). Ends with '\n'.
+std::string ToJson(const google::protobuf::Message& m);
+
+// "HH:MM:SS" UTC of a unix time in ms.
+std::string ClockTime(int64_t unix_ms);
+
+}  // namespace cli
+}  // namespace dgca
+
+#endif  // DGCA_CLI_FORMAT_H_

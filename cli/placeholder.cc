@@ -1,1 +1,0 @@
-// Placeholder so the library has a source; delete when a real .cc lands here.
