@@ -1,0 +1,270 @@
+// Whole-model tests of DgcaModel on the CPU (the HF comparison of the plain
+// ReLM configuration is golden_test.cc): finite-difference checks of every
+// parameter tensor through the full DGCA configuration (prompt encoder, MFT
+// term, detector, candidate head, gated fusion), the GradReadyFn contract,
+// reproducibility, and clear errors for bad batches.
+#include "model/nn/model.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace dgca {
+namespace {
+
+constexpr int kCls = 2, kSep = 3, kMask = 4, kPad = 0;
+
+ModelConfig TinyConfig(PromptEncoderKind prompt, bool heads) {
+  ModelConfig c;
+  c.vocab_size = 30;
+  c.hidden = 16;
+  c.layers = 2;
+  c.heads = 2;
+  c.ffn = 24;
+  c.max_position = 32;
+  c.prompt_length = 1;
+  c.prompt_encoder = prompt;
+  c.detector = heads;
+  c.candidate = heads;
+  c.candidate_top_k = 3;
+  c.fusion = heads ? FusionKind::kGated : FusionKind::kNone;
+  c.lambda_detector = 0.7f;
+  c.lambda_candidate = 0.4f;
+  return c;
+}
+
+// A ReLM batch (batch.h layout) with rows of `lengths` characters, one or
+// two errors per row, MFT masks on some correct characters, candidates
+// that contain the target for some slots and padding for others.
+Batch MakeBatch(const ModelConfig& c, int L, const std::vector<int>& lengths, bool mft,
+                uint32_t seed) {
+  std::mt19937 rng(seed);
+  auto tok = [&]() { return 5 + static_cast<int>(rng() % (c.vocab_size - 5)); };
+  const int P = c.prompt_length, B = static_cast<int>(lengths.size());
+  Batch b;
+  b.batch_size = B;
+  b.seq_len = L;
+  b.input_ids.assign(B * L, kPad);
+  b.attention_mask.assign(B * L, 0);
+  b.token_type_ids.assign(B * L, 0);
+  b.prompt_slot.assign(B * L, -1);
+  b.labels.assign(B * L, -100);
+  b.mft_labels.assign(B * L, -100);
+  b.top_k = c.candidate_top_k;
+  for (int r = 0; r < B; ++r) {
+    const int n = lengths[r];
+    int* ids = &b.input_ids[r * L];
+    std::vector<int> src(n), trg(n);
+    for (int i = 0; i < n; ++i) src[i] = trg[i] = tok();
+    trg[r % n] = tok();
+    if (n > 3) trg[n - 1] = tok();
+    int pos = 0;
+    ids[pos++] = kCls;
+    for (int k = 0; k < P; ++k) b.prompt_slot[r * L + pos] = k, ids[pos++] = kCls;
+    for (int i = 0; i < n; ++i) {
+      ids[pos] = src[i];
+      if (mft && src[i] == trg[i] && i % 2 == 1) {
+        ids[pos] = kMask;
+        b.mft_labels[r * L + pos] = src[i];
+      }
+      ++pos;
+    }
+    for (int k = 0; k < P; ++k) b.prompt_slot[r * L + pos] = P + k, ids[pos++] = kSep;
+    for (int i = 0; i < n; ++i) {
+      ids[pos] = kMask;
+      b.labels[r * L + pos] = trg[i];
+      b.slot_index.push_back(r * L + pos);
+      b.slot_source_id.push_back(src[i]);
+      b.slot_target_id.push_back(trg[i]);
+      const int K = c.candidate_top_k;
+      b.candidates.push_back(src[i]);
+      for (int k = 1; k < K; ++k) {
+        if (k == 1 && i % 2 == 0) b.candidates.push_back(trg[i]);  // y in C for even slots
+        else if (k == K - 1 && i % 3 == 0) b.candidates.push_back(-1);  // padding
+        else b.candidates.push_back(tok());
+      }
+      ++pos;
+    }
+    ids[pos++] = kSep;
+    for (int j = 0; j < pos; ++j) b.attention_mask[r * L + j] = 1;
+    b.row_length.push_back(n);
+    b.sample_index.push_back(r);
+  }
+  return b;
+}
+
+std::unique_ptr<DgcaModel> MakeModel(const ModelConfig& c, int B, int L, int threads,
+                                     uint64_t seed = 11) {
+  auto m = DgcaModel::Create(c, B, L, seed, threads);
+  EXPECT_TRUE(m.ok()) << m.status().ToString();
+  return m.ok() ? std::move(m).value() : nullptr;
+}
+
+// For every parameter tensor: the directional derivative along a random
+// direction by central differences (float32 model, loss accumulated in
+// double) against grad . direction.
+void CheckAllTensorsByFiniteDifferences(const ModelConfig& c, bool mft) {
+  const int L = 16;
+  Batch b = MakeBatch(c, L, {4, 6}, mft, 5);
+  auto m = MakeModel(c, 2, L, 1);
+  ASSERT_NE(m, nullptr);
+  ParamStore& s = m->params();
+  // Larger weights than the N(0, 0.02) init, so every path carries signal.
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (int64_t i = 0; i < s.total_numel(); ++i) s.values()[i] += 0.2f * nd(rng);
+  s.ZeroGrads();
+  auto lb = m->ForwardBackward(b, 1.0f, GradReadyFn());
+  ASSERT_TRUE(lb.ok()) << lb.status().ToString();
+  if (mft) EXPECT_GT(lb->mft, 0.0);
+  if (c.detector) EXPECT_GT(lb->detector, 0.0);
+  if (c.candidate) EXPECT_GT(lb->candidate, 0.0);
+  EXPECT_NEAR(lb->total,
+              lb->fusion + lb->mft + c.lambda_detector * lb->detector * (c.detector ? 1 : 0) +
+                  c.lambda_candidate * lb->candidate * (c.candidate ? 1 : 0),
+              1e-9 * std::abs(lb->total));
+  std::vector<float> grad(s.grads(), s.grads() + s.total_numel());
+  for (int i = 0; i < s.size(); ++i) {
+    const ParamInfo& p = s.info(i);
+    std::vector<float> dir(p.numel);
+    double an = 0;
+    for (int64_t k = 0; k < p.numel; ++k) {
+      dir[k] = nd(rng);
+      an += static_cast<double>(grad[p.offset + k]) * dir[k];
+    }
+    std::vector<float> saved(s.value(i), s.value(i) + p.numel);
+    auto loss_at = [&](float step) {
+      for (int64_t k = 0; k < p.numel; ++k) s.value(i)[k] = saved[k] + step * dir[k];
+      auto r = m->Forward(b);
+      EXPECT_TRUE(r.ok());
+      return r.ok() ? r->total : 0.0;
+    };
+    // Two step sizes: float32 rounding favours the larger, the ReLU kinks of
+    // the prompt MLP the smaller; a correct gradient matches at least one,
+    // a wrong one (a missing term, a wrong factor) neither.
+    const double fd1 = (loss_at(1e-3f) - loss_at(-1e-3f)) / 2e-3;
+    const double fd2 = (loss_at(3e-4f) - loss_at(-3e-4f)) / 6e-4;
+    std::memcpy(s.value(i), saved.data(), sizeof(float) * p.numel);
+    const double tol = 2e-2 * std::abs(an) + 2e-3;
+    EXPECT_LE(std::min(std::abs(fd1 - an), std::abs(fd2 - an)), tol)
+        << p.name << ": finite differences " << fd1 << " (step 1e-3), " << fd2
+        << " (step 3e-4), analytic " << an;
+  }
+}
+
+TEST(DgcaModelGrad, FullDgcaWithLstmPromptAndMftMatchesFiniteDifferences) {
+  CheckAllTensorsByFiniteDifferences(TinyConfig(PromptEncoderKind::kLstm, true), true);
+}
+
+TEST(DgcaModelGrad, ReLMWithMlpPromptMatchesFiniteDifferences) {
+  CheckAllTensorsByFiniteDifferences(TinyConfig(PromptEncoderKind::kMlp, false), true);
+}
+
+TEST(DgcaModel, DeclarationOrderAndGradReadyContract) {
+  const ModelConfig c = TinyConfig(PromptEncoderKind::kLstm, true);
+  const int L = 16;
+  auto m = MakeModel(c, 2, L, 2);
+  ASSERT_NE(m, nullptr);
+  ParamStore& s = m->params();
+  EXPECT_EQ(s.info(0).name, "bert.embeddings.word_embeddings.weight");
+  EXPECT_EQ(s.info(1).name, "prompt.embedding.weight");
+  Batch b = MakeBatch(c, L, {4, 6}, true, 9);
+  // Two micro-steps, as in accumulation: at each callback, the tensors
+  // [first, size) must already hold their final value for this call.
+  s.ZeroGrads();
+  ASSERT_TRUE(m->ForwardBackward(b, 0.5f, GradReadyFn()).ok());
+  std::vector<std::pair<int, std::vector<float>>> snaps;
+  auto lb = m->ForwardBackward(b, 0.5f, [&](int first) {
+    snaps.emplace_back(first, std::vector<float>(s.grads(), s.grads() + s.total_numel()));
+  });
+  ASSERT_TRUE(lb.ok());
+  ASSERT_EQ(snaps.size(), static_cast<size_t>(c.layers + 3));
+  EXPECT_EQ(s.info(snaps[0].first).name, "cls.predictions.transform.dense.weight");
+  EXPECT_EQ(snaps.back().first, 0);
+  for (size_t k = 0; k < snaps.size(); ++k) {
+    if (k > 0) EXPECT_LT(snaps[k].first, snaps[k - 1].first);
+    const int64_t off = s.info(snaps[k].first).offset;
+    EXPECT_EQ(0, std::memcmp(snaps[k].second.data() + off, s.grads() + off,
+                             sizeof(float) * (s.total_numel() - off)))
+        << "gradients from " << s.info(snaps[k].first).name << " changed after its callback";
+  }
+}
+
+TEST(DgcaModel, ReproducibleAndAccumulates) {
+  const ModelConfig c = TinyConfig(PromptEncoderKind::kLstm, true);
+  const int L = 16;
+  Batch b = MakeBatch(c, L, {4, 6}, true, 13);
+  auto a = MakeModel(c, 2, L, 2, 99);
+  auto z = MakeModel(c, 2, L, 2, 99);
+  ASSERT_TRUE(a && z);
+  const int64_t n = a->params().total_numel();
+  EXPECT_EQ(0, std::memcmp(a->params().values(), z->params().values(), sizeof(float) * n));
+  auto la = a->ForwardBackward(b, 1.0f, GradReadyFn());
+  auto lz = z->ForwardBackward(b, 1.0f, GradReadyFn());
+  ASSERT_TRUE(la.ok() && lz.ok());
+  EXPECT_EQ(la->total, lz->total);
+  EXPECT_EQ(0, std::memcmp(a->params().grads(), z->params().grads(), sizeof(float) * n));
+  // Another seed gives other weights.
+  auto other = MakeModel(c, 2, L, 2, 100);
+  EXPECT_NE(0, std::memcmp(a->params().values(), other->params().values(), sizeof(float) * n));
+  // Accumulation with grad_scale: g(1.0) + g(0.25) == 1.25 g.
+  std::vector<float> g(a->params().grads(), a->params().grads() + n);
+  ASSERT_TRUE(a->ForwardBackward(b, 0.25f, GradReadyFn()).ok());
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double d = a->params().grads()[i] - 1.25 * g[i];
+    num += d * d;
+    den += 1.5625 * g[i] * g[i];
+  }
+  EXPECT_LT(std::sqrt(num / den), 1e-6);
+  // A smaller batch than max_batch works; Predict gives one id per slot.
+  Batch small = MakeBatch(c, L, {5}, false, 17);
+  auto p = a->Predict(small);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->size(), small.slot_index.size());
+  for (int32_t id : *p) EXPECT_TRUE(id >= 0 && id < c.vocab_size);
+}
+
+TEST(DgcaModel, BadInputsGiveClearErrors) {
+  const ModelConfig c = TinyConfig(PromptEncoderKind::kNone, false);
+  const int L = 16;
+  auto m = MakeModel(c, 2, L, 1);
+  ASSERT_NE(m, nullptr);
+  auto expect_err = [&](Batch b, const std::string& needle) {
+    auto r = m->ForwardBackward(b, 1.0f, GradReadyFn());
+    ASSERT_FALSE(r.ok()) << needle;
+    EXPECT_NE(r.status().message().find(needle), std::string::npos) << r.status().ToString();
+  };
+  const Batch good = MakeBatch(c, L, {4, 6}, false, 21);
+  ASSERT_TRUE(m->ForwardBackward(good, 1.0f, GradReadyFn()).ok());
+  Batch b = good;
+  b.input_ids[L + 3] = 30;
+  expect_err(b, "input_ids[19] (row 1, position 3)");
+  b = good;
+  b.attention_mask.pop_back();
+  expect_err(b, "attention_mask");
+  b = MakeBatch(c, L, {4, 6, 5}, false, 22);
+  expect_err(b, "max_batch");
+  b = good;
+  b.slot_index[0] = 999;
+  expect_err(b, "slot_index[0]");
+  b = good;
+  b.slot_target_id[2] = -5;
+  expect_err(b, "target of slot 2");
+  b = good;
+  b.prompt_slot[1] = 7;
+  expect_err(b, "prompt_slot[1]");
+  ModelConfig bad = c;
+  bad.heads = 3;
+  auto r = DgcaModel::Create(bad, 2, L, 1, 1);
+  EXPECT_FALSE(r.ok());
+  r = DgcaModel::Create(c, 2, 64, 1, 1);  // seq_len > max_position
+  EXPECT_FALSE(r.ok());
+}
+
+}  // namespace
+}  // namespace dgca
