@@ -25,9 +25,18 @@
 //     sysfs shows no GPUs (e.g. WSL2, where GPUs are not PCI devices in the
 //     guest). On a real machine the agent may write it there, or pass the text
 //     in ProbeOptions.nvidia_smi_topo_text.
+//   - root/nvidia-smi-query-gpu.csv (optional): `nvidia-smi --query-gpu=
+//     index,name,pci.bus_id,memory.total,compute_cap --format=csv`; fills
+//     names, memory and compute capability (matched by bus id, else index).
 //   - NVML (dlopen, never linked): names, memory, compute capability, NVLink
 //     counts, driver and CUDA versions. Absent or failing -> nvml_available =
 //     false with nvml_error; never fatal. use_nvml = false never loads it.
+//     NVML describes the machine it runs on, so with a root other than "/"
+//     it is loaded (its failure still reported) but its facts are ignored.
+//   Order of precedence for GPU pair paths: sysfs PCIe path, then the
+//   nvidia-smi text (it wins where it differs; the difference is listed in
+//   unknown), then NVML's NVLink counts. Topology.sources lists each source
+//   used and what it gave.
 //
 // Every fact that cannot be read or parsed is recorded in Topology.unknown
 // ("gpu 0000:17:00.0 numa_node: unreadable") and the probe continues; the
@@ -55,6 +64,10 @@ struct ProbeOptions {
   // Text of `nvidia-smi topo -m`; when empty, root/nvidia-smi-topo.txt is
   // read if it exists.
   std::string nvidia_smi_topo_text;
+  // CSV of `nvidia-smi --query-gpu=index,name,pci.bus_id,memory.total,
+  // compute_cap --format=csv` (names, memory, compute capability where NVML
+  // is absent); when empty, root/nvidia-smi-query-gpu.csv is read if present.
+  std::string nvidia_smi_query_text;
   // Topology.node; empty = the hostname (root/proc/sys/kernel/hostname, or
   // gethostname() when root is "/").
   std::string node_name;
