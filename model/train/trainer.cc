@@ -173,12 +173,19 @@ StatusOr<TrainResult> Train(const TrainConfig& config, Communicator* comm,
   }
 
   ReadStats stats;
+  const int max_chars = MaxCharsForSeqLen(config.max_seq_len, mcfg.prompt_length);
+  if (max_chars < 1) {
+    return InvalidArgumentError("train: max_seq_len " + std::to_string(config.max_seq_len) +
+                                " leaves no room for characters with prompt length " +
+                                std::to_string(mcfg.prompt_length) + " (need >= " +
+                                std::to_string(2 * mcfg.prompt_length + 4) + ")");
+  }
   DGCA_ASSIGN_OR_RETURN(std::vector<Example> train_ex,
-                        ReadEcspell(config.train_path, vocab, &stats));
+                        ReadEcspell(config.train_path, vocab, max_chars, &stats));
   log("train data " + config.train_path + ": " + std::to_string(stats.lines) + " lines, " +
       std::to_string(stats.kept) + " kept, " + std::to_string(stats.skipped_unequal) +
-      " skipped (unequal lengths), " + std::to_string(stats.truncated) + " truncated to " +
-      std::to_string(MaxCharsForSeqLen(config.max_seq_len, mcfg.prompt_length)) + " chars");
+      " skipped (unequal lengths), " + std::to_string(stats.skipped_empty) + " empty, " + std::to_string(stats.truncated) +
+      " truncated to " + std::to_string(max_chars) + " chars");
   if (train_ex.empty()) {
     return InvalidArgumentError("train data " + config.train_path + ": no usable sentence pairs");
   }
@@ -186,9 +193,10 @@ StatusOr<TrainResult> Train(const TrainConfig& config, Communicator* comm,
   std::vector<Example> eval_examples;
   if (!config.eval_path.empty()) {
     ReadStats es;
-    DGCA_ASSIGN_OR_RETURN(eval_examples, ReadEcspell(config.eval_path, vocab, &es));
+    DGCA_ASSIGN_OR_RETURN(eval_examples, ReadEcspell(config.eval_path, vocab, max_chars, &es));
     log("eval data " + config.eval_path + ": " + std::to_string(es.kept) + " kept, " +
-        std::to_string(es.skipped_unequal) + " skipped (unequal lengths)");
+        std::to_string(es.skipped_unequal) + " skipped (unequal lengths), " +
+        std::to_string(es.truncated) + " truncated to " + std::to_string(max_chars) + " chars");
   }
 
   DGCA_ASSIGN_OR_RETURN(std::unique_ptr<DgcaModel> model,
@@ -246,6 +254,7 @@ StatusOr<TrainResult> Train(const TrainConfig& config, Communicator* comm,
   bopt.mft_mode = config.mft_mode;
   bopt.mft_rate = config.mft_rate;
   bopt.seed = config.seed;
+  SetSpecialTokens(vocab, &bopt);
   LoaderOptions lopt;
   lopt.batch = bopt;
   lopt.micro_batch = config.micro_batch;
