@@ -2,11 +2,23 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <string>
 
 #ifdef DGCA_HAVE_OPENBLAS
 #include <cblas.h>
+#endif
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
+
+// Parallel per-slot loops: `nt_` (a local int) threads; a no-op without
+// OpenMP. Every loop so marked writes only its own slot's outputs.
+#ifdef _OPENMP
+#define DGCA_HEADS_PARALLEL_FOR _Pragma("omp parallel for schedule(static) num_threads(nt_) if (nt_ > 1)")
+#else
+#define DGCA_HEADS_PARALLEL_FOR
 #endif
 
 namespace dgca {
@@ -68,13 +80,95 @@ inline float GeluGrad(float a) {
   return cdf + a * pdf;
 }
 
-// logsumexp of a float row, accumulated in double.
-double RowLogSumExp(const float* z, int V) {
+// exp(x) in float, branch-free so the V-wide loops vectorize: Cephes'
+// expf (range reduction by ln 2 in two parts, degree-6 polynomial),
+// relative error < 3e-7 on [-87, 88] (heads_test checks it against
+// std::exp). x is clamped to [-87, 88]: exp(-87) ≈ 1.6e-38 stands in for
+// anything smaller, which no softmax sum or gradient can tell apart.
+inline float ExpF(float x) {
+  x = std::min(std::max(x, -87.0f), 88.0f);
+  // n = round(x·log2 e) with the 1.5·2^23 trick (vectorizes on plain SSE2).
+  const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  const float r = (x - n * 0.693359375f) - n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;  // 2^n, n in [-126, 127]
+  float scale;
+  std::memcpy(&scale, &bits, sizeof(scale));
+  return p * scale;
+}
+
+#ifdef __SSE2__
+// Four lanes of ExpF with SSE2 intrinsics (plain loops do not vectorize
+// here: GCC will not if-convert float compares under -ftrapping-math).
+// Same operations in the same order as ExpF, so lanes and scalar agree.
+inline __m128 ExpF4(__m128 x) {
+  x = _mm_min_ps(_mm_max_ps(x, _mm_set1_ps(-87.0f)), _mm_set1_ps(88.0f));
+  const __m128 magic = _mm_set1_ps(12582912.0f);
+  const __m128 n = _mm_sub_ps(_mm_add_ps(_mm_mul_ps(x, _mm_set1_ps(1.44269504088896341f)), magic), magic);
+  const __m128 r = _mm_sub_ps(_mm_sub_ps(x, _mm_mul_ps(n, _mm_set1_ps(0.693359375f))),
+                              _mm_mul_ps(n, _mm_set1_ps(-2.12194440e-4f)));
+  __m128 p = _mm_set1_ps(1.9875691500e-4f);
+  p = _mm_add_ps(_mm_mul_ps(p, r), _mm_set1_ps(1.3981999507e-3f));
+  p = _mm_add_ps(_mm_mul_ps(p, r), _mm_set1_ps(8.3334519073e-3f));
+  p = _mm_add_ps(_mm_mul_ps(p, r), _mm_set1_ps(4.1665795894e-2f));
+  p = _mm_add_ps(_mm_mul_ps(p, r), _mm_set1_ps(1.6666665459e-1f));
+  p = _mm_add_ps(_mm_mul_ps(p, r), _mm_set1_ps(5.0000001201e-1f));
+  p = _mm_add_ps(_mm_add_ps(_mm_mul_ps(_mm_mul_ps(p, r), r), r), _mm_set1_ps(1.0f));
+  const __m128i bits =
+      _mm_slli_epi32(_mm_add_epi32(_mm_cvttps_epi32(n), _mm_set1_epi32(127)), 23);
+  return _mm_mul_ps(p, _mm_castsi128_ps(bits));
+}
+#endif
+
+// Row max and Σ exp(z − max) of a float row. The sum is kept in fixed
+// partial sums (double), so the result does not depend on threads.
+// logsumexp = max + log(sum).
+void RowMaxSum(const float* z, int V, float* max_out, double* sum_out) {
+  int j = 0;
   float m = z[0];
-  for (int j = 1; j < V; ++j) m = std::max(m, z[j]);
   double s = 0.0;
-  for (int j = 0; j < V; ++j) s += std::exp(static_cast<double>(z[j]) - m);
-  return m + std::log(s);
+#ifdef __SSE2__
+  __m128 m4 = _mm_set1_ps(z[0]);
+  for (; j + 4 <= V; j += 4) m4 = _mm_max_ps(m4, _mm_loadu_ps(z + j));
+  float mm[4];
+  _mm_storeu_ps(mm, m4);
+  m = std::max(std::max(mm[0], mm[1]), std::max(mm[2], mm[3]));
+  for (; j < V; ++j) m = std::max(m, z[j]);
+  const __m128 mv = _mm_set1_ps(m);
+  __m128d a0 = _mm_setzero_pd(), a1 = _mm_setzero_pd();
+  for (j = 0; j + 4 <= V; j += 4) {
+    const __m128 e = ExpF4(_mm_sub_ps(_mm_loadu_ps(z + j), mv));
+    a0 = _mm_add_pd(a0, _mm_cvtps_pd(e));
+    a1 = _mm_add_pd(a1, _mm_cvtps_pd(_mm_movehl_ps(e, e)));
+  }
+  double aa[4];
+  _mm_storeu_pd(aa, a0);
+  _mm_storeu_pd(aa + 2, a1);
+  s = (aa[0] + aa[1]) + (aa[2] + aa[3]);
+#else
+  for (; j < V; ++j) m = std::max(m, z[j]);
+  j = 0;
+#endif
+  for (; j < V; ++j) s += ExpF(z[j] - m);
+  *max_out = m;
+  *sum_out = s;
+}
+
+// out[j] = c·exp(z[j] − m) for j < V.
+void ScaledExpRow(float* out, const float* z, int V, float m, float c) {
+  int j = 0;
+#ifdef __SSE2__
+  const __m128 mv = _mm_set1_ps(m), cv = _mm_set1_ps(c);
+  for (; j + 4 <= V; j += 4)
+    _mm_storeu_ps(out + j, _mm_mul_ps(cv, ExpF4(_mm_sub_ps(_mm_loadu_ps(z + j), mv))));
+#endif
+  for (; j < V; ++j) out[j] = c * ExpF(z[j] - m);
 }
 
 // splitmix64: small, portable RNG for InitParams.
@@ -121,6 +215,8 @@ Status BindOne(const ParamStore* store, const std::string& name, std::vector<int
 }
 
 }  // namespace
+
+float HeadsExpF(float x) { return ExpF(x); }
 
 DgcaHeads::DgcaHeads(const ModelConfig& cfg, int max_slots)
     : H_(cfg.hidden),
@@ -193,6 +289,9 @@ Status DgcaHeads::Bind(ParamStore* store) {
   e_.assign(T, 0.0f);
   gl_.assign(T, 0.0f);
   lse_.assign(T, 0.0);
+  zmax_.assign(T, 0.0f);
+  zsum_.assign(T, 1.0);
+  loss_t_.assign(3 * T, 0.0);
   wA_.assign(T, 1.0);
   wB_.assign(T, 0.0);
   logQ_.assign(T, kNegInf);
@@ -269,7 +368,8 @@ Status DgcaHeads::CheckInputs(const int32_t* cand, const int32_t* x, const int32
 }
 
 void DgcaHeads::ForwardHeads(const float* h, const float* E, const int32_t* cand, int T) {
-  const int H = H_;
+  const int H = H_, K = K_;
+  const int nt_ = threads_;
   // Detector logits.
   if (detector_) {
     const float* wd = store_->value(det_w_);
@@ -283,6 +383,7 @@ void DgcaHeads::ForwardHeads(const float* h, const float* E, const int32_t* cand
     const float* gam = store_->value(ln_w_);
     const float* bet = store_->value(ln_b_);
     Gemm(false, true, T, H, H, h, H, Wc, H, 0.0f, act_.data(), H);
+    DGCA_HEADS_PARALLEL_FOR
     for (int t = 0; t < T; ++t) {
       float* a = act_.data() + static_cast<int64_t>(t) * H;
       float* g = gel_.data() + static_cast<int64_t>(t) * H;
@@ -305,10 +406,10 @@ void DgcaHeads::ForwardHeads(const float* h, const float* E, const int32_t* cand
         u[j] = n[j] * gam[j] + bet[j];
       }
       // Scores over real candidates and their log-softmax.
-      double* lq = logq_.data() + static_cast<int64_t>(t) * K_;
-      const int32_t* c = cand + static_cast<int64_t>(t) * K_;
+      double* lq = logq_.data() + static_cast<int64_t>(t) * K;
+      const int32_t* c = cand + static_cast<int64_t>(t) * K;
       double m = kNegInf;
-      for (int k = 0; k < K_; ++k) {
+      for (int k = 0; k < K; ++k) {
         if (c[k] < 0) {
           lq[k] = kNegInf;
           continue;
@@ -318,10 +419,10 @@ void DgcaHeads::ForwardHeads(const float* h, const float* E, const int32_t* cand
       }
       if (m == kNegInf) continue;  // no real candidate: q is empty
       double s = 0.0;
-      for (int k = 0; k < K_; ++k)
+      for (int k = 0; k < K; ++k)
         if (c[k] >= 0) s += std::exp(lq[k] - m);
       const double lse = m + std::log(s);
-      for (int k = 0; k < K_; ++k)
+      for (int k = 0; k < K; ++k)
         if (c[k] >= 0) lq[k] -= lse;
     }
   }
@@ -355,37 +456,49 @@ Status DgcaHeads::Forward(const float* h, const float* z, const float* E, const 
   if (candidate_) std::copy(cand, cand + static_cast<int64_t>(T) * K_, cand_.begin());
   ForwardHeads(h, E, cand, T);
 
-  double fus = 0.0, det = 0.0, cnd = 0.0;
-  int64_t n_cand = 0;
+  // Per-slot losses (parallel; each slot writes only its own entries).
+  const int K = K_;
+  const int nt_ = threads_;
+  DGCA_HEADS_PARALLEL_FOR
   for (int t = 0; t < T; ++t) {
     const float* zt = z + static_cast<int64_t>(t) * V;
-    lse_[t] = RowLogSumExp(zt, V);
+    RowMaxSum(zt, V, &zmax_[t], &zsum_[t]);
+    lse_[t] = zmax_[t] + std::log(zsum_[t]);
     const double logp_y = zt[y[t]] - lse_[t];
-    if (detector_) det += Softplus(e_[t]) - label_[t] * static_cast<double>(e_[t]);
+    double* lt = loss_t_.data() + 3 * static_cast<int64_t>(t);
+    lt[1] = detector_ ? Softplus(e_[t]) - label_[t] * static_cast<double>(e_[t]) : 0.0;
     double logQ = kNegInf;
     if (candidate_) {
-      const double* lq = logq_.data() + static_cast<int64_t>(t) * K_;
-      const int32_t* c = cand + static_cast<int64_t>(t) * K_;
-      for (int k = 0; k < K_; ++k)
+      const double* lq = logq_.data() + static_cast<int64_t>(t) * K;
+      const int32_t* c = cand + static_cast<int64_t>(t) * K;
+      for (int k = 0; k < K; ++k)
         if (c[k] == y[t]) logQ = LogAddExp(logQ, lq[k]);
-      if (logQ != kNegInf) {
-        cnd += -logQ;
-        ++n_cand;
-      }
     }
     logQ_[t] = logQ;
+    lt[2] = logQ == kNegInf ? 0.0 : -logQ;
     if (gated_) {
       const double l = gl_[t];
       const double logA = -Softplus(l) + logp_y;                              // log((1-g) p_y)
       const double logB = logQ == kNegInf ? kNegInf : -Softplus(-l) + logQ;  // log(g Q_y)
       const double logP = LogAddExp(logA, logB);
-      fus += -logP;
+      lt[0] = -logP;
       wA_[t] = std::exp(logA - logP);
       wB_[t] = logB == kNegInf ? 0.0 : std::exp(logB - logP);
     } else {
-      fus += -logp_y;
+      lt[0] = -logp_y;
       wA_[t] = 1.0;
       wB_[t] = 0.0;
+    }
+  }
+  // Sums in slot order: independent of the thread count.
+  double fus = 0.0, det = 0.0, cnd = 0.0;
+  int64_t n_cand = 0;
+  for (int t = 0; t < T; ++t) {
+    fus += loss_t_[3 * t];
+    det += loss_t_[3 * t + 1];
+    if (logQ_[t] != kNegInf) {
+      cnd += loss_t_[3 * t + 2];
+      ++n_cand;
     }
   }
   n_cand_ = n_cand;
@@ -404,17 +517,20 @@ Status DgcaHeads::Forward(const float* h, const float* z, const float* E, const 
 }
 
 void DgcaHeads::Backward(float scale, float* dh, float* dz, float* dE) {
-  const int T = T_, V = V_, H = H_;
+  const int T = T_, V = V_, H = H_, K = K_;
   if (!bound_ || T == 0) return;
+  const int nt_ = threads_;
   const double st = static_cast<double>(scale) / T;
 
   // dz = st·w_A·(softmax(z) − onehot(y)); written in full, in place if dz == z.
+  DGCA_HEADS_PARALLEL_FOR
   for (int t = 0; t < T; ++t) {
     const float* zt = z_ + static_cast<int64_t>(t) * V;
     float* dzt = dz + static_cast<int64_t>(t) * V;
     const double coef = st * wA_[t];
-    const double lse = lse_[t];
-    for (int j = 0; j < V; ++j) dzt[j] = static_cast<float>(coef * std::exp(zt[j] - lse));
+    const float f = static_cast<float>(coef / zsum_[t]);  // coef·p_j = f·exp(z_j − max)
+    const float m = zmax_[t];
+    ScaledExpRow(dzt, zt, V, m, f);  // in place when dz == z: each z_j is read before dz_j is written
     dzt[y_[t]] -= static_cast<float>(coef);
   }
 
@@ -468,22 +584,21 @@ void DgcaHeads::Backward(float scale, float* dh, float* dz, float* dE) {
   }
 
   if (!candidate_) return;
-  // Candidate scores: ds_k = coef·(q_k − [c_k = y]·q_k/Q_y).
+  // Per slot (parallel): ds_k = coef·(q_k − [c_k = y]·q_k/Q_y), du = Σ_k ds_k E[c_k],
+  // then LayerNorm and GELU backward into da.
   const double cand_w = n_cand_ > 0 ? static_cast<double>(scale) * lambda_cand_ / n_cand_ : 0.0;
   const float* gam = store_->value(ln_w_);
-  float* dgam = store_->grad(ln_w_);
-  float* dbet = store_->grad(ln_b_);
+  DGCA_HEADS_PARALLEL_FOR
   for (int t = 0; t < T; ++t) {
-    const int32_t* c = cand_.data() + static_cast<int64_t>(t) * K_;
-    const double* lq = logq_.data() + static_cast<int64_t>(t) * K_;
-    float* ds = ds_.data() + static_cast<int64_t>(t) * K_;
+    const int32_t* c = cand_.data() + static_cast<int64_t>(t) * K;
+    const double* lq = logq_.data() + static_cast<int64_t>(t) * K;
+    float* ds = ds_.data() + static_cast<int64_t>(t) * K;
     const double logQ = logQ_[t];
     double coef = 0.0;
     if (logQ != kNegInf) coef = st * wB_[t] + cand_w;
-    const float* ut = u_.data() + static_cast<int64_t>(t) * H;
     float* du = du_.data() + static_cast<int64_t>(t) * H;
     std::fill(du, du + H, 0.0f);
-    for (int k = 0; k < K_; ++k) {
+    for (int k = 0; k < K; ++k) {
       ds[k] = 0.0f;
       if (c[k] < 0 || coef == 0.0) continue;
       const double q = std::exp(lq[k]);
@@ -491,11 +606,7 @@ void DgcaHeads::Backward(float scale, float* dh, float* dz, float* dE) {
       const float d = static_cast<float>(coef * (q - m));
       ds[k] = d;
       const float* er = E_ + static_cast<int64_t>(c[k]) * H;
-      float* der = dE + static_cast<int64_t>(c[k]) * H;
-      for (int j = 0; j < H; ++j) {
-        du[j] += d * er[j];
-        der[j] += d * ut[j];
-      }
+      for (int j = 0; j < H; ++j) du[j] += d * er[j];
     }
     // LayerNorm backward: dn = du·γ; dg = rstd·(dn − mean(dn) − n·mean(dn·n)).
     const float* n = nrm_.data() + static_cast<int64_t>(t) * H;
@@ -503,8 +614,6 @@ void DgcaHeads::Backward(float scale, float* dh, float* dz, float* dE) {
     float* da = da_.data() + static_cast<int64_t>(t) * H;
     double mdn = 0.0, mdnn = 0.0;
     for (int j = 0; j < H; ++j) {
-      dgam[j] += du[j] * n[j];
-      dbet[j] += du[j];
       const double dn = static_cast<double>(du[j]) * gam[j];
       mdn += dn;
       mdnn += dn * n[j];
@@ -518,12 +627,30 @@ void DgcaHeads::Backward(float scale, float* dh, float* dz, float* dE) {
       da[j] = static_cast<float>(dg) * GeluGrad(a[j]);  // GELU backward
     }
   }
-  // Dense layer: dW_c += da^T h; db_c += Σ_t da; dh += da W_c.
+  // Sums over slots, serial in slot order (rows of dE repeat across slots):
+  // dE[c_k] += ds_k·u; dγ += du·n; dβ += du; db_c += da.
+  float* dgam = store_->grad(ln_w_);
+  float* dbet = store_->grad(ln_b_);
   float* dbc = store_->grad(cd_b_);
   for (int t = 0; t < T; ++t) {
+    const int32_t* c = cand_.data() + static_cast<int64_t>(t) * K;
+    const float* ds = ds_.data() + static_cast<int64_t>(t) * K;
+    const float* ut = u_.data() + static_cast<int64_t>(t) * H;
+    for (int k = 0; k < K; ++k) {
+      if (c[k] < 0 || ds[k] == 0.0f) continue;
+      float* der = dE + static_cast<int64_t>(c[k]) * H;
+      for (int j = 0; j < H; ++j) der[j] += ds[k] * ut[j];
+    }
+    const float* du = du_.data() + static_cast<int64_t>(t) * H;
+    const float* n = nrm_.data() + static_cast<int64_t>(t) * H;
     const float* da = da_.data() + static_cast<int64_t>(t) * H;
-    for (int j = 0; j < H; ++j) dbc[j] += da[j];
+    for (int j = 0; j < H; ++j) {
+      dgam[j] += du[j] * n[j];
+      dbet[j] += du[j];
+      dbc[j] += da[j];
+    }
   }
+  // Dense layer: dW_c += da^T h; dh += da W_c.
   Gemm(true, false, H, H, T, da_.data(), H, h_, H, 1.0f, store_->grad(cd_w_), H);
   Gemm(false, false, T, H, H, da_.data(), H, store_->value(cd_w_), H, 1.0f, dh, H);
 }
@@ -531,7 +658,10 @@ void DgcaHeads::Backward(float scale, float* dh, float* dz, float* dE) {
 Status DgcaHeads::Predict(const float* h, const float* z, const float* E, const int32_t* cand,
                           const int32_t* x, int T, int V, int32_t* pred) {
   DGCA_RETURN_IF_ERROR(CheckInputs(cand, x, nullptr, T, V));
+  const int K = K_;
+  const int nt_ = threads_;
   if (!gated_) {
+    DGCA_HEADS_PARALLEL_FOR
     for (int t = 0; t < T; ++t) {
       const float* zt = z + static_cast<int64_t>(t) * V;
       pred[t] = static_cast<int32_t>(std::max_element(zt, zt + V) - zt);  // first max
@@ -543,34 +673,46 @@ Status DgcaHeads::Predict(const float* h, const float* z, const float* E, const 
   // P_v = (1−g)·p_v + g·Σ_{k: c_k = v} q_k. A non-candidate's P is monotone
   // in z_v, so the best non-candidate is the largest z among ids not in C:
   // it is among the top K+1 logits (at most K distinct candidate ids).
-  const int cap = std::min(K_ + 1, V);
-  std::vector<float> top_v(cap);
-  std::vector<int32_t> top_i(cap);
+  const int cap = std::min(K + 1, V);
+  DGCA_HEADS_PARALLEL_FOR
   for (int t = 0; t < T; ++t) {
     const float* zt = z + static_cast<int64_t>(t) * V;
-    const int32_t* c = cand + static_cast<int64_t>(t) * K_;
-    const double* lq = logq_.data() + static_cast<int64_t>(t) * K_;
-    const double lse = RowLogSumExp(zt, V);
+    const int32_t* c = cand + static_cast<int64_t>(t) * K;
+    const double* lq = logq_.data() + static_cast<int64_t>(t) * K;
+    float m;
+    double s;
+    RowMaxSum(zt, V, &m, &s);
+    const double lse = m + std::log(s);
     const double g = Sigmoid(gl_[t]);
-    // Top `cap` logits, ordered by (value desc, id asc).
+    // Top `cap` logits, ordered by (value desc, id asc); cap <= K+1 is small.
+    float top_v[64];
+    int32_t top_i[64];
+    std::vector<float> top_v_big;
+    std::vector<int32_t> top_i_big;
+    float* tv = top_v;
+    int32_t* ti = top_i;
+    if (cap > 64) {
+      top_v_big.resize(cap);
+      top_i_big.resize(cap);
+      tv = top_v_big.data();
+      ti = top_i_big.data();
+    }
     int n = 0;
     for (int v = 0; v < V; ++v) {
       const float zv = zt[v];
-      if (n == cap && !(zv > top_v[n - 1])) continue;
+      if (n == cap && !(zv > tv[n - 1])) continue;
       int pos = n < cap ? n : cap - 1;
-      while (pos > 0 && zv > top_v[pos - 1]) {
-        if (pos < cap) {
-          top_v[pos] = top_v[pos - 1];
-          top_i[pos] = top_i[pos - 1];
-        }
+      while (pos > 0 && zv > tv[pos - 1]) {
+        tv[pos] = tv[pos - 1];
+        ti[pos] = ti[pos - 1];
         --pos;
       }
-      top_v[pos] = zv;
-      top_i[pos] = v;
+      tv[pos] = zv;
+      ti[pos] = v;
       if (n < cap) ++n;
     }
     auto is_cand = [&](int32_t v) {
-      for (int k = 0; k < K_; ++k)
+      for (int k = 0; k < K; ++k)
         if (c[k] == v) return true;
       return false;
     };
@@ -583,18 +725,18 @@ Status DgcaHeads::Predict(const float* h, const float* z, const float* E, const 
       }
     };
     for (int i = 0; i < n; ++i) {
-      if (!is_cand(top_i[i])) {
-        offer(top_i[i], (1.0 - g) * std::exp(zt[top_i[i]] - lse));
+      if (!is_cand(ti[i])) {
+        offer(ti[i], (1.0 - g) * std::exp(zt[ti[i]] - lse));
         break;
       }
     }
-    for (int k = 0; k < K_; ++k) {
+    for (int k = 0; k < K; ++k) {
       if (c[k] < 0) continue;
       bool seen = false;
       for (int j = 0; j < k; ++j) seen |= c[j] == c[k];
       if (seen) continue;
       double q = 0.0;
-      for (int j = k; j < K_; ++j)
+      for (int j = k; j < K; ++j)
         if (c[j] == c[k]) q += std::exp(lq[j]);
       offer(c[k], (1.0 - g) * std::exp(zt[c[k]] - lse) + g * q);
     }

@@ -65,7 +65,8 @@
 // must stay valid and unchanged until Backward() returns. dz may alias z
 // (Backward then overwrites the logits with their gradient, in place).
 //
-// Deterministic: fixed loop order, single-threaded apart from OpenBLAS sgemm.
+// Deterministic: fixed loop order; per-slot loops may run on set_threads()
+// threads without changing any result; sgemm is OpenBLAS's when present.
 // Thread-safety: not thread-safe; owned by one model.
 #ifndef DGCA_MODEL_NN_HEADS_H_
 #define DGCA_MODEL_NN_HEADS_H_
@@ -102,6 +103,12 @@ class DgcaHeads {
   bool gated() const { return gated_; }
   int max_slots() const { return max_slots_; }
   int top_k() const { return K_; }
+
+  // Worker threads for the per-slot loops (OpenMP; ignored without it).
+  // Results do not depend on the thread count: each slot is computed by one
+  // thread and every sum over slots runs serially in slot order. Default 1.
+  void set_threads(int threads) { threads_ = threads < 1 ? 1 : threads; }
+  int threads() const { return threads_; }
 
   // Floats declared for `cfg` (for CountParameters()).
   static int64_t NumParams(const ModelConfig& cfg);
@@ -145,6 +152,7 @@ class DgcaHeads {
 
   int H_, K_, V_cfg_;
   int max_slots_;
+  int threads_ = 1;
   float eps_;
   bool detector_, candidate_, gated_;
   float lambda_det_, lambda_cand_;
@@ -172,6 +180,9 @@ class DgcaHeads {
   std::vector<double> logq_;   // [T,K] log q (−inf for padding)
   std::vector<double> logQ_;   // [T] log Q_y (−inf when y ∉ C)
   std::vector<double> lse_;    // [T] logsumexp(z_t)
+  std::vector<float> zmax_;    // [T] max_v z_t[v]
+  std::vector<double> zsum_;   // [T] Σ_v exp(z_t[v] − zmax)
+  std::vector<double> loss_t_; // [3T] per-slot fusion, detector, candidate loss
   std::vector<double> wA_;     // [T] (1-g) p_y / P  (1 for fusion none)
   std::vector<double> wB_;     // [T] g Q_y / P      (0 for fusion none)
   int64_t n_cand_ = 0;         // N_c of the last Forward()
@@ -182,6 +193,11 @@ class DgcaHeads {
   std::vector<float> du_;      // [T,H]
   std::vector<float> da_;      // [T,H]
 };
+
+// The float exp of the V-wide softmax loops (Cephes polynomial, relative
+// error < 3e-7 on [-87, 88], inputs clamped to that range); exposed for
+// its test.
+float HeadsExpF(float x);
 
 }  // namespace dgca
 

@@ -305,6 +305,22 @@ void CheckAll(Rig& r, Problem& p, float scale, bool with_E, bool h_used = true) 
   }
 }
 
+TEST(HeadsKernels, ExpFMatchesStdExp) {
+  double worst = 0;
+  for (int i = 0; i <= 200000; ++i) {
+    const float x = -87.0f + 175.0f * i / 200000.0f;
+    const double want = std::exp(static_cast<double>(x));
+    worst = std::max(worst, std::fabs(HeadsExpF(x) - want) / want);
+  }
+  std::printf("  HeadsExpF max rel err on [-87, 88]: %.2e\n", worst);
+  EXPECT_LT(worst, 3e-7);
+  EXPECT_EQ(HeadsExpF(0.0f), 1.0f);
+  // Clamped below: tiny but positive and finite; never NaN for -inf.
+  EXPECT_GT(HeadsExpF(-1000.0f), 0.0f);
+  EXPECT_LT(HeadsExpF(-1000.0f), 1e-37f);
+  EXPECT_TRUE(std::isfinite(HeadsExpF(-std::numeric_limits<float>::infinity())));
+}
+
 TEST(HeadsForward, LossesMatchDenseReference) {
   struct Case {
     bool det, cand;
@@ -474,6 +490,32 @@ TEST(HeadsBackward, Deterministic) {
   EXPECT_EQ(a.dz, b.dz);
   EXPECT_EQ(a.dE, b.dE);
   EXPECT_EQ(pa, std::vector<float>(r.store.grads(), r.store.grads() + r.store.total_numel()));
+}
+
+TEST(HeadsBackward, ThreadCountDoesNotChangeResults) {
+  Problem p = MakeProblem(33, 64, 16, 300, 8);
+  Rig r(Cfg(p, true, true, FusionKind::kGated), p.T);
+  HeadLosses l1, l3;
+  r.heads->set_threads(1);
+  Loss(r, p, &l1);
+  Grads a = Analytic(r, p, 1.0f);
+  std::vector<float> pa(r.store.grads(), r.store.grads() + r.store.total_numel());
+  std::vector<int32_t> pred1(p.T), pred3(p.T);
+  ASSERT_TRUE(r.heads->Predict(p.h.data(), p.z.data(), p.E.data(), p.cand.data(), p.x.data(), p.T,
+                               p.V, pred1.data())
+                  .ok());
+  r.heads->set_threads(3);
+  Loss(r, p, &l3);
+  Grads b = Analytic(r, p, 1.0f);
+  ASSERT_TRUE(r.heads->Predict(p.h.data(), p.z.data(), p.E.data(), p.cand.data(), p.x.data(), p.T,
+                               p.V, pred3.data())
+                  .ok());
+  EXPECT_EQ(l1.total, l3.total);
+  EXPECT_EQ(a.dh, b.dh);
+  EXPECT_EQ(a.dz, b.dz);
+  EXPECT_EQ(a.dE, b.dE);
+  EXPECT_EQ(pa, std::vector<float>(r.store.grads(), r.store.grads() + r.store.total_numel()));
+  EXPECT_EQ(pred1, pred3);
 }
 
 TEST(HeadsPredict, MatchesBruteForceDenseArgmax) {
