@@ -1,2 +1,118 @@
+// dgca-worker: the node agent, the rank runtime and the one-process trainer.
+//   dgca-worker agent --coordinator HOST:PORT --token-file F [--node-name N] [--state-dir D]
+//   dgca-worker rank --coordinator HOST:PORT --token-file F --job J --rank R --attempt A
+//   dgca-worker train SPEC [--json]
+#include <signal.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <spdlog/spdlog.h>
+
 #include <cstdio>
-int main() { std::fprintf(stderr, "not built yet\n"); return 2; }
+#include <cstdlib>
+#include <string>
+
+#include "proto/rpc/rpc_util.h"
+#include "worker/agent/agent.h"
+#include "worker/rank/local_train.h"
+#include "worker/rank/rank_main.h"
+
+namespace {
+
+std::string EnvOr(const char* name, const std::string& fallback) {
+  const char* v = getenv(name);
+  return v && *v ? v : fallback;
+}
+
+int RunAgent(dgca::AgentOptions opt, const std::string& token_file) {
+  auto token = dgca::ReadTokenFile(token_file);
+  if (!token.ok()) {
+    std::fprintf(stderr, "error: %s\n", token.status().ToString().c_str());
+    return 3;
+  }
+  opt.token = *token;
+  opt.token_file = token_file;
+  // Block the stop signals in every thread; this one waits for them.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  dgca::Agent agent(opt);
+  if (auto s = agent.Start(); !s.ok()) {
+    std::fprintf(stderr, "error: %s\n", s.ToString().c_str());
+    return 2;
+  }
+  int sig = 0;
+  sigwait(&set, &sig);
+  spdlog::info("agent: signal {}; stopping ranks", sig);
+  agent.Stop();
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"dgca-worker: node agent, rank runtime and one-process trainer"};
+  app.require_subcommand(1);
+
+  dgca::AgentOptions agent_opt;
+  std::string agent_token_file = EnvOr("DGCA_TOKEN_FILE", ".dgca/token");
+  agent_opt.coordinator_address = EnvOr("DGCA_COORDINATOR", "127.0.0.1:7600");
+  agent_opt.state_dir = ".dgca";
+  auto* agent = app.add_subcommand("agent", "run the node agent (one per node)");
+  agent->add_option("--coordinator", agent_opt.coordinator_address, "coordinator HOST:PORT")
+      ->capture_default_str();
+  agent->add_option("--token-file", agent_token_file, "file holding the bearer token")
+      ->capture_default_str();
+  agent->add_option("--node-name", agent_opt.node_name, "name to register as (default: hostname)");
+  agent->add_option("--state-dir", agent_opt.state_dir, "where rank logs go")->capture_default_str();
+  agent->add_option("--worker-binary", agent_opt.worker_binary,
+                    "dgca-worker to launch ranks with (default: this program)");
+  agent->add_option("--topology-root", agent_opt.topology_root, "root of the topology probe")
+      ->capture_default_str();
+  agent->add_option("--heartbeat-interval", agent_opt.heartbeat_interval_s, "seconds")
+      ->capture_default_str();
+
+  dgca::RankArgs rank_args;
+  auto* rank = app.add_subcommand("rank", "run one training rank (started by an agent)");
+  rank->add_option("--coordinator", rank_args.coordinator, "coordinator HOST:PORT")->required();
+  rank->add_option("--token-file", rank_args.token_file, "file holding the bearer token")
+      ->required();
+  rank->add_option("--job", rank_args.job_id, "job id")->required();
+  rank->add_option("--rank", rank_args.rank, "rank")->required();
+  rank->add_option("--attempt", rank_args.attempt, "attempt")->capture_default_str();
+  rank->add_option("--heartbeat-timeout", rank_args.heartbeat_timeout_s,
+                   "stop when the coordinator is unreachable this long (s)")
+      ->capture_default_str();
+
+  dgca::LocalTrainArgs train_args;
+  auto* train = app.add_subcommand("train", "train one job spec in this process, no coordinator");
+  train->add_option("SPEC", train_args.spec_path, "job spec (YAML)")->required();
+  train->add_flag("--json", train_args.json, "print one JSON document with the results");
+  train->add_option("--steps", train_args.steps, "override train.steps");
+  train->add_option("--checkpoint-dir", train_args.checkpoint_dir, "write checkpoints here");
+  train->add_option("--topology-root", train_args.topology_root, "root of the topology probe");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int code = app.exit(e);
+    return code == 0 ? 0 : 2;
+  }
+  if (*agent) {
+    if (agent_opt.node_name.empty()) agent_opt.node_name = "";
+    if (agent_opt.worker_binary.empty()) {
+      char buf[4096];
+      ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+      if (n > 0) agent_opt.worker_binary.assign(buf, n);
+    }
+    return RunAgent(agent_opt, agent_token_file);
+  }
+  if (*rank) {
+    dgca::InstallRankSignalHandlers();
+    return dgca::RunRank(rank_args);
+  }
+  if (*train) return dgca::RunLocalTrain(train_args);
+  return 2;
+}

@@ -33,29 +33,17 @@ std::string DirName(const std::string& path) {
   return path.substr(0, p);
 }
 
+// The trainer reports its progress through OnLog (step lines with the loss
+// by head, eval summaries, data and vocabulary facts); they go to stderr.
 class StderrObserver : public TrainObserver {
  public:
-  void OnStep(const StepReport& r) override {
-    auto now = Clock::now();
-    if (r.step == 1 || r.step == r.total_steps || now - last_ > std::chrono::seconds(1)) {
-      last_ = now;
-      std::fprintf(stderr, "step %lld/%lld loss %.4f lr %.3g %.1f samples/s %.3f s/step ETA %.0f s\n",
-                   static_cast<long long>(r.step), static_cast<long long>(r.total_steps), r.loss,
-                   r.learning_rate, r.samples_per_second, r.step_seconds, r.eta_seconds);
-    }
+  void OnLog(const std::string& line) override {
+    std::fprintf(stderr, "%s\n", line.c_str());
+    std::fflush(stderr);
   }
-  void OnEval(const EvalReport& r) override {
-    std::string line;
-    for (const auto& [k, v] : r.metrics) absl::StrAppendFormat(&line, " %s=%.4f", k, v);
-    std::fprintf(stderr, "eval at step %lld:%s\n", static_cast<long long>(r.step), line.c_str());
-  }
-  void OnLog(const std::string& line) override { std::fprintf(stderr, "%s\n", line.c_str()); }
   void OnCheckpoint(const std::string& dir, int64_t step) override {
     std::fprintf(stderr, "checkpoint at step %lld: %s\n", static_cast<long long>(step), dir.c_str());
   }
-
- private:
-  Clock::time_point last_{};
 };
 
 }  // namespace
@@ -146,9 +134,6 @@ int RunLocalTrain(const LocalTrainArgs& args) {
     std::fprintf(stderr, "error: training failed: %s\n", result.status().ToString().c_str());
     return 1;
   }
-  std::fprintf(stderr, "done: %lld steps in %.1f s, final loss %.4f, %.1f samples/s\n",
-               static_cast<long long>(result->steps), seconds, result->final_loss,
-               result->samples_per_second);
   if (args.json) {
     std::fputs(TrainResultJson(result->final_loss, result->steps, result->samples_per_second,
                                seconds, result->eval)

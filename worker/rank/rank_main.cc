@@ -211,14 +211,7 @@ class RankObserver : public TrainObserver {
     m->set_time_unix_ms(NowUnixMs());
     m->set_samples(r.samples);
     sender_->Push(std::move(s), true);
-    auto now = Clock::now();
-    if (r.step == 1 || r.step == r.total_steps || now - last_print_ > std::chrono::seconds(1)) {
-      last_print_ = now;
-      Log(a_.rank, "step %d/%d loss %.4f lr %.3g grad_norm %.3g %.1f samples/s %.3f s/step "
-          "(comm %.3f s, exposed %.3f s) ETA %.0f s",
-          r.step, r.total_steps, r.loss, r.learning_rate, r.grad_norm, r.samples_per_second,
-          r.step_seconds, r.allreduce_seconds, r.exposed_comm_seconds, r.eta_seconds);
-    }
+    // The trainer's own step lines arrive through OnLog; nothing printed here.
   }
   void OnEval(const EvalReport& r) override {
     v1::MetricSample s;
@@ -250,7 +243,6 @@ class RankObserver : public TrainObserver {
   MetricsSender* sender_;
   std::atomic<bool>* stop_;
   std::atomic<int64_t>* step_;
-  Clock::time_point last_print_{};
 };
 
 }  // namespace
@@ -397,8 +389,12 @@ int RunRank(const RankArgs& a) {
     } else if (const char* h = getenv("DGCA_GLOO_HOSTNAME"); h && *h) {
       go.hostname = h;
     } else {
+      // Ranks of a coordinator reached over loopback or a unix socket are on
+      // its machine: Gloo stays on 127.0.0.1. Otherwise advertise our name.
       std::string host = a.coordinator.substr(0, a.coordinator.rfind(':'));
-      if (host != "127.0.0.1" && host != "localhost" && host != "[::1]") {
+      bool local = host == "127.0.0.1" || host == "localhost" || host == "[::1]" ||
+                   a.coordinator.rfind("unix:", 0) == 0;
+      if (!local) {
         char buf[256] = {0};
         if (gethostname(buf, sizeof(buf) - 1) == 0) go.hostname = buf;
       }

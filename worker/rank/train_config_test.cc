@@ -1,0 +1,140 @@
+#include "worker/rank/train_config.h"
+
+#include <gtest/gtest.h>
+
+#include "coordinator/spec/spec.h"
+
+namespace dgca {
+namespace {
+
+v1::JobSpec Parse(const std::string& yaml) {
+  auto r = ParseJobSpec(yaml, "t.yaml");
+  EXPECT_TRUE(r.ok());
+  EXPECT_TRUE(r->ok()) << FormatProblems(r->problems);
+  return r->spec;
+}
+
+TEST(TrainConfigTest, SpecAndPlanMapToTrainConfig) {
+  v1::JobSpec spec = Parse(R"(
+name: t
+model:
+  preset: tiny
+  vocab: vocab.txt
+  prompt: {length: 2, encoder: mlp}
+  heads: {detector: false, candidate: {top_k: 4, confusion: conf/c.json}, fusion: none}
+data:
+  train: data/train.txt
+  eval: /abs/test.txt
+  max_seq_len: 48
+  mft: {mode: none, rate: 0.1}
+train:
+  steps: 30
+  global_batch: 16
+  optimizer: {lr: 1.0e-3, weight_decay: 0.01, warmup_steps: 3, clip_norm: 1.0, schedule: constant}
+  eval_every: 10
+  checkpoint_every: 15
+  seed: 7
+comm: {overlap: false, timeout_s: 12}
+)");
+  spec.set_base_dir("/base");
+  v1::Plan plan;
+  plan.set_ranks(2);
+  plan.set_micro_batch(4);
+  plan.set_accumulation(2);
+  plan.set_precision("fp32");
+  plan.set_bucket_mb(5);
+  plan.set_threads_per_rank(3);
+  plan.set_loader_threads(2);
+  auto c = TrainConfigFromSpec(spec, plan);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->model.layers, 2);
+  EXPECT_EQ(c->model.hidden, 128);
+  EXPECT_EQ(c->model.prompt_length, 2);
+  EXPECT_EQ(c->model.prompt_encoder, PromptEncoderKind::kMlp);
+  EXPECT_FALSE(c->model.detector);
+  EXPECT_EQ(c->model.candidate_top_k, 4);
+  EXPECT_EQ(c->model.fusion, FusionKind::kNone);
+  EXPECT_EQ(c->train_path, "/base/data/train.txt");
+  EXPECT_EQ(c->eval_path, "/abs/test.txt");
+  EXPECT_EQ(c->vocab_path, "/base/vocab.txt");
+  EXPECT_EQ(c->confusion_path, "/base/conf/c.json");
+  EXPECT_EQ(c->init_from, "");
+  EXPECT_EQ(c->max_seq_len, 48);
+  EXPECT_EQ(c->mft_mode, MftMode::kNone);
+  EXPECT_FLOAT_EQ(c->mft_rate, 0.1f);
+  EXPECT_EQ(c->steps, 30);
+  EXPECT_EQ(c->micro_batch, 4);
+  EXPECT_EQ(c->accumulation, 2);
+  EXPECT_EQ(c->precision, Precision::kFp32);
+  EXPECT_FLOAT_EQ(c->lr, 1e-3f);
+  EXPECT_FLOAT_EQ(c->weight_decay, 0.01f);
+  EXPECT_EQ(c->warmup_steps, 3);
+  EXPECT_FLOAT_EQ(c->clip_norm, 1.0f);
+  EXPECT_EQ(c->schedule, LrSchedule::kConstant);
+  EXPECT_EQ(c->eval_every, 10);
+  EXPECT_EQ(c->checkpoint_every, 15);
+  EXPECT_EQ(c->seed, 7u);
+  EXPECT_EQ(c->threads, 3);
+  EXPECT_EQ(c->loader_threads, 2);
+  EXPECT_DOUBLE_EQ(c->bucket_mb, 5);
+  EXPECT_FALSE(c->overlap);
+  EXPECT_DOUBLE_EQ(c->comm_timeout_s, 12);
+}
+
+TEST(TrainConfigTest, ExplicitSizesOverridePreset) {
+  v1::JobSpec spec = Parse("model: {preset: tiny, layers: 3, hidden: 64, heads: 4, ffn: 96}\n"
+                           "data: {train: x.txt}\n");
+  auto c = TrainConfigFromSpec(spec, SimplePlan(spec, 1));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->model.layers, 3);
+  EXPECT_EQ(c->model.hidden, 64);
+  EXPECT_EQ(c->model.heads, 4);
+  EXPECT_EQ(c->model.ffn, 96);
+  EXPECT_EQ(c->train_path, "x.txt");  // no base_dir: as written
+}
+
+TEST(TrainConfigTest, SimplePlanSplitsGlobalBatch) {
+  v1::JobSpec spec = Parse("data: {train: x.txt}\ntrain: {global_batch: 32}\n");
+  v1::Plan p = SimplePlan(spec, 2);
+  EXPECT_EQ(p.ranks(), 2);
+  EXPECT_EQ(p.accumulation(), 1);
+  EXPECT_EQ(p.micro_batch(), 16);
+  EXPECT_EQ(p.precision(), "fp32");
+  EXPECT_EQ(p.backend(), "gloo");
+  EXPECT_FALSE(p.decisions().empty());
+  for (const auto& d : p.decisions()) EXPECT_FALSE(d.reason().empty()) << d.name();
+  auto c = TrainConfigFromSpec(spec, p);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->micro_batch * c->accumulation * 2, 32);
+}
+
+TEST(TrainConfigTest, ErrorsNameTheField) {
+  v1::JobSpec spec = Parse("data: {train: x.txt}\n");
+  spec.mutable_model()->set_preset("huge");
+  auto c = TrainConfigFromSpec(spec, SimplePlan(spec, 1));
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(std::string(c.status().message()).find("model.preset"), std::string::npos);
+
+  v1::JobSpec no_data = Parse("name: x\n");
+  auto d = TrainConfigFromSpec(no_data, SimplePlan(no_data, 1));
+  ASSERT_FALSE(d.ok());
+  EXPECT_NE(std::string(d.status().message()).find("data.train"), std::string::npos);
+
+  v1::JobSpec prec = Parse("data: {train: x.txt}\n");
+  v1::Plan p = SimplePlan(prec, 1);
+  p.set_precision("fp8");
+  auto e = TrainConfigFromSpec(prec, p);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(std::string(e.status().message()).find("precision"), std::string::npos);
+}
+
+TEST(TrainConfigTest, ResolvePath) {
+  EXPECT_EQ(ResolvePath("/a", "b/c"), "/a/b/c");
+  EXPECT_EQ(ResolvePath("/a/", "b"), "/a/b");
+  EXPECT_EQ(ResolvePath("/a", "/x"), "/x");
+  EXPECT_EQ(ResolvePath("/a", ""), "");
+  EXPECT_EQ(ResolvePath("", "b"), "b");
+}
+
+}  // namespace
+}  // namespace dgca
