@@ -4,7 +4,7 @@
 //   direct — a minimal loop straight on gloo::allreduce with its own context
 // busbw = algbw * 2(n-1)/n, algbw = bytes / time.
 //
-// Usage: gloo-busbw [--ranks N] [--min-bytes B] [--max-bytes B] [--iters K]
+// Usage: gloo-busbw [--ranks N] [--min-bytes B] [--max-bytes B] [--iters K] [--spin-us U]
 // (defaults: 2 ranks, 4 KiB .. 256 MiB by x4, K chosen per size).
 #include <stdlib.h>
 #include <sys/wait.h>
@@ -36,6 +36,7 @@ struct Args {
   size_t min_bytes = 4096;
   size_t max_bytes = 256u << 20;
   int iters = 0;
+  int spin_us = 200;
 };
 
 int ItersFor(size_t bytes, int forced) {
@@ -50,7 +51,9 @@ int RunRank(const Args& a, const std::string& dir, int rank) {
   auto base = std::make_shared<gloo::rendezvous::FileStore>(dir);
   // Our communicator.
   auto ours_store = std::make_shared<gloo::rendezvous::PrefixStore>("dgca", *base);
-  auto ours = dgca::MakeGlooCommunicator(ours_store, rank, a.ranks);
+  dgca::GlooOptions go;
+  go.spin_us = a.spin_us;
+  auto ours = dgca::MakeGlooCommunicator(ours_store, rank, a.ranks, go);
   if (!ours.ok()) {
     fprintf(stderr, "rank %d: %s\n", rank, ours.status().ToString().c_str());
     return 1;
@@ -142,11 +145,13 @@ int main(int argc, char** argv) {
       a.min_bytes = strtoull(next(), nullptr, 10);
     } else if (f == "--max-bytes") {
       a.max_bytes = strtoull(next(), nullptr, 10);
+    } else if (f == "--spin-us") {
+      a.spin_us = atoi(next());
     } else if (f == "--iters") {
       a.iters = atoi(next());
     } else {
       fprintf(stderr,
-              "usage: gloo-busbw [--ranks N] [--min-bytes B] [--max-bytes B] [--iters K]\n");
+              "usage: gloo-busbw [--ranks N] [--min-bytes B] [--max-bytes B] [--iters K] [--spin-us U]\n");
       return 2;
     }
   }

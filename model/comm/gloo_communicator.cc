@@ -21,9 +21,6 @@
 namespace dgca {
 namespace {
 
-// How long a waiting thread polls before blocking on a condition variable.
-constexpr int kSpinUs = 200;
-
 // One queued collective: the work, then its outcome and timing.
 struct OpState {
   std::function<void()> run;  // may throw; runs on the worker thread
@@ -38,11 +35,11 @@ struct OpState {
 
 class GlooHandle : public CollectiveHandle {
  public:
-  explicit GlooHandle(std::shared_ptr<OpState> op) : op_(std::move(op)) {}
+  GlooHandle(std::shared_ptr<OpState> op, int spin_us) : op_(std::move(op)), spin_us_(spin_us) {}
   Status Wait() override {
     // Spin briefly before sleeping: a futex wake-up costs tens to hundreds of
     // microseconds on a VM, comparable to a small all-reduce.
-    const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(kSpinUs);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us_);
     while (!op_->done_flag.load(std::memory_order_acquire) &&
            std::chrono::steady_clock::now() < until) {
       std::this_thread::yield();
@@ -56,6 +53,7 @@ class GlooHandle : public CollectiveHandle {
 
  private:
   std::shared_ptr<OpState> op_;
+  int spin_us_;
 };
 
 std::string TeardownKey(int rank) { return "dgca/teardown/" + std::to_string(rank); }
@@ -157,7 +155,7 @@ class GlooCommunicator : public Communicator {
         for (size_t i = 0; i < count; ++i) data[i] *= inv;
       }
     });
-    return std::unique_ptr<CollectiveHandle>(new GlooHandle(std::move(state)));
+    return std::unique_ptr<CollectiveHandle>(new GlooHandle(std::move(state), options_.spin_us));
   }
 
   Status Broadcast(float* data, size_t count, int root) override {
@@ -175,7 +173,7 @@ class GlooCommunicator : public Communicator {
       opts.setTag(tag);
       gloo::broadcast(opts);
     });
-    return GlooHandle(state).Wait();
+    return GlooHandle(state, options_.spin_us).Wait();
   }
 
   Status Barrier() override {
@@ -186,7 +184,7 @@ class GlooCommunicator : public Communicator {
       opts.setTag(tag);
       gloo::barrier(opts);
     });
-    return GlooHandle(state).Wait();
+    return GlooHandle(state, options_.spin_us).Wait();
   }
 
  private:
@@ -212,7 +210,7 @@ class GlooCommunicator : public Communicator {
           // Ops come in bursts (one per bucket): poll a little before sleeping.
           lock.unlock();
           const auto until =
-              std::chrono::steady_clock::now() + std::chrono::microseconds(kSpinUs);
+              std::chrono::steady_clock::now() + std::chrono::microseconds(options_.spin_us);
           while (queued_.load(std::memory_order_acquire) == 0 &&
                  std::chrono::steady_clock::now() < until) {
             std::this_thread::yield();
