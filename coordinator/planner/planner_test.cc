@@ -1,22 +1,84 @@
 #include "coordinator/planner/planner.h"
 
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_join.h"
+#include "coordinator/spec/spec.h"
 #include "gtest/gtest.h"
+#include "worker/topology/probe.h"
 
 namespace dgca {
 namespace {
 
-const v1::PlanDecision* Find(const v1::Plan& p, const std::string& name) {
-  for (const auto& d : p.decisions())
-    if (d.name() == name) return &d;
-  return nullptr;
+std::string SourceDir() {
+  const char* src = std::getenv("DGCA_SOURCE_DIR");
+  return src ? src : ".";
 }
 
+v1::Topology Fixture(const std::string& name) {
+  ProbeOptions opt;
+  opt.root = SourceDir() + "/tests/fixtures/" + name + "/root";
+  opt.use_nvml = false;
+  auto t = ProbeTopology(opt);
+  EXPECT_TRUE(t.ok()) << t.status();
+  return t.ok() ? *t : v1::Topology();
+}
+
+v1::JobSpec Config(const std::string& file) {
+  std::string path = SourceDir() + "/configs/" + file;
+  std::ifstream in(path);
+  std::string text((std::istreambuf_iterator<char>(in)), {});
+  auto r = ParseJobSpec(text, path);
+  EXPECT_TRUE(r.ok()) << r.status();
+  if (!r.ok()) return DefaultJobSpec();
+  EXPECT_TRUE(r->ok()) << FormatProblems(r->problems);
+  return r->spec;
+}
+
+const v1::PlanDecision& Find(const v1::Plan& p, const std::string& name) {
+  for (const auto& d : p.decisions())
+    if (d.name() == name) return d;
+  static v1::PlanDecision none;
+  ADD_FAILURE() << "no decision " << name;
+  return none;
+}
+
+bool HasNcclEnv(const v1::Plan& p) {
+  for (const auto& kv : p.env())
+    if (absl::StartsWith(kv.first, "NCCL_")) return true;
+  return false;
+}
+
+void ExpectEveryDecisionHasAReason(const v1::Plan& p) {
+  for (const auto& d : p.decisions()) {
+    EXPECT_FALSE(d.reason().empty()) << d.name();
+    EXPECT_NE(d.source(), v1::VALUE_SOURCE_UNSPECIFIED) << d.name();
+  }
+}
+
+// The figures such a machine really showed (issue 5, Must show 2).
+PlannerMeasurements Wsl2Measurements() {
+  PlannerMeasurements m;
+  m.allreduce_bus_bandwidth = 1e9;
+  m.step_seconds = 0.2;
+  m.step_micro_batch = 128;
+  return m;
+}
+
+// ---- CPU -----------------------------------------------------------------------
+
 TEST(Planner, CpuJobDefaults) {
-  v1::JobSpec spec;
+  v1::JobSpec spec = DefaultJobSpec();
   spec.mutable_train()->set_global_batch(32);
   v1::Topology t;
   t.set_node("n0");
   t.set_cpu_count(8);
+  t.set_numa_nodes(1);
+  t.set_memory_bytes(32ull << 30);
   auto plan = MakePlan(spec, {t}, PlannerMeasurements{});
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_EQ(plan->device(), "cpu");
@@ -26,27 +88,364 @@ TEST(Planner, CpuJobDefaults) {
   EXPECT_EQ(plan->accumulation(), 1);
   EXPECT_EQ(plan->precision(), "fp32");
   EXPECT_EQ(plan->threads_per_rank(), 4);
-  ASSERT_NE(Find(*plan, "resources.ranks"), nullptr);
-  for (const auto& d : plan->decisions()) EXPECT_FALSE(d.reason().empty()) << d.name();
+  EXPECT_EQ(plan->loader_threads(), 1);
+  EXPECT_EQ(plan->env().at("OMP_NUM_THREADS"), "4");
+  EXPECT_EQ(plan->rank_nodes_size(), 2);
+  // No step measurement: a quarter of the fp32 gradients (bert-base: 513 MB).
+  EXPECT_EQ(plan->bucket_mb(), 122);
+  EXPECT_TRUE(absl::StrContains(Find(*plan, "comm.bucket_mb").reason(), "G/4"));
+  ExpectEveryDecisionHasAReason(*plan);
+}
+
+TEST(Planner, CpuContainerLimitsThreads) {
+  v1::JobSpec spec = DefaultJobSpec();
+  v1::Topology t = Fixture("cpu-only");
+  auto plan = MakePlan(spec, {t}, PlannerMeasurements{});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->ranks(), 2);
+  EXPECT_EQ(plan->threads_per_rank(), 2);  // cgroup: 4 of 8 CPUs
+  EXPECT_TRUE(absl::StrContains(Find(*plan, "resources.threads_per_rank").reason(),
+                                "cgroup limit 4"));
+}
+
+TEST(Planner, CpuPredictionsFromMeasurement) {
+  v1::JobSpec spec = DefaultJobSpec();
+  spec.mutable_model()->set_preset("tiny");
+  spec.mutable_train()->set_global_batch(16);
+  v1::Topology t = Fixture("cpu-only");
+  PlannerMeasurements m;
+  m.step_seconds = 0.4;
+  m.step_micro_batch = 8;
+  m.allreduce_bus_bandwidth = 1e9;
+  m.allreduce_latency_s = 1e-4;
+  auto plan = MakePlan(spec, {t}, m);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->micro_batch(), 8);
+  // One micro-step of 8 samples (0.4 s); tiny has few parameters, so the
+  // all-reduce hides in the backward: step == 0.4 s, share 0.
+  EXPECT_NEAR(plan->predicted_step_seconds(), 0.4, 1e-9);
+  EXPECT_NEAR(plan->predicted_comm_share(), 0.0, 1e-9);
+  EXPECT_NEAR(plan->predicted_samples_per_second(), 40.0, 1e-6);
+  EXPECT_NEAR(plan->predicted_single_rank_samples_per_second(), 20.0, 1e-6);
 }
 
 TEST(Planner, UserValuesWin) {
-  v1::JobSpec spec;
+  v1::JobSpec spec = DefaultJobSpec();
   spec.mutable_train()->set_global_batch(32);
   spec.mutable_resources()->set_ranks(4);
   spec.mutable_train()->set_micro_batch(2);
+  spec.mutable_comm()->set_bucket_mb(7);
+  spec.mutable_train()->set_precision("fp32");
   v1::Topology t;
   t.set_cpu_count(8);
   auto plan = MakePlan(spec, {t}, PlannerMeasurements{});
   ASSERT_TRUE(plan.ok());
   EXPECT_EQ(plan->ranks(), 4);
   EXPECT_EQ(plan->micro_batch(), 2);
-  EXPECT_EQ(Find(*plan, "resources.ranks")->source(), v1::USER);
-  EXPECT_EQ(Find(*plan, "train.micro_batch")->source(), v1::USER);
+  EXPECT_EQ(plan->accumulation(), 4);
+  EXPECT_EQ(plan->bucket_mb(), 7);
+  EXPECT_EQ(Find(*plan, "resources.ranks").source(), v1::USER);
+  EXPECT_EQ(Find(*plan, "train.micro_batch").source(), v1::USER);
+  EXPECT_EQ(Find(*plan, "comm.bucket_mb").source(), v1::USER);
+  EXPECT_EQ(Find(*plan, "train.precision").source(), v1::USER);
 }
 
 TEST(Planner, NoNodesIsAnError) {
-  EXPECT_FALSE(MakePlan(v1::JobSpec(), {}, PlannerMeasurements{}).ok());
+  EXPECT_FALSE(MakePlan(DefaultJobSpec(), {}, PlannerMeasurements{}).ok());
+}
+
+// ---- Must show 2: WSL2, two RTX 4090 over SYS, 1 GB/s ------------------------
+
+TEST(PlannerWsl2, SmallShmBigBucketAccumulationBeatsOneGpu) {
+  v1::JobSpec spec = Config("wsl2-two-gpus-sys.yaml");
+  v1::Topology t = Fixture("wsl2-2x4090");
+  auto plan = MakePlan(spec, {t}, Wsl2Measurements());
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  std::cout << FormatPlan(*plan);
+  EXPECT_EQ(plan->ranks(), 2);
+  EXPECT_EQ(plan->device(), "cuda");
+  EXPECT_EQ(plan->backend(), "nccl");
+  EXPECT_EQ(plan->precision(), "bf16");
+  // /dev/shm is 64 MiB: below what NCCL's SHM transport needs for 2 ranks.
+  ASSERT_TRUE(plan->env().count("NCCL_SHM_DISABLE"));
+  EXPECT_EQ(plan->env().at("NCCL_SHM_DISABLE"), "1");
+  const std::string shm = Find(*plan, "env.NCCL_SHM_DISABLE").reason();
+  EXPECT_TRUE(absl::StrContains(shm, "64.0 MiB free")) << shm;
+  EXPECT_TRUE(absl::StrContains(shm, "9637888")) << shm;
+  EXPECT_EQ(plan->env().at("NCCL_P2P_DISABLE"), "1");
+  // Bucket: at least 100 MB, with the arithmetic.
+  EXPECT_GE(plan->bucket_mb() * 1024 * 1024, 100e6);
+  const std::string bucket = Find(*plan, "comm.bucket_mb").reason();
+  EXPECT_TRUE(absl::StrContains(bucket, "G/4")) << bucket;
+  EXPECT_TRUE(absl::StrContains(bucket, "9 x latency x busbw / f")) << bucket;
+  EXPECT_TRUE(absl::StrContains(bucket, "1 GB/s")) << bucket;
+  // Accumulation: predicted throughput beats one GPU alone.
+  EXPECT_GT(plan->accumulation(), 1);
+  EXPECT_EQ(plan->ranks() * plan->micro_batch() * plan->accumulation(), 2048);
+  EXPECT_GT(plan->predicted_samples_per_second(),
+            plan->predicted_single_rank_samples_per_second());
+  EXPECT_NEAR(plan->predicted_single_rank_samples_per_second(), 640, 1e-6);
+  const std::string acc = Find(*plan, "train.accumulation").reason();
+  EXPECT_TRUE(absl::StrContains(acc, "step(k) = k x c + exposed")) << acc;
+  EXPECT_TRUE(absl::StrContains(acc, "overlap min(C, 2/3 c)")) << acc;
+  // The arithmetic is consistent: step = k c + exposed, sps = 2048 / step.
+  const double c = 0.2 / 128 * plan->micro_batch();
+  EXPECT_NEAR(plan->predicted_samples_per_second() * plan->predicted_step_seconds(), 2048,
+              1e-6);
+  EXPECT_GT(plan->predicted_step_seconds(), plan->accumulation() * c);
+  EXPECT_GT(plan->predicted_memory_bytes(), 0);
+  EXPECT_LT(plan->predicted_memory_bytes(), 0.85 * (24564.0 * 1024 * 1024));
+  ExpectEveryDecisionHasAReason(*plan);
+}
+
+TEST(PlannerWsl2, LargeShmKeepsSharedMemory) {
+  v1::JobSpec spec = Config("wsl2-two-gpus-sys.yaml");
+  v1::Topology t = Fixture("wsl2-2x4090");
+  t.set_shm_total_bytes(16ull << 30);  // WSL2's own default: half the RAM
+  t.set_shm_free_bytes(16ull << 30);
+  auto plan = MakePlan(spec, {t}, Wsl2Measurements());
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_FALSE(plan->env().count("NCCL_SHM_DISABLE"));
+  EXPECT_EQ(plan->env().at("NCCL_P2P_DISABLE"), "1");
+  EXPECT_FALSE(plan->env().count("NCCL_IB_DISABLE"));
+}
+
+TEST(PlannerWsl2, DefaultGlobalBatchPlansOneGpuAndSaysWhy) {
+  v1::JobSpec spec = DefaultJobSpec();  // global_batch 128
+  v1::Topology t = Fixture("wsl2-2x4090");
+  auto plan = MakePlan(spec, {t}, Wsl2Measurements());
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->ranks(), 1);
+  const std::string why = Find(*plan, "resources.ranks").reason();
+  EXPECT_TRUE(absl::StrContains(why, "would be slower")) << why;
+  EXPECT_TRUE(absl::StrContains(why, "640 samples/s")) << why;
+  EXPECT_FALSE(HasNcclEnv(*plan));  // one rank: nothing to configure
+}
+
+TEST(PlannerWsl2, UserEnvWinsAndThePlanSaysSo) {
+  v1::JobSpec spec = Config("wsl2-two-gpus-sys.yaml");
+  (*spec.mutable_comm()->mutable_env())["NCCL_SHM_DISABLE"] = "0";
+  (*spec.mutable_comm()->mutable_env())["NCCL_DEBUG"] = "WARN";
+  auto plan = MakePlan(spec, {Fixture("wsl2-2x4090")}, Wsl2Measurements());
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->env().at("NCCL_SHM_DISABLE"), "0");
+  EXPECT_EQ(plan->env().at("NCCL_DEBUG"), "WARN");
+  const auto& d = Find(*plan, "env.NCCL_SHM_DISABLE");
+  EXPECT_EQ(d.source(), v1::USER);
+  EXPECT_TRUE(absl::StrContains(d.reason(), "the planner would set 1")) << d.reason();
+}
+
+TEST(PlannerWsl2, LargerGlobalBatchMeetsTheTenPercentTarget) {
+  v1::JobSpec spec = Config("wsl2-two-gpus-sys.yaml");
+  spec.mutable_train()->set_global_batch(4096);
+  auto plan = MakePlan(spec, {Fixture("wsl2-2x4090")}, Wsl2Measurements());
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_LE(plan->predicted_comm_share(), 0.10);
+  EXPECT_TRUE(absl::StrContains(Find(*plan, "train.accumulation").reason(), "<= 10%"));
+}
+
+// ---- NVLink: no NCCL overrides, small k -----------------------------------------
+
+TEST(PlannerNvlink, NoNcclOverridesSmallK) {
+  v1::JobSpec spec = Config("nvlink-8-gpus.yaml");
+  v1::Topology t = Fixture("nvlink-8-h100");
+  PlannerMeasurements m;
+  m.step_seconds = 0.06;  // bert-base bf16, 128 samples, one H100 (order of magnitude)
+  m.step_micro_batch = 128;
+  auto plan = MakePlan(spec, {t}, m);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  std::cout << FormatPlan(*plan);
+  EXPECT_EQ(plan->ranks(), 8);
+  EXPECT_FALSE(HasNcclEnv(*plan)) << absl::StrJoin(plan->env(), ",", absl::PairFormatter("="));
+  EXPECT_EQ(plan->env().at("CUDA_DEVICE_ORDER"), "PCI_BUS_ID");
+  EXPECT_LE(plan->accumulation(), 2);
+  EXPECT_EQ(plan->precision(), "bf16");
+  EXPECT_LT(plan->predicted_comm_share(), 0.10);
+  EXPECT_TRUE(absl::StrContains(Find(*plan, "comm.bucket_mb").reason(), "NV18"));
+  for (int r = 0; r < 8; ++r) EXPECT_EQ(plan->rank_local_devices(r), r);
+}
+
+TEST(PlannerNvlink, DefaultsWithoutMeasurementStillPlan) {
+  auto plan = MakePlan(DefaultJobSpec(), {Fixture("nvlink-8-h100")}, PlannerMeasurements{});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->ranks(), 8);
+  EXPECT_EQ(plan->accumulation(), 1);
+  EXPECT_EQ(plan->micro_batch(), 16);
+  EXPECT_FALSE(HasNcclEnv(*plan));
+  EXPECT_EQ(plan->predicted_step_seconds(), 0);
+  bool warned = false;
+  for (const auto& w : plan->warnings()) warned |= absl::StrContains(w, "no step-time");
+  EXPECT_TRUE(warned);
+}
+
+// ---- PCIe machines ---------------------------------------------------------------------
+
+TEST(PlannerPcie, A100AcrossSocketsUsesTheWorstPath) {
+  PlannerMeasurements m;
+  m.step_seconds = 0.12;
+  m.step_micro_batch = 128;
+  v1::JobSpec spec = DefaultJobSpec();
+  spec.mutable_train()->set_global_batch(1024);
+  auto plan = MakePlan(spec, {Fixture("a100-4x-pcie")}, m);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->ranks(), 4);
+  EXPECT_FALSE(HasNcclEnv(*plan));  // bare metal, big /dev/shm, single node
+  EXPECT_TRUE(absl::StrContains(Find(*plan, "comm.bucket_mb").reason(), "SYS"));
+  EXPECT_EQ(plan->precision(), "bf16");
+}
+
+TEST(PlannerPcie, FittedBandwidthFromProbePoints) {
+  PlannerMeasurements m;
+  m.step_seconds = 0.12;
+  m.step_micro_batch = 128;
+  // t = 1 ms + bytes * 2(n-1)/n / 10 GB/s, n = 4.
+  for (double bytes : {1e6, 16e6, 256e6})
+    m.allreduce_points.push_back({bytes, 1e-3 + bytes * 1.5 / 10e9});
+  v1::JobSpec spec = DefaultJobSpec();
+  spec.mutable_train()->set_global_batch(1024);
+  auto plan = MakePlan(spec, {Fixture("a100-4x-pcie")}, m);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const std::string why = Find(*plan, "comm.bucket_mb").reason();
+  EXPECT_TRUE(absl::StrContains(why, "fitted from 3")) << why;
+  EXPECT_TRUE(absl::StrContains(why, "10 GB/s")) << why;
+  EXPECT_TRUE(absl::StrContains(why, "1 ms")) << why;
+}
+
+// ---- Must show 4: degraded topology -------------------------------------------------
+
+TEST(PlannerDegraded, BrokenRootPlansWithStatedReasons) {
+  ProbeOptions opt;
+  opt.root = SourceDir() + "/tests/fixtures/broken/root";
+  opt.nvml_library = SourceDir() + "/tests/fixtures/broken/fake-libnvidia-ml.so.1";
+  auto t = ProbeTopology(opt);
+  ASSERT_TRUE(t.ok());
+  auto plan = MakePlan(DefaultJobSpec(), {*t}, Wsl2Measurements());
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  std::cout << FormatPlan(*plan);
+  EXPECT_EQ(plan->device(), "cuda");
+  EXPECT_EQ(plan->precision(), "fp16");
+  EXPECT_TRUE(absl::StrContains(Find(*plan, "train.precision").reason(),
+                                "compute capability unknown"));
+  std::string warnings = absl::StrJoin(plan->warnings(), "\n");
+  EXPECT_TRUE(absl::StrContains(warnings, "unknown to the probe")) << warnings;
+  EXPECT_TRUE(absl::StrContains(warnings, "device memory unknown")) << warnings;
+  // The GPU pair's path is unknown: data parallelism over it is judged with
+  // the measured bandwidth and found slower, and the reason says over what.
+  EXPECT_TRUE(absl::StrContains(Find(*plan, "resources.ranks").reason(), "over unknown"));
+  EXPECT_GE(plan->micro_batch(), 1);
+  ExpectEveryDecisionHasAReason(*plan);
+}
+
+TEST(PlannerDegraded, CudaRequestedWithoutGpus) {
+  v1::JobSpec spec = DefaultJobSpec();
+  spec.mutable_resources()->set_device("cuda");
+  auto plan = MakePlan(spec, {Fixture("cpu-only")}, PlannerMeasurements{});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->device(), "cuda");
+  EXPECT_TRUE(absl::StrContains(absl::StrJoin(plan->warnings(), "\n"), "no node reports"));
+}
+
+// ---- Trials ---------------------------------------------------------------------------
+
+class FakeRunner : public TrialRunner {
+ public:
+  // Pretends larger buckets are slower (so the trial overrules the model).
+  absl::StatusOr<double> TimeStep(const v1::Plan& c, double budget_s) override {
+    ++calls;
+    last_budget = budget_s;
+    if (fail) return absl::UnavailableError("ranks not reachable");
+    return 0.2 / 128 * c.micro_batch() * c.accumulation() + c.bucket_mb() * 0.004;
+  }
+  int calls = 0;
+  double last_budget = 0;
+  bool fail = false;
+};
+
+TEST(PlannerTrials, KeepsTheFastestAndLogsEveryTrial) {
+  v1::JobSpec spec = Config("wsl2-two-gpus-sys.yaml");
+  spec.mutable_tuning()->set_mode("trial");
+  FakeRunner runner;
+  auto plan = MakePlan(spec, {Fixture("wsl2-2x4090")}, Wsl2Measurements(), &runner);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  std::cout << FormatPlan(*plan);
+  EXPECT_GE(runner.calls, 2);
+  EXPECT_LE(runner.calls, kMaxTrials);
+  ASSERT_EQ(plan->trials_size(), runner.calls);
+  double best = 0;
+  int kept = -1;
+  for (int i = 0; i < plan->trials_size(); ++i) {
+    EXPECT_GT(plan->trials(i).measured_step_seconds(), 0);
+    EXPECT_GT(plan->trials(i).predicted_samples_per_second(), 0);
+    if (plan->trials(i).samples_per_second() > best) {
+      best = plan->trials(i).samples_per_second();
+      kept = i;
+    }
+  }
+  ASSERT_GE(kept, 0);
+  EXPECT_TRUE(absl::StrContains(plan->trials(kept).note(), "kept"));
+  EXPECT_EQ(plan->bucket_mb(), plan->trials(kept).bucket_mb());
+  EXPECT_EQ(plan->micro_batch(), plan->trials(kept).micro_batch());
+  EXPECT_NEAR(plan->predicted_samples_per_second(), best, 1e-9);
+}
+
+TEST(PlannerTrials, FailingRunnerKeepsTheModelPlan) {
+  v1::JobSpec spec = Config("wsl2-two-gpus-sys.yaml");
+  spec.mutable_tuning()->set_mode("trial");
+  FakeRunner runner;
+  runner.fail = true;
+  auto model = MakePlan(spec, {Fixture("wsl2-2x4090")}, Wsl2Measurements());
+  auto plan = MakePlan(spec, {Fixture("wsl2-2x4090")}, Wsl2Measurements(), &runner);
+  ASSERT_TRUE(plan.ok() && model.ok());
+  EXPECT_EQ(plan->bucket_mb(), model->bucket_mb());
+  EXPECT_EQ(plan->accumulation(), model->accumulation());
+  ASSERT_GT(plan->trials_size(), 0);
+  EXPECT_TRUE(absl::StrContains(plan->trials(0).note(), "ranks not reachable"));
+}
+
+TEST(PlannerTrials, ModelModeNeverCallsTheRunner) {
+  v1::JobSpec spec = Config("wsl2-two-gpus-sys.yaml");
+  spec.mutable_tuning()->set_mode("model");
+  FakeRunner runner;
+  auto plan = MakePlan(spec, {Fixture("wsl2-2x4090")}, Wsl2Measurements(), &runner);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(runner.calls, 0);
+  EXPECT_EQ(plan->trials_size(), 0);
+}
+
+// ---- Configs and FormatPlan ------------------------------------------------------------
+
+TEST(PlannerConfigs, EveryExampleParsesAndPlans) {
+  struct {
+    const char* file;
+    const char* fixture;
+  } cases[] = {{"one-gpu.yaml", "workstation-3gpu"},
+               {"wsl2-two-gpus-sys.yaml", "wsl2-2x4090"},
+               {"nvlink-8-gpus.yaml", "nvlink-8-h100"}};
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.file);
+    v1::JobSpec spec = Config(c.file);
+    auto plan = MakePlan(spec, {Fixture(c.fixture)}, PlannerMeasurements{});
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    ExpectEveryDecisionHasAReason(*plan);
+  }
+  v1::JobSpec one = Config("one-gpu.yaml");
+  auto plan = MakePlan(one, {Fixture("workstation-3gpu")}, PlannerMeasurements{});
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->ranks(), 1);
+  EXPECT_FALSE(HasNcclEnv(*plan));
+}
+
+TEST(FormatPlan, TableEnvPredictionsWarnings) {
+  auto plan = MakePlan(Config("wsl2-two-gpus-sys.yaml"), {Fixture("wsl2-2x4090")},
+                       Wsl2Measurements());
+  ASSERT_TRUE(plan.ok());
+  std::string text = FormatPlan(*plan);
+  EXPECT_TRUE(absl::StrContains(text, "NAME")) << text;
+  EXPECT_TRUE(absl::StrContains(text, "SOURCE")) << text;
+  EXPECT_TRUE(absl::StrContains(text, "comm.bucket_mb")) << text;
+  EXPECT_TRUE(absl::StrContains(text, "NCCL_SHM_DISABLE=1")) << text;
+  EXPECT_TRUE(absl::StrContains(text, "one rank alone   640 samples/s")) << text;
+  EXPECT_TRUE(absl::StrContains(text, "Warnings:")) << text;
 }
 
 }  // namespace
