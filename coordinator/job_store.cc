@@ -92,6 +92,10 @@ void ReadJobRow(Stmt& s, StoredJob* out) {
   v1::Job eval_holder;
   eval_holder.ParseFromString(s.Str(9));
   *j.mutable_eval() = eval_holder.eval();
+  *j.mutable_ranks() = eval_holder.ranks();
+  j.set_loss(eval_holder.loss());
+  j.set_samples_per_second(eval_holder.samples_per_second());
+  j.set_eta_seconds(eval_holder.eta_seconds());
   j.set_step(s.Int(10));
   j.set_total_steps(j.spec().train().steps());
   std::string plan = s.Str(11);
@@ -152,7 +156,7 @@ absl::Status JobStore::Init() {
            " seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT UNIQUE NOT NULL, name TEXT NOT NULL,"
            " state INTEGER NOT NULL, spec BLOB, spec_yaml TEXT, plan BLOB, message TEXT,"
            " created_ms INTEGER NOT NULL, updated_ms INTEGER NOT NULL,"
-           " restarts INTEGER NOT NULL DEFAULT 0, eval BLOB, last_step INTEGER NOT NULL DEFAULT 0)",
+           " restarts INTEGER NOT NULL DEFAULT 0, eval BLOB /* v1::Job: eval, ranks, loss, sps, eta */, last_step INTEGER NOT NULL DEFAULT 0)",
            "CREATE TABLE IF NOT EXISTS events ("
            " job_id TEXT NOT NULL, seq INTEGER NOT NULL, time_ms INTEGER NOT NULL,"
            " state INTEGER NOT NULL, kind TEXT NOT NULL, message TEXT NOT NULL,"
@@ -293,13 +297,16 @@ absl::Status JobStore::SetRestarts(const std::string& id, int32_t restarts) {
   return absl::OkStatus();
 }
 
-absl::Status JobStore::SetProgress(const std::string& id, int64_t step,
-                                   const std::map<std::string, double>& eval) {
+absl::Status JobStore::SetProgress(const std::string& id, const v1::Job& progress) {
   std::lock_guard<std::mutex> lock(mu_);
   v1::Job holder;
-  for (const auto& [k, v] : eval) (*holder.mutable_eval())[k] = v;
+  *holder.mutable_eval() = progress.eval();
+  *holder.mutable_ranks() = progress.ranks();
+  holder.set_loss(progress.loss());
+  holder.set_samples_per_second(progress.samples_per_second());
+  holder.set_eta_seconds(progress.eta_seconds());
   Stmt upd(db_, "UPDATE jobs SET last_step=?, eval=?, updated_ms=? WHERE id=?");
-  upd.Bind(1, step).Bind(2, holder.SerializeAsString()).Bind(3, NowUnixMs()).BindText(4, id);
+  upd.Bind(1, progress.step()).Bind(2, holder.SerializeAsString()).Bind(3, NowUnixMs()).BindText(4, id);
   if (upd.Step() != SQLITE_DONE) return Error("storing progress");
   if (sqlite3_changes(db_) == 0) return absl::NotFoundError(absl::StrCat("no job ", id));
   return absl::OkStatus();

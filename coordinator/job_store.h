@@ -77,8 +77,9 @@ class JobStore {
                                            const std::string& message);
   absl::Status SetPlan(const std::string& id, const v1::Plan& plan);
   absl::Status SetRestarts(const std::string& id, int32_t restarts);
-  absl::Status SetProgress(const std::string& id, int64_t step,
-                           const std::map<std::string, double>& eval);
+  // Persists progress: step, eval, ranks, loss, samples_per_second and
+  // eta_seconds of `progress` (other fields ignored).
+  absl::Status SetProgress(const std::string& id, const v1::Job& progress);
 
   absl::StatusOr<StoredJob> GetJob(const std::string& id);
   // Newest first. Empty `states` = all; limit 0 = all.

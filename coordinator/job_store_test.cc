@@ -44,7 +44,12 @@ TEST(JobStore, CreateUpdateListEvents) {
   ASSERT_TRUE((*store)->SetState(a->id(), v1::RUNNING, "running").ok());
   ASSERT_TRUE((*store)->AppendEvent(a->id(), "rank_exit", "rank 1 exited 0").ok());
   ASSERT_TRUE((*store)->SetRestarts(a->id(), 1).ok());
-  ASSERT_TRUE((*store)->SetProgress(a->id(), 42, {{"f1", 0.5}}).ok());
+  v1::Job progress;
+  progress.set_step(42);
+  (*progress.mutable_eval())["f1"] = 0.5;
+  progress.add_ranks()->set_step(41);
+  progress.set_loss(1.25);
+  ASSERT_TRUE((*store)->SetProgress(a->id(), progress).ok());
 
   auto got = (*store)->GetJob(a->id());
   ASSERT_TRUE(got.ok());
@@ -57,6 +62,9 @@ TEST(JobStore, CreateUpdateListEvents) {
   EXPECT_EQ(got->job.restarts(), 1);
   EXPECT_EQ(got->job.step(), 42);
   EXPECT_DOUBLE_EQ(got->job.eval().at("f1"), 0.5);
+  ASSERT_EQ(got->job.ranks_size(), 1);
+  EXPECT_EQ(got->job.ranks(0).step(), 41);
+  EXPECT_DOUBLE_EQ(got->job.loss(), 1.25);
 
   auto events = (*store)->ListEvents(a->id(), 0);
   ASSERT_TRUE(events.ok());

@@ -1,2 +1,73 @@
+// dgca-coordinator: the control plane (DESIGN.md "Command line").
+//   dgca-coordinator --listen HOST:PORT --metrics-listen HOST:PORT
+//                    --state-dir DIR [--no-local-agent] [--tls-cert F --tls-key F]
+// Writes DIR/token (0600) and DIR/coordinator.json (the bound addresses),
+// runs the embedded local agent unless --no-local-agent, and shuts down
+// cleanly on SIGTERM/SIGINT. Exit codes: 0 clean shutdown, 1 start failure,
+// 2 bad usage.
+#include <signal.h>
+
+#include <CLI/CLI.hpp>
 #include <cstdio>
-int main() { std::fprintf(stderr, "not built yet\n"); return 2; }
+#include <string>
+
+#include "coordinator/server.h"
+#include "spdlog/spdlog.h"
+
+int main(int argc, char** argv) {
+  dgca::CoordinatorServerOptions opt;
+  bool no_local_agent = false;
+  CLI::App app{"dgca-coordinator: control plane of dgca-orchestrator"};
+  app.add_option("--listen", opt.listen, "gRPC address HOST:PORT (port 0 = any)")
+      ->capture_default_str();
+  app.add_option("--metrics-listen", opt.metrics_listen,
+                 "Prometheus /metrics address HOST:PORT (port 0 = any; empty = off)")
+      ->capture_default_str();
+  app.add_option("--state-dir", opt.state_dir, "state directory (job database, token, logs)")
+      ->capture_default_str();
+  app.add_flag("--no-local-agent", no_local_agent, "do not run the embedded node agent");
+  app.add_option("--tls-cert", opt.tls_cert, "PEM certificate: serve TLS");
+  app.add_option("--tls-key", opt.tls_key, "PEM private key for --tls-cert");
+  app.add_option("--heartbeat-timeout", opt.heartbeat_timeout_s,
+                 "seconds without a heartbeat or step before a rank counts as stalled")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--worker-binary", opt.worker_binary,
+                 "dgca-worker used by the embedded agent (default: next to this program)");
+  app.add_option("--node-name", opt.node_name, "node name of the embedded agent (default: hostname)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
+  opt.local_agent = !no_local_agent;
+
+  // Block the shutdown signals in every thread; the main thread waits for them.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGTERM);
+  sigaddset(&sigs, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  auto server = dgca::CoordinatorServer::Start(opt);
+  if (!server.ok()) {
+    std::fprintf(stderr, "dgca-coordinator: %s\n", std::string(server.status().message()).c_str());
+    return 1;
+  }
+  std::printf("dgca-coordinator listening on %s", (*server)->address().c_str());
+  if (!(*server)->metrics_address().empty()) {
+    std::printf(", metrics on http://%s/metrics", (*server)->metrics_address().c_str());
+  }
+  std::printf(" (state %s, token %s/token)\n", (*server)->state_dir().c_str(),
+              (*server)->state_dir().c_str());
+  std::fflush(stdout);
+
+  int sig = 0;
+  sigwait(&sigs, &sig);
+  spdlog::info("dgca-coordinator: signal {}, shutting down", sig);
+  (*server)->Shutdown();
+  server->reset();
+  return 0;
+}

@@ -1,0 +1,993 @@
+#include "coordinator/scheduler.h"
+
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
+#include "coordinator/planner/planner.h"
+#include "coordinator/spec/spec.h"
+#include "spdlog/spdlog.h"
+
+namespace dgca {
+namespace {
+
+bool IsActive(v1::JobState s) {
+  return s == v1::PENDING || s == v1::PLANNING || s == v1::RUNNING;
+}
+
+std::string ReadFileOrEmpty(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return "";
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Kills the process group of a recorded rank when /proc/PID/cmdline still
+// mentions the job id (so a reused pid is never hit).
+bool KillOrphan(const StoredRank& r) {
+  if (r.pid <= 1) return false;
+  std::string cmdline = ReadFileOrEmpty(absl::StrCat("/proc/", r.pid, "/cmdline"));
+  std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
+  if (cmdline.find(r.job_id) == std::string::npos) return false;
+  if (r.pgid > 1 && getpgid(r.pid) == r.pgid) {
+    kill(-r.pgid, SIGKILL);
+  } else {
+    kill(r.pid, SIGKILL);
+  }
+  return true;
+}
+
+std::string SignalName(int sig) {
+  const char* d = strsignal(sig);
+  return absl::StrCat(sig, d ? absl::StrCat(" (", d, ")") : "");
+}
+
+std::string PlanSummary(const v1::Plan& p) {
+  return absl::StrCat("ranks=", p.ranks(), " device=", p.device(), " backend=", p.backend(),
+                      " micro_batch=", p.micro_batch(), " accumulation=", p.accumulation(),
+                      " bucket_mb=", p.bucket_mb(), " precision=", p.precision(),
+                      p.warnings_size() ? absl::StrCat(" warnings: ", absl::StrJoin(p.warnings(), "; "))
+                                        : "");
+}
+
+}  // namespace
+
+bool AgentConnection::Send(const v1::CoordinatorCommand& cmd) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (!open_) return false;
+  return write_(cmd);
+}
+
+void AgentConnection::Close() {
+  std::lock_guard<std::mutex> l(mu_);
+  open_ = false;
+}
+
+bool WatchSubscription::Next(v1::WatchJobResponse* out, std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> l(mu_);
+  if (!cv_.wait_for(l, timeout, [&] { return !q_.empty(); })) return false;
+  *out = std::move(q_.front());
+  q_.pop_front();
+  return true;
+}
+
+void WatchSubscription::Push(v1::WatchJobResponse u) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (q_.size() >= kMaxQueued) {
+      // Drop the oldest metric sample (events are never dropped).
+      auto it = std::find_if(q_.begin(), q_.end(),
+                             [](const v1::WatchJobResponse& x) { return !x.has_event(); });
+      if (it != q_.end()) q_.erase(it);
+    }
+    q_.push_back(std::move(u));
+  }
+  cv_.notify_all();
+}
+
+Scheduler::Scheduler(SchedulerOptions options, MetricsHub* hub, std::unique_ptr<JobStore> store)
+    : opt_(std::move(options)), hub_(hub), store_(std::move(store)) {}
+
+absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(SchedulerOptions options,
+                                                             MetricsHub* hub) {
+  auto store = JobStore::Open(options.state_dir + "/dgca.db");
+  if (!store.ok()) return store.status();
+  std::unique_ptr<Scheduler> s(new Scheduler(std::move(options), hub, std::move(*store)));
+  absl::Status st = s->Recover();
+  if (!st.ok()) return st;
+  return s;
+}
+
+Scheduler::~Scheduler() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    stop_thread_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+absl::Status Scheduler::Recover() {
+  auto active = store_->ListJobs({v1::PENDING, v1::PLANNING, v1::RUNNING}, 0);
+  if (!active.ok()) return active.status();
+  for (const v1::Job& j : *active) {
+    auto ranks = store_->ListRanks(j.id());
+    if (ranks.ok()) {
+      for (const StoredRank& r : *ranks) {
+        if (KillOrphan(r)) {
+          (void)store_->AppendEvent(j.id(), "info",
+                                    absl::StrCat("killed orphaned rank ", r.rank, " (pid ", r.pid,
+                                                 ", attempt ", r.attempt, ")"));
+        }
+      }
+    }
+    auto ev = store_->SetState(j.id(), v1::FAILED, "coordinator restarted");
+    if (!ev.ok()) return ev.status();
+    (void)store_->ClearRanks(j.id());
+    spdlog::warn("job {} was {} when the coordinator stopped; marked FAILED", j.id(),
+                 v1::JobState_Name(j.state()));
+  }
+  return absl::OkStatus();
+}
+
+void Scheduler::Start() {
+  thread_ = std::thread([this] { Loop(); });
+}
+
+void Scheduler::Shutdown() {
+  Outbox out;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (shutting_down_.exchange(true)) return;
+    std::vector<JobRt*> active;
+    for (auto& [id, rt] : jobs_) active.push_back(rt.get());
+    for (JobRt* rt : active) {
+      std::set<std::string> nodes;
+      for (const auto& r : rt->ranks) nodes.insert(r.node);
+      for (const auto& n : nodes) {
+        auto it = nodes_.find(n);
+        if (it == nodes_.end() || !it->second.conn) continue;
+        v1::CoordinatorCommand c;
+        c.mutable_stop()->set_job_id(rt->id);
+        c.mutable_stop()->set_grace_seconds(opt_.stop_grace_s);
+        out.emplace_back(it->second.conn, c);
+      }
+      Finish(rt, v1::FAILED, "coordinator shut down");
+    }
+    stop_thread_ = true;
+  }
+  cv_.notify_all();
+  Flush(&out);
+  if (thread_.joinable()) thread_.join();
+}
+
+void Scheduler::Flush(Outbox* out) {
+  for (auto& [conn, cmd] : *out) {
+    if (!conn->Send(cmd)) spdlog::warn("could not send a command to an agent (stream closed)");
+  }
+  out->clear();
+}
+
+void Scheduler::Loop() {
+  std::unique_lock<std::mutex> l(mu_);
+  while (!stop_thread_) {
+    cv_.wait_for(l, std::chrono::duration<double>(opt_.tick_s), [&] { return stop_thread_ || wake_; });
+    if (stop_thread_) break;
+    wake_ = false;
+    l.unlock();
+    Tick();
+    l.lock();
+  }
+}
+
+std::string Scheduler::CheckpointDir(const std::string& id) const {
+  return absl::StrCat(opt_.state_dir, "/jobs/", id, "/checkpoints");
+}
+
+std::vector<v1::Topology> Scheduler::ConnectedTopologies() {
+  std::vector<v1::Topology> out;
+  for (auto& [name, n] : nodes_) {
+    if (!n.conn) continue;
+    v1::Topology t = n.topology;
+    if (t.node().empty()) t.set_node(name);
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+void Scheduler::Event(JobRt* rt, v1::JobState state, const std::string& kind,
+                      const std::string& message, bool set_state) {
+  absl::StatusOr<v1::JobEvent> ev =
+      set_state ? store_->SetState(rt->id, state, message, kind)
+                : store_->AppendEvent(rt->id, kind, message);
+  if (!ev.ok()) {
+    spdlog::error("job {}: cannot record event: {}", rt->id, ev.status().ToString());
+    return;
+  }
+  if (set_state) {
+    rt->state = state;
+    rt->message = message;
+  }
+  spdlog::info("job {}: [{}] {} {}", rt->id, kind, v1::JobState_Name(rt->state), message);
+  v1::WatchJobResponse u;
+  *u.mutable_event() = *ev;
+  Publish(rt->id, u);
+  last_counts_ = Clock::time_point();  // refresh dgca_jobs soon
+}
+
+void Scheduler::Publish(const std::string& id, const v1::WatchJobResponse& u) {
+  auto it = watchers_.find(id);
+  if (it == watchers_.end()) return;
+  for (auto& w : it->second) w->Push(u);
+}
+
+void Scheduler::FillProgress(const JobRt& rt, v1::Job* job) {
+  job->clear_ranks();
+  int64_t min_step = -1;
+  double sps = 0, loss = 0, step_s = 0;
+  int n_loss = 0, n_step_s = 0;
+  auto now = Clock::now();
+  for (const RankRt& r : rt.ranks) {
+    v1::RankProgress p = r.progress;
+    p.set_restarts(rt.restarts);
+    if (!r.exited) {
+      p.set_heartbeat_age_seconds(std::chrono::duration<double>(now - r.last_progress).count());
+    }
+    *job->add_ranks() = p;
+    min_step = min_step < 0 ? p.step() : std::min(min_step, p.step());
+    if (!r.exited) sps += p.samples_per_second();
+    if (p.step() > 0) { loss += p.loss(); ++n_loss; }
+    if (p.step_seconds() > 0) { step_s += p.step_seconds(); ++n_step_s; }
+  }
+  int64_t total = rt.spec.train().steps();
+  job->set_step(std::max<int64_t>(0, min_step));
+  job->set_total_steps(total);
+  job->set_samples_per_second(sps);
+  job->set_loss(n_loss ? loss / n_loss : 0);
+  double eta = 0;
+  if (n_step_s && job->step() < total) eta = (total - job->step()) * (step_s / n_step_s);
+  job->set_eta_seconds(eta);
+  job->set_restarts(rt.restarts);
+  job->clear_eval();
+  for (const auto& [k, v] : rt.eval) (*job->mutable_eval())[k] = v;
+}
+
+v1::Job Scheduler::Snapshot(const JobRt& rt) {
+  auto stored = store_->GetJob(rt.id);
+  v1::Job j = stored.ok() ? stored->job : v1::Job();
+  j.set_id(rt.id);
+  j.set_state(rt.state);
+  j.set_message(rt.message);
+  FillProgress(rt, &j);
+  return j;
+}
+
+void Scheduler::Persist(JobRt* rt) {
+  v1::Job p;
+  FillProgress(*rt, &p);
+  absl::Status s = store_->SetProgress(rt->id, p);
+  if (!s.ok()) spdlog::warn("job {}: cannot persist progress: {}", rt->id, s.ToString());
+  rt->last_persist = Clock::now();
+  rt->dirty = false;
+  int64_t total = std::max<int64_t>(1, p.total_steps());
+  hub_->SetJobProgress(rt->id, std::min(1.0, static_cast<double>(p.step()) / total),
+                       p.eta_seconds(), p.samples_per_second(), p.total_steps());
+}
+
+void Scheduler::Finish(JobRt* rt, v1::JobState state, const std::string& message) {
+  Persist(rt);
+  Event(rt, state, "state", message, true);
+  rendezvous_.ClearJob(rt->id);
+  (void)store_->ClearRanks(rt->id);
+  v1::Job snap = Snapshot(*rt);
+  v1::WatchJobResponse u;
+  *u.mutable_snapshot() = snap;
+  Publish(rt->id, u);
+  finished_[rt->id] = snap;
+  finished_order_.push_back(rt->id);
+  while (finished_order_.size() > 256) {
+    finished_.erase(finished_order_.front());
+    finished_order_.pop_front();
+  }
+  std::string id = rt->id;
+  jobs_.erase(id);  // rt is gone from here on
+}
+
+// --- Coordinator API -------------------------------------------------------
+
+absl::StatusOr<v1::SubmitJobResponse> Scheduler::Submit(const v1::SubmitJobRequest& req) {
+  v1::SubmitJobResponse resp;
+  auto parsed = ParseJobSpec(req.spec_yaml(), req.spec_path());
+  if (!parsed.ok()) return parsed.status();
+  parsed->spec.set_base_dir(req.base_dir());
+  *resp.mutable_spec() = parsed->spec;
+  if (!parsed->ok()) {
+    for (auto& p : parsed->problems) *resp.add_problems() = p;
+    return resp;
+  }
+  if (req.validate_only()) return resp;
+  if (req.dry_run()) {
+    std::vector<v1::Topology> topo;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      topo = ConnectedTopologies();
+    }
+    if (topo.empty()) {
+      return absl::FailedPreconditionError("no node agent is connected, so there is nothing to plan "
+                                           "against; start dgca-worker agent or the local agent");
+    }
+    auto plan = MakePlan(parsed->spec, topo, PlannerMeasurements{});
+    if (!plan.ok()) return plan.status();
+    *resp.mutable_plan() = *plan;
+    return resp;
+  }
+  if (shutting_down_) return absl::UnavailableError("the coordinator is shutting down");
+  auto job = store_->CreateJob(parsed->spec, req.spec_yaml());
+  if (!job.ok()) return job.status();
+  resp.set_job_id(job->id());
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto rt = std::make_unique<JobRt>();
+    rt->id = job->id();
+    rt->spec = parsed->spec;
+    rt->state = v1::PENDING;
+    rt->message = "submitted";
+    jobs_[rt->id] = std::move(rt);
+    wake_ = true;
+    last_counts_ = Clock::time_point();
+  }
+  cv_.notify_all();
+  spdlog::info("job {} submitted ({})", job->id(), parsed->spec.name());
+  return resp;
+}
+
+absl::StatusOr<v1::PlanJobResponse> Scheduler::PlanJob(const v1::PlanJobRequest& req) {
+  v1::SubmitJobRequest s;
+  s.set_spec_yaml(req.spec_yaml());
+  s.set_spec_path(req.spec_path());
+  s.set_base_dir(req.base_dir());
+  s.set_dry_run(true);
+  auto r = Submit(s);
+  if (!r.ok()) return r.status();
+  v1::PlanJobResponse out;
+  *out.mutable_plan() = r->plan();
+  *out.mutable_problems() = r->problems();
+  *out.mutable_spec() = r->spec();
+  return out;
+}
+
+absl::StatusOr<v1::GetJobResponse> Scheduler::GetJob(const std::string& id) {
+  auto stored = store_->GetJob(id);
+  if (!stored.ok()) return stored.status();
+  v1::GetJobResponse resp;
+  *resp.mutable_job() = stored->job;
+  if (stored->has_plan) *resp.mutable_plan() = stored->plan;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = jobs_.find(id);
+    if (it != jobs_.end()) {
+      FillProgress(*it->second, resp.mutable_job());
+    } else {
+      auto f = finished_.find(id);
+      if (f != finished_.end()) *resp.mutable_job()->mutable_ranks() = f->second.ranks();
+    }
+  }
+  auto events = store_->ListEvents(id, 0);
+  if (!events.ok()) return events.status();
+  for (auto& e : *events) *resp.add_events() = std::move(e);
+  return resp;
+}
+
+absl::StatusOr<std::vector<v1::Job>> Scheduler::ListJobs(const v1::ListJobsRequest& req) {
+  std::vector<v1::JobState> states;
+  for (int st : req.states()) states.push_back(static_cast<v1::JobState>(st));
+  // The list omits the spec YAML and ranks to stay small.
+  auto jobs = store_->ListJobs(states, req.limit());
+  if (!jobs.ok()) return jobs.status();
+  std::lock_guard<std::mutex> l(mu_);
+  for (v1::Job& j : *jobs) {
+    j.clear_spec_yaml();
+    auto it = jobs_.find(j.id());
+    if (it != jobs_.end()) FillProgress(*it->second, &j);
+  }
+  return jobs;
+}
+
+absl::StatusOr<v1::Job> Scheduler::Cancel(const std::string& id, std::chrono::milliseconds wait) {
+  auto stored = store_->GetJob(id);
+  if (!stored.ok()) return stored.status();
+  Outbox out;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = jobs_.find(id);
+    if (it == jobs_.end()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "job ", id, " is already ", v1::JobState_Name(stored->job.state()), "; nothing to cancel"));
+    }
+    JobRt* rt = it->second.get();
+    if (rt->state != v1::RUNNING) {
+      Finish(rt, v1::CANCELLED, "cancelled by user");
+    } else if (rt->stop != StopAction::kCancel) {
+      BeginStop(rt, StopAction::kCancel, "cancelled by user", &out);
+    }
+  }
+  Flush(&out);
+  auto deadline = Clock::now() + wait;
+  while (Clock::now() < deadline && !IsTerminal(id)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  auto job = GetJob(id);
+  if (!job.ok()) return job.status();
+  return job->job();
+}
+
+bool Scheduler::IsTerminal(const std::string& id) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (jobs_.count(id)) return false;
+  }
+  return true;
+}
+
+std::vector<v1::NodeInfo> Scheduler::ListNodes() {
+  std::lock_guard<std::mutex> l(mu_);
+  std::vector<v1::NodeInfo> out;
+  auto now = Clock::now();
+  for (auto& [name, n] : nodes_) {
+    v1::NodeInfo info;
+    info.set_name(name);
+    info.set_address(n.address);
+    info.set_connected(n.conn != nullptr);
+    info.set_heartbeat_age_seconds(std::chrono::duration<double>(now - n.last_heartbeat).count());
+    *info.mutable_topology() = n.topology;
+    for (auto& [id, rt] : jobs_) {
+      for (const auto& r : rt->ranks) {
+        if (r.node == name) {
+          info.add_running_jobs(id);
+          break;
+        }
+      }
+    }
+    out.push_back(std::move(info));
+  }
+  return out;
+}
+
+absl::StatusOr<std::shared_ptr<WatchSubscription>> Scheduler::Watch(const std::string& id,
+                                                                    int64_t after_seq) {
+  auto sub = std::make_shared<WatchSubscription>();
+  {
+    // Subscribe before the replay so nothing falls between; the caller
+    // drops events with seq <= the last replayed one.
+    std::lock_guard<std::mutex> l(mu_);
+    watchers_[id].push_back(sub);
+  }
+  auto events = store_->ListEvents(id, after_seq);
+  auto job = GetJob(id);
+  if (!job.ok()) {
+    Unwatch(id, sub);
+    return job.status();
+  }
+  // Replay goes first in a separate queue so it precedes live updates.
+  auto replay = std::make_shared<WatchSubscription>();
+  if (events.ok()) {
+    for (auto& e : *events) {
+      v1::WatchJobResponse u;
+      *u.mutable_event() = e;
+      replay->Push(u);
+    }
+  }
+  v1::WatchJobResponse snap;
+  *snap.mutable_snapshot() = job->job();
+  replay->Push(snap);
+  // Move live updates behind the replay.
+  v1::WatchJobResponse u;
+  while (sub->Next(&u, std::chrono::milliseconds(0))) replay->Push(u);
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto& list = watchers_[id];
+    list.remove(sub);
+    // Anything published between the drain above and this swap went to
+    // `sub`; drain once more under the lock.
+    while (sub->Next(&u, std::chrono::milliseconds(0))) replay->Push(u);
+    list.push_back(replay);
+  }
+  return replay;
+}
+
+void Scheduler::Unwatch(const std::string& id, const std::shared_ptr<WatchSubscription>& sub) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = watchers_.find(id);
+  if (it == watchers_.end()) return;
+  it->second.remove(sub);
+  if (it->second.empty()) watchers_.erase(it);
+}
+
+absl::StatusOr<std::string> Scheduler::LogPath(const std::string& id, int rank) {
+  auto stored = store_->GetJob(id);
+  if (!stored.ok()) return stored.status();
+  if (rank < 0) return absl::InvalidArgumentError("rank must be >= 0");
+  return absl::StrCat(opt_.state_dir, "/jobs/", id, "/rank-", rank, ".log");
+}
+
+// --- Scheduling ------------------------------------------------------------
+
+void Scheduler::Tick() {
+  Outbox out;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (shutting_down_) return;
+    auto now = Clock::now();
+    std::vector<std::string> ids;
+    for (auto& [id, rt] : jobs_) ids.push_back(id);
+    for (const std::string& id : ids) {
+      auto it = jobs_.find(id);
+      if (it == jobs_.end()) continue;
+      JobRt* rt = it->second.get();
+      if (rt->state == v1::PENDING || rt->state == v1::PLANNING) {
+        Schedule(rt, &out);
+        continue;
+      }
+      if (rt->state != v1::RUNNING) continue;
+      if (rt->stop != StopAction::kNone) {
+        bool all_exited = std::all_of(rt->ranks.begin(), rt->ranks.end(),
+                                      [](const RankRt& r) { return r.exited; });
+        if (all_exited || now >= rt->stop_deadline) CompleteStop(rt, &out);
+        continue;
+      }
+      for (size_t r = 0; r < rt->ranks.size(); ++r) {
+        RankRt& rr = rt->ranks[r];
+        double idle = std::chrono::duration<double>(now - rr.last_progress).count();
+        if (!rr.exited && idle > opt_.heartbeat_timeout_s) {
+          RankFailed(rt, static_cast<int>(r),
+                     absl::StrCat("rank ", r, " on node ", rr.node, " made no progress for ",
+                                  static_cast<int>(idle), " s (no heartbeat or step; timeout ",
+                                  opt_.heartbeat_timeout_s, " s)"),
+                     &out);
+          break;
+        }
+      }
+      it = jobs_.find(id);
+      if (it == jobs_.end()) continue;
+      rt = it->second.get();
+      if (now - rt->last_snapshot > std::chrono::seconds(1)) {
+        rt->last_snapshot = now;
+        if (watchers_.count(id)) {
+          v1::WatchJobResponse u;
+          *u.mutable_snapshot() = Snapshot(*rt);
+          Publish(id, u);
+        }
+      }
+      if (rt->dirty && now - rt->last_persist > std::chrono::seconds(5)) Persist(rt);
+    }
+    for (auto& [name, n] : nodes_) {
+      hub_->SetHeartbeatAge(name, std::chrono::duration<double>(now - n.last_heartbeat).count(),
+                            n.conn != nullptr);
+    }
+    if (now - last_counts_ > std::chrono::seconds(2)) {
+      last_counts_ = now;
+      auto all = store_->ListJobs({}, 0);
+      if (all.ok()) {
+        std::map<v1::JobState, int> counts;
+        for (const auto& j : *all) counts[j.state()]++;
+        hub_->SetJobCounts(counts);
+      }
+    }
+  }
+  Flush(&out);
+}
+
+void Scheduler::Schedule(JobRt* rt, Outbox* out) {
+  std::vector<v1::Topology> topo = ConnectedTopologies();
+  if (topo.empty()) {
+    if (rt->message != "waiting for a node agent") {
+      Event(rt, v1::PENDING, "info", "waiting for a node agent", true);
+    }
+    return;
+  }
+  if (rt->state == v1::PENDING) Event(rt, v1::PLANNING, "state", "planning", true);
+  if (!rt->planned) {
+    absl::StatusOr<v1::Plan> plan;
+    try {
+      plan = MakePlan(rt->spec, topo, PlannerMeasurements{});
+    } catch (const std::exception& e) {
+      plan = absl::InternalError(absl::StrCat("planner threw: ", e.what()));
+    }
+    if (!plan.ok()) {
+      Finish(rt, v1::FAILED, absl::StrCat("planning failed: ", plan.status().message()));
+      return;
+    }
+    if (plan->ranks() <= 0) {
+      Finish(rt, v1::FAILED, "planning failed: the plan has no ranks");
+      return;
+    }
+    rt->plan = *plan;
+    rt->planned = true;
+    (void)store_->SetPlan(rt->id, rt->plan);
+    Event(rt, v1::PLANNING, "plan", PlanSummary(rt->plan), false);
+  }
+  std::string why;
+  if (Launch(rt, out, &why)) {
+    Event(rt, v1::RUNNING, "state", absl::StrCat("running ", rt->plan.ranks(), " ranks"), true);
+  } else if (rt->message != why) {
+    Event(rt, v1::PLANNING, "info", why, true);
+  }
+}
+
+bool Scheduler::Launch(JobRt* rt, Outbox* out, std::string* why) {
+  const v1::Plan& plan = rt->plan;
+  int world = plan.ranks();
+  std::string first;
+  for (auto& [name, n] : nodes_) {
+    if (n.conn) { first = name; break; }
+  }
+  std::vector<RankRt> ranks(world);
+  std::set<std::pair<std::string, int>> busy;
+  for (auto& [id, other] : jobs_) {
+    if (other.get() == rt || other->state != v1::RUNNING) continue;
+    for (const auto& r : other->ranks) {
+      if (r.local_device >= 0) busy.insert({r.node, r.local_device});
+    }
+  }
+  for (int r = 0; r < world; ++r) {
+    std::string node = r < plan.rank_nodes_size() && !plan.rank_nodes(r).empty() ? plan.rank_nodes(r) : first;
+    int dev = r < plan.rank_local_devices_size() ? plan.rank_local_devices(r) : -1;
+    if (plan.device() != "cuda") dev = -1;
+    auto it = nodes_.find(node);
+    if (it == nodes_.end() || !it->second.conn) {
+      *why = absl::StrCat("waiting for capacity: node ", node, " (rank ", r, ") is not connected");
+      return false;
+    }
+    if (dev >= 0 && busy.count({node, dev})) {
+      *why = absl::StrCat("waiting for capacity: GPU ", dev, " on node ", node,
+                          " is used by another job");
+      return false;
+    }
+    ranks[r].node = node;
+    ranks[r].local_device = dev;
+  }
+  auto now = Clock::now();
+  std::map<std::string, std::string> env(plan.env().begin(), plan.env().end());
+  for (const auto& [k, v] : rt->spec.comm().env()) env[k] = v;
+  for (int r = 0; r < world; ++r) {
+    RankRt& rr = ranks[r];
+    rr.last_progress = now;
+    rr.progress.set_rank(r);
+    rr.progress.set_node(rr.node);
+    rr.progress.set_state("starting");
+    rr.progress.set_total_steps(rt->spec.train().steps());
+    v1::CoordinatorCommand c;
+    v1::LaunchRank* l = c.mutable_launch();
+    l->set_job_id(rt->id);
+    l->set_rank(r);
+    l->set_world_size(world);
+    l->set_attempt(rt->attempt);
+    for (const auto& [k, v] : env) (*l->mutable_env())[k] = v;
+    l->set_local_device(rr.local_device);
+    out->emplace_back(nodes_[rr.node].conn, c);
+  }
+  rt->ranks = std::move(ranks);
+  rt->launched = now;
+  rt->last_persist = now;
+  return true;
+}
+
+void Scheduler::BeginStop(JobRt* rt, StopAction action, const std::string& message, Outbox* out) {
+  rt->stop = action;
+  rt->stop_message = message;
+  rt->stop_deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                         std::chrono::duration<double>(opt_.stop_grace_s + 5));
+  std::set<std::string> nodes;
+  for (const auto& r : rt->ranks) {
+    if (!r.exited) nodes.insert(r.node);
+  }
+  for (const auto& n : nodes) {
+    auto it = nodes_.find(n);
+    if (it == nodes_.end() || !it->second.conn) continue;
+    v1::CoordinatorCommand c;
+    c.mutable_stop()->set_job_id(rt->id);
+    c.mutable_stop()->set_grace_seconds(opt_.stop_grace_s);
+    out->emplace_back(it->second.conn, c);
+  }
+  const char* what = action == StopAction::kCancel ? "cancel" : action == StopAction::kRestart ? "restart" : "failure";
+  Event(rt, rt->state, "stop",
+        absl::StrCat("stopping ", nodes.size() ? absl::StrCat("ranks on ", absl::StrJoin(nodes, ", "))
+                                                : std::string("(no ranks running)"),
+                     " (", what, ")"),
+        false);
+  wake_ = true;
+}
+
+void Scheduler::CompleteStop(JobRt* rt, Outbox* out) {
+  StopAction a = rt->stop;
+  rt->stop = StopAction::kNone;
+  if (a == StopAction::kCancel) {
+    Finish(rt, v1::CANCELLED, rt->stop_message);
+    return;
+  }
+  if (a == StopAction::kFail) {
+    Finish(rt, v1::FAILED, rt->stop_message);
+    return;
+  }
+  // Restart from the last checkpoint.
+  rt->restarts++;
+  rt->attempt++;
+  (void)store_->SetRestarts(rt->id, rt->restarts);
+  hub_->IncRankRestarts(rt->id);
+  rendezvous_.ClearAttemptsBefore(rt->id, rt->attempt);
+  std::string why;
+  if (!Launch(rt, out, &why)) {
+    Finish(rt, v1::FAILED, absl::StrCat("cannot restart after: ", rt->stop_message, "; ", why));
+    return;
+  }
+  Event(rt, v1::RUNNING, "restart",
+        absl::StrCat("restart ", rt->restarts, " of ", rt->spec.train().max_restarts(),
+                     " (attempt ", rt->attempt, ") after: ", rt->stop_message),
+        false);
+}
+
+void Scheduler::RankFailed(JobRt* rt, int rank, const std::string& reason, Outbox* out) {
+  Event(rt, rt->state, "rank_exit", reason, false);
+  if (rt->restarts < rt->spec.train().max_restarts()) {
+    BeginStop(rt, StopAction::kRestart, reason, out);
+  } else {
+    std::string msg = reason;
+    if (rt->spec.train().max_restarts() > 0) {
+      absl::StrAppend(&msg, " (after ", rt->restarts, " restarts; train.max_restarts is ",
+                      rt->spec.train().max_restarts(), ")");
+    }
+    BeginStop(rt, StopAction::kFail, msg, out);
+  }
+  (void)rank;
+}
+
+// --- Agents ----------------------------------------------------------------
+
+absl::Status Scheduler::AgentRegistered(const v1::RegisterAgent& reg, const std::string& peer,
+                                        std::shared_ptr<AgentConnection> conn) {
+  if (reg.node().empty() || reg.node().size() > 256) {
+    return absl::InvalidArgumentError("RegisterAgent.node must be 1-256 characters");
+  }
+  Outbox out;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (shutting_down_) return absl::UnavailableError("the coordinator is shutting down");
+    Node& n = nodes_[reg.node()];
+    if (n.conn && n.conn != conn) n.conn->Close();  // a reconnect replaces the old stream
+    n.name = reg.node();
+    n.address = peer;
+    n.topology = reg.topology();
+    n.conn = conn;
+    n.last_heartbeat = Clock::now();
+    std::set<std::string> stop_jobs;
+    for (const auto& r : reg.running()) {
+      auto it = jobs_.find(r.job_id());
+      if (it == jobs_.end() || it->second->attempt != r.attempt() ||
+          it->second->state != v1::RUNNING) {
+        stop_jobs.insert(r.job_id());
+      }
+    }
+    for (const auto& j : stop_jobs) {
+      v1::CoordinatorCommand c;
+      c.mutable_stop()->set_job_id(j);
+      c.mutable_stop()->set_grace_seconds(opt_.stop_grace_s);
+      out.emplace_back(conn, c);
+      spdlog::warn("node {} still runs ranks of job {}, which is not running here; stopping them",
+                   reg.node(), j);
+    }
+    wake_ = true;
+  }
+  cv_.notify_all();
+  spdlog::info("node {} registered from {}", reg.node(), peer);
+  RecordRunning(reg.node(), {reg.running().begin(), reg.running().end()});
+  Flush(&out);
+  return absl::OkStatus();
+}
+
+void Scheduler::AgentHeartbeat(const std::string& node, const v1::AgentHeartbeat& hb) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = nodes_.find(node);
+    if (it != nodes_.end()) it->second.last_heartbeat = Clock::now();
+  }
+  RecordRunning(node, {hb.running().begin(), hb.running().end()});
+}
+
+void Scheduler::RecordRunning(const std::string& node, const std::vector<v1::RunningRank>& running) {
+  std::lock_guard<std::mutex> l(mu_);
+  for (const auto& r : running) {
+    auto it = jobs_.find(r.job_id());
+    if (it == jobs_.end()) continue;
+    JobRt* rt = it->second.get();
+    if (r.attempt() != rt->attempt || r.rank() < 0 ||
+        r.rank() >= static_cast<int>(rt->ranks.size()))
+      continue;
+    RankRt& rr = rt->ranks[r.rank()];
+    if (rr.node != node || rr.progress.pid() == r.pid()) continue;
+    rr.progress.set_pid(r.pid());
+    absl::Status s = store_->RecordRank({rt->id, r.rank(), r.attempt(), node, r.pid(), r.pid()});
+    if (!s.ok()) spdlog::warn("job {}: cannot record rank pid: {}", rt->id, s.ToString());
+  }
+}
+
+void Scheduler::RankExited(const std::string& node, const v1::RankExited& e) {
+  Outbox out;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (shutting_down_) return;
+    auto it = jobs_.find(e.job_id());
+    if (it == jobs_.end()) return;
+    JobRt* rt = it->second.get();
+    if (rt->state != v1::RUNNING || e.attempt() != rt->attempt || e.rank() < 0 ||
+        e.rank() >= static_cast<int>(rt->ranks.size())) {
+      return;
+    }
+    RankRt& rr = rt->ranks[e.rank()];
+    if (rr.exited) return;
+    rr.exited = true;
+    bool clean = e.exit_code() == 0 && e.signal() == 0;
+    rr.progress.set_exit_code(e.exit_code());
+    rr.progress.set_state(clean ? "exited" : "failed");
+    rt->dirty = true;
+    if (rt->stop != StopAction::kNone) {
+      wake_ = true;
+    } else if (!clean) {
+      std::string reason =
+          e.signal() != 0
+              ? absl::StrCat("rank ", e.rank(), " on node ", node, " was killed by signal ",
+                             SignalName(e.signal()))
+              : absl::StrCat("rank ", e.rank(), " on node ", node, " exited with code ",
+                             e.exit_code());
+      if (!e.message().empty()) {
+        absl::StrAppend(&reason, "; last output:\n", e.message().substr(0, 4000));
+      }
+      RankFailed(rt, e.rank(), reason, &out);
+    } else if (std::all_of(rt->ranks.begin(), rt->ranks.end(),
+                           [](const RankRt& r) { return r.exited; })) {
+      Finish(rt, v1::SUCCEEDED, absl::StrCat("all ", rt->ranks.size(), " ranks exited 0"));
+    }
+  }
+  cv_.notify_all();
+  Flush(&out);
+}
+
+void Scheduler::AgentDisconnected(const std::string& node,
+                                  const std::shared_ptr<AgentConnection>& conn) {
+  conn->Close();
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = nodes_.find(node);
+  if (it != nodes_.end() && it->second.conn == conn) {
+    it->second.conn.reset();
+    spdlog::warn("node {} disconnected", node);
+  }
+}
+
+// --- Ranks -----------------------------------------------------------------
+
+absl::StatusOr<v1::GetAssignmentResponse> Scheduler::GetAssignment(
+    const v1::GetAssignmentRequest& req) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = jobs_.find(req.job_id());
+  if (it == jobs_.end()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", req.job_id(), " is not running (unknown or finished)"));
+  }
+  JobRt* rt = it->second.get();
+  if (rt->state != v1::RUNNING || rt->stop != StopAction::kNone) {
+    return absl::FailedPreconditionError(absl::StrCat("job ", rt->id, " is ",
+                                                      v1::JobState_Name(rt->state),
+                                                      rt->stop != StopAction::kNone ? " and stopping" : ""));
+  }
+  if (req.attempt() != rt->attempt) {
+    return absl::FailedPreconditionError(absl::StrCat("attempt ", req.attempt(),
+                                                      " is stale; the job is at attempt ",
+                                                      rt->attempt));
+  }
+  if (req.rank() < 0 || req.rank() >= static_cast<int>(rt->ranks.size())) {
+    return absl::InvalidArgumentError(absl::StrCat("rank ", req.rank(), " is outside 0..",
+                                                   rt->ranks.size() - 1));
+  }
+  v1::GetAssignmentResponse resp;
+  *resp.mutable_spec() = rt->spec;
+  *resp.mutable_plan() = rt->plan;
+  resp.set_rank(req.rank());
+  resp.set_world_size(static_cast<int>(rt->ranks.size()));
+  resp.set_attempt(rt->attempt);
+  std::string dir = CheckpointDir(rt->id);
+  resp.set_checkpoint_dir(dir);
+  std::string latest(absl::StripAsciiWhitespace(ReadFileOrEmpty(dir + "/latest")));
+  struct stat st;
+  if (!latest.empty() && latest.find('/') == std::string::npos &&
+      stat((dir + "/" + latest).c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    resp.set_resume_from(dir + "/" + latest);
+  }
+  RankRt& rr = rt->ranks[req.rank()];
+  rr.last_progress = Clock::now();
+  rr.progress.set_state("running");
+  return resp;
+}
+
+v1::RankHeartbeatResponse Scheduler::RankHeartbeat(const v1::RankHeartbeatRequest& req) {
+  v1::RankHeartbeatResponse resp;
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = jobs_.find(req.job_id());
+  if (it == jobs_.end()) {
+    resp.set_stop(true);
+    resp.set_reason(absl::StrCat("job ", req.job_id(), " is not running"));
+    return resp;
+  }
+  JobRt* rt = it->second.get();
+  if (rt->state != v1::RUNNING || rt->stop != StopAction::kNone) {
+    resp.set_stop(true);
+    resp.set_reason(rt->stop != StopAction::kNone ? rt->stop_message : rt->message);
+    return resp;
+  }
+  if (req.attempt() != rt->attempt) {
+    resp.set_stop(true);
+    resp.set_reason(absl::StrCat("attempt ", req.attempt(), " is stale (now ", rt->attempt, ")"));
+    return resp;
+  }
+  if (req.rank() >= 0 && req.rank() < static_cast<int>(rt->ranks.size())) {
+    RankRt& rr = rt->ranks[req.rank()];
+    rr.last_progress = Clock::now();
+    if (req.step() > rr.progress.step()) rr.progress.set_step(req.step());
+    if (rr.progress.state() == "starting") rr.progress.set_state("running");
+  }
+  return resp;
+}
+
+std::string Scheduler::IngestSample(const v1::MetricSample& s, const std::string& job_hint,
+                                    int rank_hint) {
+  std::lock_guard<std::mutex> l(mu_);
+  std::string job = job_hint;
+  if (s.has_step()) job = s.step().job_id();
+  if (s.has_eval()) job = s.eval().job_id();
+  auto it = jobs_.find(job);
+  if (it == jobs_.end()) return job;
+  JobRt* rt = it->second.get();
+  if (s.has_step()) {
+    const v1::StepMetrics& m = s.step();
+    if (m.rank() < 0 || m.rank() >= static_cast<int>(rt->ranks.size())) return job;
+    RankRt& rr = rt->ranks[m.rank()];
+    rr.last_progress = Clock::now();
+    v1::RankProgress& p = rr.progress;
+    p.set_state("running");
+    p.set_step(m.step());
+    if (m.total_steps() > 0) p.set_total_steps(m.total_steps());
+    p.set_loss(m.loss());
+    p.set_samples_per_second(m.samples_per_second());
+    p.set_step_seconds(m.step_seconds());
+    rt->dirty = true;
+    hub_->IngestStep(m, rr.node, rr.local_device);
+  } else if (s.has_eval()) {
+    std::vector<std::string> parts;
+    for (const auto& [k, v] : s.eval().metrics()) {
+      rt->eval[k] = v;
+      parts.push_back(absl::StrCat(k, "=", v));
+    }
+    std::sort(parts.begin(), parts.end());
+    hub_->IngestEval(s.eval());
+    rt->dirty = true;
+    if (s.eval().rank() == 0) {
+      Event(rt, rt->state, "eval",
+            absl::StrCat("step ", s.eval().step(), ": ", absl::StrJoin(parts, " ")), false);
+    }
+    Persist(rt);
+  }
+  (void)rank_hint;
+  v1::WatchJobResponse u;
+  *u.mutable_sample() = s;
+  Publish(job, u);
+  return job;
+}
+
+}  // namespace dgca

@@ -1,0 +1,250 @@
+// Scheduler: the coordinator's core. Owns the job lifecycle (PENDING ->
+// PLANNING -> RUNNING -> SUCCEEDED | FAILED | CANCELLED), the connected node
+// agents, the per-rank runtime state, restarts, cancellation, and the fan-out
+// of events, metric samples and snapshots to WatchJob subscribers. The gRPC
+// services (server.h) are thin shells over it.
+//
+// Lifecycle (one background thread ticks every 200 ms and on every change):
+//  - Submit stores the job PENDING (nothing is stored for validate_only or
+//    dry_run). While no agent is connected it stays PENDING ("waiting for a
+//    node agent"). Then PLANNING: MakePlan(spec, topologies of the connected
+//    nodes); a planner error -> FAILED "planning failed: ...". The plan is
+//    stored with the job. Placement: rank r goes to plan.rank_nodes(r) (or
+//    the first connected node when the plan names none), device
+//    plan.rank_local_devices(r) (or -1). A job waits in PLANNING ("waiting for
+//    capacity: ...") while a named node is not connected or one of its GPUs
+//    is used by another running job. Then one LaunchRank per rank (attempt 0,
+//    env = plan.env overlaid with spec.comm.env, coordinator "" = the
+//    agent's own address, log_dir "" = agent's STATE_DIR/jobs/JOB) and
+//    RUNNING.
+//  - Rank exits (RankExited from the agent): all ranks exit 0 -> SUCCEEDED.
+//    A non-zero exit or a signal, or a rank with neither a heartbeat nor a
+//    step for heartbeat_timeout_s (counted from launch), stops the job's
+//    other ranks (StopRanks, grace stop_grace_s) and, once they have exited
+//    (or grace + 5 s passed), restarts every rank from the last checkpoint
+//    (attempt + 1, dgca_rank_restarts_total, event "restart") while
+//    restarts < train.max_restarts, else FAILED with a message naming the
+//    rank, node, exit code or signal, and the rank's last output lines.
+//    Exits reported for an old attempt are ignored.
+//  - Cancel: PENDING/PLANNING -> CANCELLED at once; RUNNING -> StopRanks,
+//    then CANCELLED once every rank has exited (or grace + 5 s passed).
+//  - Rank heartbeats answer stop=true when the job is not RUNNING, is being
+//    stopped, or the rank's attempt is not the current one.
+//  - Rank processes: their pids (from agent heartbeats, and polled from the
+//    embedded local agent) are recorded in the job store (pgid = pid: the
+//    agent starts each rank in its own process group).
+//
+// Coordinator restart (kill -9, then start on the same state dir): the
+// decision is NOT to re-adopt. At start, every job the store holds in
+// PENDING, PLANNING or RUNNING is marked FAILED with the message
+// "coordinator restarted" (event kind "state"), after killing (SIGKILL to the
+// process group) each recorded rank process of it whose /proc/PID/cmdline
+// still mentions the job id (event kind "info" per kill). Remote agents that
+// re-register with ranks of such jobs get a StopRanks. So no job is silently
+// lost (all history stays) and none runs twice. Users resubmit; the
+// checkpoints under STATE_DIR/jobs/JOB/checkpoints remain on disk.
+//
+// Event kinds: "state" (every state change), "plan" (plan summary),
+// "rank_exit" (an abnormal rank exit or stall, the reason), "restart",
+// "stop" (StopRanks sent: cancel or failure), "eval" (evaluation metrics
+// summary), "info".
+//
+// Thread-safety: all public methods are thread-safe.
+#ifndef DGCA_COORDINATOR_SCHEDULER_H_
+#define DGCA_COORDINATOR_SCHEDULER_H_
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <list>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "coordinator/job_store.h"
+#include "coordinator/metrics_hub.h"
+#include "coordinator/rendezvous_store.h"
+#include "dgca/v1/agent.pb.h"
+#include "dgca/v1/coordinator.pb.h"
+#include "dgca/v1/rank.pb.h"
+
+namespace dgca {
+
+struct SchedulerOptions {
+  std::string state_dir;            // absolute
+  double heartbeat_timeout_s = 30;  // rank stall and agent liveness
+  double stop_grace_s = 3;          // StopRanks grace (SIGTERM -> SIGKILL)
+  double tick_s = 0.2;
+};
+
+// One agent stream. Send() is safe from any thread until Close().
+class AgentConnection {
+ public:
+  using Writer = std::function<bool(const v1::CoordinatorCommand&)>;
+  explicit AgentConnection(Writer w) : write_(std::move(w)) {}
+  bool Send(const v1::CoordinatorCommand& cmd);
+  void Close();
+
+ private:
+  std::mutex mu_;
+  Writer write_;
+  bool open_ = true;
+};
+
+// A WatchJob subscription: a bounded queue of updates.
+class WatchSubscription {
+ public:
+  // Blocks up to `timeout` for the next update; false when none.
+  bool Next(v1::WatchJobResponse* out, std::chrono::milliseconds timeout);
+  void Push(v1::WatchJobResponse u);
+
+ private:
+  static constexpr size_t kMaxQueued = 4096;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<v1::WatchJobResponse> q_;
+};
+
+class Scheduler {
+ public:
+  // Opens STATE_DIR/dgca.db and recovers (see header comment).
+  static absl::StatusOr<std::unique_ptr<Scheduler>> Create(SchedulerOptions options,
+                                                           MetricsHub* hub);
+  ~Scheduler();
+
+  void Start();  // the tick thread
+  // Marks active jobs FAILED "coordinator shut down", stops their ranks, and
+  // stops the tick thread; later agent reports are ignored.
+  void Shutdown();
+  bool shutting_down() const { return shutting_down_.load(); }
+
+  // --- Coordinator API. Problems come back in the response (non-empty
+  // problems = rejected); errors are statuses.
+  absl::StatusOr<v1::SubmitJobResponse> Submit(const v1::SubmitJobRequest& req);
+  absl::StatusOr<v1::PlanJobResponse> PlanJob(const v1::PlanJobRequest& req);
+  absl::StatusOr<v1::GetJobResponse> GetJob(const std::string& id);
+  absl::StatusOr<std::vector<v1::Job>> ListJobs(const v1::ListJobsRequest& req);
+  // Waits up to `wait` for CANCELLED once ranks are told to stop.
+  absl::StatusOr<v1::Job> Cancel(const std::string& id, std::chrono::milliseconds wait);
+  std::vector<v1::NodeInfo> ListNodes();
+  // Subscribes to a job: events after `after_seq` (replayed), then live
+  // updates. NOT_FOUND for unknown jobs.
+  absl::StatusOr<std::shared_ptr<WatchSubscription>> Watch(const std::string& id,
+                                                           int64_t after_seq);
+  void Unwatch(const std::string& id, const std::shared_ptr<WatchSubscription>& sub);
+  // Path of a rank's log; NOT_FOUND for unknown jobs.
+  absl::StatusOr<std::string> LogPath(const std::string& id, int rank);
+  // True when the job is SUCCEEDED, FAILED or CANCELLED (or unknown).
+  bool IsTerminal(const std::string& id);
+
+  // --- AgentService.
+  absl::Status AgentRegistered(const v1::RegisterAgent& reg, const std::string& peer,
+                               std::shared_ptr<AgentConnection> conn);
+  void AgentHeartbeat(const std::string& node, const v1::AgentHeartbeat& hb);
+  void RankExited(const std::string& node, const v1::RankExited& e);
+  void AgentDisconnected(const std::string& node, const std::shared_ptr<AgentConnection>& conn);
+
+  // --- RankService.
+  absl::StatusOr<v1::GetAssignmentResponse> GetAssignment(const v1::GetAssignmentRequest& req);
+  v1::RankHeartbeatResponse RankHeartbeat(const v1::RankHeartbeatRequest& req);
+  // One streamed sample; `job_hint` is the job of earlier samples of the
+  // same stream (log lines carry none). Returns the sample's job id.
+  std::string IngestSample(const v1::MetricSample& s, const std::string& job_hint, int rank_hint);
+  RendezvousStore& rendezvous() { return rendezvous_; }
+
+  // Pids of ranks the embedded agent supervises (polled by the server).
+  void RecordRunning(const std::string& node, const std::vector<v1::RunningRank>& running);
+
+  // For tests: runs one scheduling pass now.
+  void TickForTest() { Tick(); }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  struct RankRt {
+    std::string node;
+    int local_device = -1;
+    v1::RankProgress progress;
+    bool exited = false;
+    Clock::time_point last_progress;
+  };
+  enum class StopAction { kNone, kRestart, kFail, kCancel };
+  struct JobRt {
+    std::string id;
+    v1::JobSpec spec;
+    v1::Plan plan;
+    bool planned = false;
+    v1::JobState state = v1::PENDING;
+    std::string message;
+    int attempt = 0;
+    int restarts = 0;
+    std::vector<RankRt> ranks;
+    StopAction stop = StopAction::kNone;
+    std::string stop_message;
+    Clock::time_point stop_deadline;
+    Clock::time_point launched;
+    std::map<std::string, double> eval;
+    Clock::time_point last_persist;
+    Clock::time_point last_snapshot;
+    bool dirty = false;
+  };
+  struct Node {
+    std::string name;
+    std::string address;
+    v1::Topology topology;
+    std::shared_ptr<AgentConnection> conn;
+    Clock::time_point last_heartbeat;
+  };
+  using Outbox = std::vector<std::pair<std::shared_ptr<AgentConnection>, v1::CoordinatorCommand>>;
+
+  Scheduler(SchedulerOptions options, MetricsHub* hub, std::unique_ptr<JobStore> store);
+  absl::Status Recover();
+  void Loop();
+  void Tick();
+  void Flush(Outbox* out);
+
+  // All below: mu_ held.
+  void Event(JobRt* rt, v1::JobState state, const std::string& kind, const std::string& message,
+             bool set_state);
+  void Publish(const std::string& id, const v1::WatchJobResponse& u);
+  void Finish(JobRt* rt, v1::JobState state, const std::string& message);
+  void Schedule(JobRt* rt, Outbox* out);
+  bool Launch(JobRt* rt, Outbox* out, std::string* why);
+  void BeginStop(JobRt* rt, StopAction action, const std::string& message, Outbox* out);
+  void CompleteStop(JobRt* rt, Outbox* out);
+  void RankFailed(JobRt* rt, int rank, const std::string& reason, Outbox* out);
+  v1::Job Snapshot(const JobRt& rt);
+  void FillProgress(const JobRt& rt, v1::Job* job);
+  void Persist(JobRt* rt);
+  std::vector<v1::Topology> ConnectedTopologies();
+  std::string CheckpointDir(const std::string& id) const;
+
+  SchedulerOptions opt_;
+  MetricsHub* hub_;
+  std::unique_ptr<JobStore> store_;
+  RendezvousStore rendezvous_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<std::string, std::unique_ptr<JobRt>> jobs_;       // active jobs
+  std::map<std::string, v1::Job> finished_;                    // recent finished snapshots
+  std::deque<std::string> finished_order_;
+  std::map<std::string, Node> nodes_;
+  std::map<std::string, std::list<std::shared_ptr<WatchSubscription>>> watchers_;
+  std::atomic<bool> shutting_down_{false};
+  bool stop_thread_ = false;
+  bool wake_ = false;
+  std::thread thread_;
+  Clock::time_point last_counts_;
+};
+
+}  // namespace dgca
+
+#endif  // DGCA_COORDINATOR_SCHEDULER_H_

@@ -1,0 +1,533 @@
+#include "coordinator/server.h"
+
+#include <fcntl.h>
+#include <grpcpp/grpcpp.h>
+#include <limits.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "dgca/v1/agent.grpc.pb.h"
+#include "dgca/v1/coordinator.grpc.pb.h"
+#include "dgca/v1/rank.grpc.pb.h"
+#include "coordinator/spec/spec.h"
+#include "proto/rpc/rpc_util.h"
+#include "spdlog/spdlog.h"
+#include "worker/agent/agent.h"
+
+namespace dgca {
+namespace {
+
+using grpc::ServerContext;
+using grpc::Status;
+using grpc::StatusCode;
+using Clock = std::chrono::steady_clock;
+
+constexpr size_t kMaxTrailerBytes = 3000;
+
+#define DGCA_AUTH(ctx)                                                    \
+  do {                                                                    \
+    if (!IsAuthorized(*(ctx), token_)) return Unauthenticated();          \
+  } while (0)
+
+bool IsTerminalState(v1::JobState s) {
+  return s == v1::SUCCEEDED || s == v1::FAILED || s == v1::CANCELLED;
+}
+
+// Milliseconds until the call's deadline, capped at `cap`.
+std::chrono::milliseconds UntilDeadline(const ServerContext* ctx, std::chrono::milliseconds cap) {
+  auto d = ctx->deadline();
+  auto now = std::chrono::system_clock::now();
+  if (d <= now) return std::chrono::milliseconds(0);
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(d - now);
+  return std::min(left, cap);
+}
+
+bool DeadlinePassed(const ServerContext* ctx) {
+  return ctx->deadline() <= std::chrono::system_clock::now();
+}
+
+// INVALID_ARGUMENT carrying the problems in the message and, serialized,
+// in the error details; both bounded (gRPC trailers are limited).
+template <typename Resp>
+Status ProblemsStatus(const Resp& full) {
+  std::string msg = absl::StrCat("invalid job spec (", full.problems_size(), " problem",
+                                 full.problems_size() == 1 ? "" : "s", "):\n");
+  int shown = 0;
+  for (const auto& p : full.problems()) {
+    std::string line = FormatProblem(p);
+    if (msg.size() + line.size() > kMaxTrailerBytes) break;
+    msg += line;
+    ++shown;
+  }
+  if (shown < full.problems_size()) {
+    absl::StrAppend(&msg, "... and ", full.problems_size() - shown, " more\n");
+  }
+  Resp details;
+  for (const auto& p : full.problems()) {
+    if (details.ByteSizeLong() + p.ByteSizeLong() + 8 > kMaxTrailerBytes) break;
+    *details.add_problems() = p;
+  }
+  return Status(StatusCode::INVALID_ARGUMENT, msg, details.SerializeAsString());
+}
+
+class CoordinatorServiceImpl final : public v1::Coordinator::Service {
+ public:
+  CoordinatorServiceImpl(Scheduler* s, std::string token) : s_(s), token_(std::move(token)) {}
+
+  Status SubmitJob(ServerContext* ctx, const v1::SubmitJobRequest* req,
+                   v1::SubmitJobResponse* resp) override {
+    DGCA_AUTH(ctx);
+    auto r = s_->Submit(*req);
+    if (!r.ok()) return ToGrpc(r.status());
+    if (r->problems_size() > 0) return ProblemsStatus(*r);
+    *resp = std::move(*r);
+    return Status::OK;
+  }
+
+  Status GetJob(ServerContext* ctx, const v1::GetJobRequest* req,
+                v1::GetJobResponse* resp) override {
+    DGCA_AUTH(ctx);
+    auto r = s_->GetJob(req->job_id());
+    if (!r.ok()) return ToGrpc(r.status());
+    *resp = std::move(*r);
+    return Status::OK;
+  }
+
+  Status ListJobs(ServerContext* ctx, const v1::ListJobsRequest* req,
+                  v1::ListJobsResponse* resp) override {
+    DGCA_AUTH(ctx);
+    auto r = s_->ListJobs(*req);
+    if (!r.ok()) return ToGrpc(r.status());
+    for (auto& j : *r) {
+      // Keep the response under the message limit.
+      if (resp->ByteSizeLong() + j.ByteSizeLong() > static_cast<size_t>(kMaxMessageBytes) - 4096) break;
+      *resp->add_jobs() = std::move(j);
+    }
+    return Status::OK;
+  }
+
+  Status CancelJob(ServerContext* ctx, const v1::CancelJobRequest* req,
+                   v1::CancelJobResponse* resp) override {
+    DGCA_AUTH(ctx);
+    auto r = s_->Cancel(req->job_id(), UntilDeadline(ctx, std::chrono::milliseconds(8000)));
+    if (!r.ok()) return ToGrpc(r.status());
+    *resp->mutable_job() = std::move(*r);
+    return Status::OK;
+  }
+
+  Status WatchJob(ServerContext* ctx, const v1::WatchJobRequest* req,
+                  grpc::ServerWriter<v1::WatchJobResponse>* writer) override {
+    DGCA_AUTH(ctx);
+    auto sub = s_->Watch(req->job_id(), req->after_event_seq());
+    if (!sub.ok()) return ToGrpc(sub.status());
+    int64_t last_seq = req->after_event_seq();
+    while (!ctx->IsCancelled() && !DeadlinePassed(ctx) && !s_->shutting_down()) {
+      v1::WatchJobResponse u;
+      if (!(*sub)->Next(&u, std::chrono::milliseconds(200))) continue;
+      if (u.has_event()) {
+        if (u.event().seq() <= last_seq) continue;  // replay overlap
+        last_seq = u.event().seq();
+      }
+      if (!writer->Write(u)) break;
+      if (u.has_snapshot() && IsTerminalState(u.snapshot().state())) break;
+    }
+    s_->Unwatch(req->job_id(), *sub);
+    return Status::OK;
+  }
+
+  Status GetLogs(ServerContext* ctx, const v1::GetLogsRequest* req,
+                 grpc::ServerWriter<v1::GetLogsResponse>* writer) override {
+    DGCA_AUTH(ctx);
+    auto path = s_->LogPath(req->job_id(), req->rank());
+    if (!path.ok()) return ToGrpc(path.status());
+    if (req->offset() < 0) return Status(StatusCode::INVALID_ARGUMENT, "offset must be >= 0");
+    const int64_t max = req->max_bytes() <= 0 || req->max_bytes() > (1 << 20) ? (1 << 20)
+                                                                              : req->max_bytes();
+    int64_t offset = req->offset();
+    std::string buf;
+    while (true) {
+      bool terminal = s_->IsTerminal(req->job_id());
+      int fd = open(path->c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd < 0) {
+        if (!req->follow() || terminal) {
+          return Status(StatusCode::NOT_FOUND,
+                        absl::StrCat("no log for job ", req->job_id(), " rank ", req->rank(), " at ",
+                                     *path, " (the rank never started here, or it ran on a remote "
+                                     "node whose logs stay in that node's state dir)"));
+        }
+      } else {
+        bool sent_eof = false;
+        while (true) {
+          buf.resize(max);
+          ssize_t n = pread(fd, buf.data(), max, offset);
+          if (n < 0) {
+            close(fd);
+            return Status(StatusCode::INTERNAL, absl::StrCat("reading ", *path, ": ", strerror(errno)));
+          }
+          buf.resize(n);
+          v1::GetLogsResponse chunk;
+          offset += n;
+          bool at_end = n < max;
+          bool eof = at_end && (!req->follow() || terminal);
+          if (n == 0 && !eof) break;  // following: nothing new yet
+          chunk.set_data(buf);
+          chunk.set_next_offset(offset);
+          chunk.set_eof(eof);
+          if (!writer->Write(chunk)) {
+            close(fd);
+            return Status::OK;
+          }
+          if (eof) { sent_eof = true; break; }
+          if (at_end) break;
+        }
+        close(fd);
+        if (sent_eof) return Status::OK;
+      }
+      if (ctx->IsCancelled() || DeadlinePassed(ctx) || s_->shutting_down()) return Status::OK;
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+  }
+
+  Status ListNodes(ServerContext* ctx, const v1::ListNodesRequest*,
+                   v1::ListNodesResponse* resp) override {
+    DGCA_AUTH(ctx);
+    for (auto& n : s_->ListNodes()) *resp->add_nodes() = std::move(n);
+    return Status::OK;
+  }
+
+  Status PlanJob(ServerContext* ctx, const v1::PlanJobRequest* req,
+                 v1::PlanJobResponse* resp) override {
+    DGCA_AUTH(ctx);
+    auto r = s_->PlanJob(*req);
+    if (!r.ok()) return ToGrpc(r.status());
+    if (r->problems_size() > 0) return ProblemsStatus(*r);
+    *resp = std::move(*r);
+    return Status::OK;
+  }
+
+  Status GetTopology(ServerContext* ctx, const v1::GetTopologyRequest* req,
+                     v1::GetTopologyResponse* resp) override {
+    DGCA_AUTH(ctx);
+    bool found = false;
+    for (auto& n : s_->ListNodes()) {
+      if (!req->node().empty() && n.name() != req->node()) continue;
+      found = true;
+      v1::Topology t = n.topology();
+      if (t.node().empty()) t.set_node(n.name());
+      *resp->add_nodes() = std::move(t);
+    }
+    if (!req->node().empty() && !found) {
+      return Status(StatusCode::NOT_FOUND, absl::StrCat("no node named ", req->node(),
+                                                        " has registered (see dgca nodes)"));
+    }
+    return Status::OK;
+  }
+
+ private:
+  Scheduler* s_;
+  std::string token_;
+};
+
+class AgentServiceImpl final : public v1::AgentService::Service {
+ public:
+  AgentServiceImpl(Scheduler* s, std::string token) : s_(s), token_(std::move(token)) {}
+
+  Status Connect(ServerContext* ctx,
+                 grpc::ServerReaderWriter<v1::CoordinatorCommand, v1::AgentMessage>* stream) override {
+    DGCA_AUTH(ctx);
+    v1::AgentMessage first;
+    if (!stream->Read(&first)) {
+      return Status(StatusCode::INVALID_ARGUMENT, "the agent stream closed before RegisterAgent");
+    }
+    if (!first.has_register_()) {
+      return Status(StatusCode::INVALID_ARGUMENT, "the first agent message must be RegisterAgent");
+    }
+    const std::string node = first.register_().node();
+    auto conn = std::make_shared<AgentConnection>(
+        [stream](const v1::CoordinatorCommand& c) { return stream->Write(c); });
+    absl::Status st = s_->AgentRegistered(first.register_(), ctx->peer(), conn);
+    if (!st.ok()) return ToGrpc(st);
+    v1::AgentMessage m;
+    while (stream->Read(&m)) {
+      switch (m.msg_case()) {
+        case v1::AgentMessage::kHeartbeat:
+          s_->AgentHeartbeat(node, m.heartbeat());
+          break;
+        case v1::AgentMessage::kRankExited:
+          s_->RankExited(node, m.rank_exited());
+          break;
+        case v1::AgentMessage::kRegister:
+          if (m.register_().node() == node) {
+            (void)s_->AgentRegistered(m.register_(), ctx->peer(), conn);
+          }
+          break;
+        default:
+          break;
+      }
+    }
+    s_->AgentDisconnected(node, conn);  // no Write on `stream` after this
+    return Status::OK;
+  }
+
+ private:
+  Scheduler* s_;
+  std::string token_;
+};
+
+class RankServiceImpl final : public v1::RankService::Service {
+ public:
+  RankServiceImpl(Scheduler* s, std::string token) : s_(s), token_(std::move(token)) {}
+
+  Status GetAssignment(ServerContext* ctx, const v1::GetAssignmentRequest* req,
+                       v1::GetAssignmentResponse* resp) override {
+    DGCA_AUTH(ctx);
+    auto r = s_->GetAssignment(*req);
+    if (!r.ok()) return ToGrpc(r.status());
+    *resp = std::move(*r);
+    return Status::OK;
+  }
+
+  Status StoreSet(ServerContext* ctx, const v1::StoreSetRequest* req, v1::StoreSetResponse*) override {
+    DGCA_AUTH(ctx);
+    if (Status s = Running(req->job_id()); !s.ok()) return s;
+    return ToGrpc(s_->rendezvous().Set(req->job_id(), req->attempt(), req->key(), req->value()));
+  }
+
+  Status StoreGet(ServerContext* ctx, const v1::StoreGetRequest* req,
+                  v1::StoreGetResponse* resp) override {
+    DGCA_AUTH(ctx);
+    if (Status s = Running(req->job_id()); !s.ok()) return s;
+    auto r = s_->rendezvous().Get(req->job_id(), req->attempt(), req->key());
+    if (!r.ok()) return ToGrpc(r.status());
+    resp->set_found(r->has_value());
+    if (r->has_value()) resp->set_value(**r);
+    return Status::OK;
+  }
+
+  Status StoreWait(ServerContext* ctx, const v1::StoreWaitRequest* req,
+                   v1::StoreWaitResponse*) override {
+    DGCA_AUTH(ctx);
+    if (Status s = Running(req->job_id()); !s.ok()) return s;
+    double t = req->timeout_seconds() > 0 ? std::min(req->timeout_seconds(), 3600.0) : 300.0;
+    auto timeout = UntilDeadline(ctx, std::chrono::milliseconds(static_cast<int64_t>(t * 1000)));
+    std::vector<std::string> keys(req->keys().begin(), req->keys().end());
+    if (keys.size() > 4096) return Status(StatusCode::INVALID_ARGUMENT, "at most 4096 keys");
+    return ToGrpc(s_->rendezvous().Wait(req->job_id(), req->attempt(), keys, timeout,
+                                        [ctx] { return ctx->IsCancelled(); }));
+  }
+
+  Status StoreAdd(ServerContext* ctx, const v1::StoreAddRequest* req,
+                  v1::StoreAddResponse* resp) override {
+    DGCA_AUTH(ctx);
+    if (Status s = Running(req->job_id()); !s.ok()) return s;
+    auto r = s_->rendezvous().Add(req->job_id(), req->attempt(), req->key(), req->delta());
+    if (!r.ok()) return ToGrpc(r.status());
+    resp->set_value(*r);
+    return Status::OK;
+  }
+
+  Status Heartbeat(ServerContext* ctx, const v1::RankHeartbeatRequest* req,
+                   v1::RankHeartbeatResponse* resp) override {
+    DGCA_AUTH(ctx);
+    *resp = s_->RankHeartbeat(*req);
+    return Status::OK;
+  }
+
+  Status StreamMetrics(ServerContext* ctx, grpc::ServerReader<v1::MetricSample>* reader,
+                       v1::StreamMetricsResponse* resp) override {
+    DGCA_AUTH(ctx);
+    v1::MetricSample m;
+    std::string job;
+    int rank = -1;
+    int64_t n = 0;
+    while (reader->Read(&m)) {
+      if (m.has_step()) rank = m.step().rank();
+      job = s_->IngestSample(m, job, rank);
+      ++n;
+    }
+    resp->set_received(n);
+    return Status::OK;
+  }
+
+ private:
+  Status Running(const std::string& job) {
+    if (s_->IsTerminal(job)) {
+      return Status(StatusCode::FAILED_PRECONDITION,
+                    absl::StrCat("job ", job, " is not running; its rendezvous store is gone"));
+    }
+    return Status::OK;
+  }
+  Scheduler* s_;
+  std::string token_;
+};
+
+absl::Status MakeDir(const std::string& dir) {
+  std::string cur;
+  for (size_t i = 0; i <= dir.size(); ++i) {
+    if (i == dir.size() || (dir[i] == '/' && i > 0)) {
+      cur = dir.substr(0, i);
+      if (mkdir(cur.c_str(), 0700) != 0 && errno != EEXIST) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("cannot create state dir ", cur, ": ", strerror(errno)));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::string DefaultWorkerBinary() {
+  char buf[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) return "dgca-worker";
+  std::string exe(buf, n);
+  std::string dir = exe.substr(0, exe.rfind('/'));
+  for (const std::string& c : {dir + "/dgca-worker", dir + "/../worker/dgca-worker"}) {
+    if (access(c.c_str(), X_OK) == 0) return c;
+  }
+  return "dgca-worker";  // PATH
+}
+
+absl::StatusOr<std::string> ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
+    CoordinatorServerOptions options) {
+  std::unique_ptr<CoordinatorServer> s(new CoordinatorServer());
+  s->opt_ = options;
+  if (options.state_dir.empty()) return absl::InvalidArgumentError("--state-dir must not be empty");
+  if (absl::Status st = MakeDir(options.state_dir); !st.ok()) return st;
+  char real[PATH_MAX];
+  if (realpath(options.state_dir.c_str(), real) == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat("cannot resolve state dir ", options.state_dir));
+  }
+  s->state_dir_ = real;
+  auto token = LoadOrCreateToken(s->state_dir_);
+  if (!token.ok()) return token.status();
+  s->token_ = *token;
+
+  s->hub_ = std::make_unique<MetricsHub>();
+  SchedulerOptions so;
+  so.state_dir = s->state_dir_;
+  so.heartbeat_timeout_s = options.heartbeat_timeout_s;
+  so.stop_grace_s = options.stop_grace_s;
+  auto sched = Scheduler::Create(so, s->hub_.get());
+  if (!sched.ok()) return sched.status();
+  s->scheduler_ = std::move(*sched);
+
+  if (!options.metrics_listen.empty()) {
+    auto m = s->hub_->StartExposer(options.metrics_listen);
+    if (!m.ok()) return m.status();
+    s->metrics_address_ = *m;
+  }
+
+  std::shared_ptr<grpc::ServerCredentials> creds = grpc::InsecureServerCredentials();
+  bool tls = !options.tls_cert.empty() || !options.tls_key.empty();
+  if (tls) {
+    if (options.tls_cert.empty() || options.tls_key.empty()) {
+      return absl::InvalidArgumentError("--tls-cert and --tls-key go together");
+    }
+    auto cert = ReadAll(options.tls_cert);
+    if (!cert.ok()) return cert.status();
+    auto key = ReadAll(options.tls_key);
+    if (!key.ok()) return key.status();
+    grpc::SslServerCredentialsOptions so2;
+    so2.pem_key_cert_pairs.push_back({*key, *cert});
+    creds = grpc::SslServerCredentials(so2);
+  }
+  s->services_.push_back(std::make_unique<CoordinatorServiceImpl>(s->scheduler_.get(), s->token_));
+  s->services_.push_back(std::make_unique<AgentServiceImpl>(s->scheduler_.get(), s->token_));
+  s->services_.push_back(std::make_unique<RankServiceImpl>(s->scheduler_.get(), s->token_));
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(options.listen, creds, &port);
+  std::string sock = s->state_dir_ + "/coordinator.sock";
+  if (tls) {
+    unlink(sock.c_str());
+    builder.AddListeningPort("unix:" + sock, grpc::InsecureServerCredentials());
+  }
+  builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  builder.SetMaxSendMessageSize(kMaxMessageBytes);
+  for (auto& svc : s->services_) builder.RegisterService(svc.get());
+  s->server_ = builder.BuildAndStart();
+  if (!s->server_ || port == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen,
+                                               " (address in use or invalid?)"));
+  }
+  std::string host = options.listen.substr(0, options.listen.rfind(':'));
+  s->address_ = absl::StrCat(host, ":", port);
+  s->scheduler_->Start();
+
+  // coordinator.json, written atomically.
+  {
+    std::string tmp = s->state_dir_ + "/coordinator.json.tmp";
+    std::ofstream out(tmp, std::ios::trunc);
+    out << "{\"listen\": \"" << s->address_ << "\", \"metrics\": \"" << s->metrics_address_
+        << "\", \"pid\": " << getpid() << "}\n";
+    out.close();
+    if (!out || rename(tmp.c_str(), (s->state_dir_ + "/coordinator.json").c_str()) != 0) {
+      return absl::FailedPreconditionError(absl::StrCat("cannot write ", s->state_dir_,
+                                                        "/coordinator.json"));
+    }
+  }
+
+  if (options.local_agent) {
+    AgentOptions ao;
+    std::string local_host = host;
+    if (local_host.empty() || local_host == "0.0.0.0" || local_host == "[::]" || local_host == "::") {
+      local_host = "127.0.0.1";
+    }
+    ao.coordinator_address = tls ? "unix:" + sock : absl::StrCat(local_host, ":", port);
+    ao.token = s->token_;
+    ao.token_file = s->state_dir_ + "/token";
+    ao.node_name = options.node_name;
+    ao.state_dir = s->state_dir_;
+    ao.worker_binary = options.worker_binary.empty() ? DefaultWorkerBinary() : options.worker_binary;
+    ao.rank_argv_override = options.rank_argv_override;
+    s->agent_ = std::make_unique<Agent>(ao);
+    absl::Status st = s->agent_->Start();
+    if (!st.ok()) return st;
+    Agent* agent = s->agent_.get();
+    Scheduler* sch = s->scheduler_.get();
+    CoordinatorServer* self = s.get();
+    s->poller_ = std::thread([agent, sch, self] {
+      while (!self->stopping_.load()) {
+        sch->RecordRunning(agent->node_name(), agent->Running());
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      }
+    });
+  }
+  spdlog::info("dgca-coordinator state in {}", s->state_dir_);
+  return s;
+}
+
+void CoordinatorServer::Shutdown() {
+  if (shut_down_) return;
+  shut_down_ = true;
+  stopping_ = true;
+  if (poller_.joinable()) poller_.join();
+  if (scheduler_) scheduler_->Shutdown();
+  if (agent_) agent_->Stop();
+  if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+}
+
+CoordinatorServer::~CoordinatorServer() {
+  Shutdown();
+  agent_.reset();
+  server_.reset();
+}
+
+}  // namespace dgca

@@ -1,0 +1,117 @@
+// CoordinatorServer: dgca-coordinator as a library. One gRPC server carries
+// the three services of proto/dgca/v1 (Coordinator for the CLI,
+// AgentService for node agents, RankService for ranks), the /metrics
+// endpoint, the durable job store and the scheduler (scheduler.h), and the
+// embedded local agent.
+//
+// Behaviour at the edge (what clients can rely on):
+//  - Every RPC requires "authorization: Bearer <token>" where the token is
+//    STATE_DIR/token (created at first start, mode 0600): otherwise
+//    UNAUTHENTICATED. Messages are limited to 4 MiB both ways.
+//  - SubmitJob / PlanJob with a bad spec: INVALID_ARGUMENT; the status
+//    message is "invalid job spec (N problems):\n" + one
+//    "file:line:col: field: message" line per problem (capped at ~3 KB), and
+//    the status' binary error details (grpc::Status::error_details()) hold a
+//    serialized dgca.v1.SubmitJobResponse (PlanJobResponse for PlanJob) with
+//    the structured problems (as many as fit in ~3 KB; trailers are
+//    bounded). validate_only returns OK with the parsed spec (defaults
+//    filled, base_dir set) and stores nothing; dry_run also returns the plan.
+//    dry_run/PlanJob with no agent connected: FAILED_PRECONDITION.
+//  - GetJob/CancelJob/WatchJob/GetLogs on an unknown id: NOT_FOUND.
+//    CancelJob on a finished job: FAILED_PRECONDITION. CancelJob waits (up to
+//    the call deadline, at most 8 s) for CANCELLED and returns the job.
+//  - WatchJob: the job's events after after_event_seq, then a snapshot, then
+//    live events, metric samples and a snapshot every second, until the job
+//    is SUCCEEDED/FAILED/CANCELLED (the final event and a final snapshot are
+//    sent, then the stream ends OK) or the client leaves.
+//  - GetLogs reads STATE_DIR/jobs/JOB/rank-R.log (written by the agent; for
+//    the embedded agent that is this machine; logs of ranks on remote agents
+//    stay on their node's state dir and are NOT served: NOT_FOUND "no log").
+//    Chunks of max_bytes (default and max 1 MiB); with follow it keeps
+//    streaming until the job has finished and the file is fully read, then
+//    sends eof=true.
+//  - ListNodes/GetTopology: from the agents' registrations (GetTopology of
+//    an unknown node: NOT_FOUND).
+//  - STATE_DIR/coordinator.json: {"listen": "HOST:PORT", "metrics":
+//    "HOST:PORT", "pid": N} with the actual bound ports (port 0 allowed).
+//  - With TLS (tls_cert/tls_key), the TCP port serves TLS and the embedded
+//    agent (and its ranks) reach the coordinator over the unix socket
+//    STATE_DIR/coordinator.sock (insecure channel, token still required).
+//
+// Thread-safety: Start/Shutdown from one thread; the server runs its own.
+#ifndef DGCA_COORDINATOR_SERVER_H_
+#define DGCA_COORDINATOR_SERVER_H_
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "coordinator/metrics_hub.h"
+#include "coordinator/scheduler.h"
+
+namespace grpc {
+class Server;
+class Service;
+}  // namespace grpc
+
+namespace dgca {
+
+class Agent;
+
+struct CoordinatorServerOptions {
+  std::string listen = "127.0.0.1:7600";
+  std::string metrics_listen = "127.0.0.1:7601";  // "" = no /metrics endpoint
+  std::string state_dir = ".dgca";
+  bool local_agent = true;
+  std::string tls_cert;
+  std::string tls_key;
+  double heartbeat_timeout_s = 30;
+  double stop_grace_s = 3;
+  // dgca-worker for the embedded agent; "" = dgca-worker next to this
+  // program (/proc/self/exe's directory).
+  std::string worker_binary;
+  std::string node_name;  // embedded agent's node name; "" = hostname
+  // Test hook passed to the embedded agent (AgentOptions::rank_argv_override).
+  std::vector<std::string> rank_argv_override;
+};
+
+class CoordinatorServer {
+ public:
+  static absl::StatusOr<std::unique_ptr<CoordinatorServer>> Start(CoordinatorServerOptions options);
+  ~CoordinatorServer();
+
+  // Stops the embedded agent, marks running jobs FAILED "coordinator shut
+  // down", and stops the gRPC server. Idempotent.
+  void Shutdown();
+
+  const std::string& address() const { return address_; }          // bound host:port
+  const std::string& metrics_address() const { return metrics_address_; }  // "" when none
+  const std::string& token() const { return token_; }
+  const std::string& state_dir() const { return state_dir_; }
+  Scheduler* scheduler() { return scheduler_.get(); }
+  MetricsHub* metrics() { return hub_.get(); }
+
+ private:
+  CoordinatorServer() = default;
+
+  CoordinatorServerOptions opt_;
+  std::string state_dir_;
+  std::string token_;
+  std::string address_;
+  std::string metrics_address_;
+  std::unique_ptr<MetricsHub> hub_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::vector<std::unique_ptr<grpc::Service>> services_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<Agent> agent_;
+  std::thread poller_;
+  std::atomic<bool> stopping_{false};
+  bool shut_down_ = false;
+};
+
+}  // namespace dgca
+
+#endif  // DGCA_COORDINATOR_SERVER_H_

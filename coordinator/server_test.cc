@@ -1,0 +1,760 @@
+// CoordinatorServer over real gRPC on loopback, with the test acting as a
+// node agent on the real AgentService stream and as ranks on RankService.
+#include "coordinator/server.h"
+
+#include <gtest/gtest.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <condition_variable>
+#include <fstream>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+#include "coordinator/job_store.h"
+#include "dgca/v1/agent.grpc.pb.h"
+#include "dgca/v1/coordinator.grpc.pb.h"
+#include "dgca/v1/rank.grpc.pb.h"
+#include "proto/rpc/rpc_util.h"
+
+namespace dgca {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+std::string TempDir() {
+  char tmpl[] = "/tmp/dgca-server-test-XXXXXX";
+  char* d = mkdtemp(tmpl);
+  return d ? d : "/tmp";
+}
+
+bool WaitUntil(const std::function<bool()>& pred, milliseconds timeout = milliseconds(10000)) {
+  auto end = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < end) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  return pred();
+}
+
+std::string Spec(int max_restarts = 0, int ranks = 2) {
+  return "name: t\ntrain: {steps: 10, max_restarts: " + std::to_string(max_restarts) +
+         "}\nresources: {ranks: " + std::to_string(ranks) + ", device: cpu}\n";
+}
+
+// The test as a node agent on the real stream.
+class FakeAgent {
+ public:
+  FakeAgent(const std::string& address, const std::string& token, const std::string& node,
+            bool auto_exit_on_stop = true)
+      : node_(node), auto_exit_(auto_exit_on_stop) {
+    stub_ = v1::AgentService::NewStub(MakeChannel(address));
+    AddAuth(&ctx_, token);
+    stream_ = stub_->Connect(&ctx_);
+    v1::AgentMessage m;
+    m.mutable_register_()->set_node(node);
+    m.mutable_register_()->mutable_topology()->set_node(node);
+    m.mutable_register_()->mutable_topology()->set_hostname(node);
+    m.mutable_register_()->mutable_topology()->set_cpu_count(8);
+    m.mutable_register_()->mutable_topology()->set_memory_bytes(16ull << 30);
+    Write(m);
+    reader_ = std::thread([this] { Read(); });
+  }
+  ~FakeAgent() {
+    {
+      std::lock_guard<std::mutex> l(wmu_);
+      stream_->WritesDone();
+    }
+    ctx_.TryCancel();
+    reader_.join();
+  }
+  void Write(const v1::AgentMessage& m) {
+    std::lock_guard<std::mutex> l(wmu_);
+    stream_->Write(m);
+  }
+  void Exit(const std::string& job, int rank, int attempt, int code, int sig = 0,
+            const std::string& msg = "") {
+    v1::AgentMessage m;
+    auto* e = m.mutable_rank_exited();
+    e->set_job_id(job);
+    e->set_rank(rank);
+    e->set_attempt(attempt);
+    e->set_exit_code(code);
+    e->set_signal(sig);
+    e->set_message(msg);
+    Write(m);
+  }
+  void HeartbeatWith(const std::string& job, int rank, int attempt, int pid) {
+    v1::AgentMessage m;
+    auto* r = m.mutable_heartbeat()->add_running();
+    r->set_job_id(job);
+    r->set_rank(rank);
+    r->set_attempt(attempt);
+    r->set_pid(pid);
+    Write(m);
+  }
+  std::vector<v1::LaunchRank> Launches(const std::string& job, int attempt) {
+    std::lock_guard<std::mutex> l(mu_);
+    std::vector<v1::LaunchRank> out;
+    for (const auto& c : cmds_) {
+      if (c.has_launch() && c.launch().job_id() == job && c.launch().attempt() == attempt) {
+        out.push_back(c.launch());
+      }
+    }
+    return out;
+  }
+  int Stops(const std::string& job) {
+    std::lock_guard<std::mutex> l(mu_);
+    int n = 0;
+    for (const auto& c : cmds_) n += c.has_stop() && c.stop().job_id() == job;
+    return n;
+  }
+
+ private:
+  void Read() {
+    v1::CoordinatorCommand c;
+    while (stream_->Read(&c)) {
+      std::vector<v1::LaunchRank> to_exit;
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        cmds_.push_back(c);
+        if (c.has_launch()) running_.push_back(c.launch());
+        if (c.has_stop() && auto_exit_) {
+          for (auto it = running_.begin(); it != running_.end();) {
+            if (it->job_id() == c.stop().job_id()) {
+              to_exit.push_back(*it);
+              it = running_.erase(it);
+            } else {
+              ++it;
+            }
+          }
+        }
+      }
+      for (const auto& l : to_exit) Exit(l.job_id(), l.rank(), l.attempt(), -1, SIGTERM);
+    }
+  }
+
+  std::string node_;
+  bool auto_exit_;
+  std::unique_ptr<v1::AgentService::Stub> stub_;
+  grpc::ClientContext ctx_;
+  std::unique_ptr<grpc::ClientReaderWriter<v1::AgentMessage, v1::CoordinatorCommand>> stream_;
+  std::mutex wmu_;
+  std::mutex mu_;
+  std::vector<v1::CoordinatorCommand> cmds_;
+  std::vector<v1::LaunchRank> running_;
+  std::thread reader_;
+};
+
+class ServerTest : public ::testing::Test {
+ protected:
+  void StartServer(double heartbeat_timeout_s = 30) {
+    CoordinatorServerOptions o;
+    o.listen = "127.0.0.1:0";
+    o.metrics_listen = "";
+    o.state_dir = dir_;
+    o.local_agent = false;
+    o.heartbeat_timeout_s = heartbeat_timeout_s;
+    o.stop_grace_s = 0.5;
+    auto s = CoordinatorServer::Start(o);
+    ASSERT_TRUE(s.ok()) << s.status();
+    server_ = std::move(*s);
+    channel_ = MakeChannel(server_->address());
+    coord_ = v1::Coordinator::NewStub(channel_);
+    rank_ = v1::RankService::NewStub(channel_);
+  }
+  void TearDown() override {
+    if (server_) server_->Shutdown();
+  }
+  std::unique_ptr<grpc::ClientContext> Ctx(const std::string& token = "") {
+    auto c = std::make_unique<grpc::ClientContext>();
+    AddAuth(c.get(), token.empty() ? server_->token() : token);
+    c->set_deadline(std::chrono::system_clock::now() + seconds(20));
+    return c;
+  }
+  std::string Submit(const std::string& yaml) {
+    v1::SubmitJobRequest req;
+    req.set_spec_yaml(yaml);
+    req.set_spec_path("job.yaml");
+    v1::SubmitJobResponse resp;
+    auto ctx = Ctx();
+    grpc::Status s = coord_->SubmitJob(ctx.get(), req, &resp);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return resp.job_id();
+  }
+  v1::GetJobResponse Get(const std::string& id) {
+    v1::GetJobRequest req;
+    req.set_job_id(id);
+    v1::GetJobResponse resp;
+    auto ctx = Ctx();
+    grpc::Status s = coord_->GetJob(ctx.get(), req, &resp);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return resp;
+  }
+  v1::JobState State(const std::string& id) { return Get(id).job().state(); }
+  bool WaitState(const std::string& id, v1::JobState st, milliseconds t = milliseconds(10000)) {
+    return WaitUntil([&] { return State(id) == st; }, t);
+  }
+
+  std::string dir_ = TempDir();
+  std::unique_ptr<CoordinatorServer> server_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::Coordinator::Stub> coord_;
+  std::unique_ptr<v1::RankService::Stub> rank_;
+};
+
+TEST_F(ServerTest, TokenRequiredOnEveryService) {
+  StartServer();
+  struct stat st;
+  ASSERT_EQ(stat((dir_ + "/token").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600);
+  for (const std::string& token : {std::string("wrong"), std::string("none")}) {
+    auto ctx = std::make_unique<grpc::ClientContext>();
+    if (token != "none") AddAuth(ctx.get(), token);
+    v1::ListJobsResponse resp;
+    EXPECT_EQ(coord_->ListJobs(ctx.get(), v1::ListJobsRequest(), &resp).error_code(),
+              grpc::StatusCode::UNAUTHENTICATED);
+  }
+  {
+    grpc::ClientContext ctx;
+    AddAuth(&ctx, "wrong");
+    v1::RankHeartbeatResponse resp;
+    EXPECT_EQ(rank_->Heartbeat(&ctx, v1::RankHeartbeatRequest(), &resp).error_code(),
+              grpc::StatusCode::UNAUTHENTICATED);
+  }
+  {
+    auto stub = v1::AgentService::NewStub(channel_);
+    grpc::ClientContext ctx;
+    auto stream = stub->Connect(&ctx);
+    v1::AgentMessage m;
+    m.mutable_register_()->set_node("x");
+    stream->Write(m);
+    stream->WritesDone();
+    v1::CoordinatorCommand c;
+    EXPECT_FALSE(stream->Read(&c));
+    EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  }
+  auto ctx = Ctx();
+  v1::ListJobsResponse resp;
+  EXPECT_TRUE(coord_->ListJobs(ctx.get(), v1::ListJobsRequest(), &resp).ok());
+  // coordinator.json names the bound address.
+  std::ifstream in(dir_ + "/coordinator.json");
+  std::string json((std::istreambuf_iterator<char>(in)), {});
+  EXPECT_NE(json.find("\"listen\": \"" + server_->address() + "\""), std::string::npos) << json;
+}
+
+TEST_F(ServerTest, InvalidSpecGivesProblems) {
+  StartServer();
+  v1::SubmitJobRequest req;
+  req.set_spec_yaml("name: bad\nmodle: {}\ntrain:\n  steps: -5\n  global_batch: lots\n");
+  req.set_spec_path("bad.yaml");
+  v1::SubmitJobResponse resp;
+  auto ctx = Ctx();
+  grpc::Status s = coord_->SubmitJob(ctx.get(), req, &resp);
+  ASSERT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("bad.yaml:4:10: train.steps: must be >= 1"), std::string::npos)
+      << s.error_message();
+  EXPECT_NE(s.error_message().find("bad.yaml:2:1: modle"), std::string::npos);
+  v1::SubmitJobResponse details;
+  ASSERT_TRUE(details.ParseFromString(s.error_details()));
+  ASSERT_EQ(details.problems_size(), 3);
+  EXPECT_EQ(details.problems(2).field(), "train.global_batch");
+  EXPECT_EQ(details.problems(2).line(), 5);
+  // Thousands of problems stay within the trailer bounds.
+  std::string many;
+  for (int i = 0; i < 3000; ++i) many += "unknown_field_" + std::to_string(i) + ": 1\n";
+  req.set_spec_yaml(many);
+  auto ctx2 = Ctx();
+  s = coord_->SubmitJob(ctx2.get(), req, &resp);
+  ASSERT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("more"), std::string::npos);
+  // validate_only stores nothing.
+  req.set_spec_yaml(Spec());
+  req.set_validate_only(true);
+  auto ctx3 = Ctx();
+  ASSERT_TRUE(coord_->SubmitJob(ctx3.get(), req, &resp).ok());
+  EXPECT_TRUE(resp.job_id().empty());
+  EXPECT_EQ(resp.spec().train().steps(), 10);
+  EXPECT_EQ(resp.spec().train().global_batch(), 128);
+  auto ctx4 = Ctx();
+  v1::ListJobsResponse list;
+  ASSERT_TRUE(coord_->ListJobs(ctx4.get(), v1::ListJobsRequest(), &list).ok());
+  EXPECT_EQ(list.jobs_size(), 0);
+  // dry_run with no agent: FAILED_PRECONDITION.
+  req.set_validate_only(false);
+  req.set_dry_run(true);
+  auto ctx5 = Ctx();
+  EXPECT_EQ(coord_->SubmitJob(ctx5.get(), req, &resp).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+}
+
+TEST_F(ServerTest, PendingWithoutAgentThenRunsAndSucceeds) {
+  StartServer();
+  std::string id = Submit(Spec());
+  ASSERT_FALSE(id.empty());
+  std::this_thread::sleep_for(milliseconds(600));
+  auto j = Get(id);
+  EXPECT_EQ(j.job().state(), v1::PENDING);
+  EXPECT_EQ(j.job().message(), "waiting for a node agent");
+
+  FakeAgent agent(server_->address(), server_->token(), "n1");
+  ASSERT_TRUE(WaitState(id, v1::RUNNING));
+  ASSERT_TRUE(WaitUntil([&] { return agent.Launches(id, 0).size() == 2; }));
+  auto launches = agent.Launches(id, 0);
+  EXPECT_EQ(launches[0].world_size(), 2);
+  EXPECT_EQ(launches[1].rank(), 1);
+  EXPECT_EQ(launches[0].local_device(), -1);
+  j = Get(id);
+  EXPECT_EQ(j.plan().ranks(), 2);
+  ASSERT_EQ(j.job().ranks_size(), 2);
+  EXPECT_EQ(j.job().ranks(1).node(), "n1");
+
+  // Rank calls: assignment, rendezvous, heartbeat, metrics.
+  {
+    auto ctx = Ctx();
+    v1::GetAssignmentRequest req;
+    req.set_job_id(id);
+    req.set_rank(1);
+    v1::GetAssignmentResponse a;
+    ASSERT_TRUE(rank_->GetAssignment(ctx.get(), req, &a).ok());
+    EXPECT_EQ(a.world_size(), 2);
+    EXPECT_EQ(a.rank(), 1);
+    EXPECT_EQ(a.checkpoint_dir(), server_->state_dir() + "/jobs/" + id + "/checkpoints");
+    EXPECT_EQ(a.resume_from(), "");
+    EXPECT_EQ(a.spec().train().steps(), 10);
+    req.set_attempt(1);
+    auto ctx2 = Ctx();
+    EXPECT_EQ(rank_->GetAssignment(ctx2.get(), req, &a).error_code(),
+              grpc::StatusCode::FAILED_PRECONDITION);
+  }
+  {
+    auto c1 = Ctx();
+    v1::StoreSetRequest set;
+    set.set_job_id(id);
+    set.set_key("uid");
+    set.set_value("xyz");
+    v1::StoreSetResponse sr;
+    ASSERT_TRUE(rank_->StoreSet(c1.get(), set, &sr).ok());
+    auto c2 = Ctx();
+    v1::StoreWaitRequest w;
+    w.set_job_id(id);
+    w.add_keys("uid");
+    w.set_timeout_seconds(1);
+    v1::StoreWaitResponse wr;
+    ASSERT_TRUE(rank_->StoreWait(c2.get(), w, &wr).ok());
+    w.add_keys("never");
+    auto c3 = Ctx();
+    EXPECT_EQ(rank_->StoreWait(c3.get(), w, &wr).error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+    auto c4 = Ctx();
+    v1::StoreAddRequest add;
+    add.set_job_id(id);
+    add.set_key("n");
+    add.set_delta(2);
+    v1::StoreAddResponse ar;
+    ASSERT_TRUE(rank_->StoreAdd(c4.get(), add, &ar).ok());
+    EXPECT_EQ(ar.value(), 2);
+    auto c5 = Ctx();
+    v1::StoreGetRequest g;
+    g.set_job_id(id);
+    g.set_key("uid");
+    v1::StoreGetResponse gr;
+    ASSERT_TRUE(rank_->StoreGet(c5.get(), g, &gr).ok());
+    EXPECT_TRUE(gr.found());
+    EXPECT_EQ(gr.value(), "xyz");
+  }
+  {
+    auto ctx = Ctx();
+    v1::StreamMetricsResponse resp;
+    auto w = rank_->StreamMetrics(ctx.get(), &resp);
+    for (int r = 0; r < 2; ++r) {
+      v1::MetricSample s;
+      auto* m = s.mutable_step();
+      m->set_job_id(id);
+      m->set_rank(r);
+      m->set_step(4 + r);
+      m->set_total_steps(10);
+      m->set_loss(2.0 + r);
+      m->set_samples_per_second(100);
+      m->set_step_seconds(0.5);
+      ASSERT_TRUE(w->Write(s));
+    }
+    v1::MetricSample e;
+    e.mutable_eval()->set_job_id(id);
+    (*e.mutable_eval()->mutable_metrics())["sentence_correction_f1"] = 0.5;
+    ASSERT_TRUE(w->Write(e));
+    w->WritesDone();
+    ASSERT_TRUE(w->Finish().ok());
+    EXPECT_EQ(resp.received(), 3);
+    auto g = Get(id);
+    EXPECT_EQ(g.job().step(), 4);
+    EXPECT_DOUBLE_EQ(g.job().samples_per_second(), 200);
+    EXPECT_DOUBLE_EQ(g.job().loss(), 2.5);
+    EXPECT_DOUBLE_EQ(g.job().eta_seconds(), 3.0);
+    EXPECT_EQ(g.job().ranks(1).step(), 5);
+    EXPECT_DOUBLE_EQ(g.job().eval().at("sentence_correction_f1"), 0.5);
+    EXPECT_NE(server_->metrics()->Serialize().find("dgca_train_step{job=\"" + id), std::string::npos);
+  }
+  agent.Exit(id, 0, 0, 0);
+  std::this_thread::sleep_for(milliseconds(100));
+  EXPECT_EQ(State(id), v1::RUNNING);
+  agent.Exit(id, 1, 0, 0);
+  ASSERT_TRUE(WaitState(id, v1::SUCCEEDED));
+  j = Get(id);
+  EXPECT_EQ(j.job().ranks_size(), 2);
+  EXPECT_EQ(j.job().ranks(0).state(), "exited");
+  std::vector<std::string> kinds;
+  for (const auto& e : j.events()) kinds.push_back(v1::JobState_Name(e.state()) + ":" + e.kind());
+  EXPECT_EQ(kinds.front(), "PENDING:state");
+  EXPECT_EQ(kinds.back(), "SUCCEEDED:state");
+  // The rendezvous store is gone once the job ended.
+  auto c = Ctx();
+  v1::StoreGetRequest g;
+  g.set_job_id(id);
+  g.set_key("uid");
+  v1::StoreGetResponse gr;
+  EXPECT_EQ(rank_->StoreGet(c.get(), g, &gr).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  // Heartbeats now say stop.
+  auto hc = Ctx();
+  v1::RankHeartbeatRequest hb;
+  hb.set_job_id(id);
+  v1::RankHeartbeatResponse hr;
+  ASSERT_TRUE(rank_->Heartbeat(hc.get(), hb, &hr).ok());
+  EXPECT_TRUE(hr.stop());
+}
+
+TEST_F(ServerTest, RankFailureNamesTheRank) {
+  StartServer();
+  FakeAgent agent(server_->address(), server_->token(), "n1");
+  std::string id = Submit(Spec(0));
+  ASSERT_TRUE(WaitUntil([&] { return agent.Launches(id, 0).size() == 2; }));
+  ASSERT_TRUE(WaitState(id, v1::RUNNING));
+  agent.Exit(id, 1, 0, 3, 0, "Traceback: boom\n");
+  ASSERT_TRUE(WaitState(id, v1::FAILED));
+  EXPECT_GE(agent.Stops(id), 1);
+  auto j = Get(id);
+  EXPECT_NE(j.job().message().find("rank 1 on node n1 exited with code 3"), std::string::npos)
+      << j.job().message();
+  EXPECT_NE(j.job().message().find("boom"), std::string::npos);
+  bool saw_exit = false;
+  for (const auto& e : j.events()) saw_exit |= e.kind() == "rank_exit";
+  EXPECT_TRUE(saw_exit);
+}
+
+TEST_F(ServerTest, RestartFromCheckpointThenSucceed) {
+  StartServer();
+  FakeAgent agent(server_->address(), server_->token(), "n1");
+  std::string id = Submit(Spec(1));
+  ASSERT_TRUE(WaitUntil([&] { return agent.Launches(id, 0).size() == 2; }));
+  // A checkpoint exists: the restarted attempt resumes from it.
+  std::string ckpt = server_->state_dir() + "/jobs/" + id + "/checkpoints";
+  ASSERT_EQ(system(("mkdir -p " + ckpt + "/step-00000004").c_str()), 0);
+  std::ofstream(ckpt + "/latest") << "step-00000004\n";
+  agent.Exit(id, 0, 0, -1, SIGKILL);
+  ASSERT_TRUE(WaitUntil([&] { return agent.Launches(id, 1).size() == 2; }));
+  EXPECT_GE(agent.Stops(id), 1);
+  auto j = Get(id);
+  EXPECT_EQ(j.job().state(), v1::RUNNING);
+  EXPECT_EQ(j.job().restarts(), 1);
+  auto ctx = Ctx();
+  v1::GetAssignmentRequest req;
+  req.set_job_id(id);
+  req.set_attempt(1);
+  v1::GetAssignmentResponse a;
+  ASSERT_TRUE(rank_->GetAssignment(ctx.get(), req, &a).ok());
+  EXPECT_EQ(a.attempt(), 1);
+  EXPECT_EQ(a.resume_from(), ckpt + "/step-00000004");
+  // Late exit reports of attempt 0 are ignored.
+  agent.Exit(id, 1, 0, 1);
+  agent.Exit(id, 0, 1, 0);
+  agent.Exit(id, 1, 1, 0);
+  ASSERT_TRUE(WaitState(id, v1::SUCCEEDED));
+  bool saw_restart = false;
+  auto done = Get(id);
+  for (const auto& e : done.events()) saw_restart |= e.kind() == "restart";
+  EXPECT_TRUE(saw_restart);
+  EXPECT_NE(server_->metrics()->Serialize().find("dgca_rank_restarts_total{job=\"" + id + "\"} 1"),
+            std::string::npos);
+}
+
+TEST_F(ServerTest, StalledRankFailsTheJob) {
+  StartServer(/*heartbeat_timeout_s=*/1.0);
+  FakeAgent agent(server_->address(), server_->token(), "n1");
+  std::string id = Submit(Spec(0, 1));
+  ASSERT_TRUE(WaitState(id, v1::RUNNING));
+  ASSERT_TRUE(WaitState(id, v1::FAILED, milliseconds(8000)));
+  EXPECT_NE(Get(id).job().message().find("made no progress"), std::string::npos)
+      << Get(id).job().message();
+  EXPECT_GE(agent.Stops(id), 1);
+}
+
+TEST_F(ServerTest, CancelStopsRanksAndWatchEnds) {
+  StartServer();
+  FakeAgent agent(server_->address(), server_->token(), "n1");
+  std::string id = Submit(Spec());
+  ASSERT_TRUE(WaitState(id, v1::RUNNING));
+  // Watch from the start in a thread.
+  std::vector<v1::WatchJobResponse> seen;
+  grpc::Status watch_status;
+  std::thread watcher([&] {
+    auto ctx = Ctx();
+    v1::WatchJobRequest req;
+    req.set_job_id(id);
+    auto r = coord_->WatchJob(ctx.get(), req);
+    v1::WatchJobResponse u;
+    while (r->Read(&u)) seen.push_back(u);
+    watch_status = r->Finish();
+  });
+  std::this_thread::sleep_for(milliseconds(300));
+  auto ctx = Ctx();
+  v1::CancelJobRequest req;
+  req.set_job_id(id);
+  v1::CancelJobResponse resp;
+  ASSERT_TRUE(coord_->CancelJob(ctx.get(), req, &resp).ok());
+  EXPECT_EQ(resp.job().state(), v1::CANCELLED);
+  EXPECT_GE(agent.Stops(id), 1);
+  watcher.join();
+  EXPECT_TRUE(watch_status.ok()) << watch_status.error_message();
+  ASSERT_FALSE(seen.empty());
+  EXPECT_TRUE(seen.front().has_event());
+  EXPECT_EQ(seen.front().event().seq(), 1);
+  EXPECT_TRUE(seen.back().has_snapshot());
+  EXPECT_EQ(seen.back().snapshot().state(), v1::CANCELLED);
+  int64_t last = 0;
+  for (const auto& u : seen) {
+    if (!u.has_event()) continue;
+    EXPECT_GT(u.event().seq(), last);  // no duplicates, in order
+    last = u.event().seq();
+  }
+  // Cancel again: already finished.
+  auto ctx2 = Ctx();
+  EXPECT_EQ(coord_->CancelJob(ctx2.get(), req, &resp).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+  // A pending job is cancelled at once.
+  server_->Shutdown();
+}
+
+TEST_F(ServerTest, CancelPendingAndUnknownJobs) {
+  StartServer();
+  std::string id = Submit(Spec());
+  auto ctx = Ctx();
+  v1::CancelJobRequest req;
+  req.set_job_id(id);
+  v1::CancelJobResponse resp;
+  ASSERT_TRUE(coord_->CancelJob(ctx.get(), req, &resp).ok());
+  EXPECT_EQ(resp.job().state(), v1::CANCELLED);
+  req.set_job_id("j-999999-0000");
+  auto ctx2 = Ctx();
+  EXPECT_EQ(coord_->CancelJob(ctx2.get(), req, &resp).error_code(), grpc::StatusCode::NOT_FOUND);
+  v1::GetJobRequest g;
+  g.set_job_id("nope");
+  v1::GetJobResponse gr;
+  auto ctx3 = Ctx();
+  EXPECT_EQ(coord_->GetJob(ctx3.get(), g, &gr).error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+TEST_F(ServerTest, LogsNodesTopology) {
+  StartServer();
+  FakeAgent agent(server_->address(), server_->token(), "n1");
+  std::string id = Submit(Spec());
+  ASSERT_TRUE(WaitState(id, v1::RUNNING));
+  std::string logdir = server_->state_dir() + "/jobs/" + id;
+  ASSERT_EQ(system(("mkdir -p " + logdir).c_str()), 0);
+  std::ofstream(logdir + "/rank-1.log") << "hello from rank 1\n";
+  {
+    auto ctx = Ctx();
+    v1::GetLogsRequest req;
+    req.set_job_id(id);
+    req.set_rank(1);
+    auto r = coord_->GetLogs(ctx.get(), req);
+    v1::GetLogsResponse c;
+    std::string all;
+    bool eof = false;
+    while (r->Read(&c)) {
+      all += c.data();
+      eof = c.eof();
+    }
+    ASSERT_TRUE(r->Finish().ok());
+    EXPECT_EQ(all, "hello from rank 1\n");
+    EXPECT_TRUE(eof);
+  }
+  {
+    auto ctx = Ctx();
+    v1::GetLogsRequest req;
+    req.set_job_id(id);
+    req.set_rank(0);
+    auto r = coord_->GetLogs(ctx.get(), req);
+    v1::GetLogsResponse c;
+    while (r->Read(&c)) {}
+    EXPECT_EQ(r->Finish().error_code(), grpc::StatusCode::NOT_FOUND);
+  }
+  // follow: streams appended data and ends with eof when the job finishes.
+  {
+    auto ctx = Ctx();
+    v1::GetLogsRequest req;
+    req.set_job_id(id);
+    req.set_rank(1);
+    req.set_offset(6);
+    req.set_follow(true);
+    auto r = coord_->GetLogs(ctx.get(), req);
+    std::thread t([&] {
+      std::this_thread::sleep_for(milliseconds(300));
+      std::ofstream(logdir + "/rank-1.log", std::ios::app) << "more\n";
+      std::this_thread::sleep_for(milliseconds(300));
+      agent.Exit(id, 0, 0, 0);
+      agent.Exit(id, 1, 0, 0);
+    });
+    v1::GetLogsResponse c;
+    std::string all;
+    bool eof = false;
+    while (r->Read(&c)) {
+      all += c.data();
+      eof = c.eof();
+    }
+    t.join();
+    ASSERT_TRUE(r->Finish().ok());
+    EXPECT_EQ(all, "from rank 1\nmore\n");
+    EXPECT_TRUE(eof);
+  }
+  auto ctx = Ctx();
+  v1::ListNodesResponse nodes;
+  ASSERT_TRUE(coord_->ListNodes(ctx.get(), v1::ListNodesRequest(), &nodes).ok());
+  ASSERT_EQ(nodes.nodes_size(), 1);
+  EXPECT_EQ(nodes.nodes(0).name(), "n1");
+  EXPECT_TRUE(nodes.nodes(0).connected());
+  EXPECT_EQ(nodes.nodes(0).topology().cpu_count(), 8);
+  auto ctx2 = Ctx();
+  v1::GetTopologyRequest tr;
+  tr.set_node("zz");
+  v1::GetTopologyResponse tresp;
+  EXPECT_EQ(coord_->GetTopology(ctx2.get(), tr, &tresp).error_code(), grpc::StatusCode::NOT_FOUND);
+  auto ctx3 = Ctx();
+  v1::PlanJobRequest pr;
+  pr.set_spec_yaml(Spec());
+  v1::PlanJobResponse presp;
+  ASSERT_TRUE(coord_->PlanJob(ctx3.get(), pr, &presp).ok());
+  EXPECT_EQ(presp.plan().ranks(), 2);
+  EXPECT_GT(presp.plan().decisions_size(), 0);
+}
+
+// A job the store holds as RUNNING (as after kill -9) is FAILED "coordinator
+// restarted" on start, its recorded orphan rank process is killed, and its
+// history is kept.
+TEST_F(ServerTest, RestartMarksActiveJobsFailedAndKillsOrphans) {
+  std::string id;
+  pid_t child = -1;
+  {
+    auto store = JobStore::Open(dir_ + "/dgca.db");
+    ASSERT_TRUE(store.ok());
+    v1::JobSpec spec;
+    spec.set_name("old");
+    auto j = (*store)->CreateJob(spec, "name: old\n");
+    ASSERT_TRUE(j.ok());
+    id = j->id();
+    ASSERT_TRUE((*store)->SetState(id, v1::RUNNING, "running 1 ranks").ok());
+    auto done = (*store)->CreateJob(spec, "name: done\n");
+    ASSERT_TRUE((*store)->SetState(done->id(), v1::SUCCEEDED, "ok").ok());
+    // An orphan whose command line mentions the job id, in its own group.
+    child = fork();
+    if (child == 0) {
+      setpgid(0, 0);
+      execl("/bin/sh", "sh", "-c", "sleep 30", id.c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    ASSERT_GT(child, 0);
+    setpgid(child, child);
+    std::this_thread::sleep_for(milliseconds(100));
+    ASSERT_TRUE((*store)->RecordRank({id, 0, 0, "n1", child, child}).ok());
+  }
+  StartServer();
+  auto j = Get(id);
+  EXPECT_EQ(j.job().state(), v1::FAILED);
+  EXPECT_EQ(j.job().message(), "coordinator restarted");
+  ASSERT_GE(j.events_size(), 3);
+  EXPECT_EQ(j.events(0).message(), "submitted");
+  EXPECT_EQ(j.events(1).state(), v1::RUNNING);
+  EXPECT_EQ(j.events(j.events_size() - 1).message(), "coordinator restarted");
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFSIGNALED(status));
+  EXPECT_EQ(WTERMSIG(status), SIGKILL);
+  auto ctx = Ctx();
+  v1::ListJobsResponse list;
+  ASSERT_TRUE(coord_->ListJobs(ctx.get(), v1::ListJobsRequest(), &list).ok());
+  EXPECT_EQ(list.jobs_size(), 2);
+}
+
+// The real binary killed with SIGKILL and restarted on the same state dir.
+TEST(CoordinatorBinary, Kill9RestartKeepsJobs) {
+  const char* build = getenv("DGCA_BUILD_DIR");
+  std::string bin = std::string(build ? build : "build") + "/coordinator/dgca-coordinator";
+  if (access(bin.c_str(), X_OK) != 0) GTEST_SKIP() << bin << " is not built";
+  std::string dir = TempDir();
+  auto start = [&]() {
+    unlink((dir + "/coordinator.json").c_str());
+    pid_t pid = fork();
+    if (pid == 0) {
+      int fd = open("/dev/null", O_WRONLY);
+      dup2(fd, 1);
+      dup2(fd, 2);
+      execl(bin.c_str(), bin.c_str(), "--listen", "127.0.0.1:0", "--metrics-listen", "",
+            "--state-dir", dir.c_str(), "--no-local-agent", static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    return pid;
+  };
+  auto address = [&]() {
+    std::string json;
+    WaitUntil([&] {
+      std::ifstream in(dir + "/coordinator.json");
+      json.assign((std::istreambuf_iterator<char>(in)), {});
+      return !json.empty();
+    });
+    size_t a = json.find("\"listen\": \"") + 11;
+    return json.substr(a, json.find('"', a) - a);
+  };
+  pid_t pid = start();
+  std::string addr = address();
+  ASSERT_FALSE(addr.empty());
+  auto token = ReadTokenFile(dir + "/token");
+  ASSERT_TRUE(token.ok());
+  auto stub = v1::Coordinator::NewStub(MakeChannel(addr));
+  v1::SubmitJobRequest req;
+  req.set_spec_yaml(Spec());
+  v1::SubmitJobResponse resp;
+  {
+    grpc::ClientContext ctx;
+    AddAuth(&ctx, *token);
+    ASSERT_TRUE(stub->SubmitJob(&ctx, req, &resp).ok());
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+  pid = start();
+  addr = address();
+  stub = v1::Coordinator::NewStub(MakeChannel(addr));
+  v1::GetJobRequest g;
+  g.set_job_id(resp.job_id());
+  v1::GetJobResponse gr;
+  {
+    grpc::ClientContext ctx;
+    AddAuth(&ctx, *token);
+    ctx.set_deadline(std::chrono::system_clock::now() + seconds(10));
+    grpc::Status s = stub->GetJob(&ctx, g, &gr);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+  }
+  EXPECT_EQ(gr.job().state(), v1::FAILED);
+  EXPECT_EQ(gr.job().message(), "coordinator restarted");
+  EXPECT_EQ(gr.events(0).message(), "submitted");
+  kill(pid, SIGTERM);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+}
+
+}  // namespace
+}  // namespace dgca
