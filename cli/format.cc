@@ -116,7 +116,11 @@ std::string Table(const std::vector<std::vector<std::string>>& rows) {
 
 std::string EvalTable(const std::map<std::string, double>& eval) {
   std::vector<std::vector<std::string>> rows = {{"METRIC", "VALUE"}};
-  for (const auto& [k, v] : eval) rows.push_back({k, absl::StrFormat("%.4f", v)});
+  for (const auto& [k, v] : eval) {
+    // Counts ("sentences") print as integers, ratios with four decimals.
+    bool count = v >= 2 && v == std::floor(v) && v < 1e15;
+    rows.push_back({k, count ? absl::StrFormat("%.0f", v) : absl::StrFormat("%.4f", v)});
+  }
   return Table(rows);
 }
 

@@ -1,0 +1,145 @@
+// End to end on loopback with the real programs: a 2-rank job of the real CPU
+// trainer goes from `dgca submit --wait` to SUCCEEDED; status, logs, list,
+// validate and authentication behave as DESIGN.md "Command line" says.
+#include <gtest/gtest.h>
+
+#include "tests/integration/harness.h"
+
+namespace dgca {
+namespace itest {
+namespace {
+
+class E2eTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (!HavePrograms() || !HaveSharedData()) return;
+    dir_ = new std::string(MakeTempDir("e2e"));
+    coord_ = new CoordinatorProcess(*dir_ + "/state");
+    mkdir((*dir_ + "/state").c_str(), 0755);
+    if (!coord_->Start()) {
+      delete coord_;
+      coord_ = nullptr;
+    }
+  }
+  static void TearDownTestSuite() {
+    if (coord_) {
+      coord_->Stop();
+      delete coord_;
+      coord_ = nullptr;
+    }
+    if (dir_) {
+      if (!::testing::Test::HasFailure()) std::system(("rm -rf " + *dir_).c_str());
+      delete dir_;
+      dir_ = nullptr;
+    }
+  }
+  void SetUp() override {
+    if (!HavePrograms()) GTEST_SKIP() << "programs not built under " << BuildDir();
+    if (!HaveSharedData()) GTEST_SKIP() << "no ECSpell data under " << SharedData();
+    ASSERT_NE(coord_, nullptr) << "coordinator did not start";
+  }
+
+  static std::string* dir_;
+  static CoordinatorProcess* coord_;
+};
+std::string* E2eTest::dir_ = nullptr;
+CoordinatorProcess* E2eTest::coord_ = nullptr;
+
+TEST_F(E2eTest, TwoRankJobSucceedsWithStatusAndLogs) {
+  std::string spec = WriteTinySpec(*dir_, "two-ranks", 12);
+  auto t0 = Clock::now();
+  Result sub = Dgca(*coord_, {"submit", spec, "--wait"}, 120s);
+  double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+  ASSERT_EQ(sub.code, 0) << "stdout:\n" << sub.out << "\nstderr:\n" << sub.err
+                         << "\ncoordinator log:\n" << coord_->Log();
+  std::string job = sub.out.substr(0, sub.out.find('\n'));
+  ASSERT_FALSE(job.empty());
+  EXPECT_NE(sub.out.find("SUCCEEDED"), std::string::npos) << sub.out;
+  // The evaluation metrics are printed as a table.
+  EXPECT_NE(sub.out.find("sentence_correction_f1"), std::string::npos) << sub.out;
+  // Progress was shown on stderr (not a TTY: plain lines) with step/total.
+  EXPECT_NE(sub.err.find("/12"), std::string::npos) << sub.err;
+  std::fprintf(stderr, "2-rank job %s: submit --wait took %.1f s\n", job.c_str(), secs);
+
+  JobView v = Status(*coord_, job);
+  ASSERT_TRUE(v.ok) << v.raw;
+  EXPECT_EQ(v.state, "SUCCEEDED") << v.raw;
+  ASSERT_EQ(v.rank_steps.size(), 2u) << v.raw;
+  for (size_t r = 0; r < v.rank_steps.size(); ++r) EXPECT_EQ(v.rank_steps[r], 12) << "rank " << r;
+  EXPECT_GT(v.events, 0);
+  // Eval metrics are in the job.
+  EXPECT_NE(v.raw.find("sentence_correction_f1"), std::string::npos) << v.raw;
+
+  Result logs = Dgca(*coord_, {"logs", job, "--rank", "1"});
+  ASSERT_EQ(logs.code, 0) << logs.err;
+  EXPECT_NE(logs.out.find("rank 1:"), std::string::npos) << logs.out;
+  EXPECT_NE(logs.out.find("step 12/12"), std::string::npos) << logs.out;
+  EXPECT_EQ(logs.out.find("rank 0:"), std::string::npos) << "rank 0's lines in rank 1's log";
+  Result logs0 = Dgca(*coord_, {"logs", job});
+  EXPECT_NE(logs0.out.find("rank 0:"), std::string::npos) << logs0.out;
+
+  Result list = Dgca(*coord_, {"list", "--json"});
+  ASSERT_EQ(list.code, 0) << list.err;
+  EXPECT_NE(list.out.find(job), std::string::npos);
+  Result table = Dgca(*coord_, {"list"});
+  EXPECT_NE(table.out.find(job), std::string::npos);
+  EXPECT_NE(table.out.find("SUCCEEDED"), std::string::npos) << table.out;
+
+  Result human = Dgca(*coord_, {"status", job});
+  ASSERT_EQ(human.code, 0) << human.err;
+  EXPECT_NE(human.out.find("RANK"), std::string::npos) << human.out;
+
+  Result nodes = Dgca(*coord_, {"nodes", "--json"});
+  ASSERT_EQ(nodes.code, 0) << nodes.err;
+  EXPECT_NE(nodes.out.find("\"cpu_count\""), std::string::npos) << nodes.out;
+}
+
+TEST_F(E2eTest, ValidateReportsAllThreeProblems) {
+  std::string spec = *dir_ + "/bad.yaml";
+  WriteFile(spec,
+            "name: bad\n"
+            "model:\n"
+            "  preset: tiny\n"
+            "  flavour: spicy\n"
+            "data:\n"
+            "  max_seq_len: long\n"
+            "train:\n"
+            "  steps: -5\n");
+  Result r = Exec({CliBin(), "validate", spec});  // no coordinator needed
+  EXPECT_EQ(r.code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find(spec + ":4:3: model.flavour"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(spec + ":6:16: data.max_seq_len"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(spec + ":8:10: train.steps"), std::string::npos) << r.err;
+  // Submitting it is refused the same way, and nothing is stored.
+  Result s = Dgca(*coord_, {"submit", spec});
+  EXPECT_EQ(s.code, 2) << s.err;
+  EXPECT_NE(s.err.find(":8:10: train.steps"), std::string::npos) << s.err;
+}
+
+TEST_F(E2eTest, NoOrWrongTokenExits3) {
+  Result none = Exec({CliBin(), "--coordinator", coord_->address(), "--token-file",
+                      *dir_ + "/no-such-token", "list"});
+  EXPECT_EQ(none.code, 3) << none.err;
+  std::string wrong = *dir_ + "/wrong-token";
+  WriteFile(wrong, "0123456789abcdef\n");
+  Result bad = Exec({CliBin(), "--coordinator", coord_->address(), "--token-file", wrong, "list"});
+  EXPECT_EQ(bad.code, 3) << bad.err;
+  EXPECT_NE(bad.err.find("token"), std::string::npos) << bad.err;
+  // The same through the environment variables.
+  Result env = Exec({CliBin(), "list"}, 30s,
+                    {"DGCA_COORDINATOR=" + coord_->address(), "DGCA_TOKEN_FILE=" + wrong});
+  EXPECT_EQ(env.code, 3) << env.err;
+  Result good = Exec({CliBin(), "list"}, 30s,
+                     {"DGCA_COORDINATOR=" + coord_->address(),
+                      "DGCA_TOKEN_FILE=" + coord_->token_file()});
+  EXPECT_EQ(good.code, 0) << good.err;
+}
+
+TEST_F(E2eTest, UnknownJobIsUsageError) {
+  Result r = Dgca(*coord_, {"status", "no-such-job"});
+  EXPECT_EQ(r.code, 2) << r.err;
+}
+
+}  // namespace
+}  // namespace itest
+}  // namespace dgca

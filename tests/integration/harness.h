@@ -1,0 +1,312 @@
+// Helpers for the end-to-end tests: they run the REAL programs
+// (DGCA_BUILD_DIR/coordinator/dgca-coordinator, cli/dgca, worker/dgca-worker)
+// over loopback, with a temporary state directory.
+//
+// Thread-safety: none needed; one test thread.
+#ifndef DGCA_TESTS_INTEGRATION_HARNESS_H_
+#define DGCA_TESTS_INTEGRATION_HARNESS_H_
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "model/core/json.h"
+
+namespace dgca {
+namespace itest {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+inline std::string Env(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? v : fallback;
+}
+inline std::string BuildDir() { return Env("DGCA_BUILD_DIR", "build"); }
+inline std::string SharedData() { return Env("DGCA_SHARED_DATA", "../shared/data"); }
+inline std::string CoordinatorBin() { return BuildDir() + "/coordinator/dgca-coordinator"; }
+inline std::string CliBin() { return BuildDir() + "/cli/dgca"; }
+inline std::string WorkerBin() { return BuildDir() + "/worker/dgca-worker"; }
+
+inline std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+inline void WriteFile(const std::string& path, const std::string& text) {
+  std::ofstream(path, std::ios::binary) << text;
+}
+inline bool Exists(const std::string& path) { return access(path.c_str(), F_OK) == 0; }
+
+inline std::string MakeTempDir(const std::string& prefix) {
+  std::string tmpl = "/tmp/" + prefix + ".XXXXXX";
+  std::vector<char> buf(tmpl.begin(), tmpl.end());
+  buf.push_back('\0');
+  char* d = mkdtemp(buf.data());
+  return d ? std::string(d) : std::string();
+}
+
+// True while `pid` exists and is not a zombie.
+inline bool ProcessAlive(pid_t pid) {
+  if (pid <= 0 || kill(pid, 0) != 0) return false;
+  std::string stat = ReadFile("/proc/" + std::to_string(pid) + "/stat");
+  size_t p = stat.rfind(')');
+  return !(p != std::string::npos && p + 2 < stat.size() && stat[p + 2] == 'Z');
+}
+
+// Polls `cond` every 100 ms until true or `timeout`.
+inline bool WaitUntil(const std::function<bool()>& cond, std::chrono::milliseconds timeout) {
+  auto end = Clock::now() + timeout;
+  while (Clock::now() < end) {
+    if (cond()) return true;
+    std::this_thread::sleep_for(100ms);
+  }
+  return cond();
+}
+
+struct Result {
+  int code = -1;  // exit code; 128+signal when killed; -1 = could not run
+  std::string out, err;
+};
+
+// Runs argv to completion (killed after `timeout`), capturing stdout/stderr.
+inline Result Exec(const std::vector<std::string>& argv,
+                   std::chrono::milliseconds timeout = 60s,
+                   const std::vector<std::string>& extra_env = {}) {
+  Result r;
+  std::string dir = MakeTempDir("itest-exec");
+  std::string out = dir + "/out", err = dir + "/err";
+  pid_t pid = fork();
+  if (pid == 0) {
+    int o = open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int e = open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(o, 1);
+    dup2(e, 2);
+    for (const auto& kv : extra_env) putenv(const_cast<char*>(kv.c_str()));
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  int status = 0;
+  auto end = Clock::now() + timeout;
+  while (true) {
+    pid_t w = waitpid(pid, &status, WNOHANG);
+    if (w == pid) break;
+    if (Clock::now() > end) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      ADD_FAILURE() << "timed out: " << argv[0] << " " << (argv.size() > 1 ? argv[1] : "");
+      break;
+    }
+    std::this_thread::sleep_for(20ms);
+  }
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.out = ReadFile(out);
+  r.err = ReadFile(err);
+  std::system(("rm -rf " + dir).c_str());
+  return r;
+}
+
+inline StatusOr<JsonValue> Json(const std::string& text) { return ParseJson(text, "cli output"); }
+
+// A proto3-JSON integer: int64 fields are strings, int32 fields numbers.
+inline int64_t JsonInt(const JsonValue* v) {
+  if (v == nullptr) return 0;
+  if (v->is_number()) return static_cast<int64_t>(v->number);
+  if (v->is_string()) return std::atoll(v->string.c_str());
+  return 0;
+}
+inline std::string JsonStr(const JsonValue* v) { return v && v->is_string() ? v->string : ""; }
+
+// A dgca-coordinator process on loopback with its state in `state_dir`.
+class CoordinatorProcess {
+ public:
+  explicit CoordinatorProcess(std::string state_dir) : state_dir_(std::move(state_dir)) {}
+  ~CoordinatorProcess() { Stop(); }
+
+  // Starts it; `listen` defaults to 127.0.0.1:0. Waits for coordinator.json
+  // written by this process. Returns false (with a test failure) otherwise.
+  bool Start(const std::string& listen = "127.0.0.1:0",
+             const std::vector<std::string>& extra = {}) {
+    std::string json_path = state_dir_ + "/coordinator.json";
+    unlink(json_path.c_str());
+    ++starts_;
+    std::string log = state_dir_ + "/coordinator-" + std::to_string(starts_) + ".log";
+    std::vector<std::string> argv = {CoordinatorBin(), "--listen", listen, "--metrics-listen",
+                                     "127.0.0.1:0", "--state-dir", state_dir_, "--worker-binary",
+                                     WorkerBin()};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    pid_ = fork();
+    if (pid_ == 0) {
+      int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+      dup2(fd, 1);
+      dup2(fd, 2);
+      std::vector<char*> args;
+      for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+      args.push_back(nullptr);
+      execv(args[0], args.data());
+      _exit(127);
+    }
+    bool ok = WaitUntil(
+        [&] {
+          if (!Exists(json_path)) return false;
+          auto j = Json(ReadFile(json_path));
+          if (!j.ok()) return false;
+          if (JsonInt(j->Find("pid")) != pid_) return false;
+          address_ = JsonStr(j->Find("listen"));
+          metrics_ = JsonStr(j->Find("metrics"));
+          return !address_.empty();
+        },
+        20s);
+    if (!ok) {
+      ADD_FAILURE() << "coordinator did not start; log:\n" << ReadFile(log);
+      return false;
+    }
+    return true;
+  }
+  void Kill9() {
+    if (pid_ <= 0) return;
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
+  void Stop() {
+    if (pid_ <= 0) return;
+    kill(pid_, SIGTERM);
+    int status;
+    auto end = Clock::now() + 15s;
+    while (waitpid(pid_, &status, WNOHANG) == 0) {
+      if (Clock::now() > end) {
+        kill(pid_, SIGKILL);
+        waitpid(pid_, &status, 0);
+        break;
+      }
+      std::this_thread::sleep_for(20ms);
+    }
+    pid_ = -1;
+  }
+  std::string Log() const {
+    std::string all;
+    for (int i = 1; i <= starts_; ++i) {
+      all += ReadFile(state_dir_ + "/coordinator-" + std::to_string(i) + ".log");
+    }
+    return all;
+  }
+
+  const std::string& address() const { return address_; }
+  const std::string& metrics() const { return metrics_; }
+  const std::string& state_dir() const { return state_dir_; }
+  std::string token_file() const { return state_dir_ + "/token"; }
+  pid_t pid() const { return pid_; }
+
+ private:
+  std::string state_dir_;
+  std::string address_, metrics_;
+  pid_t pid_ = -1;
+  int starts_ = 0;
+};
+
+// Runs `dgca --coordinator ADDR --token-file STATE/token ARGS...`.
+inline Result Dgca(const CoordinatorProcess& c, std::vector<std::string> args,
+                   std::chrono::milliseconds timeout = 60s) {
+  std::vector<std::string> argv = {CliBin(), "--coordinator", c.address(), "--token-file",
+                                   c.token_file()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return Exec(argv, timeout);
+}
+
+// A tiny 2-rank CPU job on the shared ECSpell law data: `steps` steps of
+// global batch 8, sequences of 32 characters, eval at the end on 500
+// sentences. Returns the spec's path (in `dir`).
+inline std::string WriteTinySpec(const std::string& dir, const std::string& name, int steps,
+                                 int ranks = 2) {
+  std::string path = dir + "/" + name + ".yaml";
+  WriteFile(path,
+            "name: " + name + "\n"
+            "model:\n"
+            "  preset: tiny\n"
+            "data:\n"
+            "  train: " + SharedData() + "/ecspell/train_law.txt\n"
+            "  eval: " + SharedData() + "/ecspell/test_law.txt\n"
+            "  max_seq_len: 32\n"
+            "train:\n"
+            "  steps: " + std::to_string(steps) + "\n"
+            "  global_batch: 8\n"
+            "  eval_every: 0\n"
+            "  checkpoint_every: 0\n"
+            "  optimizer: {lr: 1.0e-3}\n"
+            "resources: {ranks: " + std::to_string(ranks) + ", device: cpu, threads_per_rank: 1}\n"
+            "tuning: {mode: off}\n");
+  return path;
+}
+
+inline bool HaveSharedData() { return Exists(SharedData() + "/ecspell/train_law.txt"); }
+inline bool HavePrograms() {
+  return Exists(CoordinatorBin()) && Exists(CliBin()) && Exists(WorkerBin());
+}
+
+// `dgca status --json JOB` parsed, or an error.
+struct JobView {
+  bool ok = false;
+  std::string state;
+  std::string message;
+  int64_t step = 0, total_steps = 0;
+  std::vector<pid_t> pids;            // of ranks with a pid
+  std::vector<int64_t> rank_steps;    // per rank, in order
+  std::vector<std::string> rank_states;
+  int events = 0;
+  std::string raw;
+};
+
+inline JobView Status(const CoordinatorProcess& c, const std::string& job) {
+  JobView v;
+  Result r = Dgca(c, {"status", "--json", job}, 20s);
+  v.raw = r.out + r.err;
+  if (r.code != 0) return v;
+  auto j = Json(r.out);
+  if (!j.ok()) return v;
+  const JsonValue* jobv = j->Find("job");
+  if (!jobv) return v;
+  v.ok = true;
+  v.state = JsonStr(jobv->Find("state"));
+  v.message = JsonStr(jobv->Find("message"));
+  v.step = JsonInt(jobv->Find("step"));
+  v.total_steps = JsonInt(jobv->Find("total_steps"));
+  if (const JsonValue* ranks = jobv->Find("ranks"); ranks && ranks->is_array()) {
+    for (const auto& r : ranks->array) {
+      pid_t pid = static_cast<pid_t>(JsonInt(r.Find("pid")));
+      if (pid > 0) v.pids.push_back(pid);
+      v.rank_steps.push_back(JsonInt(r.Find("step")));
+      v.rank_states.push_back(JsonStr(r.Find("state")));
+    }
+  }
+  if (const JsonValue* ev = j->Find("events"); ev && ev->is_array()) v.events = ev->array.size();
+  return v;
+}
+
+inline std::string Trim(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+}  // namespace itest
+}  // namespace dgca
+
+#endif  // DGCA_TESTS_INTEGRATION_HARNESS_H_
