@@ -579,6 +579,30 @@ int MaxFlowNesting(const std::string& text) {
   return max_depth;
 }
 
+// Returns the byte offset of the first invalid UTF-8 sequence, or npos.
+size_t FirstInvalidUtf8(const std::string& s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    unsigned char c = static_cast<unsigned char>(s[i]);
+    size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
+    if (n == 0 || i + n > s.size()) return i;
+    if (n == 2 && c < 0xc2) return i;  // overlong
+    for (size_t k = 1; k < n; ++k) {
+      if ((static_cast<unsigned char>(s[i + k]) >> 6) != 0x2) return i;
+    }
+    if (n == 3) {
+      unsigned char c1 = static_cast<unsigned char>(s[i + 1]);
+      if ((c == 0xe0 && c1 < 0xa0) || (c == 0xed && c1 >= 0xa0)) return i;  // overlong / surrogate
+    }
+    if (n == 4) {
+      unsigned char c1 = static_cast<unsigned char>(s[i + 1]);
+      if ((c == 0xf0 && c1 < 0x90) || c > 0xf4 || (c == 0xf4 && c1 >= 0x90)) return i;
+    }
+    i += n;
+  }
+  return std::string::npos;
+}
+
 }  // namespace
 
 v1::JobSpec DefaultJobSpec() {
@@ -647,6 +671,16 @@ absl::StatusOr<SpecParseResult> ParseJobSpec(const std::string& yaml_text,
   }
   if (yaml_text.find('\0') != std::string::npos) {
     fail(0, 0, "the spec contains a NUL byte; expected YAML text");
+    return result;
+  }
+  if (size_t bad = FirstInvalidUtf8(yaml_text); bad != std::string::npos) {
+    int line = 1, col = 1;
+    for (size_t i = 0; i < bad; ++i) {
+      if (yaml_text[i] == '\n') { ++line; col = 1; } else if ((static_cast<unsigned char>(yaml_text[i]) & 0xc0) != 0x80) { ++col; }
+    }
+    fail(line, col, absl::StrCat("invalid UTF-8 byte 0x",
+                                 absl::Hex(static_cast<unsigned char>(yaml_text[bad]), absl::kZeroPad2),
+                                 "; a job spec must be UTF-8 text"));
     return result;
   }
   if (MaxFlowNesting(yaml_text) > kMaxFlowNesting) {

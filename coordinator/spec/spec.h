@@ -22,7 +22,11 @@
 //    turns detector, candidate and fusion off (plain ReLM); nullable paths
 //    (model.vocab, model.init_from, heads.candidate.confusion) accept null/~.
 //    comm.env keys must match NCCL_*, CUDA_* or OMP_* (A-Z, 0-9, _).
-//  - Inputs larger than kMaxSpecBytes are rejected with one problem.
+//  - Inputs larger than kMaxSpecBytes, with a NUL byte or with invalid UTF-8
+//    are rejected with one problem (UTF-8: at the offending line:column).
+//    Callers that send a spec over gRPC should parse it locally first: a
+//    proto3 string field cannot carry non-UTF-8 text (the server would answer
+//    INTERNAL "failed to parse request").
 //
 // Thread-safety: pure functions; safe from any thread.
 #ifndef DGCA_COORDINATOR_SPEC_SPEC_H_

@@ -331,6 +331,15 @@ TEST(SpecParser, MutationFuzz) {
   EXPECT_EQ(valid + invalid, 400);
 }
 
+TEST(SpecParser, InvalidUtf8HasLineColumn) {
+  SpecParseResult r = Parse("name: x\ntrain: {steps: 1\xff}\n");
+  ASSERT_EQ(r.problems.size(), 1u);
+  EXPECT_EQ(r.problems[0].line(), 2);
+  EXPECT_EQ(r.problems[0].column(), 17);
+  EXPECT_NE(r.problems[0].message().find("UTF-8"), std::string::npos);
+  EXPECT_TRUE(Parse("name: \xe4\xb8\xad\xe6\x96\x87\n").ok());  // Chinese is fine
+}
+
 TEST(SpecParser, OversizedInput) {
   std::string big(kMaxSpecBytes + 1, '#');
   SpecParseResult r = Parse(big);
