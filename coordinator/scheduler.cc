@@ -684,6 +684,8 @@ bool Scheduler::Launch(JobRt* rt, Outbox* out, std::string* why) {
 void Scheduler::BeginStop(JobRt* rt, StopAction action, const std::string& message, Outbox* out) {
   rt->stop = action;
   rt->stop_message = message;
+  rt->stop_started = Clock::now();
+  rt->other_failures.clear();
   rt->stop_deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                          std::chrono::duration<double>(opt_.stop_grace_s + 5));
   std::set<std::string> nodes;
@@ -710,6 +712,15 @@ void Scheduler::BeginStop(JobRt* rt, StopAction action, const std::string& messa
 void Scheduler::CompleteStop(JobRt* rt, Outbox* out) {
   StopAction a = rt->stop;
   rt->stop = StopAction::kNone;
+  if (!rt->other_failures.empty() && a != StopAction::kCancel) {
+    // Headline first, then the other ranks, then the first rank's output.
+    std::string msg = rt->stop_message;
+    size_t cut = msg.find("; last output:");
+    std::string tail = cut == std::string::npos ? "" : msg.substr(cut);
+    msg = msg.substr(0, cut);
+    absl::StrAppend(&msg, "; other ranks: ", absl::StrJoin(rt->other_failures, "; "), tail);
+    rt->stop_message = msg;
+  }
   if (a == StopAction::kCancel) {
     Finish(rt, v1::CANCELLED, rt->stop_message);
     return;
@@ -839,6 +850,19 @@ void Scheduler::RankExited(const std::string& node, const v1::RankExited& e) {
     rr.progress.set_state(clean ? "exited" : "failed");
     rt->dirty = true;
     if (rt->stop != StopAction::kNone) {
+      // SIGTERM, or SIGKILL after the grace, is our own StopRanks at work.
+      bool ours = e.signal() == SIGTERM ||
+                  (e.signal() == SIGKILL &&
+                   Clock::now() - rt->stop_started >
+                       std::chrono::duration<double>(opt_.stop_grace_s * 0.9));
+      if (!clean && !ours && rt->stop != StopAction::kCancel && rt->other_failures.size() < 16) {
+        rt->other_failures.push_back(
+            e.signal() != 0
+                ? absl::StrCat("rank ", e.rank(), " on node ", node, " was killed by signal ",
+                               SignalName(e.signal()))
+                : absl::StrCat("rank ", e.rank(), " on node ", node, " exited with code ",
+                               e.exit_code()));
+      }
       wake_ = true;
     } else if (!clean) {
       std::string reason =

@@ -188,6 +188,11 @@ class Scheduler {
     std::vector<RankRt> ranks;
     StopAction stop = StopAction::kNone;
     std::string stop_message;
+    Clock::time_point stop_started;
+    // Abnormal exits of other ranks that arrived while stopping and were
+    // not caused by our StopRanks (e.g. the rank whose death made the
+    // reported one fail): named in the final message.
+    std::vector<std::string> other_failures;
     Clock::time_point stop_deadline;
     Clock::time_point launched;
     std::map<std::string, double> eval;

@@ -431,17 +431,22 @@ TEST_F(ServerTest, PendingWithoutAgentThenRunsAndSucceeds) {
 
 TEST_F(ServerTest, RankFailureNamesTheRank) {
   StartServer();
-  FakeAgent agent(server_->address(), server_->token(), "n1");
+  FakeAgent agent(server_->address(), server_->token(), "n1", /*auto_exit_on_stop=*/false);
   std::string id = Submit(Spec(0));
   ASSERT_TRUE(WaitUntil([&] { return agent.Launches(id, 0).size() == 2; }));
   ASSERT_TRUE(WaitState(id, v1::RUNNING));
-  agent.Exit(id, 1, 0, 3, 0, "Traceback: boom\n");
+  FakeAgent* a = &agent;
+  a->Exit(id, 1, 0, 3, 0, "Traceback: boom\n");
+  // Rank 0 dies of its own (SIGSEGV) while being stopped: named as well.
+  a->Exit(id, 0, 0, -1, SIGSEGV);
   ASSERT_TRUE(WaitState(id, v1::FAILED));
   EXPECT_GE(agent.Stops(id), 1);
   auto j = Get(id);
   EXPECT_NE(j.job().message().find("rank 1 on node n1 exited with code 3"), std::string::npos)
       << j.job().message();
   EXPECT_NE(j.job().message().find("boom"), std::string::npos);
+  EXPECT_NE(j.job().message().find("other ranks: rank 0 on node n1 was killed by signal 11"),
+            std::string::npos) << j.job().message();
   bool saw_exit = false;
   for (const auto& e : j.events()) saw_exit |= e.kind() == "rank_exit";
   EXPECT_TRUE(saw_exit);
