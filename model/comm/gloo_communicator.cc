@@ -2,7 +2,15 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <dirent.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
 #include <deque>
+#include <fstream>
+#include <set>
+#include <sstream>
 #include <exception>
 #include <functional>
 #include <mutex>
@@ -11,6 +19,7 @@
 
 #include "gloo/allreduce.h"
 #include "gloo/barrier.h"
+#include "gloo/barrier_all_to_all.h"
 #include "gloo/broadcast.h"
 #include "gloo/common/error.h"
 #include "gloo/math.h"
@@ -56,10 +65,56 @@ class GlooHandle : public CollectiveHandle {
   int spin_us_;
 };
 
-std::string TeardownKey(int rank) { return "dgca/teardown/" + std::to_string(rank); }
-std::string AddrKey(int owner, int peer) {
-  return "dgca/addr/" + std::to_string(owner) + "/" + std::to_string(peer);
+// Ports of the established TCP connections of this process, as (local, remote),
+// from /proc (Linux). Empty where /proc is unavailable.
+std::vector<std::pair<int, int>> OwnTcpConnections() {
+  std::set<unsigned long> inodes;
+  if (DIR* d = opendir("/proc/self/fd")) {
+    while (dirent* e = readdir(d)) {
+      char link[64];
+      std::string path = std::string("/proc/self/fd/") + e->d_name;
+      ssize_t n = readlink(path.c_str(), link, sizeof(link) - 1);
+      if (n <= 0) continue;
+      link[n] = '\0';
+      unsigned long ino = 0;
+      if (std::sscanf(link, "socket:[%lu]", &ino) == 1) inodes.insert(ino);
+    }
+    closedir(d);
+  }
+  std::vector<std::pair<int, int>> out;
+  for (const char* file : {"/proc/self/net/tcp", "/proc/self/net/tcp6"}) {
+    std::ifstream f(file);
+    std::string line;
+    std::getline(f, line);  // header
+    while (std::getline(f, line)) {
+      // sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
+      std::istringstream in(line);
+      std::string sl, local, remote, st, txrx, trwhen, retr, uid, timeout;
+      unsigned long inode = 0;
+      if (!(in >> sl >> local >> remote >> st >> txrx >> trwhen >> retr >> uid >> timeout >> inode)) {
+        continue;
+      }
+      if (st != "01" || !inodes.count(inode)) continue;  // 01 = ESTABLISHED
+      auto port = [](const std::string& a) {
+        size_t c = a.rfind(':');
+        return c == std::string::npos ? -1 : static_cast<int>(std::strtol(a.c_str() + c + 1, nullptr, 16));
+      };
+      out.emplace_back(port(local), port(remote));
+    }
+  }
+  return out;
 }
+
+// The port of "[host]:port" (Gloo's Address::str()), or -1.
+int PortOf(const std::string& addr) {
+  size_t c = addr.rfind("]:");
+  if (c == std::string::npos) return -1;
+  return std::atoi(addr.c_str() + c + 2);
+}
+
+std::string TeardownKey(int rank) { return "dgca/teardown/" + std::to_string(rank); }
+std::string FailedKey(int rank) { return "dgca/failed/" + std::to_string(rank); }
+std::string PortsKey(int rank) { return "dgca/ports/" + std::to_string(rank); }
 
 class GlooCommunicator : public Communicator {
  public:
@@ -104,18 +159,33 @@ class GlooCommunicator : public Communicator {
       ctx->setTimeout(options_.timeout);
       ctx->connectFullMesh(*store_, device_);
       context_ = ctx;
-      // Publish the address of each of our pairs so a peer can name the rank
-      // behind an address in Gloo's error messages ("... peer [ip]:port").
-      for (int p = 0; p < world_; ++p) {
-        if (p == rank_) continue;
-        std::string a = context_->getPair(p)->address().str();
-        store_->set(AddrKey(rank_, p), std::vector<char>(a.begin(), a.end()));
+      // Gloo names a lost peer only by the address its socket saw ("Connection
+      // closed by peer [ip]:port"): the peer's listening port or its
+      // ephemeral port, depending on who connected. After a message on every
+      // pair (so every connection exists), each rank publishes the local
+      // ports of its established TCP sockets (/proc, Linux); a port in an
+      // error message then names the rank that owns it.
+      gloo::BarrierAllToAll(context_).run();
+      std::string mine;
+      for (int q = 0; q < world_; ++q) {
+        if (q != rank_) mine += std::to_string(PortOf(context_->getPair(q)->address().str())) + ",";
       }
+      int listed = 0;
+      for (const auto& c : OwnTcpConnections()) {
+        if (listed++ >= 4096) break;
+        mine += std::to_string(c.first) + ",";
+      }
+      store_->set(PortsKey(rank_), std::vector<char>(mine.begin(), mine.end()));
       for (int p = 0; p < world_; ++p) {
         if (p == rank_) continue;
-        store_->wait({AddrKey(p, rank_)}, options_.timeout);
-        std::vector<char> v = store_->get(AddrKey(p, rank_));
-        peer_addr_.emplace_back(p, std::string(v.begin(), v.end()));
+        store_->wait({PortsKey(p)}, options_.timeout);
+        std::vector<char> v = store_->get(PortsKey(p));
+        std::stringstream ss(std::string(v.begin(), v.end()));
+        std::string tok;
+        while (std::getline(ss, tok, ',')) {
+          const int port = std::atoi(tok.c_str());
+          if (port > 0) peer_ports_.emplace_back(port, p);
+        }
       }
     } catch (const std::exception& e) {
       return UnavailableError("gloo: rank " + std::to_string(rank_) + " of " +
@@ -255,14 +325,52 @@ class GlooCommunicator : public Communicator {
 
   // Turns a Gloo exception into a Status that names the lost peer rank when
   // the message carries its address (or when there is only one peer).
-  Status ErrorFor(const std::string& what, const std::string& msg) const {
-    int lost = -1;
-    for (const auto& pa : peer_addr_) {
-      if (!pa.second.empty() && msg.find(pa.second) != std::string::npos) lost = pa.first;
+  Status ErrorFor(const std::string& what, const std::string& msg) {
+    // Tell the other survivors we saw the failure (see the fallback below).
+    try {
+      store_->set(FailedKey(rank_), std::vector<char>{'1'});
+    } catch (const std::exception&) {
     }
+    // 1. The port in Gloo's message. Ports are compared alone (ranks on one
+    // host share the IP; across hosts a port collision would be needed to
+    // misname a peer).
+    int lost = -1;
+    const int port = PortOf(msg.substr(0, msg.find(' ', msg.rfind("]:"))));
+    for (const auto& pp : peer_ports_) {
+      if (port > 0 && pp.first == port) lost = pp.second;
+    }
+    // 2. Only one other rank.
     if (lost < 0 && world_ == 2) lost = 1 - rank_;
-    std::string peer = lost >= 0 ? "lost peer rank " + std::to_string(lost)
-                                 : "peer rank unknown";
+    std::string peer = lost >= 0 ? "lost peer rank " + std::to_string(lost) : "";
+    // 3. Survivors of a collective fail together and each leaves a failure
+    // report in the store; a rank without one within a grace period is the
+    // suspect.
+    if (lost < 0) {
+      const auto grace = std::min<std::chrono::milliseconds>(options_.timeout,
+                                                             std::chrono::milliseconds(2000));
+      const auto deadline = std::chrono::steady_clock::now() + grace;
+      std::vector<int> silent;
+      for (int p = 0; p < world_; ++p) {
+        if (p == rank_) continue;
+        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+            deadline - std::chrono::steady_clock::now());
+        if (left < std::chrono::milliseconds(1)) left = std::chrono::milliseconds(1);
+        try {
+          store_->wait({FailedKey(p)}, left);
+        } catch (const std::exception&) {
+          silent.push_back(p);
+        }
+      }
+      if (silent.size() == 1) {
+        lost = silent[0];
+        peer = "lost peer rank " + std::to_string(lost) + " (the only rank without a failure report)";
+      } else if (!silent.empty()) {
+        peer = "peer rank unknown; no failure report from ranks";
+        for (int p : silent) peer += " " + std::to_string(p);
+      } else {
+        peer = "peer rank unknown";
+      }
+    }
     const bool timeout = msg.find("imed out") != std::string::npos ||
                          msg.find("imeout") != std::string::npos;
     std::string text = "gloo " + what + " failed on rank " + std::to_string(rank_) + " of " +
@@ -277,7 +385,7 @@ class GlooCommunicator : public Communicator {
   const std::chrono::steady_clock::time_point origin_;
   std::shared_ptr<gloo::transport::Device> device_;
   std::shared_ptr<gloo::Context> context_;
-  std::vector<std::pair<int, std::string>> peer_addr_;
+  std::vector<std::pair<int, int>> peer_ports_;  // (port seen in Gloo errors, rank)
   bool connected_ = false;
   uint32_t next_tag_ = 1;  // same sequence on every rank: ops start in the same order
 

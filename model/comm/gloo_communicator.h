@@ -10,9 +10,15 @@
 //
 // Operations run in the order they were started, on one background thread.
 // A collective that fails (a peer died, timeout) turns into a Status naming
-// the lost peer rank where it can be identified; the communicator is then
-// broken and every later operation fails at once with the same error.
-// Gloo exceptions never escape.
+// the lost peer rank ("lost peer rank N"): from the port in Gloo's message
+// (each rank publishes the ports of its sockets at connect time, read from
+// /proc on Linux), else the other rank when there are two, else the only
+// rank that left no failure report in the store within min(timeout, 2 s).
+// The communicator is then broken and every later operation fails at once
+// with the same error. Gloo exceptions never escape.
+//
+// Store keys written here: "rank_N" and friends (Gloo), "dgca/ports/N",
+// "dgca/failed/N", "dgca/teardown/N".
 //
 // Teardown: the destructor waits for queued operations, then barriers on the
 // store (so no rank closes its sockets while a peer is still in a collective;

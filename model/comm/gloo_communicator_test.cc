@@ -207,6 +207,45 @@ TEST(GlooCommunicatorTest, StoppedPeerFailsSurvivorWithTimeout) {
   EXPECT_LT(secs, timeout_ms / 1000.0 + 2.0);
 }
 
+TEST(GlooCommunicatorTest, ThreeRanksNameTheKilledPeer) {
+  // With 3 ranks the "only other rank" shortcut does not apply: the lost
+  // rank is identified from the port in Gloo's error, or else as the only
+  // rank that left no failure report in the store.
+  const std::string dir = MakeTempDir();
+  ASSERT_FALSE(dir.empty());
+  auto codes = RunRanks(3, [&](int rank) -> int {
+    auto comm = Connect(dir, rank, 3, 3000);
+    if (!comm) return 1;
+    std::vector<float> v(1 << 12, 1.0f);
+    if (!comm->AllReduce(v.data(), v.size(), ReduceOp::kSum).ok()) return 2;
+    if (rank == 2) {
+      usleep(100000);
+      raise(SIGKILL);
+    }
+    Status st = comm->AllReduce(v.data(), v.size(), ReduceOp::kSum);
+    FILE* f = fopen((dir + "/result" + std::to_string(rank) + ".txt").c_str(), "w");
+    fprintf(f, "%s\n", st.ToString().c_str());
+    fclose(f);
+    return st.ok() ? 3 : 0;
+  });
+  EXPECT_EQ(codes[0], 0);
+  EXPECT_EQ(codes[1], 0);
+  EXPECT_EQ(codes[2], 128 + SIGKILL);
+  int named = 0;
+  for (int r = 0; r < 2; ++r) {
+    FILE* f = fopen((dir + "/result" + std::to_string(r) + ".txt").c_str(), "r");
+    ASSERT_NE(f, nullptr);
+    char line[4096] = {0};
+    ASSERT_NE(fgets(line, sizeof(line), f), nullptr);
+    fclose(f);
+    printf("rank %d: %s", r, line);
+    const std::string msg = line;
+    EXPECT_EQ(msg.find("peer rank unknown"), std::string::npos) << msg;
+    named += msg.find("lost peer rank 2") != std::string::npos;
+  }
+  EXPECT_EQ(named, 2);
+}
+
 TEST(GlooCommunicatorTest, RendezvousTimesOutWhenPeerNeverComes) {
   const std::string dir = MakeTempDir();
   auto store = std::make_shared<gloo::rendezvous::FileStore>(dir);

@@ -12,6 +12,7 @@
 // and the LSTM prompt encoder stay on.
 #include <stdlib.h>
 #include <sys/wait.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -305,6 +306,62 @@ TEST(DpOverlapTest, BucketsStartBeforeBackwardEndsAndExposedBelowTotal) {
   printf("total share %.3f, exposed share %.3f\n", sum_total / sum_step, sum_exposed / sum_step);
   EXPECT_EQ(early, n);  // every step
   EXPECT_LT(sum_exposed / sum_step, sum_total / sum_step);
+}
+
+// Issue 4, Must show 3 at the trainer level: rank 1 is SIGKILLed in the
+// middle of training; rank 0's Train() returns an error naming the lost
+// rank, within the communicator timeout, instead of hanging.
+class KillAtStep : public TrainObserver {
+ public:
+  explicit KillAtStep(int64_t step) : step_(step) {}
+  void OnStep(const StepReport& r) override {
+    if (r.step == step_) raise(SIGKILL);
+  }
+
+ private:
+  int64_t step_;
+};
+
+TEST(DpFailureTest, KilledRankFailsSurvivorNamingIt) {
+  if (!HaveData()) GTEST_SKIP() << "no train_law.txt under " << DataDir();
+  const std::string store = TempDir();
+  const std::string result = store + "/result.txt";
+  TrainConfig c = EqConfig("", 50);
+  c.checkpoint_every = 0;
+  c.micro_batch = 4;
+  c.bucket_mb = 0.02;
+  const int timeout_ms = 5000;
+  auto run = [&](int rank) -> int {
+    auto st = std::make_shared<gloo::rendezvous::FileStore>(store);
+    GlooOptions o;
+    o.timeout = std::chrono::milliseconds(timeout_ms);
+    auto comm = MakeGlooCommunicator(st, rank, 2, o);
+    if (!comm.ok()) return 2;
+    KillAtStep killer(rank == 1 ? 3 : -1);
+    const auto t0 = std::chrono::steady_clock::now();
+    auto r = Train(c, comm->get(), &killer);
+    const double secs =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    FILE* f = fopen(result.c_str(), "w");
+    fprintf(f, "%.3f\n%s\n", secs, r.ok() ? "OK" : r.status().ToString().c_str());
+    fclose(f);
+    return r.ok() ? 3 : 0;
+  };
+  auto codes = RunChildren({[&] { return run(0); }, [&] { return run(1); }});
+  EXPECT_EQ(codes[0], 0);
+  EXPECT_EQ(codes[1], 128 + SIGKILL);
+  FILE* f = fopen(result.c_str(), "r");
+  ASSERT_NE(f, nullptr);
+  double secs = 0;
+  char line[4096] = {0};
+  ASSERT_EQ(fscanf(f, "%lf\n", &secs), 1);
+  ASSERT_NE(fgets(line, sizeof(line), f), nullptr);
+  fclose(f);
+  printf("survivor's Train() returned after %.2f s: %s", secs, line);
+  const std::string msg = line;
+  EXPECT_NE(msg.find("lost peer rank 1"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("at step 4"), std::string::npos) << msg;
+  EXPECT_LT(secs, timeout_ms / 1000.0 + 10.0);
 }
 
 }  // namespace
