@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# The quickstart (`make quickstart`, after the Makefile installed the Debian
+# packages and built): starts a coordinator with its embedded agent and its
+# state under .dgca/, builds the synthetic corpus once, submits
+# configs/quickstart.yaml (tiny model, 2 CPU ranks), follows it to the end,
+# prints the evaluation metrics and the /metrics URL.
+#
+# The coordinator is LEFT RUNNING afterwards so that `build/cli/dgca list`,
+# `dgca status JOB`, `dgca logs JOB` and the /metrics endpoint can be explored;
+# `tools/quickstart.sh stop` stops it (so does the next quickstart run).
+# Exit code: that of `dgca submit --wait` (0 only when the job SUCCEEDED).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD_DIR=${BUILD_DIR:-build}
+STATE=.dgca
+COORD="$BUILD_DIR/coordinator/dgca-coordinator"
+DGCA="$BUILD_DIR/cli/dgca"
+LISTEN=${DGCA_QUICKSTART_LISTEN:-127.0.0.1:7600}
+METRICS=${DGCA_QUICKSTART_METRICS:-127.0.0.1:7601}
+
+json_field() {  # json_field FILE NAME -> value of "NAME": "..." or number
+  sed -n "s/.*\"$2\": *\"\{0,1\}\([^\",}]*\)\"\{0,1\}.*/\1/p" "$1" | head -n1
+}
+
+stop_previous() {
+  local f="$STATE/coordinator.json" pid
+  [ -f "$f" ] || return 0
+  pid=$(json_field "$f" pid)
+  if [ -n "$pid" ] && [ -r "/proc/$pid/cmdline" ] &&
+     tr '\0' ' ' < "/proc/$pid/cmdline" | grep -q dgca-coordinator; then
+    echo "quickstart: stopping the previous coordinator (pid $pid)"
+    kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq 1 150); do
+      [ -e "/proc/$pid" ] || break
+      sleep 0.1
+    done
+    if [ -e "/proc/$pid" ]; then kill -KILL "$pid" 2>/dev/null || true; fi
+  fi
+  rm -f "$f"
+}
+
+if [ "${1:-}" = "stop" ]; then
+  stop_previous
+  exit 0
+fi
+
+for p in "$COORD" "$DGCA" "$BUILD_DIR/worker/dgca-worker"; do
+  if [ ! -x "$p" ]; then
+    echo "quickstart: $p is missing; build first (make build)" >&2
+    exit 2
+  fi
+done
+
+mkdir -p "$STATE"
+stop_previous
+
+echo "quickstart: starting dgca-coordinator on $LISTEN (state in $STATE/, log $STATE/coordinator.log)"
+if command -v setsid >/dev/null; then SETSID=setsid; else SETSID=; fi
+$SETSID "$COORD" --listen "$LISTEN" --metrics-listen "$METRICS" --state-dir "$STATE" \
+  >>"$STATE/coordinator.log" 2>&1 </dev/null &
+COORD_PID=$!
+for _ in $(seq 1 300); do
+  if [ -f "$STATE/coordinator.json" ] && [ "$(json_field "$STATE/coordinator.json" pid)" = "$COORD_PID" ]; then
+    break
+  fi
+  if ! kill -0 "$COORD_PID" 2>/dev/null; then
+    echo "quickstart: the coordinator exited; its log:" >&2
+    tail -n 20 "$STATE/coordinator.log" >&2
+    exit 3
+  fi
+  sleep 0.1
+done
+if [ ! -f "$STATE/coordinator.json" ]; then
+  echo "quickstart: the coordinator did not come up within 30 s; see $STATE/coordinator.log" >&2
+  exit 3
+fi
+ADDR=$(json_field "$STATE/coordinator.json" listen)
+METRICS_ADDR=$(json_field "$STATE/coordinator.json" metrics)
+export DGCA_COORDINATOR="$ADDR" DGCA_TOKEN_FILE="$STATE/token"
+
+if [ ! -s "$STATE/data/train.txt" ] || [ ! -s "$STATE/data/test.txt" ]; then
+  echo "quickstart: building the synthetic corpus (dgca data synth --out $STATE/data)"
+  "$DGCA" data synth --out "$STATE/data"
+fi
+
+echo "quickstart: submitting configs/quickstart.yaml (tiny DGCA-ReLM, 2 CPU ranks)"
+START=$(date +%s)
+set +e
+"$DGCA" submit configs/quickstart.yaml --wait
+RC=$?
+set -e
+END=$(date +%s)
+
+echo
+echo "quickstart: submit --wait exited $RC after $((END - START)) s"
+if [ -n "$METRICS_ADDR" ]; then
+  echo "quickstart: Prometheus metrics at http://$METRICS_ADDR/metrics"
+fi
+echo "quickstart: the coordinator keeps running (pid $COORD_PID) for you to explore:"
+echo "    export DGCA_COORDINATOR=$ADDR DGCA_TOKEN_FILE=$STATE/token"
+echo "    $DGCA list; $DGCA status JOB; $DGCA logs JOB --rank 1"
+echo "  stop it with: tools/quickstart.sh stop   (or: kill $COORD_PID)"
+exit $RC
