@@ -628,12 +628,17 @@ int CmdDataSynth(Io io, const std::string& out_dir) {
 #ifdef DGCA_HAVE_SYNTH
   SynthOptions o;
   o.out_dir = out_dir;
-  auto r = SynthesizeCorpus(o);
-  if (!r.ok()) {
-    io.err << "error: " << r.status().message() << "\n";
+  SynthStats st;
+  Status s = SynthesizeCorpus(o, &st);
+  if (!s.ok()) {
+    io.err << "error: " << s.message() << "\n";
     return kJobFailed;
   }
-  io.out << SynthSummary(*r);
+  io.out << absl::StrFormat(
+      "wrote %s/train.txt (%d sentences, %d with errors) and %s/test.txt (%d sentences, %d with "
+      "errors)\n%d homophone substitutions; %d candidate sentences from %d source files\n",
+      out_dir, st.train, st.train_with_errors, out_dir, st.test, st.test_with_errors,
+      st.substitutions, st.candidate_sentences, st.files);
   return kOk;
 #else
   io.err << "error: dgca data synth is not built into this dgca yet (model/core/synth.h)\n";
