@@ -186,7 +186,7 @@ Prediction Predict(int n, int m, int k, double bucket, const Inputs& in,
   p.overlap = std::min(p.comm, kBackwardShare * p.compute);
   p.exposed = p.comm - p.overlap;
   p.step = k * p.compute + p.exposed;
-  p.sps = p.step > 0 ? n * m * k / p.step : 0;
+  p.sps = p.step > 0 ? static_cast<double>(n) * m * k / p.step : 0;
   p.share = p.step > 0 ? p.exposed / p.step : 0;
   return p;
 }
@@ -194,13 +194,22 @@ Prediction Predict(int n, int m, int k, double bucket, const Inputs& in,
 // Feasible (m, k) with n*m*k == global (per-rank batch divisible by k) and
 // m <= max_micro (when known).
 std::vector<std::pair<int, int>> Splits(int n, const Inputs& in) {
-  std::vector<std::pair<int, int>> out;
+  // Divisors of the per-rank batch, by ascending k (O(sqrt) even for huge
+  // batches).
   const int per_rank = std::max(1, in.global / n);
-  for (int k = 1; k <= per_rank; ++k) {
-    if (per_rank % k) continue;
+  std::vector<int> ks;
+  for (int64_t d = 1; d * d <= per_rank; ++d) {
+    if (per_rank % d) continue;
+    ks.push_back(static_cast<int>(d));
+    if (d * d != per_rank) ks.push_back(static_cast<int>(per_rank / d));
+  }
+  std::sort(ks.begin(), ks.end());
+  std::vector<std::pair<int, int>> out;
+  for (int k : ks) {
     int m = per_rank / k;
     if (in.max_micro > 0 && m > in.max_micro) continue;
     out.push_back({m, k});
+    if (out.size() >= 64) break;  // enough candidates; k only grows from here
   }
   return out;
 }
@@ -702,7 +711,7 @@ void Planner::BatchAndBuckets() {
     LinkModel link;
     std::string k_why;
     bool target_met = false;
-    int k_needed_global = 0;
+    int64_t k_needed_global = 0;
   };
   std::map<int, Best> best;
   for (int n : ns) {
@@ -757,9 +766,12 @@ void Planner::BatchAndBuckets() {
       if (b.p.known && n > 1) {
         // What it would take: smallest k at this m with share <= target.
         // share <= s <=> exposed <= s/(1-s) k c  <=> k >= exposed (1-s) / (s c).
-        int k_need = static_cast<int>(std::ceil(
-            b.p.exposed * (1 - kTargetCommShare) / (kTargetCommShare * b.p.compute) - 1e-9));
-        b.k_needed_global = std::max(1, k_need) * b.p.m * n;
+        const double k_real =
+            b.p.compute > 0 ? b.p.exposed * (1 - kTargetCommShare) /
+                                  (kTargetCommShare * b.p.compute)
+                            : 1e9;
+        int k_need = static_cast<int>(std::min(1e9, std::ceil(k_real - 1e-9)));
+        b.k_needed_global = static_cast<int64_t>(std::max(1, k_need)) * b.p.m * n;
         b.k_why = absl::StrFormat(
             "step(k) = k x c + exposed with c = %s x %d = %s, all-reduce C = %s, "
             "overlap min(C, 2/3 c) = %s, exposed = %s: %s",
@@ -863,13 +875,22 @@ void Planner::BatchAndBuckets() {
                            p.m, in_.max_micro, mem_why_));
   } else {
     Decide(&plan_, "train.micro_batch", absl::StrCat(p.m), v1::PLANNER,
-           absl::StrFormat("global_batch %d / (%d rank(s) x accumulation %d) = %d; "
+           absl::StrFormat("global_batch %d / (%d rank(s) x accumulation %d%s) = %d; "
                            "memory: %s",
-                           global_, n, p.k, p.m, mem_why_));
+                           global_, n, p.k, user_k > 0 ? " from the spec" : "", p.m,
+                           mem_why_));
+    if (in_.max_micro > 0 && p.m > in_.max_micro)
+      Warn(absl::StrFormat("micro_batch %d exceeds the %d the memory model fits (%s)",
+                           p.m, in_.max_micro, mem_why_));
   }
   if (user_k > 0) {
     Decide(&plan_, "train.accumulation", absl::StrCat(p.k), v1::USER,
            "set in the spec");
+  } else if (user_m > 0) {
+    Decide(&plan_, "train.accumulation", absl::StrCat(p.k), v1::PLANNER,
+           absl::StrFormat("global_batch %d / (%d rank(s) x micro_batch %d from the "
+                           "spec) = %d",
+                           global_, n, p.m, p.k));
   } else if (!p.known) {
     Decide(&plan_, "train.accumulation", absl::StrCat(p.k), v1::PLANNER,
            absl::StrFormat("no step-time measurement: the smallest k whose "

@@ -2,7 +2,31 @@
 // measurements into a Plan in which every resolved value carries a one-line
 // reason (DESIGN.md "Planner"). Values the user set win, and the plan says so.
 //
-// Thread-safety: pure functions; safe from any thread.
+// Cost model (per rank; coordinator/planner/planner.cc has the details):
+//   c(m)    = step_seconds * m / step_micro_batch   (forward+backward, measured)
+//   G       = 4 * parameters (fp32 gradients), f = 2(n-1)/n
+//   t(S)    = latency + S * f / busbw               (one all-reduce of S bytes)
+//   C       = ceil(G/S) * latency + G * f / busbw   (all gradients)
+//   exposed = C - min(C, 2/3 * c(m))                (only the last micro-step's
+//             backward overlaps; no all-reduce on accumulation micro-steps)
+//   step    = k * c(m) + exposed; samples/s = n*m*k / step; share = exposed/step
+// Decisions, each a PlanDecision with its arithmetic:
+//   resources.device/ranks (one per GPU, dropped to 1 when the model predicts
+//   one GPU faster; CPU: one per NUMA node or min(2, cpus)), comm.backend,
+//   train.precision (bf16 on cc >= 8.0, fp16 below or unknown, fp32 on CPU),
+//   train.micro_batch (largest that fits 80% of device memory per
+//   model/core/memory_model.h, minus 512 MiB CUDA context), train.accumulation
+//   (smallest k with exposed <= 10% of the step within global_batch; else the
+//   fastest, with a warning naming the global_batch that would reach 10%),
+//   comm.bucket_mb (G/4 when the all-reduce is not small next to backward,
+//   25 MiB when it is; never below 9 * latency * busbw / f), data.loader.threads,
+//   resources.threads_per_rank, env.* (OMP_NUM_THREADS on CPU;
+//   CUDA_DEVICE_ORDER, and NCCL_SHM_DISABLE / NCCL_P2P_DISABLE /
+//   NCCL_IB_DISABLE only where the topology calls for them). Values set in the
+//   spec (and comm.env) win with source USER.
+//
+// Thread-safety: pure functions; safe from any thread. A TrialRunner is
+// called from the calling thread only.
 #ifndef DGCA_COORDINATOR_PLANNER_PLANNER_H_
 #define DGCA_COORDINATOR_PLANNER_PLANNER_H_
 

@@ -345,6 +345,97 @@ TEST(PlannerDegraded, CudaRequestedWithoutGpus) {
   EXPECT_TRUE(absl::StrContains(absl::StrJoin(plan->warnings(), "\n"), "no node reports"));
 }
 
+// ---- Several nodes ----------------------------------------------------------------
+
+TEST(PlannerMultiNode, NoInfinibandMeansSocketsAndSaysSo) {
+  v1::Topology a = Fixture("workstation-3gpu"), b = Fixture("workstation-3gpu");
+  a.set_node("ws-a");
+  b.set_node("ws-b");
+  PlannerMeasurements m;
+  m.step_seconds = 0.2;
+  m.step_micro_batch = 128;
+  v1::JobSpec spec = DefaultJobSpec();
+  spec.mutable_train()->set_global_batch(6 * 512);
+  auto plan = MakePlan(spec, {a, b}, m);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->ranks(), 6);
+  EXPECT_EQ(plan->rank_nodes(0), "ws-a");
+  EXPECT_EQ(plan->rank_nodes(5), "ws-b");
+  EXPECT_EQ(plan->rank_local_devices(3), 0);
+  EXPECT_EQ(plan->env().at("NCCL_IB_DISABLE"), "1");
+  EXPECT_TRUE(absl::StrContains(Find(*plan, "env.NCCL_IB_DISABLE").reason(), "TCP"));
+  EXPECT_TRUE(absl::StrContains(Find(*plan, "comm.bucket_mb").reason(), "10 Gb/s"));
+}
+
+TEST(PlannerMultiNode, ActiveInfinibandSetsNothing) {
+  v1::Topology a = Fixture("a100-4x-pcie"), b = Fixture("a100-4x-pcie");
+  a.set_node("a");
+  b.set_node("b");
+  auto plan = MakePlan(DefaultJobSpec(), {a, b}, PlannerMeasurements{});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->ranks(), 8);
+  EXPECT_FALSE(HasNcclEnv(*plan));
+}
+
+// ---- Robustness: any spec values, any fixture -------------------------------------------
+
+TEST(PlannerRobustness, RandomSpecsNeverFailAndStayConsistent) {
+  std::vector<v1::Topology> fixtures;
+  for (const char* f : {"cpu-only", "nvlink-8-h100", "wsl2-2x4090", "workstation-3gpu",
+                        "a100-4x-pcie", "broken"})
+    fixtures.push_back(Fixture(f));
+  fixtures.push_back(v1::Topology());  // nothing known at all
+  uint64_t x = 42;
+  auto next = [&x](uint64_t mod) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<int>((x >> 33) % mod);
+  };
+  const char* devices[] = {"auto", "cuda", "cpu", ""};
+  const char* precisions[] = {"auto", "fp32", "fp16", "bf16", ""};
+  const char* modes[] = {"auto", "off", "model", "trial", ""};
+  for (int i = 0; i < 400; ++i) {
+    v1::JobSpec spec = DefaultJobSpec();
+    spec.mutable_train()->set_global_batch(1 + next(5) * next(100000) + (next(3) == 0 ? 2000000000 : 0));
+    if (next(3) == 0) spec.mutable_resources()->set_ranks(1 + next(16));
+    if (next(4) == 0) spec.mutable_train()->set_micro_batch(1 + next(300));
+    if (next(4) == 0) spec.mutable_train()->set_accumulation(1 + next(40));
+    if (next(4) == 0) spec.mutable_comm()->set_bucket_mb(next(1000) / 3.0);
+    spec.mutable_resources()->set_device(devices[next(4)]);
+    spec.mutable_train()->set_precision(precisions[next(5)]);
+    spec.mutable_tuning()->set_mode(modes[next(5)]);
+    if (next(3) == 0) spec.mutable_model()->set_preset("tiny");
+    PlannerMeasurements m;
+    if (next(2)) m.allreduce_bus_bandwidth = next(3) == 0 ? -1 : 1e6 * (1 + next(400000));
+    if (next(2)) m.allreduce_latency_s = next(1000) * 1e-6;
+    if (next(2)) {
+      m.step_seconds = next(3) == 0 ? 0 : next(2000) * 1e-3;
+      m.step_micro_batch = next(3) == 0 ? 0 : 1 + next(256);
+    }
+    std::vector<v1::Topology> nodes = {fixtures[next(fixtures.size())]};
+    if (next(4) == 0) nodes.push_back(fixtures[next(fixtures.size())]);
+    auto plan = MakePlan(spec, nodes, m);
+    ASSERT_TRUE(plan.ok()) << i << ": " << plan.status();
+    EXPECT_GE(plan->ranks(), 1) << i;
+    EXPECT_GE(plan->micro_batch(), 1) << i;
+    EXPECT_GE(plan->accumulation(), 1) << i;
+    EXPECT_GT(plan->bucket_mb(), 0) << i;
+    EXPECT_EQ(plan->rank_nodes_size(), plan->ranks()) << i;
+    EXPECT_FALSE(FormatPlan(*plan).empty());
+    for (const auto& d : plan->decisions()) EXPECT_FALSE(d.reason().empty()) << i << d.name();
+  }
+}
+
+TEST(Planner, MicroBatchFromTheSpecDerivesAccumulation) {
+  v1::JobSpec spec = DefaultJobSpec();
+  spec.mutable_train()->set_global_batch(64);
+  spec.mutable_train()->set_micro_batch(8);
+  auto plan = MakePlan(spec, {Fixture("cpu-only")}, PlannerMeasurements{});
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->accumulation(), 4);
+  EXPECT_TRUE(absl::StrContains(Find(*plan, "train.accumulation").reason(),
+                                "micro_batch 8 from the spec"));
+}
+
 // ---- Trials ---------------------------------------------------------------------------
 
 class FakeRunner : public TrialRunner {
