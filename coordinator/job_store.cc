@@ -345,6 +345,18 @@ absl::StatusOr<std::vector<v1::Job>> JobStore::ListJobs(const std::vector<v1::Jo
   return out;
 }
 
+absl::StatusOr<std::map<v1::JobState, int>> JobStore::CountByState() {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt q(db_, "SELECT state, COUNT(*) FROM jobs GROUP BY state");
+  std::map<v1::JobState, int> out;
+  int rc;
+  while ((rc = q.Step()) == SQLITE_ROW) {
+    out[static_cast<v1::JobState>(q.Int(0))] = static_cast<int>(q.Int(1));
+  }
+  if (rc != SQLITE_DONE) return Error("counting jobs");
+  return out;
+}
+
 absl::StatusOr<std::vector<v1::JobEvent>> JobStore::ListEvents(const std::string& id,
                                                                int64_t after_seq) {
   std::lock_guard<std::mutex> lock(mu_);

@@ -85,6 +85,8 @@ class JobStore {
   // Newest first. Empty `states` = all; limit 0 = all.
   absl::StatusOr<std::vector<v1::Job>> ListJobs(const std::vector<v1::JobState>& states,
                                                 int limit);
+  // Number of jobs in each state (states with none are absent).
+  absl::StatusOr<std::map<v1::JobState, int>> CountByState();
   absl::StatusOr<std::vector<v1::JobEvent>> ListEvents(const std::string& id,
                                                        int64_t after_seq);
 

@@ -84,6 +84,11 @@ TEST(JobStore, CreateUpdateListEvents) {
   ASSERT_EQ(running->size(), 1u);
   EXPECT_EQ((*running)[0].id(), a->id());
   EXPECT_EQ((*store)->ListJobs({}, 1)->size(), 1u);
+  auto counts = (*store)->CountByState();
+  ASSERT_TRUE(counts.ok());
+  EXPECT_EQ(counts->at(v1::RUNNING), 1);
+  EXPECT_EQ(counts->at(v1::PENDING), 1);
+  EXPECT_EQ(counts->count(v1::FAILED), 0u);
 
   EXPECT_EQ((*store)->GetJob("j-nope").status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ((*store)->SetState("j-nope", v1::FAILED, "x").status().code(),

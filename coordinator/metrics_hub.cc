@@ -113,7 +113,21 @@ struct MetricsHub::RankSeries {
   Gauge* exposed_ratio;
   Gauge* bus_bw;
   std::map<std::string, Gauge*> loss;  // by head
+  std::set<Gauge*> gpu_util, gpu_mem, gpu_power;
 };
+
+struct MetricsHub::JobSeries {
+  std::set<Gauge*> progress, eta, sps, target, eval_f1, eval_metric;
+  std::set<Counter*> restarts;
+};
+
+namespace {
+template <typename T>
+void RemoveAll(Family<T>& f, std::set<T*>& s) {
+  for (T* m : s) f.Remove(m);
+  s.clear();
+}
+}  // namespace
 
 MetricsHub::MetricsHub()
     : registry_(std::make_shared<prometheus::Registry>()),
@@ -210,31 +224,88 @@ void MetricsHub::IngestStep(const v1::StepMetrics& m, const std::string& node, i
     l["gpu"] = std::to_string(gpu);
     // Proto3 default 0 would look like a reading; ranks send -1 when absent,
     // and CPU ranks (gpu < 0) never get GPU series.
-    if (gpu >= 0 && m.gpu_utilization_ratio() >= 0) f_->gpu_util.Add(l).Set(m.gpu_utilization_ratio());
-    if (gpu >= 0 && m.gpu_memory_used_bytes() >= 0) f_->gpu_mem.Add(l).Set(m.gpu_memory_used_bytes());
-    if (gpu >= 0 && m.gpu_power_watts() >= 0) f_->gpu_power.Add(l).Set(m.gpu_power_watts());
+    auto set = [&](Family<Gauge>& f, std::set<Gauge*>& track, double v) {
+      Gauge* g = &f.Add(l);
+      track.insert(g);
+      g->Set(v);
+    };
+    if (gpu >= 0 && m.gpu_utilization_ratio() >= 0) set(f_->gpu_util, r->gpu_util, m.gpu_utilization_ratio());
+    if (gpu >= 0 && m.gpu_memory_used_bytes() >= 0) set(f_->gpu_mem, r->gpu_mem, m.gpu_memory_used_bytes());
+    if (gpu >= 0 && m.gpu_power_watts() >= 0) set(f_->gpu_power, r->gpu_power, m.gpu_power_watts());
   }
 }
 
 void MetricsHub::IngestEval(const v1::EvalMetrics& m) {
   std::lock_guard<std::mutex> lock(mu_);
+  auto& js = job_series_[m.job_id()];
+  if (!js) js = std::make_unique<JobSeries>();
+  int n = 0;
   for (const auto& [name, v] : m.metrics()) {
-    if (name.size() > 128) continue;
-    f_->eval_metric.Add({{"job", m.job_id()}, {"name", name}}).Set(v);
+    if (name.size() > 128 || ++n > 64) continue;
+    Gauge* g = &f_->eval_metric.Add({{"job", m.job_id()}, {"name", name}});
+    js->eval_metric.insert(g);
+    g->Set(v);
     // "<level>_<kind>_f1", e.g. sentence_correction_f1, char_detection_f1.
     std::vector<std::string> parts = absl::StrSplit(name, '_');
     if (parts.size() == 3 && parts[2] == "f1") {
-      f_->eval_f1.Add({{"job", m.job_id()}, {"level", parts[0]}, {"kind", parts[1]}}).Set(v);
+      Gauge* f1 = &f_->eval_f1.Add({{"job", m.job_id()}, {"level", parts[0]}, {"kind", parts[1]}});
+      js->eval_f1.insert(f1);
+      f1->Set(v);
     }
   }
 }
 
 void MetricsHub::SetJobProgress(const std::string& job, double ratio, double eta_seconds,
                                 double samples_per_second, int64_t target_steps) {
-  f_->job_progress.Add({{"job", job}}).Set(ratio);
-  f_->job_eta.Add({{"job", job}}).Set(eta_seconds);
-  f_->job_sps.Add({{"job", job}}).Set(samples_per_second);
-  f_->target_steps.Add({{"job", job}}).Set(static_cast<double>(target_steps));
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& js = job_series_[job];
+  if (!js) js = std::make_unique<JobSeries>();
+  auto set = [&](Family<Gauge>& f, std::set<Gauge*>& track, double v) {
+    Gauge* g = &f.Add({{"job", job}});
+    track.insert(g);
+    g->Set(v);
+  };
+  set(f_->job_progress, js->progress, ratio);
+  set(f_->job_eta, js->eta, eta_seconds);
+  set(f_->job_sps, js->sps, samples_per_second);
+  set(f_->target_steps, js->target, static_cast<double>(target_steps));
+}
+
+void MetricsHub::RemoveJob(const std::string& job) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = ranks_.begin(); it != ranks_.end();) {
+    if (it->first.first != job) {
+      ++it;
+      continue;
+    }
+    RankSeries* r = it->second.get();
+    f_->step.Remove(r->step);
+    f_->sps.Remove(r->sps);
+    f_->step_seconds.Remove(r->step_seconds);
+    f_->lr.Remove(r->lr);
+    f_->grad_norm.Remove(r->grad_norm);
+    f_->samples.Remove(r->samples);
+    f_->data_wait.Remove(r->data_wait);
+    f_->allreduce.Remove(r->allreduce);
+    f_->exposed.Remove(r->exposed);
+    f_->exposed_ratio.Remove(r->exposed_ratio);
+    f_->bus_bw.Remove(r->bus_bw);
+    for (auto& [head, g] : r->loss) f_->loss.Remove(g);
+    RemoveAll(f_->gpu_util, r->gpu_util);
+    RemoveAll(f_->gpu_mem, r->gpu_mem);
+    RemoveAll(f_->gpu_power, r->gpu_power);
+    it = ranks_.erase(it);
+  }
+  auto js = job_series_.find(job);
+  if (js == job_series_.end()) return;
+  RemoveAll(f_->job_progress, js->second->progress);
+  RemoveAll(f_->job_eta, js->second->eta);
+  RemoveAll(f_->job_sps, js->second->sps);
+  RemoveAll(f_->target_steps, js->second->target);
+  RemoveAll(f_->eval_f1, js->second->eval_f1);
+  RemoveAll(f_->eval_metric, js->second->eval_metric);
+  RemoveAll(f_->restarts, js->second->restarts);
+  job_series_.erase(js);
 }
 
 void MetricsHub::SetHeartbeatAge(const std::string& node, double age_seconds, bool connected) {
@@ -243,7 +314,12 @@ void MetricsHub::SetHeartbeatAge(const std::string& node, double age_seconds, bo
 }
 
 void MetricsHub::IncRankRestarts(const std::string& job) {
-  f_->restarts.Add({{"job", job}}).Increment();
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& js = job_series_[job];
+  if (!js) js = std::make_unique<JobSeries>();
+  Counter* c = &f_->restarts.Add({{"job", job}});
+  js->restarts.insert(c);
+  c->Increment();
 }
 
 }  // namespace dgca

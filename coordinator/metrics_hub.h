@@ -32,6 +32,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -72,10 +73,14 @@ class MetricsHub {
                       double samples_per_second, int64_t target_steps);
   void SetHeartbeatAge(const std::string& node, double age_seconds, bool connected);
   void IncRankRestarts(const std::string& job);
+  // Drops every series labelled with `job` (the scheduler calls it for
+  // finished jobs it no longer remembers, so series stay bounded).
+  void RemoveJob(const std::string& job);
 
  private:
   struct Families;
   struct RankSeries;
+  struct JobSeries;
   RankSeries* Rank(const std::string& job, int rank, const std::string& node);
 
   std::shared_ptr<prometheus::Registry> registry_;
@@ -83,6 +88,7 @@ class MetricsHub {
   std::unique_ptr<prometheus::Exposer> exposer_;
   mutable std::mutex mu_;
   std::map<std::pair<std::string, int>, std::unique_ptr<RankSeries>> ranks_;
+  std::map<std::string, std::unique_ptr<JobSeries>> job_series_;
 };
 
 }  // namespace dgca

@@ -76,6 +76,12 @@ TEST(MetricsHub, IngestsStepsAndEvals) {
   t = hub.Serialize();
   EXPECT_TRUE(Has(t, "dgca_gpu_utilization_ratio{gpu=\"3\",job=\"j-1\",node=\"n2\",rank=\"2\"} 0.9")) << t;
   EXPECT_TRUE(Has(t, "dgca_gpu_power_watts{gpu=\"3\""));
+  hub.RemoveJob("j-1");
+  t = hub.Serialize();
+  EXPECT_FALSE(Has(t, "job=\"j-1\"")) << t;
+  EXPECT_TRUE(Has(t, "dgca_jobs{state=\"SUCCEEDED\"} 3"));
+  hub.IngestStep(Step(0, 7), "n1", -1);  // series come back after removal
+  EXPECT_TRUE(Has(hub.Serialize(), "dgca_train_step{job=\"j-1\",node=\"n1\",rank=\"0\"} 7"));
 }
 
 TEST(MetricsHub, ExposerServesMetrics) {

@@ -19,9 +19,8 @@
 namespace dgca {
 namespace {
 
-bool IsActive(v1::JobState s) {
-  return s == v1::PENDING || s == v1::PLANNING || s == v1::RUNNING;
-}
+// Finished jobs whose per-rank progress and /metrics series are kept.
+constexpr size_t kRememberFinished = 64;
 
 std::string ReadFileOrEmpty(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -294,8 +293,9 @@ void Scheduler::Finish(JobRt* rt, v1::JobState state, const std::string& message
   Publish(rt->id, u);
   finished_[rt->id] = snap;
   finished_order_.push_back(rt->id);
-  while (finished_order_.size() > 256) {
+  while (finished_order_.size() > kRememberFinished) {
     finished_.erase(finished_order_.front());
+    hub_->RemoveJob(finished_order_.front());  // bounded /metrics series
     finished_order_.pop_front();
   }
   std::string id = rt->id;
@@ -575,12 +575,8 @@ void Scheduler::Tick() {
     }
     if (now - last_counts_ > std::chrono::seconds(2)) {
       last_counts_ = now;
-      auto all = store_->ListJobs({}, 0);
-      if (all.ok()) {
-        std::map<v1::JobState, int> counts;
-        for (const auto& j : *all) counts[j.state()]++;
-        hub_->SetJobCounts(counts);
-      }
+      auto counts = store_->CountByState();
+      if (counts.ok()) hub_->SetJobCounts(*counts);
     }
   }
   Flush(&out);
