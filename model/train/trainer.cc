@@ -150,9 +150,14 @@ StatusOr<TrainResult> Train(const TrainConfig& config, Communicator* comm,
     DGCA_ASSIGN_OR_RETURN(vocab, Vocab::BuildFromExamples({config.train_path}));
     log("vocab: built " + std::to_string(vocab.size()) + " tokens from " + config.train_path);
     if (!saved_vocab.empty() && rank == 0) {
+      // Written under a temporary name and renamed: other ranks may be
+      // checking for it right now.
       std::error_code ec;
       fs::create_directories(config.checkpoint_dir, ec);
-      DGCA_RETURN_IF_ERROR(vocab.Save(saved_vocab));
+      const std::string tmp = saved_vocab + ".tmp";
+      DGCA_RETURN_IF_ERROR(vocab.Save(tmp));
+      fs::rename(tmp, saved_vocab, ec);
+      if (ec) return InternalError("cannot rename " + tmp + " to " + saved_vocab + ": " + ec.message());
     }
   }
 
