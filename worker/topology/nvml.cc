@@ -41,6 +41,27 @@ using DriverFn = nvmlReturn_t (*)(char*, unsigned);
 using CudaFn = nvmlReturn_t (*)(int*);
 using LinkStateFn = nvmlReturn_t (*)(nvmlDevice_t, unsigned, int*);
 using RemotePciFn = nvmlReturn_t (*)(nvmlDevice_t, unsigned, nvmlPciInfo_t*);
+using AncestorFn = nvmlReturn_t (*)(nvmlDevice_t, nvmlDevice_t, int*);
+
+// nvmlGpuTopologyLevel_t -> nvidia-smi's names.
+std::string LevelName(int level) {
+  switch (level) {
+    case 0:
+      return "X";  // NVML_TOPOLOGY_INTERNAL: two GPUs on one board
+    case 10:
+      return "PIX";
+    case 20:
+      return "PXB";
+    case 30:
+      return "PHB";
+    case 40:
+      return "NODE";
+    case 50:
+      return "SYS";
+    default:
+      return "";
+  }
+}
 
 // Closes the library on every path out.
 class Library {
@@ -58,6 +79,15 @@ class Library {
   void* h_;
 };
 
+// Typed lookups through a NvmlSymbolLookup.
+struct Lookup {
+  const NvmlSymbolLookup* sym;
+  template <typename F>
+  F Get(const char* name) const {
+    return reinterpret_cast<F>((*sym)(name));
+  }
+};
+
 }  // namespace
 
 NvmlReport QueryNvml(const std::string& library) {
@@ -70,6 +100,13 @@ NvmlReport QueryNvml(const std::string& library) {
     return r;
   }
   Library lib(h);
+  return QueryNvmlSymbols([&lib](const char* name) { return lib.Get<void*>(name); },
+                          library);
+}
+
+NvmlReport QueryNvmlSymbols(const NvmlSymbolLookup& sym, const std::string& library) {
+  NvmlReport r;
+  Lookup lib{&sym};
   auto init = lib.Get<InitFn>("nvmlInit_v2");
   auto shutdown = lib.Get<ShutdownFn>("nvmlShutdown");
   auto errstr = lib.Get<ErrorStringFn>("nvmlErrorString");
@@ -99,6 +136,8 @@ NvmlReport QueryNvml(const std::string& library) {
   auto cuda = lib.Get<CudaFn>("nvmlSystemGetCudaDriverVersion_v2");
   auto link_state = lib.Get<LinkStateFn>("nvmlDeviceGetNvLinkState");
   auto remote = lib.Get<RemotePciFn>("nvmlDeviceGetNvLinkRemotePciInfo_v2");
+  auto ancestor = lib.Get<AncestorFn>("nvmlDeviceGetTopologyCommonAncestor");
+  std::vector<nvmlDevice_t> handles;
 
   char buf[128];
   if (driver && driver(buf, sizeof(buf)) == kNvmlSuccess) r.driver_version = buf;
@@ -121,8 +160,10 @@ NvmlReport QueryNvml(const std::string& library) {
     if (handle(i, &d) != kNvmlSuccess) {
       g.error = "nvmlDeviceGetHandleByIndex_v2 failed";
       r.gpus.push_back(g);
+      handles.push_back(nullptr);
       continue;
     }
+    handles.push_back(d);
     if (name && name(d, buf, sizeof(buf)) == kNvmlSuccess) g.name = buf;
     nvmlMemory_t m{};
     if (mem && mem(d, &m) == kNvmlSuccess) g.memory_bytes = m.total;
@@ -144,6 +185,18 @@ NvmlReport QueryNvml(const std::string& library) {
       }
     }
     r.gpus.push_back(g);
+  }
+  if (ancestor) {
+    for (size_t a = 0; a < handles.size(); ++a)
+      for (size_t b = a + 1; b < handles.size(); ++b) {
+        int level = -1;
+        if (handles[a] == nullptr || handles[b] == nullptr ||
+            ancestor(handles[a], handles[b], &level) != kNvmlSuccess)
+          continue;
+        std::string name = LevelName(level);
+        if (!name.empty())
+          r.paths[{static_cast<int>(a), static_cast<int>(b)}] = name;
+      }
   }
   shutdown();
   return r;

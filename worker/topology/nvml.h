@@ -8,7 +8,10 @@
 #define DGCA_WORKER_TOPOLOGY_NVML_H_
 
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace dgca {
@@ -30,9 +33,19 @@ struct NvmlReport {
   std::string driver_version;
   std::string cuda_version;    // "12.4"
   std::vector<NvmlGpu> gpus;
+  // PCIe path between GPUs i < j (NVML indices) from
+  // nvmlDeviceGetTopologyCommonAncestor, named as nvidia-smi names it
+  // (PIX, PXB, PHB, NODE, SYS; "X" for NVML_TOPOLOGY_INTERNAL boards).
+  std::map<std::pair<int, int>, std::string> paths;
 };
 
 NvmlReport QueryNvml(const std::string& library);
+
+// The same, with NVML's entry points looked up through `sym` (dlsym on the
+// loaded library in QueryNvml; tests pass fakes). `what` names the library
+// in error messages.
+using NvmlSymbolLookup = std::function<void*(const char*)>;
+NvmlReport QueryNvmlSymbols(const NvmlSymbolLookup& sym, const std::string& what);
 
 }  // namespace dgca
 

@@ -543,21 +543,21 @@ class Prober {
                                  matched, " GPU(s)"));
   }
 
-  void Nvml() {
-    if (!opt_.use_nvml) {
+  void Nvml(const NvmlReport* injected) {
+    if (!opt_.use_nvml && injected == nullptr) {
       t_->set_nvml_available(false);
       t_->set_nvml_error("not loaded (ProbeOptions.use_nvml = false)");
       t_->add_sources("nvml: not loaded (use_nvml = false)");
       return;
     }
-    NvmlReport r = QueryNvml(opt_.nvml_library);
+    NvmlReport r = injected ? *injected : QueryNvml(opt_.nvml_library);
     t_->set_nvml_available(r.available);
     t_->set_nvml_error(r.error);
     if (!r.available) {
       t_->add_sources(absl::StrCat("nvml: unavailable: ", r.error));
       return;
     }
-    if (!(opt_.root.empty() || opt_.root == "/")) {
+    if (injected == nullptr && !(opt_.root.empty() || opt_.root == "/")) {
       t_->add_sources(absl::StrCat("nvml: loaded but ignored: it describes this "
                                    "machine, not the root ", opt_.root));
       return;
@@ -603,6 +603,21 @@ class Prober {
           to_switch[it->second]++;  // NVSwitch (or a non-GPU peer)
       }
     }
+    // PCIe paths NVML knows where sysfs and nvidia-smi gave none (WSL2,
+    // GPUs whose sysfs link could not be resolved).
+    int filled = 0;
+    for (const auto& [pair, path] : r.paths) {
+      if (pair.first >= static_cast<int>(r.gpus.size()) ||
+          pair.second >= static_cast<int>(r.gpus.size()) || path == "X")
+        continue;
+      auto ia = by_bus.find(r.gpus[pair.first].bus_id);
+      auto ib = by_bus.find(r.gpus[pair.second].bus_id);
+      if (ia == by_bus.end() || ib == by_bus.end()) continue;
+      std::pair<int, int> key = std::minmax(ia->second, ib->second);
+      if (links_.count(key)) continue;
+      links_[key] = path;
+      ++filled;
+    }
     int nvpairs = 0;
     for (size_t a = 0; a < gpus_.size(); ++a)
       for (size_t b = a + 1; b < gpus_.size(); ++b) {
@@ -614,7 +629,8 @@ class Prober {
           ++nvpairs;
         }
       }
-    t_->add_sources(absl::StrCat("nvml: ", merged, " GPU(s); NVLink for ", nvpairs,
+    t_->add_sources(absl::StrCat("nvml: ", merged, " GPU(s); PCIe path for ", filled,
+                                 " pair(s) sysfs lacked; NVLink for ", nvpairs,
                                  " pair(s); driver ", r.driver_version));
   }
 
@@ -724,6 +740,11 @@ class Prober {
 }  // namespace
 
 absl::StatusOr<v1::Topology> ProbeTopology(const ProbeOptions& options) {
+  return topo_internal::ProbeTopologyWithNvml(options, nullptr);
+}
+
+absl::StatusOr<v1::Topology> topo_internal::ProbeTopologyWithNvml(
+    const ProbeOptions& options, const NvmlReport* nvml) {
   std::string root = options.root.empty() ? "/" : options.root;
   if (!IsDir(root)) {
     return absl::NotFoundError(absl::StrCat(
@@ -744,8 +765,8 @@ absl::StatusOr<v1::Topology> ProbeTopology(const ProbeOptions& options) {
   p.Cgroup();
   p.PciGpus();
   p.TopoText();
-  p.Nvml();
   p.QueryCsv();
+  p.Nvml(nvml);
   p.Infiniband();
   p.Finish();
   return t;

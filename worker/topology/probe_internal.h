@@ -8,6 +8,11 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
+#include "dgca/v1/topology.pb.h"
+#include "worker/topology/nvml.h"
+#include "worker/topology/probe.h"
+
 namespace dgca {
 namespace topo_internal {
 
@@ -52,6 +57,11 @@ std::string NormalizeBusId(const std::string& s);
 
 // True when s looks like a PCI address "DDDD:BB:DD.F".
 bool IsBdf(const std::string& s);
+
+// ProbeTopology with NVML's answer given (tests); nvml == nullptr queries
+// NVML as ProbeTopology does. An injected report is merged whatever the root.
+absl::StatusOr<v1::Topology> ProbeTopologyWithNvml(const ProbeOptions& options,
+                                                   const NvmlReport* nvml);
 
 }  // namespace topo_internal
 }  // namespace dgca

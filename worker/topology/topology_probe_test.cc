@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "gtest/gtest.h"
+#include "worker/topology/nvml.h"
 #include "worker/topology/probe.h"
 #include "worker/topology/probe_internal.h"
 #include "worker/topology/topo_matrix.h"
@@ -393,6 +394,204 @@ TEST(TopologyProbe, RealMachineDoesNotCrash) {
   EXPECT_GT(t->memory_bytes(), 0u);
   // NVML may or may not exist here; either way it is reported, not fatal.
   if (!t->nvml_available()) EXPECT_FALSE(t->nvml_error().empty());
+}
+
+// ---- NVML through fake entry points ---------------------------------------------------
+
+namespace fake_nvml {
+// Layouts of nvml.h's nvmlMemory_t and nvmlPciInfo_t.
+struct Memory {
+  unsigned long long total, free, used;
+};
+struct PciInfo {
+  char busIdLegacy[16];
+  unsigned domain, bus, device, pciDeviceId, pciSubSystemId;
+  char busId[32];
+};
+struct Dev {
+  std::string name, bus;
+  unsigned long long mem;
+  int major, minor;
+  std::vector<std::string> links;  // remote bus id per active NVLink
+};
+std::vector<Dev> devs;
+std::map<std::pair<int, int>, int> levels;
+int init_rc = 0;
+
+int Init() { return init_rc; }
+int Shutdown() { return 0; }
+const char* Err(int) { return "Driver Not Loaded"; }
+int Count(unsigned* n) {
+  *n = static_cast<unsigned>(devs.size());
+  return 0;
+}
+int Handle(unsigned i, void** d) {
+  if (i >= devs.size()) return 2;
+  *d = &devs[i];
+  return 0;
+}
+int Name(void* d, char* buf, unsigned len) {
+  snprintf(buf, len, "%s", static_cast<Dev*>(d)->name.c_str());
+  return 0;
+}
+int Mem(void* d, Memory* m) {
+  m->total = static_cast<Dev*>(d)->mem;
+  return 0;
+}
+int Cc(void* d, int* ma, int* mi) {
+  *ma = static_cast<Dev*>(d)->major;
+  *mi = static_cast<Dev*>(d)->minor;
+  return 0;
+}
+int Pci(void* d, PciInfo* p) {
+  snprintf(p->busId, sizeof(p->busId), "%s", static_cast<Dev*>(d)->bus.c_str());
+  return 0;
+}
+int Driver(char* buf, unsigned len) {
+  snprintf(buf, len, "550.54.15");
+  return 0;
+}
+int Cuda(int* v) {
+  *v = 12040;
+  return 0;
+}
+int LinkState(void* d, unsigned l, int* active) {
+  *active = l < static_cast<Dev*>(d)->links.size();
+  return 0;
+}
+int Remote(void* d, unsigned l, PciInfo* p) {
+  snprintf(p->busId, sizeof(p->busId), "%s", static_cast<Dev*>(d)->links.at(l).c_str());
+  return 0;
+}
+int Ancestor(void* a, void* b, int* level) {
+  int ia = static_cast<int>(static_cast<Dev*>(a) - devs.data());
+  int ib = static_cast<int>(static_cast<Dev*>(b) - devs.data());
+  auto it = levels.find({std::min(ia, ib), std::max(ia, ib)});
+  if (it == levels.end()) return 3;
+  *level = it->second;
+  return 0;
+}
+void* Lookup(const char* name) {
+  static const std::map<std::string, void*> table = {
+      {"nvmlInit_v2", reinterpret_cast<void*>(&Init)},
+      {"nvmlShutdown", reinterpret_cast<void*>(&Shutdown)},
+      {"nvmlErrorString", reinterpret_cast<void*>(&Err)},
+      {"nvmlDeviceGetCount_v2", reinterpret_cast<void*>(&Count)},
+      {"nvmlDeviceGetHandleByIndex_v2", reinterpret_cast<void*>(&Handle)},
+      {"nvmlDeviceGetName", reinterpret_cast<void*>(&Name)},
+      {"nvmlDeviceGetMemoryInfo", reinterpret_cast<void*>(&Mem)},
+      {"nvmlDeviceGetCudaComputeCapability", reinterpret_cast<void*>(&Cc)},
+      {"nvmlDeviceGetPciInfo_v3", reinterpret_cast<void*>(&Pci)},
+      {"nvmlSystemGetDriverVersion", reinterpret_cast<void*>(&Driver)},
+      {"nvmlSystemGetCudaDriverVersion_v2", reinterpret_cast<void*>(&Cuda)},
+      {"nvmlDeviceGetNvLinkState", reinterpret_cast<void*>(&LinkState)},
+      {"nvmlDeviceGetNvLinkRemotePciInfo_v2", reinterpret_cast<void*>(&Remote)},
+      {"nvmlDeviceGetTopologyCommonAncestor", reinterpret_cast<void*>(&Ancestor)},
+  };
+  auto it = table.find(name);
+  return it == table.end() ? nullptr : it->second;
+}
+}  // namespace fake_nvml
+
+TEST(Nvml, NvLinkBridgeOverridesPcieAndNamesWin) {
+  using fake_nvml::Dev;
+  const std::string b0 = "00000000:04:00.0", b1 = "00000000:05:00.0",
+                    b2 = "00000000:84:00.0", b3 = "00000000:85:00.0";
+  fake_nvml::devs = {
+      Dev{"NVIDIA A100 80GB PCIe", b0, 85899345920ull, 8, 0, std::vector<std::string>(12, b1)},
+      Dev{"NVIDIA A100 80GB PCIe", b1, 85899345920ull, 8, 0, std::vector<std::string>(12, b0)},
+      Dev{"NVIDIA A100 80GB PCIe", b2, 85899345920ull, 8, 0, {}},
+      Dev{"NVIDIA A100 80GB PCIe", b3, 85899345920ull, 8, 0, {}}};
+  fake_nvml::levels.clear();
+  fake_nvml::init_rc = 0;
+  NvmlReport r = QueryNvmlSymbols(&fake_nvml::Lookup, "fake");
+  ASSERT_TRUE(r.available) << r.error;
+  EXPECT_EQ(r.cuda_version, "12.4");
+  EXPECT_EQ(r.gpus[1].bus_id, "0000:05:00.0");
+  ProbeOptions opt;
+  opt.root = Fixture("a100-4x-pcie");
+  auto t = topo_internal::ProbeTopologyWithNvml(opt, &r);
+  ASSERT_TRUE(t.ok()) << t.status();
+  auto l = Links(*t);
+  EXPECT_EQ((l[{0, 1}]), "NV12");
+  EXPECT_EQ((l[{2, 3}]), "PIX");
+  EXPECT_EQ((l[{0, 2}]), "SYS");
+  EXPECT_EQ(t->gpus(0).name(), "NVIDIA A100 80GB PCIe");  // NVML over the CSV
+  EXPECT_EQ(t->gpus(3).memory_bytes(), 85899345920ull);
+  EXPECT_EQ(t->driver_version(), "550.54.15");
+  EXPECT_TRUE(t->nvml_available());
+}
+
+TEST(Nvml, NvSwitchGpusWithoutSysfs) {
+  using fake_nvml::Dev;
+  fake_nvml::devs.clear();
+  fake_nvml::levels.clear();
+  for (int g = 0; g < 4; ++g) {
+    // 18 links each, all to NVSwitches (not GPUs).
+    std::vector<std::string> sw;
+    for (int l = 0; l < 18; ++l) sw.push_back(absl::StrCat("00000000:0", l % 4, ":00.0"));
+    fake_nvml::devs.push_back(Dev{"NVIDIA H100 80GB HBM3",
+                                  absl::StrCat("00000000:", 0x18 + 0x10 * g, ":00.0"),
+                                  85520809984ull, 9, 0, sw});
+  }
+  for (int a = 0; a < 4; ++a)
+    for (int b = a + 1; b < 4; ++b) fake_nvml::levels[{a, b}] = (a < 2) == (b < 2) ? 40 : 50;
+  fake_nvml::init_rc = 0;
+  NvmlReport r = QueryNvmlSymbols(&fake_nvml::Lookup, "fake");
+  ASSERT_TRUE(r.available);
+  EXPECT_EQ((r.paths[{0, 1}]), "NODE");
+  EXPECT_EQ((r.paths[{1, 2}]), "SYS");
+  TempTree tree;
+  ProbeOptions opt;
+  opt.root = tree.root();
+  auto t = topo_internal::ProbeTopologyWithNvml(opt, &r);
+  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_EQ(t->gpus_size(), 4);
+  auto l = Links(*t);
+  for (int a = 0; a < 4; ++a)
+    for (int b = a + 1; b < 4; ++b) EXPECT_EQ((l[{a, b}]), "NV18") << a << "-" << b;
+}
+
+TEST(Nvml, InitFailureAndMissingSymbolsAreReported) {
+  fake_nvml::init_rc = 9;
+  NvmlReport r = QueryNvmlSymbols(&fake_nvml::Lookup, "fake");
+  EXPECT_FALSE(r.available);
+  EXPECT_EQ(r.error, "nvmlInit_v2: Driver Not Loaded");
+  fake_nvml::init_rc = 0;
+  NvmlReport none = QueryNvmlSymbols([](const char*) -> void* { return nullptr; }, "libfoo.so");
+  EXPECT_FALSE(none.available);
+  EXPECT_TRUE(absl::StrContains(none.error, "not an NVML library")) << none.error;
+  // And through the probe: a plain file as the library.
+  ProbeOptions opt;
+  opt.root = Fixture("cpu-only");
+  opt.nvml_library = FixtureDir("broken") + "/fake-libnvidia-ml.so.1";
+  auto t = ProbeTopology(opt);
+  ASSERT_TRUE(t.ok());
+  EXPECT_FALSE(t->nvml_available());
+  EXPECT_TRUE(absl::StrContains(t->nvml_error(), "fake-libnvidia-ml.so.1"));
+}
+
+TEST(CgroupV1AndCpuinfo, Fallbacks) {
+  TempTree t;
+  t.Write("proc/cpuinfo", "processor\t: 0\nmodel name\t: x\n\nprocessor\t: 1\n\nprocessor\t: 2\n");
+  t.Write("sys/fs/cgroup/memory/memory.limit_in_bytes", "4294967296\n");
+  t.Write("sys/fs/cgroup/cpu/cpu.cfs_quota_us", "150000\n");
+  t.Write("sys/fs/cgroup/cpu/cpu.cfs_period_us", "100000\n");
+  t.Write("proc/version", "Linux version 5.15.90.1-Microsoft-standard-WSL2\n");
+  ProbeOptions opt;
+  opt.root = t.root();
+  opt.use_nvml = false;
+  auto topo = ProbeTopology(opt);
+  ASSERT_TRUE(topo.ok());
+  EXPECT_EQ(topo->cpu_count(), 3);
+  EXPECT_EQ(topo->cgroup_memory_limit_bytes(), 4ull << 30);
+  EXPECT_DOUBLE_EQ(topo->cgroup_cpu_limit(), 1.5);
+  EXPECT_TRUE(topo->wsl2());  // case-insensitive "microsoft"
+  // v1 "no limit" is a huge number: not a limit.
+  t.Write("sys/fs/cgroup/memory/memory.limit_in_bytes", "9223372036854771712\n");
+  topo = ProbeTopology(opt);
+  ASSERT_TRUE(topo.ok());
+  EXPECT_EQ(topo->cgroup_memory_limit_bytes(), 0u);
 }
 
 // ---- Formatter ------------------------------------------------------------------
