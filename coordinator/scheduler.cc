@@ -197,7 +197,7 @@ std::vector<v1::Topology> Scheduler::ConnectedTopologies() {
   for (auto& [name, n] : nodes_) {
     if (!n.conn) continue;
     v1::Topology t = n.topology;
-    if (t.node().empty()) t.set_node(name);
+    t.set_node(name);  // placement (plan.rank_nodes) uses registered names
     out.push_back(std::move(t));
   }
   return out;

@@ -704,6 +704,75 @@ TEST_F(ServerTest, MutatedSpecsNeverCrashTheServer) {
   ASSERT_TRUE(coord_->ListJobs(ctx2.get(), v1::ListJobsRequest(), &list).ok());
 }
 
+// The embedded local agent (W1's Agent) launching real processes: a stand-in
+// rank script whose behaviour the spec's comm.env (OMP_* is allow-listed)
+// selects.
+TEST_F(ServerTest, LocalAgentRunsRealProcesses) {
+  CoordinatorServerOptions o;
+  o.listen = "127.0.0.1:0";
+  o.metrics_listen = "";
+  o.state_dir = dir_;
+  o.local_agent = true;
+  o.node_name = "local";
+  o.stop_grace_s = 1;
+  o.rank_argv_override = {"/bin/sh", "-c",
+                          "echo \"rank {rank} of {job} says boom\" >&2; "
+                          "sleep ${OMP_TEST_SLEEP:-30}; exit ${OMP_TEST_EXIT:-0}",
+                          "{job}"};
+  auto started = CoordinatorServer::Start(o);
+  ASSERT_TRUE(started.ok()) << started.status();
+  server_ = std::move(*started);
+  channel_ = MakeChannel(server_->address());
+  coord_ = v1::Coordinator::NewStub(channel_);
+  auto spec = [](const std::string& env) {
+    return "name: local\ntrain: {steps: 10}\nresources: {ranks: 2, device: cpu}\n"
+           "comm: {env: {" + env + "}}\n";
+  };
+  // 1. Both ranks exit 0.
+  std::string ok = Submit(spec("OMP_TEST_SLEEP: '0.2'"));
+  ASSERT_TRUE(WaitState(ok, v1::SUCCEEDED)) << Get(ok).job().message();
+  std::ifstream log(server_->state_dir() + "/jobs/" + ok + "/rank-1.log");
+  std::string text((std::istreambuf_iterator<char>(log)), {});
+  EXPECT_NE(text.find("rank 1 of " + ok + " says boom"), std::string::npos) << text;
+  // 2. A failing rank: FAILED naming the rank, the code and its output.
+  std::string bad = Submit(spec("OMP_TEST_SLEEP: '0.1', OMP_TEST_EXIT: '3'"));
+  ASSERT_TRUE(WaitState(bad, v1::FAILED)) << Get(bad).job().message();
+  std::string msg = Get(bad).job().message();
+  EXPECT_NE(msg.find("exited with code 3"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("says boom"), std::string::npos) << msg;
+  // 3. Cancel a running job: every rank process is gone within 5 s.
+  std::string run = Submit(spec("OMP_TEST_SLEEP: '30'"));
+  ASSERT_TRUE(WaitState(run, v1::RUNNING));
+  std::vector<int> pids;
+  ASSERT_TRUE(WaitUntil([&] {
+    pids.clear();
+    auto j = Get(run);
+    for (const auto& r : j.job().ranks()) {
+      if (r.pid() > 0) pids.push_back(r.pid());
+    }
+    return pids.size() == 2;
+  }));
+  auto t0 = std::chrono::steady_clock::now();
+  auto ctx = Ctx();
+  v1::CancelJobRequest req;
+  req.set_job_id(run);
+  v1::CancelJobResponse resp;
+  ASSERT_TRUE(coord_->CancelJob(ctx.get(), req, &resp).ok());
+  EXPECT_EQ(resp.job().state(), v1::CANCELLED);
+  EXPECT_TRUE(WaitUntil([&] {
+    for (int pid : pids) {
+      if (kill(pid, 0) == 0) return false;
+    }
+    return true;
+  }, milliseconds(5000)));
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, seconds(5));
+  auto ctx2 = Ctx();
+  v1::ListNodesResponse nodes;
+  ASSERT_TRUE(coord_->ListNodes(ctx2.get(), v1::ListNodesRequest(), &nodes).ok());
+  ASSERT_EQ(nodes.nodes_size(), 1);
+  EXPECT_EQ(nodes.nodes(0).name(), "local");
+}
+
 // A job the store holds as RUNNING (as after kill -9) is FAILED "coordinator
 // restarted" on start, its recorded orphan rank process is killed, and its
 // history is kept.
