@@ -9,30 +9,9 @@
 #ifdef DGCA_HAVE_OPENBLAS
 #include <cblas.h>
 #endif
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 namespace dgca {
 namespace cpu {
-namespace {
-
-// Below this much work (in multiply-adds or elements) a parallel region costs
-// more than it saves.
-constexpr int64_t kParallelMin = 1 << 14;
-
-inline int Threads(const Context& ctx, int64_t work) {
-  return (ctx.threads > 1 && work >= kParallelMin) ? ctx.threads : 1;
-}
-
-// Splits [0, total) into `parts` contiguous ranges; part p is [*b, *e).
-inline void Split(int64_t total, int parts, int p, int64_t* b, int64_t* e) {
-  const int64_t base = total / parts, rem = total % parts;
-  *b = p * base + std::min<int64_t>(p, rem);
-  *e = *b + base + (p < rem ? 1 : 0);
-}
-
-}  // namespace
 
 bool HaveBlas() {
 #ifdef DGCA_HAVE_OPENBLAS
@@ -42,21 +21,17 @@ bool HaveBlas() {
 #endif
 }
 
-void SetBlasThreads(const Context& ctx) {
+void SetBlasThreads() {
 #ifdef DGCA_HAVE_OPENBLAS
-  const int want = std::max(1, ctx.threads);
-  if (openblas_get_num_threads() != want) openblas_set_num_threads(want);
-#else
-  (void)ctx;
+  if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
 #endif
 }
 
 // ---------------------------------------------------------------------------
 // GEMM
 
-void GemmBuiltin(const Context& ctx, bool trans_a, bool trans_b, int M, int N, int K,
-                 float alpha, const float* A, int lda, const float* B, int ldb, float beta,
-                 float* C, int ldc) {
+void GemmBuiltin(const Context& ctx, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
+                 const float* A, int lda, const float* B, int ldb, float beta, float* C, int ldc) {
   if (M <= 0 || N <= 0) return;
   // op(B) as a contiguous [K,N] panel, so the inner loop is an axpy over a row
   // of C that the compiler vectorizes (a dot-product form would be a float
@@ -67,40 +42,41 @@ void GemmBuiltin(const Context& ctx, bool trans_a, bool trans_b, int M, int N, i
   if (trans_b) {
     bt.resize(static_cast<size_t>(K) * N);
     for (int n = 0; n < N; ++n)
-      for (int k = 0; k < K; ++k) bt[static_cast<size_t>(k) * N + n] = B[static_cast<size_t>(n) * ldb + k];
+      for (int k = 0; k < K; ++k)
+        bt[static_cast<size_t>(k) * N + n] = B[static_cast<size_t>(n) * ldb + k];
     Bk = bt.data();
     ldbk = N;
   }
   constexpr int kRowBlock = 4;    // C rows updated per pass over a B row
   constexpr int kColBlock = 512;  // C columns kept hot in L1
   const int row_blocks = (M + kRowBlock - 1) / kRowBlock;
-  const int nt = Threads(ctx, static_cast<int64_t>(M) * N * K);
-#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
-  for (int rb = 0; rb < row_blocks; ++rb) {
-    const int i0 = rb * kRowBlock, i1 = std::min(M, i0 + kRowBlock);
-    for (int j0 = 0; j0 < N; j0 += kColBlock) {
-      const int j1 = std::min(N, j0 + kColBlock);
-      float acc[kRowBlock][kColBlock];
-      for (int i = i0; i < i1; ++i)
-        for (int j = j0; j < j1; ++j) acc[i - i0][j - j0] = 0.0f;
-      for (int k = 0; k < K; ++k) {
-        const float* brow = Bk + static_cast<size_t>(k) * ldbk;
-        for (int i = i0; i < i1; ++i) {
-          const float a = trans_a ? A[static_cast<size_t>(k) * lda + i]
-                                  : A[static_cast<size_t>(i) * lda + k];
-          float* arow = acc[i - i0];
-          for (int j = j0; j < j1; ++j) arow[j - j0] += a * brow[j];
+  ParallelFor(ctx, row_blocks, static_cast<int64_t>(M) * N * K, [&](int64_t rb0, int64_t rb1) {
+    for (int rb = static_cast<int>(rb0); rb < rb1; ++rb) {
+      const int i0 = rb * kRowBlock, i1 = std::min(M, i0 + kRowBlock);
+      for (int j0 = 0; j0 < N; j0 += kColBlock) {
+        const int j1 = std::min(N, j0 + kColBlock);
+        float acc[kRowBlock][kColBlock];
+        for (int i = i0; i < i1; ++i)
+          for (int j = j0; j < j1; ++j) acc[i - i0][j - j0] = 0.0f;
+        for (int k = 0; k < K; ++k) {
+          const float* brow = Bk + static_cast<size_t>(k) * ldbk;
+          for (int i = i0; i < i1; ++i) {
+            const float a =
+                trans_a ? A[static_cast<size_t>(k) * lda + i] : A[static_cast<size_t>(i) * lda + k];
+            float* arow = acc[i - i0];
+            for (int j = j0; j < j1; ++j) arow[j - j0] += a * brow[j];
+          }
         }
-      }
-      for (int i = i0; i < i1; ++i) {
-        float* crow = C + static_cast<size_t>(i) * ldc;
-        for (int j = j0; j < j1; ++j) {
-          const float v = alpha * acc[i - i0][j - j0];
-          crow[j] = beta == 0.0f ? v : v + beta * crow[j];
+        for (int i = i0; i < i1; ++i) {
+          float* crow = C + static_cast<size_t>(i) * ldc;
+          for (int j = j0; j < j1; ++j) {
+            const float v = alpha * acc[i - i0][j - j0];
+            crow[j] = beta == 0.0f ? v : v + beta * crow[j];
+          }
         }
       }
     }
-  }
+  });
 }
 
 void Gemm(const Context& ctx, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
@@ -115,9 +91,24 @@ void Gemm(const Context& ctx, bool trans_a, bool trans_b, int M, int N, int K, f
       }
     return;
   }
-  SetBlasThreads(ctx);
-  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-              trans_b ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  SetBlasThreads();
+  const auto ta = trans_a ? CblasTrans : CblasNoTrans, tb = trans_b ? CblasTrans : CblasNoTrans;
+  // Split the larger output dimension into one block per thread; every
+  // element is computed inside one single-threaded BLAS call.
+  const int64_t work = static_cast<int64_t>(M) * N * K;
+  if (M >= N) {
+    ParallelFor(ctx, M, work, [&](int64_t i0, int64_t i1) {
+      const float* a = trans_a ? A + i0 : A + i0 * lda;
+      cblas_sgemm(CblasRowMajor, ta, tb, static_cast<int>(i1 - i0), N, K, alpha, a, lda, B, ldb,
+                  beta, C + i0 * ldc, ldc);
+    });
+  } else {
+    ParallelFor(ctx, N, work, [&](int64_t j0, int64_t j1) {
+      const float* b = trans_b ? B + j0 * ldb : B + j0;
+      cblas_sgemm(CblasRowMajor, ta, tb, M, static_cast<int>(j1 - j0), K, alpha, A, lda, b, ldb,
+                  beta, C + j0, ldc);
+    });
+  }
 #else
   GemmBuiltin(ctx, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 #endif
@@ -126,12 +117,13 @@ void Gemm(const Context& ctx, bool trans_a, bool trans_b, int M, int N, int K, f
 // ---------------------------------------------------------------------------
 // Linear
 
-void LinearForward(const Context& ctx, float* out, const float* inp, const float* w,
-                   const float* b, int n, int ic, int oc) {
+void LinearForward(const Context& ctx, float* out, const float* inp, const float* w, const float* b,
+                   int n, int ic, int oc) {
   if (b != nullptr) {
-    const int nt = Threads(ctx, static_cast<int64_t>(n) * oc);
-#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
-    for (int i = 0; i < n; ++i) std::memcpy(out + static_cast<size_t>(i) * oc, b, sizeof(float) * oc);
+    ParallelFor(ctx, n, static_cast<int64_t>(n) * oc, [&](int64_t i0_, int64_t i1_) {
+      for (int i = static_cast<int>(i0_); i < i1_; ++i)
+        std::memcpy(out + static_cast<size_t>(i) * oc, b, sizeof(float) * oc);
+    });
   }
   Gemm(ctx, false, true, n, oc, ic, 1.0f, inp, ic, w, ic, b != nullptr ? 1.0f : 0.0f, out, oc);
 }
@@ -146,23 +138,14 @@ void LinearBackward(const Context& ctx, float* dinp, bool accumulate_dinp, float
 }
 
 void ColumnSumAdd(const Context& ctx, float* dst, const float* src, int rows, int cols) {
-  // Column ranges per thread; rows in order inside, so the result does not
-  // depend on the thread count.
-  const int nt = std::min(Threads(ctx, static_cast<int64_t>(rows) * cols), std::max(1, cols / 16));
-#pragma omp parallel num_threads(nt) if (nt > 1)
-  {
-    int p = 0, parts = 1;
-#ifdef _OPENMP
-    p = omp_get_thread_num();
-    parts = omp_get_num_threads();
-#endif
-    int64_t c0, c1;
-    Split(cols, parts, p, &c0, &c1);
+  // Column ranges per thread, rows in order inside: independent of the
+  // thread count.
+  ParallelFor(ctx, cols, static_cast<int64_t>(rows) * cols, [&](int64_t c0, int64_t c1) {
     for (int r = 0; r < rows; ++r) {
       const float* s = src + static_cast<size_t>(r) * cols;
       for (int64_t c = c0; c < c1; ++c) dst[c] += s[c];
     }
-  }
+  });
 }
 
 // ---------------------------------------------------------------------------
@@ -170,65 +153,59 @@ void ColumnSumAdd(const Context& ctx, float* dst, const float* src, int rows, in
 
 void LayerNormForward(const Context& ctx, float* out, float* mean, float* rstd, const float* inp,
                       const float* gamma, const float* beta, int n, int c, float eps) {
-  const int nt = Threads(ctx, static_cast<int64_t>(n) * c);
-#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
-  for (int i = 0; i < n; ++i) {
-    const float* x = inp + static_cast<size_t>(i) * c;
-    float* y = out + static_cast<size_t>(i) * c;
-    double s = 0;
-    for (int j = 0; j < c; ++j) s += x[j];
-    const double m = s / c;
-    double v = 0;
-    for (int j = 0; j < c; ++j) {
-      const double d = x[j] - m;
-      v += d * d;
+  ParallelFor(ctx, n, static_cast<int64_t>(n) * c, [&](int64_t i0_, int64_t i1_) {
+    for (int i = static_cast<int>(i0_); i < i1_; ++i) {
+      const float* x = inp + static_cast<size_t>(i) * c;
+      float* y = out + static_cast<size_t>(i) * c;
+      double s = 0;
+      for (int j = 0; j < c; ++j) s += x[j];
+      const double m = s / c;
+      double v = 0;
+      for (int j = 0; j < c; ++j) {
+        const double d = x[j] - m;
+        v += d * d;
+      }
+      v /= c;  // biased variance, as torch.nn.LayerNorm
+      const float rs = static_cast<float>(1.0 / std::sqrt(v + static_cast<double>(eps)));
+      const float mf = static_cast<float>(m);
+      for (int j = 0; j < c; ++j) y[j] = (x[j] - mf) * rs * gamma[j] + beta[j];
+      mean[i] = mf;
+      rstd[i] = rs;
     }
-    v /= c;  // biased variance, as torch.nn.LayerNorm
-    const float rs = static_cast<float>(1.0 / std::sqrt(v + static_cast<double>(eps)));
-    const float mf = static_cast<float>(m);
-    for (int j = 0; j < c; ++j) y[j] = (x[j] - mf) * rs * gamma[j] + beta[j];
-    mean[i] = mf;
-    rstd[i] = rs;
-  }
+  });
 }
 
 void LayerNormBackward(const Context& ctx, float* dinp, bool accumulate, float* dgamma,
                        float* dbeta, const float* dout, const float* inp, const float* gamma,
                        const float* mean, const float* rstd, int n, int c) {
-  const int nt = Threads(ctx, static_cast<int64_t>(n) * c);
+  const int64_t work = static_cast<int64_t>(n) * c;
   if (dinp != nullptr) {
-#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
-    for (int i = 0; i < n; ++i) {
-      const float* x = inp + static_cast<size_t>(i) * c;
-      const float* dy = dout + static_cast<size_t>(i) * c;
-      float* dx = dinp + static_cast<size_t>(i) * c;
-      const float m = mean[i], rs = rstd[i];
-      // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * gamma.
-      double sg = 0, sgx = 0;
-      for (int j = 0; j < c; ++j) {
-        const float g = dy[j] * gamma[j];
-        sg += g;
-        sgx += static_cast<double>(g) * ((x[j] - m) * rs);
+    ParallelFor(ctx, n, work, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) {
+        const float* x = inp + static_cast<size_t>(i) * c;
+        const float* dy = dout + static_cast<size_t>(i) * c;
+        float* dx = dinp + static_cast<size_t>(i) * c;
+        const float m = mean[i], rs = rstd[i];
+        // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * gamma.
+        double sg = 0, sgx = 0;
+        for (int j = 0; j < c; ++j) {
+          const float g = dy[j] * gamma[j];
+          sg += g;
+          sgx += static_cast<double>(g) * ((x[j] - m) * rs);
+        }
+        const float mg = static_cast<float>(sg / c), mgx = static_cast<float>(sgx / c);
+        for (int j = 0; j < c; ++j) {
+          const float xhat = (x[j] - m) * rs;
+          const float v = rs * (dy[j] * gamma[j] - mg - xhat * mgx);
+          dx[j] = accumulate ? dx[j] + v : v;
+        }
       }
-      const float mg = static_cast<float>(sg / c), mgx = static_cast<float>(sgx / c);
-      for (int j = 0; j < c; ++j) {
-        const float xhat = (x[j] - m) * rs;
-        const float v = rs * (dy[j] * gamma[j] - mg - xhat * mgx);
-        dx[j] = accumulate ? dx[j] + v : v;
-      }
-    }
+    });
   }
   if (dgamma == nullptr && dbeta == nullptr) return;
-  const int ntc = std::min(nt, std::max(1, c / 16));
-#pragma omp parallel num_threads(ntc) if (ntc > 1)
-  {
-    int p = 0, parts = 1;
-#ifdef _OPENMP
-    p = omp_get_thread_num();
-    parts = omp_get_num_threads();
-#endif
-    int64_t c0, c1;
-    Split(c, parts, p, &c0, &c1);
+  // Column ranges per thread, rows in order inside: independent of the
+  // thread count.
+  ParallelFor(ctx, c, work, [&](int64_t c0, int64_t c1) {
     for (int i = 0; i < n; ++i) {
       const float* x = inp + static_cast<size_t>(i) * c;
       const float* dy = dout + static_cast<size_t>(i) * c;
@@ -238,34 +215,33 @@ void LayerNormBackward(const Context& ctx, float* dinp, bool accumulate, float* 
         if (dbeta != nullptr) dbeta[j] += dy[j];
       }
     }
-  }
+  });
 }
 
 // ---------------------------------------------------------------------------
 // GELU (exact erf form, as BERT / HF "gelu")
 
 void GeluForward(const Context& ctx, float* out, const float* inp, int64_t n) {
-  const int nt = Threads(ctx, n);
   const float inv_sqrt2 = static_cast<float>(M_SQRT1_2);
-#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
-  for (int64_t i = 0; i < n; ++i) {
-    const float x = inp[i];
-    out[i] = 0.5f * x * (1.0f + std::erf(x * inv_sqrt2));
-  }
+  ParallelFor(ctx, n, n, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const float x = inp[i];
+      out[i] = 0.5f * x * (1.0f + std::erf(x * inv_sqrt2));
+    }
+  });
 }
 
-void GeluBackward(const Context& ctx, float* dinp, const float* inp, const float* dout,
-                  int64_t n) {
-  const int nt = Threads(ctx, n);
+void GeluBackward(const Context& ctx, float* dinp, const float* inp, const float* dout, int64_t n) {
   const float inv_sqrt2 = static_cast<float>(M_SQRT1_2);
   const float inv_sqrt2pi = static_cast<float>(0.3989422804014327);  // 1/sqrt(2 pi)
-#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
-  for (int64_t i = 0; i < n; ++i) {
-    const float x = inp[i];
-    const float cdf = 0.5f * (1.0f + std::erf(x * inv_sqrt2));
-    const float pdf = inv_sqrt2pi * std::exp(-0.5f * x * x);
-    dinp[i] = dout[i] * (cdf + x * pdf);
-  }
+  ParallelFor(ctx, n, n, [&](int64_t i0_, int64_t i1_) {
+    for (int64_t i = static_cast<int64_t>(i0_); i < i1_; ++i) {
+      const float x = inp[i];
+      const float cdf = 0.5f * (1.0f + std::erf(x * inv_sqrt2));
+      const float pdf = inv_sqrt2pi * std::exp(-0.5f * x * x);
+      dinp[i] = dout[i] * (cdf + x * pdf);
+    }
+  });
 }
 
 // ---------------------------------------------------------------------------
@@ -287,10 +263,10 @@ inline void SoftmaxRow(float* y, const float* x, int cols) {
 }  // namespace
 
 void SoftmaxRows(const Context& ctx, float* out, const float* inp, int rows, int cols) {
-  const int nt = Threads(ctx, static_cast<int64_t>(rows) * cols);
-#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
-  for (int i = 0; i < rows; ++i)
-    SoftmaxRow(out + static_cast<size_t>(i) * cols, inp + static_cast<size_t>(i) * cols, cols);
+  ParallelFor(ctx, rows, static_cast<int64_t>(rows) * cols, [&](int64_t i0_, int64_t i1_) {
+    for (int i = static_cast<int>(i0_); i < i1_; ++i)
+      SoftmaxRow(out + static_cast<size_t>(i) * cols, inp + static_cast<size_t>(i) * cols, cols);
+  });
 }
 
 // ---------------------------------------------------------------------------
@@ -302,47 +278,47 @@ void AttentionForward(const Context& ctx, float* out, float* probs, const float*
   const int H3 = 3 * H;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   const int tasks = B * nh;
-  const int nt = Threads(ctx, static_cast<int64_t>(B) * nh * L * L * d);
-#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
-  for (int t = 0; t < tasks; ++t) {
-    const int b = t / nh, h = t % nh;
-    const float* base = qkv + static_cast<size_t>(b) * L * H3;
-    const int32_t* m = mask + static_cast<size_t>(b) * L;
-    for (int i = 0; i < L; ++i) {
-      const float* q = base + static_cast<size_t>(i) * H3 + h * d;
-      float* p = probs + ((static_cast<size_t>(b) * nh + h) * L + i) * L;
-      float mx = -std::numeric_limits<float>::infinity();
-      for (int j = 0; j < L; ++j) {
-        if (m[j] == 0) continue;
-        const float* k = base + static_cast<size_t>(j) * H3 + H + h * d;
-        float s = 0;
-        for (int e = 0; e < d; ++e) s += q[e] * k[e];
-        s *= scale;
-        p[j] = s;
-        mx = std::max(mx, s);
-      }
-      double sum = 0;
-      for (int j = 0; j < L; ++j) {
-        if (m[j] == 0) {
-          p[j] = 0;
-          continue;
+  ParallelFor(ctx, tasks, static_cast<int64_t>(B) * nh * L * L * d, [&](int64_t t0_, int64_t t1_) {
+    for (int t = static_cast<int>(t0_); t < t1_; ++t) {
+      const int b = t / nh, h = t % nh;
+      const float* base = qkv + static_cast<size_t>(b) * L * H3;
+      const int32_t* m = mask + static_cast<size_t>(b) * L;
+      for (int i = 0; i < L; ++i) {
+        const float* q = base + static_cast<size_t>(i) * H3 + h * d;
+        float* p = probs + ((static_cast<size_t>(b) * nh + h) * L + i) * L;
+        float mx = -std::numeric_limits<float>::infinity();
+        for (int j = 0; j < L; ++j) {
+          if (m[j] == 0) continue;
+          const float* k = base + static_cast<size_t>(j) * H3 + H + h * d;
+          float s = 0;
+          for (int e = 0; e < d; ++e) s += q[e] * k[e];
+          s *= scale;
+          p[j] = s;
+          mx = std::max(mx, s);
         }
-        const float e = std::exp(p[j] - mx);
-        p[j] = e;
-        sum += e;
-      }
-      const float inv = sum > 0 ? static_cast<float>(1.0 / sum) : 0.0f;
-      float* o = out + (static_cast<size_t>(b) * L + i) * H + h * d;
-      for (int e = 0; e < d; ++e) o[e] = 0;
-      for (int j = 0; j < L; ++j) {
-        p[j] *= inv;
-        if (p[j] == 0) continue;
-        const float* v = base + static_cast<size_t>(j) * H3 + 2 * H + h * d;
-        const float pj = p[j];
-        for (int e = 0; e < d; ++e) o[e] += pj * v[e];
+        double sum = 0;
+        for (int j = 0; j < L; ++j) {
+          if (m[j] == 0) {
+            p[j] = 0;
+            continue;
+          }
+          const float e = std::exp(p[j] - mx);
+          p[j] = e;
+          sum += e;
+        }
+        const float inv = sum > 0 ? static_cast<float>(1.0 / sum) : 0.0f;
+        float* o = out + (static_cast<size_t>(b) * L + i) * H + h * d;
+        for (int e = 0; e < d; ++e) o[e] = 0;
+        for (int j = 0; j < L; ++j) {
+          p[j] *= inv;
+          if (p[j] == 0) continue;
+          const float* v = base + static_cast<size_t>(j) * H3 + 2 * H + h * d;
+          const float pj = p[j];
+          for (int e = 0; e < d; ++e) o[e] += pj * v[e];
+        }
       }
     }
-  }
+  });
 }
 
 void AttentionBackward(const Context& ctx, float* dqkv, const float* dout, const float* qkv,
@@ -351,132 +327,126 @@ void AttentionBackward(const Context& ctx, float* dqkv, const float* dout, const
   const int H3 = 3 * H;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   const int tasks = B * nh;
-  const int nt = Threads(ctx, static_cast<int64_t>(B) * nh * L * L * d);
-#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
-  for (int t = 0; t < tasks; ++t) {
-    const int b = t / nh, h = t % nh;
-    const float* base = qkv + static_cast<size_t>(b) * L * H3;
-    float* dbase = dqkv + static_cast<size_t>(b) * L * H3;
-    std::vector<float> dp(L);
-    // Zero this head's slices of dq, dk, dv.
-    for (int i = 0; i < L; ++i)
-      for (int part = 0; part < 3; ++part) {
-        float* z = dbase + static_cast<size_t>(i) * H3 + part * H + h * d;
-        for (int e = 0; e < d; ++e) z[e] = 0;
-      }
-    for (int i = 0; i < L; ++i) {
-      const float* p = probs + ((static_cast<size_t>(b) * nh + h) * L + i) * L;
-      const float* go = dout + (static_cast<size_t>(b) * L + i) * H + h * d;
-      // dv_j += p_ij * dout_i ; dp_ij = dout_i . v_j
-      double dot = 0;
-      for (int j = 0; j < L; ++j) {
-        if (p[j] == 0) {
-          dp[j] = 0;
-          continue;
+  ParallelFor(ctx, tasks, static_cast<int64_t>(B) * nh * L * L * d, [&](int64_t t0_, int64_t t1_) {
+    for (int t = static_cast<int>(t0_); t < t1_; ++t) {
+      const int b = t / nh, h = t % nh;
+      const float* base = qkv + static_cast<size_t>(b) * L * H3;
+      float* dbase = dqkv + static_cast<size_t>(b) * L * H3;
+      std::vector<float> dp(L);
+      // Zero this head's slices of dq, dk, dv.
+      for (int i = 0; i < L; ++i)
+        for (int part = 0; part < 3; ++part) {
+          float* z = dbase + static_cast<size_t>(i) * H3 + part * H + h * d;
+          for (int e = 0; e < d; ++e) z[e] = 0;
         }
-        const float* v = base + static_cast<size_t>(j) * H3 + 2 * H + h * d;
-        float* dv = dbase + static_cast<size_t>(j) * H3 + 2 * H + h * d;
-        float s = 0;
-        for (int e = 0; e < d; ++e) {
-          s += go[e] * v[e];
-          dv[e] += p[j] * go[e];
+      for (int i = 0; i < L; ++i) {
+        const float* p = probs + ((static_cast<size_t>(b) * nh + h) * L + i) * L;
+        const float* go = dout + (static_cast<size_t>(b) * L + i) * H + h * d;
+        // dv_j += p_ij * dout_i ; dp_ij = dout_i . v_j
+        double dot = 0;
+        for (int j = 0; j < L; ++j) {
+          if (p[j] == 0) {
+            dp[j] = 0;
+            continue;
+          }
+          const float* v = base + static_cast<size_t>(j) * H3 + 2 * H + h * d;
+          float* dv = dbase + static_cast<size_t>(j) * H3 + 2 * H + h * d;
+          float s = 0;
+          for (int e = 0; e < d; ++e) {
+            s += go[e] * v[e];
+            dv[e] += p[j] * go[e];
+          }
+          dp[j] = s;
+          dot += static_cast<double>(s) * p[j];
         }
-        dp[j] = s;
-        dot += static_cast<double>(s) * p[j];
-      }
-      // ds_ij = p_ij (dp_ij - sum_k p_ik dp_ik); dq_i += scale ds_ij k_j;
-      // dk_j += scale ds_ij q_i.
-      const float dotf = static_cast<float>(dot);
-      const float* q = base + static_cast<size_t>(i) * H3 + h * d;
-      float* dq = dbase + static_cast<size_t>(i) * H3 + h * d;
-      for (int j = 0; j < L; ++j) {
-        if (p[j] == 0) continue;
-        const float ds = p[j] * (dp[j] - dotf) * scale;
-        const float* k = base + static_cast<size_t>(j) * H3 + H + h * d;
-        float* dk = dbase + static_cast<size_t>(j) * H3 + H + h * d;
-        for (int e = 0; e < d; ++e) {
-          dq[e] += ds * k[e];
-          dk[e] += ds * q[e];
+        // ds_ij = p_ij (dp_ij - sum_k p_ik dp_ik); dq_i += scale ds_ij k_j;
+        // dk_j += scale ds_ij q_i.
+        const float dotf = static_cast<float>(dot);
+        const float* q = base + static_cast<size_t>(i) * H3 + h * d;
+        float* dq = dbase + static_cast<size_t>(i) * H3 + h * d;
+        for (int j = 0; j < L; ++j) {
+          if (p[j] == 0) continue;
+          const float ds = p[j] * (dp[j] - dotf) * scale;
+          const float* k = base + static_cast<size_t>(j) * H3 + H + h * d;
+          float* dk = dbase + static_cast<size_t>(j) * H3 + H + h * d;
+          for (int e = 0; e < d; ++e) {
+            dq[e] += ds * k[e];
+            dk[e] += ds * q[e];
+          }
         }
       }
     }
-  }
+  });
 }
 
 // ---------------------------------------------------------------------------
 // Embeddings
 
-void EmbeddingForward(const Context& ctx, float* out, const int32_t* ids, const float* table,
-                      int n, int c) {
-  const int nt = Threads(ctx, static_cast<int64_t>(n) * c);
-#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
-  for (int i = 0; i < n; ++i)
-    std::memcpy(out + static_cast<size_t>(i) * c, table + static_cast<size_t>(ids[i]) * c,
-                sizeof(float) * c);
+void EmbeddingForward(const Context& ctx, float* out, const int32_t* ids, const float* table, int n,
+                      int c) {
+  ParallelFor(ctx, n, static_cast<int64_t>(n) * c, [&](int64_t i0_, int64_t i1_) {
+    for (int i = static_cast<int>(i0_); i < i1_; ++i)
+      std::memcpy(out + static_cast<size_t>(i) * c, table + static_cast<size_t>(ids[i]) * c,
+                  sizeof(float) * c);
+  });
 }
 
 void EmbeddingAdd(const Context& ctx, float* out, const int32_t* ids, const float* table, int n,
                   int c) {
-  const int nt = Threads(ctx, static_cast<int64_t>(n) * c);
-#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
-  for (int i = 0; i < n; ++i) {
-    float* o = out + static_cast<size_t>(i) * c;
-    const float* r = table + static_cast<size_t>(ids[i]) * c;
-    for (int j = 0; j < c; ++j) o[j] += r[j];
-  }
+  ParallelFor(ctx, n, static_cast<int64_t>(n) * c, [&](int64_t i0_, int64_t i1_) {
+    for (int i = static_cast<int>(i0_); i < i1_; ++i) {
+      float* o = out + static_cast<size_t>(i) * c;
+      const float* r = table + static_cast<size_t>(ids[i]) * c;
+      for (int j = 0; j < c; ++j) o[j] += r[j];
+    }
+  });
 }
 
 void EmbeddingBackward(const Context& ctx, float* dtable, const int32_t* ids, const float* dout,
                        int n, int c) {
   // Split by columns, rows in order: no two threads touch one element, and
   // repeated ids are summed in row order whatever the thread count.
-  const int nt = std::min(Threads(ctx, static_cast<int64_t>(n) * c), std::max(1, c / 16));
-#pragma omp parallel num_threads(nt) if (nt > 1)
-  {
-    int p = 0, parts = 1;
-#ifdef _OPENMP
-    p = omp_get_thread_num();
-    parts = omp_get_num_threads();
-#endif
-    int64_t c0, c1;
-    Split(c, parts, p, &c0, &c1);
+  // Column ranges per thread, rows in order inside: independent of the
+  // thread count.
+  ParallelFor(ctx, c, static_cast<int64_t>(n) * c, [&](int64_t c0, int64_t c1) {
     for (int i = 0; i < n; ++i) {
       if (ids[i] < 0) continue;
       float* t = dtable + static_cast<size_t>(ids[i]) * c;
       const float* g = dout + static_cast<size_t>(i) * c;
       for (int64_t j = c0; j < c1; ++j) t[j] += g[j];
     }
-  }
+  });
 }
 
 // ---------------------------------------------------------------------------
 // Cross-entropy
 
-double CrossEntropy(const Context& ctx, float* dlogits, const float* logits,
-                    const int32_t* targets, int n, int v, float dscale, int64_t* counted) {
+double CrossEntropy(const Context& ctx, float* dlogits, const float* logits, const int32_t* targets,
+                    int n, int v, float dscale, int64_t* counted) {
   std::vector<double> row_loss(static_cast<size_t>(n), 0.0);
-  const int nt = Threads(ctx, static_cast<int64_t>(n) * v);
-#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
-  for (int i = 0; i < n; ++i) {
-    const float* x = logits + static_cast<size_t>(i) * v;
-    const int32_t t = targets[i];
-    if (t < 0 || t >= v) {
-      if (dlogits != nullptr) std::memset(dlogits + static_cast<size_t>(i) * v, 0, sizeof(float) * v);
-      continue;
+  ParallelFor(ctx, n, static_cast<int64_t>(n) * v, [&](int64_t i0_, int64_t i1_) {
+    for (int i = static_cast<int>(i0_); i < i1_; ++i) {
+      const float* x = logits + static_cast<size_t>(i) * v;
+      const int32_t t = targets[i];
+      if (t < 0 || t >= v) {
+        if (dlogits != nullptr)
+          std::memset(dlogits + static_cast<size_t>(i) * v, 0, sizeof(float) * v);
+        continue;
+      }
+      float mx = -std::numeric_limits<float>::infinity();
+      for (int j = 0; j < v; ++j) mx = std::max(mx, x[j]);
+      double s = 0;
+      for (int j = 0; j < v; ++j) s += std::exp(static_cast<double>(x[j] - mx));
+      const double lse = std::log(s) + mx;
+      row_loss[i] = lse - x[t];
+      if (dlogits != nullptr) {
+        float* g = dlogits + static_cast<size_t>(i) * v;
+        const float inv = static_cast<float>(1.0 / s);
+        for (int j = 0; j < v; ++j) g[j] = std::exp(x[j] - mx) * inv * dscale;
+        g[t] -= dscale;
+      }
     }
-    float mx = -std::numeric_limits<float>::infinity();
-    for (int j = 0; j < v; ++j) mx = std::max(mx, x[j]);
-    double s = 0;
-    for (int j = 0; j < v; ++j) s += std::exp(static_cast<double>(x[j] - mx));
-    const double lse = std::log(s) + mx;
-    row_loss[i] = lse - x[t];
-    if (dlogits != nullptr) {
-      float* g = dlogits + static_cast<size_t>(i) * v;
-      const float inv = static_cast<float>(1.0 / s);
-      for (int j = 0; j < v; ++j) g[j] = std::exp(x[j] - mx) * inv * dscale;
-      g[t] -= dscale;
-    }
-  }
+  });
   double total = 0;
   int64_t cnt = 0;
   for (int i = 0; i < n; ++i) {
@@ -490,15 +460,15 @@ double CrossEntropy(const Context& ctx, float* dlogits, const float* logits,
 }
 
 void ArgmaxRows(const Context& ctx, int32_t* out, const float* x, int n, int v) {
-  const int nt = Threads(ctx, static_cast<int64_t>(n) * v);
-#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
-  for (int i = 0; i < n; ++i) {
-    const float* r = x + static_cast<size_t>(i) * v;
-    int best = 0;
-    for (int j = 1; j < v; ++j)
-      if (r[j] > r[best]) best = j;
-    out[i] = best;
-  }
+  ParallelFor(ctx, n, static_cast<int64_t>(n) * v, [&](int64_t i0_, int64_t i1_) {
+    for (int i = static_cast<int>(i0_); i < i1_; ++i) {
+      const float* r = x + static_cast<size_t>(i) * v;
+      int best = 0;
+      for (int j = 1; j < v; ++j)
+        if (r[j] > r[best]) best = j;
+      out[i] = best;
+    }
+  });
 }
 
 }  // namespace cpu

@@ -8,16 +8,17 @@
 //   - Parameter gradients (dw, db, dgamma, dbeta, dtable) are ADDED to, so
 //     micro-batches accumulate. Activation gradients (dinp) are overwritten
 //     unless the function takes `accumulate` and it is true.
-//   - Every function with a ctx runs on up to ctx.threads threads (OpenMP
-//     when the library is built with it; serial otherwise).
+//   - Every function with a ctx runs on ctx.pool's threads (serially without
+//     a pool). OpenBLAS itself is kept single-threaded (SetBlasThreads); Gemm
+//     splits its output into row or column blocks, one BLAS call per thread.
 //
 // Determinism: for a fixed ctx.threads every kernel is bit-reproducible. No
 // kernel reduces through atomics: reductions over rows (bias, LayerNorm and
 // embedding gradients) are split by columns, each column summed by one
 // thread in row order, so they are even independent of the thread count.
-// Gemm through OpenBLAS is reproducible for a fixed OpenBLAS thread count;
-// the built-in Gemm computes each output element on one thread in a fixed
-// k order.
+// Gemm computes each output element within one single-threaded BLAS call
+// (or, built-in, on one thread in a fixed k order); the block split depends
+// only on the shapes and the thread count.
 //
 // Thread-safety: the kernels are reentrant; they write only their outputs.
 // SetBlasThreads changes OpenBLAS's process-wide setting.
@@ -26,19 +27,51 @@
 
 #include <cstdint>
 
+#include "model/cpu/thread_pool.h"
+
 namespace dgca {
 namespace cpu {
 
+// What a kernel may use: a thread pool (not owned; null = serial).
 struct Context {
-  int threads = 1;
+  ThreadPool* pool = nullptr;
+  int threads() const { return pool != nullptr ? pool->threads() : 1; }
 };
+
+// Below this much work (multiply-adds or elements) a parallel region costs
+// more than it saves.
+constexpr int64_t kParallelMinWork = 1 << 14;
+
+// Splits [0, total) into `parts` contiguous ranges; part p is [*b, *e).
+inline void SplitRange(int64_t total, int parts, int p, int64_t* b, int64_t* e) {
+  const int64_t base = total / parts, rem = total % parts;
+  *b = p * base + (p < rem ? p : rem);
+  *e = *b + base + (p < rem ? 1 : 0);
+}
+
+// Calls f(begin, end) on contiguous static chunks of [0, n), one per pool
+// thread when `work` is large enough, else f(0, n) on the caller.
+template <typename F>
+void ParallelFor(const Context& ctx, int64_t n, int64_t work, const F& f) {
+  const int nt = ctx.threads();
+  if (nt <= 1 || n < 2 || work < kParallelMinWork) {
+    if (n > 0) f(int64_t{0}, n);
+    return;
+  }
+  ctx.pool->Run([&](int p) {
+    int64_t b, e;
+    SplitRange(n, nt, p, &b, &e);
+    if (b < e) f(b, e);
+  });
+}
 
 // True when Gemm uses OpenBLAS (built with DGCA_HAVE_OPENBLAS).
 bool HaveBlas();
 
-// Sets OpenBLAS's thread count to ctx.threads when it differs (OpenBLAS's
-// setting is process-wide). No-op without OpenBLAS.
-void SetBlasThreads(const Context& ctx);
+// Makes OpenBLAS single-threaded (its setting is process-wide): the kernels
+// parallelize GEMMs themselves on the pool, and two spinning thread pools on
+// few cores slow each other down. No-op without OpenBLAS.
+void SetBlasThreads();
 
 // Row-major C[M,N] = alpha * op(A) * op(B) + beta * C, with op(A) [M,K]
 // (A stored [K,M] when trans_a) and op(B) [K,N] (B stored [N,K] when

@@ -16,6 +16,13 @@ namespace dgca {
 namespace cpu {
 namespace {
 
+// A process-wide two-thread pool for the tests (the pool is not the unit
+// under test here; thread_pool_test.cc covers it).
+Context Ctx(int threads) {
+  static ThreadPool* pool2 = new ThreadPool(2);
+  return threads == 1 ? Context{} : Context{pool2};
+}
+
 std::vector<float> Randn(size_t n, uint32_t seed, float scale = 1.0f) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> d(0.0f, scale);
@@ -89,7 +96,7 @@ TEST(OpsGemm, BuiltinAndBlasMatchNaiveForAllTransposes) {
         auto C0 = Randn(static_cast<size_t>(M) * N, 3);
         auto ref = NaiveGemm(ta, tb, M, N, K, 0.7f, A, lda, B, ldb, beta, C0, ldc);
         for (int threads : {1, 2}) {
-          Context ctx{threads};
+          Context ctx = Ctx(threads);
           auto c1 = C0;
           GemmBuiltin(ctx, ta, tb, M, N, K, 0.7f, A.data(), lda, B.data(), ldb, beta, c1.data(),
                       ldc);
@@ -107,8 +114,8 @@ TEST(OpsGemm, BuiltinIsBitIdenticalAcrossThreadCounts) {
   const int M = 64, N = 96, K = 200;
   auto A = Randn(M * K, 4), B = Randn(N * K, 5);
   std::vector<float> c1(M * N), c2(M * N);
-  GemmBuiltin(Context{1}, false, true, M, N, K, 1.0f, A.data(), K, B.data(), K, 0.0f, c1.data(), N);
-  GemmBuiltin(Context{2}, false, true, M, N, K, 1.0f, A.data(), K, B.data(), K, 0.0f, c2.data(), N);
+  GemmBuiltin(Ctx(1), false, true, M, N, K, 1.0f, A.data(), K, B.data(), K, 0.0f, c1.data(), N);
+  GemmBuiltin(Ctx(2), false, true, M, N, K, 1.0f, A.data(), K, B.data(), K, 0.0f, c2.data(), N);
   EXPECT_EQ(0, std::memcmp(c1.data(), c2.data(), c1.size() * sizeof(float)));
 }
 
@@ -116,7 +123,7 @@ TEST(OpsGemm, BuiltinIsBitIdenticalAcrossThreadCounts) {
 
 TEST(OpsLinear, ForwardAndBackwardMatchNaive) {
   const int n = 13, ic = 24, oc = 17;
-  Context ctx{2};
+  Context ctx = Ctx(2);
   auto x = Randn(n * ic, 6), w = Randn(oc * ic, 7), b = Randn(oc, 8), dy = Randn(n * oc, 9);
   std::vector<float> y(n * oc);
   LinearForward(ctx, y.data(), x.data(), w.data(), b.data(), n, ic, oc);
@@ -157,7 +164,7 @@ TEST(OpsLinear, ForwardAndBackwardMatchNaive) {
 TEST(OpsLayerNorm, ForwardMatchesNaiveAndBackwardMatchesFiniteDifferences) {
   const int n = 7, c = 40;
   const float eps = 1e-5f;
-  Context ctx{2};
+  Context ctx = Ctx(2);
   auto x = Randn(n * c, 10, 2.0f), g = Randn(c, 11), b = Randn(c, 12), wout = Randn(n * c, 13);
   for (auto& v : x) v += 3.0f;  // a non-zero mean
   std::vector<float> y(n * c), mean(n), rstd(n);
@@ -189,7 +196,7 @@ TEST(OpsLayerNorm, ForwardMatchesNaiveAndBackwardMatchesFiniteDifferences) {
 // ----------------------------------------------------------------- GELU
 
 TEST(OpsGelu, ExactErfFormAndDerivative) {
-  Context ctx{1};
+  Context ctx = Ctx(1);
   auto x = Randn(300, 14, 2.0f);
   std::vector<float> y(x.size());
   GeluForward(ctx, y.data(), x.data(), x.size());
@@ -220,7 +227,7 @@ TEST(OpsSoftmax, MatchesNaive) {
   const int rows = 5, cols = 33;
   auto x = Randn(rows * cols, 16, 5.0f);
   std::vector<float> y(x.size());
-  SoftmaxRows(Context{2}, y.data(), x.data(), rows, cols);
+  SoftmaxRows(Ctx(2), y.data(), x.data(), rows, cols);
   std::vector<double> yr(x.size());
   for (int i = 0; i < rows; ++i) {
     double s = 0;
@@ -274,7 +281,7 @@ TEST(OpsAttention, ForwardMatchesNaiveWithPaddingMask) {
   AttnCase c;
   auto qkv = Randn(c.B * c.L * 3 * c.H, 17);
   std::vector<float> out(c.B * c.L * c.H), probs(c.B * c.nh * c.L * c.L);
-  AttentionForward(Context{2}, out.data(), probs.data(), qkv.data(), c.mask.data(), c.B, c.L, c.H,
+  AttentionForward(Ctx(2), out.data(), probs.data(), qkv.data(), c.mask.data(), c.B, c.L, c.H,
                    c.nh);
   EXPECT_LT(RelErr(out, NaiveAttention(c, qkv)), 1e-6);
   // Masked keys have probability exactly 0; each row sums to 1.
@@ -292,7 +299,7 @@ TEST(OpsAttention, BackwardMatchesFiniteDifferencesAndIsReproducible) {
   AttnCase c;
   auto qkv = Randn(c.B * c.L * 3 * c.H, 18);
   auto w = Randn(c.B * c.L * c.H, 19);
-  Context ctx{2};
+  Context ctx = Ctx(2);
   std::vector<float> out(c.B * c.L * c.H), probs(c.B * c.nh * c.L * c.L);
   AttentionForward(ctx, out.data(), probs.data(), qkv.data(), c.mask.data(), c.B, c.L, c.H, c.nh);
   std::vector<float> dqkv(qkv.size(), 7.0f);  // overwritten
@@ -317,16 +324,16 @@ TEST(OpsEmbedding, GatherAndScatterAddWithRepeatedIds) {
   auto table = Randn(V * c, 20), dy = Randn(n * c, 21);
   std::vector<float> y(n * c);
   std::vector<int32_t> in_range(ids.begin(), ids.end() - 1);
-  EmbeddingForward(Context{2}, y.data(), in_range.data(), table.data(), n - 1, c);
+  EmbeddingForward(Ctx(2), y.data(), in_range.data(), table.data(), n - 1, c);
   for (int i = 0; i < n - 1; ++i)
     for (int j = 0; j < c; ++j) EXPECT_EQ(y[i * c + j], table[ids[i] * c + j]);
   std::vector<float> y2 = y;
-  EmbeddingAdd(Context{2}, y2.data(), in_range.data(), table.data(), n - 1, c);
+  EmbeddingAdd(Ctx(2), y2.data(), in_range.data(), table.data(), n - 1, c);
   for (int i = 0; i < n - 1; ++i)
     for (int j = 0; j < c; ++j) EXPECT_FLOAT_EQ(y2[i * c + j], 2 * table[ids[i] * c + j]);
 
   std::vector<float> dt(V * c, 1.0f);
-  EmbeddingBackward(Context{2}, dt.data(), ids.data(), dy.data(), n, c);
+  EmbeddingBackward(Ctx(2), dt.data(), ids.data(), dy.data(), n, c);
   std::vector<double> ref(V * c, 1.0);
   for (int i = 0; i < n; ++i)
     if (ids[i] >= 0)
@@ -336,7 +343,7 @@ TEST(OpsEmbedding, GatherAndScatterAddWithRepeatedIds) {
   for (int j = 0; j < c; ++j) EXPECT_EQ(dt[2 * c + j], 1.0f);
   // Thread count does not change the bits.
   std::vector<float> dt1(V * c, 1.0f);
-  EmbeddingBackward(Context{1}, dt1.data(), ids.data(), dy.data(), n, c);
+  EmbeddingBackward(Ctx(1), dt1.data(), ids.data(), dy.data(), n, c);
   EXPECT_EQ(0, std::memcmp(dt1.data(), dt.data(), dt.size() * sizeof(float)));
 }
 
@@ -348,7 +355,7 @@ TEST(OpsCrossEntropy, LossGradientAndIgnoreIndex) {
   const std::vector<int32_t> t = {3, -100, 49, 0, -100, 7};
   int64_t cnt = 0;
   std::vector<float> g(n * v, 9.0f);
-  const double loss = CrossEntropy(Context{2}, g.data(), x.data(), t.data(), n, v, 0.25f, &cnt);
+  const double loss = CrossEntropy(Ctx(2), g.data(), x.data(), t.data(), n, v, 0.25f, &cnt);
   EXPECT_EQ(cnt, 4);
   double ref = 0;
   for (int i = 0; i < n; ++i) {
@@ -362,21 +369,66 @@ TEST(OpsCrossEntropy, LossGradientAndIgnoreIndex) {
     EXPECT_EQ(g[1 * v + j], 0.0f);
     EXPECT_EQ(g[4 * v + j], 0.0f);
   }
-  auto f = [&]() { return 0.25 * CrossEntropy(Context{1}, nullptr, x.data(), t.data(), n, v, 1.0f, nullptr); };
+  auto f = [&]() { return 0.25 * CrossEntropy(Ctx(1), nullptr, x.data(), t.data(), n, v, 1.0f, nullptr); };
   EXPECT_LT(RelErr(g, NumGrad(x, f, 1e-2f)), 2e-3);
 
   // In place (dlogits aliasing logits) gives the same gradient.
   std::vector<float> inplace = x;
-  CrossEntropy(Context{2}, inplace.data(), inplace.data(), t.data(), n, v, 0.25f, nullptr);
+  CrossEntropy(Ctx(2), inplace.data(), inplace.data(), t.data(), n, v, 0.25f, nullptr);
   EXPECT_EQ(0, std::memcmp(inplace.data(), g.data(), g.size() * sizeof(float)));
 }
 
 TEST(OpsArgmax, FirstMaximum) {
   const std::vector<float> x = {1, 5, 5, 0, -1, -2, -3, -1};
   std::vector<int32_t> out(2);
-  ArgmaxRows(Context{1}, out.data(), x.data(), 2, 4);
+  ArgmaxRows(Ctx(1), out.data(), x.data(), 2, 4);
   EXPECT_EQ(out[0], 1);
   EXPECT_EQ(out[1], 0);
+}
+
+// Large enough that every kernel takes its parallel path: the results must
+// be bit-identical to the serial ones (static splits, no cross-thread sums).
+TEST(OpsParallel, EveryKernelMatchesSerialBitForBit) {
+  const int B = 4, L = 32, H = 64, nh = 4, n = B * L;
+  auto same = [](const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  };
+  auto x = Randn(n * H, 30), g = Randn(H, 31), bt = Randn(H, 32), dy = Randn(n * H, 33);
+  std::vector<int32_t> mask(n, 1), ids(n);
+  for (int i = 0; i < n; ++i) ids[i] = (i * 7) % 50;
+  for (int j = 20; j < L; ++j) mask[L + j] = 0;
+  auto qkv = Randn(n * 3 * H, 34);
+  auto logits = Randn(n * 200, 35);
+  std::vector<int32_t> tg(n);
+  for (int i = 0; i < n; ++i) tg[i] = i % 3 == 0 ? -100 : (i * 13) % 200;
+  std::vector<std::vector<float>> res[2];
+  for (int threads : {1, 2}) {
+    Context ctx = Ctx(threads);
+    auto& r = res[threads - 1];
+    std::vector<float> y(n * H), mean(n), rstd(n), dx(n * H), dg(H, 0.0f), db(H, 0.0f);
+    LayerNormForward(ctx, y.data(), mean.data(), rstd.data(), x.data(), g.data(), bt.data(), n, H, 1e-12f);
+    LayerNormBackward(ctx, dx.data(), false, dg.data(), db.data(), dy.data(), x.data(), g.data(),
+                      mean.data(), rstd.data(), n, H);
+    r.insert(r.end(), {y, dx, dg, db});
+    std::vector<float> ge(n * H), gb(n * H);
+    GeluForward(ctx, ge.data(), x.data(), n * H);
+    GeluBackward(ctx, gb.data(), x.data(), dy.data(), n * H);
+    r.insert(r.end(), {ge, gb});
+    std::vector<float> ao(n * H), pr(B * nh * L * L), dq(n * 3 * H);
+    AttentionForward(ctx, ao.data(), pr.data(), qkv.data(), mask.data(), B, L, H, nh);
+    AttentionBackward(ctx, dq.data(), dy.data(), qkv.data(), pr.data(), B, L, H, nh);
+    r.insert(r.end(), {ao, pr, dq});
+    std::vector<float> tab(50 * H, 0.0f), cs(H, 0.0f), emb(n * H);
+    EmbeddingBackward(ctx, tab.data(), ids.data(), dy.data(), n, H);
+    EmbeddingForward(ctx, emb.data(), ids.data(), tab.data(), n, H);
+    ColumnSumAdd(ctx, cs.data(), dy.data(), n, H);
+    r.insert(r.end(), {tab, cs, emb});
+    std::vector<float> dl(logits.size());
+    const double loss = CrossEntropy(ctx, dl.data(), logits.data(), tg.data(), n, 200, 0.5f, nullptr);
+    r.insert(r.end(), {dl, std::vector<float>{static_cast<float>(loss)}});
+  }
+  ASSERT_EQ(res[0].size(), res[1].size());
+  for (size_t k = 0; k < res[0].size(); ++k) EXPECT_TRUE(same(res[0][k], res[1][k])) << "output " << k;
 }
 
 }  // namespace

@@ -27,6 +27,13 @@ Status DeclareOne(ParamStore* store, const std::string& name, std::vector<int64_
   return OkStatus();
 }
 
+// y += x (the residual connections).
+void AddInPlace(const cpu::Context& ctx, float* y, const float* x, int64_t n) {
+  cpu::ParallelFor(ctx, n, n, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) y[i] += x[i];
+  });
+}
+
 }  // namespace
 
 void InitNormal(float* x, int64_t n, float std, uint64_t seed) {
@@ -214,16 +221,16 @@ void Bert::EmbedForward(const cpu::Context& ctx, const int32_t* ids, const int32
   const float* wtt = P(type_idx_);
   const int H = H_;
   float* x = emb_in_.data();
-  const int nt = ctx.threads;
-#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1 && N * H >= 16384)
-  for (int i = 0; i < N; ++i) {
-    const float* w = word_ids_[i] >= 0 ? wte + static_cast<size_t>(word_ids_[i]) * H
-                                       : prompt_rows + static_cast<size_t>(prompt_ids_[i]) * H;
-    const float* p = wpe + static_cast<size_t>(pos_ids_[i]) * H;
-    const float* t = wtt + static_cast<size_t>(token_types[i]) * H;
-    float* o = x + static_cast<size_t>(i) * H;
-    for (int j = 0; j < H; ++j) o[j] = (w[j] + t[j]) + p[j];  // HF's order of the sums
-  }
+  cpu::ParallelFor(ctx, N, static_cast<int64_t>(N) * H, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const float* w = word_ids_[i] >= 0 ? wte + static_cast<size_t>(word_ids_[i]) * H
+                                         : prompt_rows + static_cast<size_t>(prompt_ids_[i]) * H;
+      const float* p = wpe + static_cast<size_t>(pos_ids_[i]) * H;
+      const float* t = wtt + static_cast<size_t>(token_types[i]) * H;
+      float* o = x + static_cast<size_t>(i) * H;
+      for (int j = 0; j < H; ++j) o[j] = (w[j] + t[j]) + p[j];  // HF's order of the sums
+    }
+  });
   cpu::LayerNormForward(ctx, emb_out_.data(), emb_mean_.data(), emb_rstd_.data(), x, P(eln_w_),
                         P(eln_b_), N, H, cfg_.layer_norm_eps);
 }
@@ -248,14 +255,14 @@ void Bert::LayerForward(const cpu::Context& ctx, int l, const float* x, const in
   cpu::AttentionForward(ctx, ly.ctx.data(), ly.probs.data(), ly.qkv.data(), mask, B_, L_, H, nh_);
   // Output projection, residual, LayerNorm (post-LN).
   cpu::LinearForward(ctx, ly.r1.data(), ly.ctx.data(), P(ly.ao_w), P(ly.ao_b), N, H, H);
-  for (int64_t i = 0; i < static_cast<int64_t>(N) * H; ++i) ly.r1[i] += x[i];
+  AddInPlace(ctx, ly.r1.data(), x, static_cast<int64_t>(N) * H);
   cpu::LayerNormForward(ctx, ly.h1.data(), ly.mean1.data(), ly.rstd1.data(), ly.r1.data(),
                         P(ly.ln1_w), P(ly.ln1_b), N, H, eps);
   // Feed-forward.
   cpu::LinearForward(ctx, ly.f1.data(), ly.h1.data(), P(ly.fc1_w), P(ly.fc1_b), N, H, F);
   cpu::GeluForward(ctx, ly.g.data(), ly.f1.data(), static_cast<int64_t>(N) * F);
   cpu::LinearForward(ctx, ly.r2.data(), ly.g.data(), P(ly.fc2_w), P(ly.fc2_b), N, F, H);
-  for (int64_t i = 0; i < static_cast<int64_t>(N) * H; ++i) ly.r2[i] += ly.h1[i];
+  AddInPlace(ctx, ly.r2.data(), ly.h1.data(), static_cast<int64_t>(N) * H);
   cpu::LayerNormForward(ctx, ly.out.data(), ly.mean2.data(), ly.rstd2.data(), ly.r2.data(),
                         P(ly.ln2_w), P(ly.ln2_b), N, H, eps);
 }

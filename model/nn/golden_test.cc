@@ -124,7 +124,8 @@ TEST_F(GoldenTest, LogitsMatchHuggingFace) {
     store.Finalize();
     ASSERT_TRUE(bert.Bind(&store).ok());
     LoadWeights(&store);
-    cpu::Context ctx{threads};
+    cpu::ThreadPool pool(threads);
+    cpu::Context ctx{&pool};
     bert.EmbedForward(ctx, batch_.input_ids.data(), batch_.token_type_ids.data(),
                       batch_.prompt_slot.data(), nullptr, B_, L_);
     bert.EncoderForward(ctx, batch_.attention_mask.data(), B_, L_);

@@ -26,6 +26,7 @@
 #include <string>
 
 #include "model/cpu/ops.h"
+#include "model/cpu/thread_pool.h"
 #include "model/nn/bert.h"
 #include "model/nn/heads.h"
 #include "model/nn/model.h"
@@ -73,7 +74,8 @@ class CpuDgcaModel final : public DgcaModel {
         max_batch_(max_batch),
         seq_len_(seq_len),
         max_slots_(max_batch * std::max(1, seq_len)),
-        ctx_{threads},
+        pool_(threads),
+        ctx_{&pool_},
         bert_(cfg, max_batch, seq_len, max_batch * seq_len),
         prompt_(cfg),
         heads_(cfg, max_batch * seq_len),
@@ -242,7 +244,7 @@ class CpuDgcaModel final : public DgcaModel {
   }
 
   void RunEncoder(const Batch& b) {
-    cpu::SetBlasThreads(ctx_);
+    cpu::SetBlasThreads();
     const float* prompt_rows = prompt_.enabled() ? prompt_.Forward() : nullptr;
     bert_.EmbedForward(ctx_, b.input_ids.data(), types_.data(), slots_.data(), prompt_rows,
                        b.batch_size, b.seq_len);
@@ -327,6 +329,7 @@ class CpuDgcaModel final : public DgcaModel {
 
   ModelConfig cfg_;
   int max_batch_, seq_len_, max_slots_;
+  cpu::ThreadPool pool_;  // the compute threads of this model
   cpu::Context ctx_;
   ParamStore store_;
   Bert bert_;
