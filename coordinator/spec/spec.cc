@@ -540,6 +540,17 @@ void Parser::ParseTop(const YAML::Node& root, v1::JobSpec* spec) {
     {"tuning", tuning_fn},
   });
 
+  // No name: the spec file's base name when it is a valid name, else "job".
+  if (!root["name"]) {
+    std::string base = file_.substr(file_.find_last_of('/') == std::string::npos ? 0 : file_.find_last_of('/') + 1);
+    base = base.substr(0, base.find('.'));
+    bool ok = !base.empty() && base.size() <= 128 &&
+              std::all_of(base.begin(), base.end(), [](char c) {
+                return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_';
+              });
+    if (ok) spec->set_name(base);
+  }
+
   // Cross-field checks (only between values the user set explicitly).
   const v1::TrainSpec& t = *train;
   if (t.micro_batch() > 0 && t.micro_batch() > t.global_batch()) {

@@ -16,7 +16,9 @@
 //    be valid.
 //  - Unknown fields are errors (with "did you mean" for close names). Relative
 //    paths stay as written; JobSpec.base_dir is left empty for the caller.
-//    JobSpec.source_path = file_path.
+//    JobSpec.source_path = file_path. Without `name`, the name is the base
+//    name of file_path without extension (when it is [A-Za-z0-9_-]+), else
+//    "job".
 //  - Spellings: numeric "auto" fields accept `auto` (or 0); `heads.candidate`
 //    accepts a mapping, `true` (defaults) or `false` (disabled); `heads: false`
 //    turns detector, candidate and fusion off (plain ReLM); nullable paths

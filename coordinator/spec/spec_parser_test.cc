@@ -99,6 +99,15 @@ TEST(SpecParser, MinimalSpecGetsEveryDefault) {
   EXPECT_DOUBLE_EQ(r.spec.comm().timeout_s(), 60);
 }
 
+TEST(SpecParser, NameDefaultsToFileBaseName) {
+  auto r = ParseJobSpec("train: {steps: 3}\n", "/some/dir/relm-law.yaml");
+  ASSERT_TRUE(r.ok() && r->ok());
+  EXPECT_EQ(r->spec.name(), "relm-law");
+  auto r2 = ParseJobSpec("train: {steps: 3}\n", "");
+  ASSERT_TRUE(r2.ok() && r2->ok());
+  EXPECT_EQ(r2->spec.name(), "job");
+}
+
 TEST(SpecParser, UnknownFieldWithSuggestion) {
   SpecParseResult r = Parse("name: x\ntrain:\n  stpes: 10\n");
   ASSERT_EQ(r.problems.size(), 1u) << FormatProblems(r.problems);
