@@ -73,12 +73,15 @@ class CpuDgcaModel final : public DgcaModel {
       : cfg_(cfg),
         max_batch_(max_batch),
         seq_len_(seq_len),
-        max_slots_(max_batch * std::max(1, seq_len)),
         pool_(threads),
         ctx_{&pool_},
-        bert_(cfg, max_batch, seq_len, max_batch * seq_len),
+        // Target slots and MFT positions are distinct non-special positions:
+        // at most L - 2 - 2P per row ([CLS], [SEP] and the prompt slots never
+        // carry a label), so the logits buffer is sized for that.
+        max_rows_(max_batch * std::max(1, seq_len - 2 - 2 * cfg.prompt_length)),
+        bert_(cfg, max_batch, seq_len, max_rows_),
         prompt_(cfg),
-        heads_(cfg, max_batch * seq_len),
+        heads_(cfg, max_rows_),
         heads_on_(cfg.detector || cfg.candidate) {}
 
   Status Init(uint64_t seed) {
@@ -240,6 +243,11 @@ class CpuDgcaModel final : public DgcaModel {
         targets_.push_back(b.mft_labels[i]);
       }
     }
+    if (rows_.size() > static_cast<size_t>(max_rows_))
+      return InvalidArgumentError(
+          "DgcaModel: " + std::to_string(rows_.size()) +
+          " labelled positions (target slots + MFT) exceed the model's limit of " +
+          std::to_string(max_rows_) + " (max_batch * (seq_len - 2 - 2P))");
     return OkStatus();
   }
 
@@ -328,7 +336,7 @@ class CpuDgcaModel final : public DgcaModel {
   }
 
   ModelConfig cfg_;
-  int max_batch_, seq_len_, max_slots_;
+  int max_batch_, seq_len_, max_rows_;
   cpu::ThreadPool pool_;  // the compute threads of this model
   cpu::Context ctx_;
   ParamStore store_;
