@@ -1,5 +1,6 @@
 #include "model/comm/gloo_communicator.h"
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <dirent.h>
@@ -20,7 +21,6 @@
 #include "gloo/allreduce.h"
 #include "gloo/barrier.h"
 #include "gloo/barrier_all_to_all.h"
-#include "gloo/broadcast.h"
 #include "gloo/common/error.h"
 #include "gloo/math.h"
 #include "gloo/rendezvous/context.h"
@@ -235,13 +235,19 @@ class GlooCommunicator : public Communicator {
     }
     const uint32_t tag = next_tag_++;
     auto ctx = context_;
-    auto state = Enqueue("broadcast", [ctx, data, count, root, tag] {
+    // Broadcast as a sum all-reduce in which every rank but the root
+    // contributes zeros: bit-exact (x + 0 = x), and fast. gloo::broadcast
+    // (one-to-all) took from 0.05 s to 3.7 s for 5 MB over loopback here.
+    const int me = rank_;
+    auto state = Enqueue("broadcast", [ctx, data, count, root, tag, me] {
       if (count == 0) return;
-      gloo::BroadcastOptions opts(ctx);
+      if (me != root) std::fill(data, data + count, 0.0f);
+      gloo::AllreduceOptions opts(ctx);
       opts.setOutput(data, count);
-      opts.setRoot(root);
+      opts.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(
+          &gloo::sum<float>));
       opts.setTag(tag);
-      gloo::broadcast(opts);
+      gloo::allreduce(opts);
     });
     return GlooHandle(state, options_.spin_us).Wait();
   }

@@ -91,6 +91,15 @@ TrainConfig EqConfig(const std::string& ckpt_dir, int steps) {
 class OverlapRecorder : public TrainObserver {
  public:
   void OnStep(const StepReport& r) override { reports.push_back(r); }
+  // DGCA_TEST_VERBOSE=1 prints the trainer's log lines with a timestamp.
+  void OnLog(const std::string& line) override {
+    if (getenv("DGCA_TEST_VERBOSE")) {
+      fprintf(stderr, "[%.3f] %s\n",
+              std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+                  .count(),
+              line.c_str());
+    }
+  }
   std::vector<StepReport> reports;
 };
 

@@ -247,9 +247,14 @@ StatusOr<TrainResult> Train(const TrainConfig& config, Communicator* comm,
   }
   if (world > 1) {
     // Every rank starts from rank 0's weights (and optimizer state).
+    const auto tb = Clock::now();
     DGCA_RETURN_IF_ERROR(comm->Broadcast(params.values(), params.total_numel(), 0));
     DGCA_RETURN_IF_ERROR(comm->Broadcast(adam.m().data(), adam.m().size(), 0));
     DGCA_RETURN_IF_ERROR(comm->Broadcast(adam.v().data(), adam.v().size(), 0));
+    char buf[160];
+    std::snprintf(buf, sizeof(buf), "weights and optimizer state broadcast from rank 0 (%.1f MB) in %.3f s",
+                  3.0 * params.total_numel() * sizeof(float) / 1e6, Since(tb));
+    log(buf);
   }
 
   BatchOptions bopt;
