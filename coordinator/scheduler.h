@@ -24,8 +24,20 @@
 //    (or grace + 5 s passed), restarts every rank from the last checkpoint
 //    (attempt + 1, dgca_rank_restarts_total, event "restart") while
 //    restarts < train.max_restarts, else FAILED with a message naming the
-//    rank, node, exit code or signal, and the rank's last output lines.
-//    Exits reported for an old attempt are ignored.
+//    rank, node, exit code or signal, and the rank's last output lines:
+//      "rank R on node N exited with code C" | "... was killed by signal S (name)"
+//      | "rank R on node N made no progress for T s (no heartbeat or step; ...)"
+//      [" (after K restarts; train.max_restarts is M)"]
+//      ["; other ranks: rank Q on node N was killed by signal 9 (Killed)"]
+//      ["; last output:\n<the agent's last log lines of rank R>"]
+//    ("other ranks" lists ranks that died on their own while the job was
+//    being stopped, which is often the root cause.) Exits reported for an
+//    old attempt are ignored.
+//  - Progress: Job.step = min over ranks, samples_per_second = sum over
+//    running ranks, loss = mean, eta = (steps - step) x mean step_seconds.
+//    Persisted (with per-rank RankProgress and eval) every 5 s, on each eval
+//    and at the end, so `dgca status` shows ranks after a restart too. The
+//    /metrics series of a job are dropped once 64 newer jobs have finished.
 //  - Cancel: PENDING/PLANNING -> CANCELLED at once; RUNNING -> StopRanks,
 //    then CANCELLED once every rank has exited (or grace + 5 s passed).
 //  - Rank heartbeats answer stop=true when the job is not RUNNING, is being
