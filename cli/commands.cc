@@ -406,6 +406,7 @@ int FollowJob(const GlobalOptions& g, Io io, Client* client, const std::string& 
   bool line_shown = false;
   auto last_plain = Clock::now() - std::chrono::seconds(60);
   std::string last_plain_line;
+  std::string last_tty_text;
   auto clear_live = [&] {
     if (!io.err_is_tty) return;
     if (full_view && drawn_lines > 0) {
@@ -440,16 +441,19 @@ int FollowJob(const GlobalOptions& g, Io io, Client* client, const std::string& 
     if (!have_job) continue;
     Progress p = ComputeProgress(job, ranks);
     if (io.err_is_tty) {
+      std::string text = full_view ? absl::StrCat("job ", job.id(), " (", job.name(), ")\n",
+                                                  ProgressLine(p, 30), "\n", RankRows(job, ranks))
+                                   : ProgressLine(p, 20);
+      bool shown = full_view ? drawn_lines > 0 : line_shown;
+      if (shown && text == last_tty_text) continue;  // nothing new: no redraw
       clear_live();
+      io.err << text;
       if (full_view) {
-        std::string block = absl::StrCat("job ", job.id(), " (", job.name(), ")\n",
-                                         ProgressLine(p, 30), "\n", RankRows(job, ranks));
-        io.err << block;
-        drawn_lines = static_cast<int>(std::count(block.begin(), block.end(), '\n'));
+        drawn_lines = static_cast<int>(std::count(text.begin(), text.end(), '\n'));
       } else {
-        io.err << ProgressLine(p, 20);
         line_shown = true;
       }
+      last_tty_text = text;
       io.err.flush();
     } else {
       // Plain lines: every 5 s at most, and only when something changed.

@@ -111,7 +111,13 @@ int main(int argc, char** argv) {
   }
   if (*rank) {
     dgca::InstallRankSignalHandlers();
-    return dgca::RunRank(rank_args);
+    int rc = dgca::RunRank(rank_args);
+    std::fflush(stdout);
+    std::fflush(stderr);
+    // A stopped or failed rank may leave a communicator with a live thread
+    // behind (see RunRank); skip static destructors rather than race it.
+    if (rc != 0) std::_Exit(rc);
+    return rc;
   }
   if (*train) return dgca::RunLocalTrain(train_args);
   return 2;

@@ -89,9 +89,42 @@ TEST_F(E2eTest, TwoRankJobSucceedsWithStatusAndLogs) {
   ASSERT_EQ(human.code, 0) << human.err;
   EXPECT_NE(human.out.find("RANK"), std::string::npos) << human.out;
 
+  // /metrics carries the job's per-rank series.
+  std::string metrics = HttpGet(coord_->metrics(), "/metrics");
+  EXPECT_NE(metrics.find("dgca_jobs"), std::string::npos) << metrics.substr(0, 2000);
+  EXPECT_NE(metrics.find("job=\"" + job + "\""), std::string::npos) << metrics.substr(0, 4000);
+
   Result nodes = Dgca(*coord_, {"nodes", "--json"});
   ASSERT_EQ(nodes.code, 0) << nodes.err;
   EXPECT_NE(nodes.out.find("\"cpu_count\""), std::string::npos) << nodes.out;
+}
+
+// `dgca logs --follow` streams a running job's log and returns when it ends.
+TEST_F(E2eTest, LogsFollowUntilTheJobEnds) {
+  Result sub = Dgca(*coord_, {"submit", WriteTinySpec(*dir_, "follow", 30, 1)});
+  ASSERT_EQ(sub.code, 0) << sub.err;
+  std::string job = Trim(sub.out);
+  Result logs = Dgca(*coord_, {"logs", job, "--rank", "0", "--follow"}, 90s);
+  EXPECT_EQ(logs.code, 0) << logs.err;
+  EXPECT_NE(logs.out.find("step 30/30"), std::string::npos)
+      << logs.out << Status(*coord_, job).raw << coord_->Log();
+  EXPECT_NE(logs.out.find("exited with code 0"), std::string::npos) << logs.out;
+  EXPECT_EQ(Status(*coord_, job).state, "SUCCEEDED");
+}
+
+// A job whose rank cannot start training: submit --wait exits 1 and says why.
+TEST_F(E2eTest, FailedJobExits1WithTheReason) {
+  std::string spec = *dir_ + "/missing-data.yaml";
+  WriteFile(spec,
+            "name: missing-data\n"
+            "model: {preset: tiny}\n"
+            "data: {train: no-such-train.txt, max_seq_len: 32}\n"
+            "train: {steps: 5, global_batch: 4, eval_every: 0, checkpoint_every: 0}\n"
+            "resources: {ranks: 1, device: cpu, threads_per_rank: 1}\n");
+  Result r = Dgca(*coord_, {"submit", spec, "--wait"}, 60s);
+  EXPECT_EQ(r.code, 1) << r.out << r.err;
+  EXPECT_NE(r.out.find("FAILED"), std::string::npos) << r.out;
+  EXPECT_NE((r.out + r.err).find("no-such-train.txt"), std::string::npos) << r.out << r.err;
 }
 
 TEST_F(E2eTest, ValidateReportsAllThreeProblems) {

@@ -6,7 +6,10 @@
 #ifndef DGCA_TESTS_INTEGRATION_HARNESS_H_
 #define DGCA_TESTS_INTEGRATION_HARNESS_H_
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -299,6 +302,32 @@ inline JobView Status(const CoordinatorProcess& c, const std::string& job) {
   }
   if (const JsonValue* ev = j->Find("events"); ev && ev->is_array()) v.events = ev->array.size();
   return v;
+}
+
+// GET http://HOST:PORT/PATH (plain HTTP/1.0); the body, or "" on failure.
+inline std::string HttpGet(const std::string& host_port, const std::string& path) {
+  size_t colon = host_port.rfind(':');
+  if (colon == std::string::npos) return "";
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return "";
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(std::atoi(host_port.c_str() + colon + 1)));
+  inet_pton(AF_INET, host_port.substr(0, colon).c_str(), &addr.sin_addr);
+  timeval tv{10, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  std::string resp;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+    std::string req = "GET " + path + " HTTP/1.0\r\nHost: " + host_port + "\r\n\r\n";
+    if (write(fd, req.data(), req.size()) == static_cast<ssize_t>(req.size())) {
+      char buf[65536];
+      ssize_t n;
+      while ((n = read(fd, buf, sizeof(buf))) > 0) resp.append(buf, n);
+    }
+  }
+  close(fd);
+  size_t body = resp.find("\r\n\r\n");
+  return body == std::string::npos ? "" : resp.substr(body + 4);
 }
 
 inline std::string Trim(std::string s) {

@@ -438,9 +438,18 @@ int RunRank(const RankArgs& a) {
     code = unreachable.load() ? 3 : 1;
   }
   finish_heartbeat();
-  // The communicator barriers with its peers before closing sockets.
-  comm.reset();
-  sender.Close(std::chrono::seconds(10));
+  if (code == 0) {
+    // The communicator barriers with its peers before closing its sockets.
+    comm.reset();
+    sender.Close(std::chrono::seconds(10));
+  } else {
+    // Stopped or failed: the peers may be inside a collective this rank will
+    // never join, so the teardown barrier would only wait out the timeout.
+    // The communicator is left to the process exit instead: the OS closes
+    // its sockets and the peers fail at once ("connection closed by peer").
+    (void)comm.release();
+    sender.Close(std::chrono::seconds(2));
+  }
   return code;
 }
 

@@ -1,0 +1,123 @@
+// Two `dgca-worker agent` processes (as on two nodes) and a coordinator
+// without its embedded agent: nodes register, a 2-rank job runs on them and
+// succeeds; stopping an agent with SIGTERM stops its ranks.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "tests/integration/harness.h"
+
+namespace dgca {
+namespace itest {
+namespace {
+
+pid_t StartAgent(const std::string& address, const std::string& token_file,
+                 const std::string& node, const std::string& state_dir) {
+  mkdir(state_dir.c_str(), 0755);
+  pid_t pid = fork();
+  if (pid == 0) {
+    std::string log = state_dir + "/agent.log";
+    int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    std::string bin = WorkerBin();
+    execl(bin.c_str(), bin.c_str(), "agent", "--coordinator", address.c_str(), "--token-file",
+          token_file.c_str(), "--node-name", node.c_str(), "--state-dir", state_dir.c_str(),
+          "--heartbeat-interval", "0.5", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  return pid;
+}
+
+void StopAgent(pid_t pid) {
+  if (pid <= 0) return;
+  kill(pid, SIGTERM);
+  for (int i = 0; i < 150; ++i) {
+    if (waitpid(pid, nullptr, WNOHANG) == pid) return;
+    std::this_thread::sleep_for(100ms);
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+}
+
+TEST(MultiAgentTest, TwoAgentsRunATwoRankJob) {
+  if (!HavePrograms()) GTEST_SKIP() << "programs not built under " << BuildDir();
+  if (!HaveSharedData()) GTEST_SKIP() << "no ECSpell data under " << SharedData();
+  std::string dir = MakeTempDir("multi");
+  mkdir((dir + "/state").c_str(), 0755);
+  CoordinatorProcess coord(dir + "/state");
+  ASSERT_TRUE(coord.Start("127.0.0.1:0", {"--no-local-agent"}));
+  pid_t a1 = StartAgent(coord.address(), coord.token_file(), "node-a", dir + "/a");
+  pid_t a2 = StartAgent(coord.address(), coord.token_file(), "node-b", dir + "/b");
+
+  Result nodes;
+  bool both = WaitUntil(
+      [&] {
+        nodes = Dgca(coord, {"nodes", "--json"});
+        return nodes.out.find("node-a") != std::string::npos &&
+               nodes.out.find("node-b") != std::string::npos;
+      },
+      20s);
+  EXPECT_TRUE(both) << nodes.out << nodes.err << coord.Log();
+  Result table = Dgca(coord, {"nodes"});
+  EXPECT_NE(table.out.find("node-a"), std::string::npos) << table.out;
+
+  auto t_sub = Clock::now();
+  Result sub = Dgca(coord, {"submit", WriteTinySpec(dir, "two-nodes", 8), "--wait"}, 120s);
+  std::fprintf(stderr, "2-rank job over two agents: %.1f s\n",
+               std::chrono::duration<double>(Clock::now() - t_sub).count());
+  EXPECT_EQ(sub.code, 0) << sub.out << sub.err << coord.Log() << "\nagent a:\n"
+                         << ReadFile(dir + "/a/agent.log") << "\nagent b:\n"
+                         << ReadFile(dir + "/b/agent.log");
+  std::string job = sub.out.substr(0, sub.out.find('\n'));
+  Result st = Dgca(coord, {"status", "--json", job});
+  EXPECT_TRUE(st.out.find("node-a") != std::string::npos ||
+              st.out.find("node-b") != std::string::npos)
+      << st.out;
+  // The rank logs are on the agents' nodes (their state dirs).
+  bool log_a = Exists(dir + "/a/jobs/" + job + "/rank-0.log") ||
+               Exists(dir + "/a/jobs/" + job + "/rank-1.log");
+  bool log_b = Exists(dir + "/b/jobs/" + job + "/rank-0.log") ||
+               Exists(dir + "/b/jobs/" + job + "/rank-1.log");
+  EXPECT_TRUE(log_a || log_b);
+
+  // A long job, then SIGTERM to both agents: their ranks go with them.
+  Result sub2 = Dgca(coord, {"submit", WriteTinySpec(dir, "long", 1000000)});
+  ASSERT_EQ(sub2.code, 0) << sub2.err;
+  std::string job2 = Trim(sub2.out);
+  JobView v;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        v = Status(coord, job2);
+        return v.state == "RUNNING" && v.pids.size() == 2 && v.step >= 1;
+      },
+      45s))
+      << v.raw;
+  auto t_stop = Clock::now();
+  StopAgent(a1);
+  StopAgent(a2);
+  std::fprintf(stderr, "agents stopped in %.1f s\n",
+               std::chrono::duration<double>(Clock::now() - t_stop).count());
+  for (pid_t p : v.pids) {
+    EXPECT_FALSE(ProcessAlive(p)) << "rank " << p << " outlived its agent";
+    if (ProcessAlive(p)) kill(p, SIGKILL);
+  }
+  JobView after;
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        after = Status(coord, job2);
+        return after.state == "FAILED" || after.state == "PENDING";
+      },
+      60s))
+      << after.raw;
+  std::fprintf(stderr, "job %s after its agents left: %s %s (%.1f s)\n", job2.c_str(),
+               after.state.c_str(), after.message.c_str(),
+               std::chrono::duration<double>(Clock::now() - t_stop).count());
+  Dgca(coord, {"cancel", job2});
+  coord.Stop();
+  if (!::testing::Test::HasFailure()) std::system(("rm -rf " + dir).c_str());
+}
+
+}  // namespace
+}  // namespace itest
+}  // namespace dgca
