@@ -279,22 +279,32 @@ void AttentionForward(const Context& ctx, float* out, float* probs, const float*
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   const int tasks = B * nh;
   ParallelFor(ctx, tasks, static_cast<int64_t>(B) * nh * L * L * d, [&](int64_t t0_, int64_t t1_) {
+    std::vector<float> kt(static_cast<size_t>(d) * L);
     for (int t = static_cast<int>(t0_); t < t1_; ++t) {
       const int b = t / nh, h = t % nh;
       const float* base = qkv + static_cast<size_t>(b) * L * H3;
       const int32_t* m = mask + static_cast<size_t>(b) * L;
+      // Keys of this head transposed to [d, L], so the scores of a query row
+      // are axpys over j that the compiler vectorizes (same sum order as a
+      // dot product per key).
+      for (int j = 0; j < L; ++j) {
+        const float* k = base + static_cast<size_t>(j) * H3 + H + h * d;
+        for (int e = 0; e < d; ++e) kt[static_cast<size_t>(e) * L + j] = k[e];
+      }
       for (int i = 0; i < L; ++i) {
         const float* q = base + static_cast<size_t>(i) * H3 + h * d;
         float* p = probs + ((static_cast<size_t>(b) * nh + h) * L + i) * L;
+        for (int j = 0; j < L; ++j) p[j] = 0;
+        for (int e = 0; e < d; ++e) {
+          const float qe = q[e];
+          const float* krow = kt.data() + static_cast<size_t>(e) * L;
+          for (int j = 0; j < L; ++j) p[j] += qe * krow[j];
+        }
         float mx = -std::numeric_limits<float>::infinity();
         for (int j = 0; j < L; ++j) {
           if (m[j] == 0) continue;
-          const float* k = base + static_cast<size_t>(j) * H3 + H + h * d;
-          float s = 0;
-          for (int e = 0; e < d; ++e) s += q[e] * k[e];
-          s *= scale;
-          p[j] = s;
-          mx = std::max(mx, s);
+          p[j] *= scale;
+          mx = std::max(mx, p[j]);
         }
         double sum = 0;
         for (int j = 0; j < L; ++j) {
@@ -328,11 +338,16 @@ void AttentionBackward(const Context& ctx, float* dqkv, const float* dout, const
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   const int tasks = B * nh;
   ParallelFor(ctx, tasks, static_cast<int64_t>(B) * nh * L * L * d, [&](int64_t t0_, int64_t t1_) {
+    std::vector<float> vt(static_cast<size_t>(d) * L), dp(L);
     for (int t = static_cast<int>(t0_); t < t1_; ++t) {
       const int b = t / nh, h = t % nh;
       const float* base = qkv + static_cast<size_t>(b) * L * H3;
       float* dbase = dqkv + static_cast<size_t>(b) * L * H3;
-      std::vector<float> dp(L);
+      // Values of this head transposed to [d, L] (see AttentionForward).
+      for (int j = 0; j < L; ++j) {
+        const float* v = base + static_cast<size_t>(j) * H3 + 2 * H + h * d;
+        for (int e = 0; e < d; ++e) vt[static_cast<size_t>(e) * L + j] = v[e];
+      }
       // Zero this head's slices of dq, dk, dv.
       for (int i = 0; i < L; ++i)
         for (int part = 0; part < 3; ++part) {
@@ -342,22 +357,23 @@ void AttentionBackward(const Context& ctx, float* dqkv, const float* dout, const
       for (int i = 0; i < L; ++i) {
         const float* p = probs + ((static_cast<size_t>(b) * nh + h) * L + i) * L;
         const float* go = dout + (static_cast<size_t>(b) * L + i) * H + h * d;
-        // dv_j += p_ij * dout_i ; dp_ij = dout_i . v_j
+        // dp_ij = dout_i . v_j ; dv_j += p_ij * dout_i
+        for (int j = 0; j < L; ++j) dp[j] = 0;
+        for (int e = 0; e < d; ++e) {
+          const float ge = go[e];
+          const float* vrow = vt.data() + static_cast<size_t>(e) * L;
+          for (int j = 0; j < L; ++j) dp[j] += ge * vrow[j];
+        }
         double dot = 0;
         for (int j = 0; j < L; ++j) {
           if (p[j] == 0) {
             dp[j] = 0;
             continue;
           }
-          const float* v = base + static_cast<size_t>(j) * H3 + 2 * H + h * d;
           float* dv = dbase + static_cast<size_t>(j) * H3 + 2 * H + h * d;
-          float s = 0;
-          for (int e = 0; e < d; ++e) {
-            s += go[e] * v[e];
-            dv[e] += p[j] * go[e];
-          }
-          dp[j] = s;
-          dot += static_cast<double>(s) * p[j];
+          const float pj = p[j];
+          for (int e = 0; e < d; ++e) dv[e] += pj * go[e];
+          dot += static_cast<double>(dp[j]) * pj;
         }
         // ds_ij = p_ij (dp_ij - sum_k p_ik dp_ik); dq_i += scale ds_ij k_j;
         // dk_j += scale ds_ij q_i.
@@ -435,14 +451,23 @@ double CrossEntropy(const Context& ctx, float* dlogits, const float* logits, con
       }
       float mx = -std::numeric_limits<float>::infinity();
       for (int j = 0; j < v; ++j) mx = std::max(mx, x[j]);
+      const float xt = x[t];  // before g (which may alias x) is written
+      // One float exp per logit (kept in g for the gradient), summed in double.
       double s = 0;
-      for (int j = 0; j < v; ++j) s += std::exp(static_cast<double>(x[j] - mx));
-      const double lse = std::log(s) + mx;
-      row_loss[i] = lse - x[t];
-      if (dlogits != nullptr) {
-        float* g = dlogits + static_cast<size_t>(i) * v;
-        const float inv = static_cast<float>(1.0 / s);
-        for (int j = 0; j < v; ++j) g[j] = std::exp(x[j] - mx) * inv * dscale;
+      float* g = dlogits != nullptr ? dlogits + static_cast<size_t>(i) * v : nullptr;
+      if (g != nullptr) {
+        for (int j = 0; j < v; ++j) {
+          const float e = std::exp(x[j] - mx);
+          g[j] = e;
+          s += e;
+        }
+      } else {
+        for (int j = 0; j < v; ++j) s += std::exp(x[j] - mx);
+      }
+      row_loss[i] = std::log(s) + mx - xt;
+      if (g != nullptr) {
+        const float f = static_cast<float>(dscale / s);
+        for (int j = 0; j < v; ++j) g[j] *= f;
         g[t] -= dscale;
       }
     }
