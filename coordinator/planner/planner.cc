@@ -7,10 +7,14 @@
 //   f         = 2(n-1)/n                                 ring all-reduce factor
 //   t(S)      = latency + S * f / busbw                  one all-reduce of S bytes
 //   C         = ceil(G/S) * latency + G * f / busbw      all gradients, S-byte buckets
-//   overlap   = min(C, 2/3 * c(m))                       only the last micro-step's
-//               backward (about 2/3 of a step) can hide communication: there is
-//               no all-reduce on accumulation micro-steps
-//   exposed   = C - overlap
+//   B_w       = 2/3 * c(m)                               backward of the last
+//               micro-step: only it can hide communication (there is no
+//               all-reduce on accumulation micro-steps)
+//   exposed   = max(C/nb, C - B_w * (1 - 1/nb))          nb = ceil(G/S) buckets:
+//               the first bucket is ready after 1/nb of backward, the last one
+//               only when backward ends; exposed = C when no core is free to
+//               progress the collectives (CPU ranks using every core)
+//   overlap   = C - exposed
 //   step(k)   = k * c(m) + exposed                       one optimizer step
 //   samples/s = n * m * k / step(k);  comm share = exposed / step(k)
 //
@@ -155,6 +159,7 @@ struct LinkModel {
 // Everything the predictions need for one candidate rank count.
 struct Inputs {
   double per_sample = 0;  // seconds per sample per rank (0 = unknown)
+  bool can_overlap = true;  // false: CPU ranks use every core, Gloo cannot progress
   double grad_bytes = 0;
   int max_micro = 0;      // from memory (0 = unknown)
   int global = 0;         // global batch
@@ -164,6 +169,7 @@ struct Prediction {
   int n = 1, m = 1, k = 1;
   double bucket = 0;
   double compute = 0, comm = 0, overlap = 0, exposed = 0, step = 0;
+  double buckets = 1;
   double sps = 0, share = 0;
   bool known = false;
 };
@@ -178,13 +184,19 @@ Prediction Predict(int n, int m, int k, double bucket, const Inputs& in,
   if (in.per_sample <= 0) return p;
   p.known = true;
   p.compute = in.per_sample * m;
+  const double nb = bucket > 0 ? std::max(1.0, std::ceil(in.grad_bytes / bucket)) : 1;
+  p.buckets = nb;
   if (n > 1 && link.busbw > 0) {
     const double f = 2.0 * (n - 1) / n;
-    const double nb = bucket > 0 ? std::ceil(in.grad_bytes / bucket) : 1;
     p.comm = nb * link.latency + in.grad_bytes * f / link.busbw;
   }
-  p.overlap = std::min(p.comm, kBackwardShare * p.compute);
-  p.exposed = p.comm - p.overlap;
+  if (in.can_overlap) {
+    const double backward = kBackwardShare * p.compute;
+    p.exposed = std::max(p.comm / nb, p.comm - backward * (1 - 1 / nb));
+  } else {
+    p.exposed = p.comm;
+  }
+  p.overlap = p.comm - p.exposed;
   p.step = k * p.compute + p.exposed;
   p.sps = p.step > 0 ? static_cast<double>(n) * m * k / p.step : 0;
   p.share = p.step > 0 ? p.exposed / p.step : 0;
@@ -697,6 +709,20 @@ void Planner::BatchAndBuckets() {
   if (meas_.step_seconds > 0 && meas_.step_micro_batch > 0) {
     in_.per_sample = meas_.step_seconds / meas_.step_micro_batch;
   }
+  if (!cuda_) {
+    // Gloo progresses on a thread of its own; with every core computing it
+    // only runs between GEMMs (measured here: exposed share == all-reduce
+    // share with 2 ranks x 1 thread on 2 cores, bench/gloo/gloo-exposed).
+    std::string why;
+    const v1::Topology& t = nodes_[0];
+    const int cpus = EffectiveCpus(t, &why);
+    const int per_node = std::max(1, (plan_.ranks() + static_cast<int>(nodes_.size()) - 1) /
+                                         static_cast<int>(nodes_.size()));
+    const int tpr = spec_.resources().threads_per_rank() > 0
+                        ? spec_.resources().threads_per_rank()
+                        : std::max(1, cpus / per_node);
+    in_.can_overlap = per_node * tpr < cpus;
+  }
   const int user_m = spec_.train().micro_batch();
   const int user_k = spec_.train().accumulation();
   const double user_bucket = spec_.comm().bucket_mb() * kMiB;
@@ -709,17 +735,20 @@ void Planner::BatchAndBuckets() {
   struct Best {
     Prediction p;
     LinkModel link;
+    double bucket = 0;
+    std::string bucket_why;
+    v1::ValueSource source_unused = v1::VALUE_SOURCE_UNSPECIFIED;
+    v1::ValueSource bucket_source = v1::VALUE_SOURCE_UNSPECIFIED;
     std::string k_why;
     bool target_met = false;
     int64_t k_needed_global = 0;
   };
-  std::map<int, Best> best;
-  for (int n : ns) {
-    LinkModel link;
-    Link(n, &link);
+  // The (micro-batch, accumulation) search for n ranks with S-byte buckets.
+  auto search = [&](int n, const LinkModel& link, double bucket, bool warn) {
     Best b;
     b.link = link;
-    if (global_ % n != 0)
+    b.bucket = bucket;
+    if (warn && global_ % n != 0)
       Warn(absl::StrCat("global_batch ", global_, " is not a multiple of ", n,
                         " ranks: each step uses ", (global_ / n) * n, " samples"));
     if (user_m > 0 || user_k > 0) {
@@ -727,10 +756,10 @@ void Planner::BatchAndBuckets() {
       const int per_rank = std::max(1, global_ / n);
       if (m <= 0) m = std::max(1, per_rank / k);
       if (k <= 0) k = std::max(1, per_rank / m);
-      if (m * k != per_rank)
+      if (warn && m * k != per_rank)
         Warn(absl::StrCat("micro_batch ", m, " x accumulation ", k, " x ", n,
                           " ranks = ", m * k * n, " != global_batch ", global_));
-      b.p = Predict(n, m, k, link.busbw > 0 ? in_.grad_bytes / kMinBuckets : 0, in_, link);
+      b.p = Predict(n, m, k, bucket, in_, link);
       b.k_why = "";
       b.target_met = b.p.share <= kTargetCommShare;
     } else {
@@ -738,15 +767,15 @@ void Planner::BatchAndBuckets() {
       if (splits.empty()) {
         // Even one sample per micro-step is over the memory bound.
         splits.push_back({1, std::max(1, global_ / n)});
-        Warn(absl::StrCat("even a micro-batch of 1 exceeds the memory estimate (",
+        if (warn)
+          Warn(absl::StrCat("even a micro-batch of 1 exceeds the memory estimate (",
                           mem_why_, "); planning micro_batch 1"));
       }
-      const double bucket0 = in_.grad_bytes / kMinBuckets;
       std::vector<std::string> tried;
       bool found = false;
       Prediction fastest;
       for (const auto& [m, k] : splits) {
-        Prediction p = Predict(n, m, k, bucket0, in_, link);
+        Prediction p = Predict(n, m, k, bucket, in_, link);
         if (!p.known) {  // No measurement: smallest feasible k.
           b.p = p;
           found = true;
@@ -773,10 +802,15 @@ void Planner::BatchAndBuckets() {
         int k_need = static_cast<int>(std::min(1e9, std::ceil(k_real - 1e-9)));
         b.k_needed_global = static_cast<int64_t>(std::max(1, k_need)) * b.p.m * n;
         b.k_why = absl::StrFormat(
-            "step(k) = k x c + exposed with c = %s x %d = %s, all-reduce C = %s, "
-            "overlap min(C, 2/3 c) = %s, exposed = %s: %s",
-            Sec(in_.per_sample), b.p.m, Sec(b.p.compute), Sec(b.p.comm),
-            Sec(b.p.overlap), Sec(b.p.exposed),
+            "step(k) = k x c + exposed with c = %s x %d = %s, all-reduce C = %s in "
+            "%.0f buckets, %s, exposed = %s: %s",
+            Sec(in_.per_sample), b.p.m, Sec(b.p.compute), Sec(b.p.comm), b.p.buckets,
+            in_.can_overlap
+                ? absl::StrFormat("exposed = max(C/nb, C - 2/3 c (1 - 1/nb)) (only the "
+                                  "last micro-step's backward overlaps)")
+                : std::string("no overlap (the CPU ranks use every core, so Gloo's "
+                              "thread cannot progress during backward)"),
+            Sec(b.p.exposed),
             b.target_met
                 ? absl::StrFormat("k=%d gives share %s / (%d x %s + %s) = %s <= 10%%",
                                   b.p.k, Sec(b.p.exposed), b.p.k, Sec(b.p.compute),
@@ -796,6 +830,47 @@ void Planner::BatchAndBuckets() {
         if (in_.max_micro > 0) b.k_why += mem;
       }
     }
+    return b;
+  };
+  // The bucket for n ranks, given the micro-batch the search found.
+  auto choose_bucket = [&](int n, const Prediction& at, const LinkModel& link,
+                           std::string* why, v1::ValueSource* src) {
+    if (user_bucket > 0) {
+      *src = v1::USER;
+      *why = "set in the spec";
+      return user_bucket;
+    }
+    *src = v1::DEFAULT;
+    if (n == 1) {
+      *why = "one rank: no all-reduce; 25 MiB default kept";
+      return 25 * kMiB;
+    }
+    if (mode_ == "off") {
+      *why = "tuning.mode off: 25 MiB default (PyTorch DDP's)";
+      return 25 * kMiB;
+    }
+    *src = v1::PLANNER;
+    std::string w;
+    // Whole MiB, rounded up so G/4 still makes 4 buckets (not 5).
+    double s = std::max(kMiB, std::ceil(BucketFor(n, at, link, &w) / kMiB - 1e-9) * kMiB);
+    *why = absl::StrCat(w, " [", link.why, "]");
+    return s;
+  };
+  std::map<int, Best> best;
+  for (int n : ns) {
+    LinkModel link;
+    Link(n, &link);
+    // First with a provisional bucket (the user's, or G/4), then with the
+    // bucket chosen for that micro-batch.
+    Best b = search(n, link, user_bucket > 0 ? user_bucket : in_.grad_bytes / kMinBuckets,
+                    false);
+    b.bucket = choose_bucket(n, b.p, link, &b.bucket_why, &b.bucket_source);
+    std::string why = b.bucket_why;
+    v1::ValueSource src = b.bucket_source;
+    const double bucket = b.bucket;
+    b = search(n, link, bucket, n == plan_.ranks());
+    b.bucket_why = why;
+    b.bucket_source = src;
     best[n] = b;
   }
 
@@ -914,26 +989,11 @@ void Planner::BatchAndBuckets() {
   }
 
   // Bucket.
-  double bucket;
-  if (user_bucket > 0) {
-    bucket = user_bucket;
-    Decide(&plan_, "comm.bucket_mb", Num(spec_.comm().bucket_mb()), v1::USER,
-           "set in the spec");
-  } else if (n == 1) {
-    bucket = 25 * kMiB;
-    Decide(&plan_, "comm.bucket_mb", "25", v1::DEFAULT,
-           "one rank: no all-reduce; 25 MiB default kept");
-  } else if (mode_ == "off") {
-    bucket = 25 * kMiB;
-    Decide(&plan_, "comm.bucket_mb", "25", v1::DEFAULT,
-           "tuning.mode off: 25 MiB default (PyTorch DDP's)");
-  } else {
-    std::string why;
-    bucket = BucketFor(n, p, link_, &why);
-    bucket = std::floor(bucket / kMiB) * kMiB;
-    Decide(&plan_, "comm.bucket_mb", Num(bucket / kMiB), v1::PLANNER,
-           absl::StrCat(why, " [", link_.why, "]"));
-  }
+  const double bucket = chosen.bucket;
+  Decide(&plan_, "comm.bucket_mb",
+         chosen.bucket_source == v1::USER ? Num(spec_.comm().bucket_mb())
+                                          : Num(bucket / kMiB),
+         chosen.bucket_source, chosen.bucket_why);
   plan_.set_bucket_mb(bucket / kMiB);
 
   // Final predictions with the chosen bucket.

@@ -7,8 +7,10 @@
 //   G       = 4 * parameters (fp32 gradients), f = 2(n-1)/n
 //   t(S)    = latency + S * f / busbw               (one all-reduce of S bytes)
 //   C       = ceil(G/S) * latency + G * f / busbw   (all gradients)
-//   exposed = C - min(C, 2/3 * c(m))                (only the last micro-step's
-//             backward overlaps; no all-reduce on accumulation micro-steps)
+//   exposed = max(C/nb, C - 2/3 c(m) (1 - 1/nb))    (nb = ceil(G/S); only the
+//             last micro-step's backward overlaps; no all-reduce on
+//             accumulation micro-steps; exposed = C for CPU ranks that use
+//             every core)
 //   step    = k * c(m) + exposed; samples/s = n*m*k / step; share = exposed/step
 // Decisions, each a PlanDecision with its arithmetic:
 //   resources.device/ranks (one per GPU, dropped to 1 when the model predicts

@@ -1,5 +1,6 @@
 #include "coordinator/planner/planner.h"
 
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
@@ -8,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
 #include "coordinator/spec/spec.h"
+#include "model/core/config.h"
 #include "gtest/gtest.h"
 #include "worker/topology/probe.h"
 
@@ -92,7 +94,7 @@ TEST(Planner, CpuJobDefaults) {
   EXPECT_EQ(plan->env().at("OMP_NUM_THREADS"), "4");
   EXPECT_EQ(plan->rank_nodes_size(), 2);
   // No step measurement: a quarter of the fp32 gradients (bert-base: 513 MB).
-  EXPECT_EQ(plan->bucket_mb(), 122);
+  EXPECT_EQ(plan->bucket_mb(), 123);  // ceil(489.3 MiB / 4)
   EXPECT_TRUE(absl::StrContains(Find(*plan, "comm.bucket_mb").reason(), "G/4"));
   ExpectEveryDecisionHasAReason(*plan);
 }
@@ -121,12 +123,26 @@ TEST(Planner, CpuPredictionsFromMeasurement) {
   auto plan = MakePlan(spec, {t}, m);
   ASSERT_TRUE(plan.ok()) << plan.status();
   ASSERT_EQ(plan->micro_batch(), 8);
-  // One micro-step of 8 samples (0.4 s); tiny has few parameters, so the
-  // all-reduce hides in the backward: step == 0.4 s, share 0.
-  EXPECT_NEAR(plan->predicted_step_seconds(), 0.4, 1e-9);
-  EXPECT_NEAR(plan->predicted_comm_share(), 0.0, 1e-9);
-  EXPECT_NEAR(plan->predicted_samples_per_second(), 40.0, 1e-6);
+  ASSERT_EQ(plan->accumulation(), 1);
+  // The CPU ranks use every core (2 ranks x 2 threads on a 4-CPU limit), so
+  // nothing overlaps: step = c + C with C = nb x latency + G x f / busbw.
+  ModelConfig cfg;
+  ASSERT_TRUE(ApplyPreset("tiny", cfg).ok());
+  cfg = *ApplyPreset("tiny", cfg);
+  const double G = 4.0 * CountParameters(cfg);
+  const double nb = std::ceil(G / (plan->bucket_mb() * 1024 * 1024));
+  const double C = nb * 1e-4 + G * 1.0 / 1e9;
+  EXPECT_NEAR(plan->predicted_allreduce_seconds(), C, 1e-12);
+  EXPECT_NEAR(plan->predicted_step_seconds(), 0.4 + C, 1e-12);
+  EXPECT_NEAR(plan->predicted_comm_share(), C / (0.4 + C), 1e-12);
+  EXPECT_NEAR(plan->predicted_samples_per_second(), 16 / (0.4 + C), 1e-9);
   EXPECT_NEAR(plan->predicted_single_rank_samples_per_second(), 20.0, 1e-6);
+  EXPECT_TRUE(absl::StrContains(Find(*plan, "train.accumulation").reason(), "no overlap"));
+  // With a spare core (1 thread per rank) the model lets backward hide it.
+  spec.mutable_resources()->set_threads_per_rank(1);
+  auto spare = MakePlan(spec, {t}, m);
+  ASSERT_TRUE(spare.ok());
+  EXPECT_LT(spare->predicted_comm_share(), plan->predicted_comm_share());
 }
 
 TEST(Planner, UserValuesWin) {
@@ -187,7 +203,7 @@ TEST(PlannerWsl2, SmallShmBigBucketAccumulationBeatsOneGpu) {
   EXPECT_NEAR(plan->predicted_single_rank_samples_per_second(), 640, 1e-6);
   const std::string acc = Find(*plan, "train.accumulation").reason();
   EXPECT_TRUE(absl::StrContains(acc, "step(k) = k x c + exposed")) << acc;
-  EXPECT_TRUE(absl::StrContains(acc, "overlap min(C, 2/3 c)")) << acc;
+  EXPECT_TRUE(absl::StrContains(acc, "max(C/nb, C - 2/3 c (1 - 1/nb))")) << acc;
   // The arithmetic is consistent: step = k c + exposed, sps = 2048 / step.
   const double c = 0.2 / 128 * plan->micro_batch();
   EXPECT_NEAR(plan->predicted_samples_per_second() * plan->predicted_step_seconds(), 2048,
