@@ -216,6 +216,21 @@ TEST_F(AgentTest, RegistersWithTopologyAndHeartbeats) {
   agent.Stop();
 }
 
+TEST_F(AgentTest, FailedProbeStillRegistersWithTheError) {
+  AgentOptions o = Options({});
+  o.topology_root = "/nonexistent/root";
+  Agent agent(o);
+  ASSERT_TRUE(agent.Start().ok());
+  auto reg = fake_->WaitFor([](const v1::AgentMessage& m) { return m.has_register_(); });
+  ASSERT_TRUE(reg.has_value());
+  const auto& t = reg->register_().topology();
+  EXPECT_EQ(t.node(), "test-node");
+  EXPECT_GT(t.cpu_count(), 0);
+  ASSERT_GT(t.unknown_size(), 0);
+  EXPECT_NE(t.unknown(0).find("topology probe failed"), std::string::npos) << t.unknown(0);
+  agent.Stop();
+}
+
 TEST_F(AgentTest, WrongTokenNeverConnects) {
   AgentOptions o = Options({});
   o.token = "wrong";
