@@ -229,10 +229,12 @@ StatusOr<TrainResult> Train(const TrainConfig& config, Communicator* comm,
     }
   }
   int64_t start_step = 0;
+  int64_t loader_step = 0;  // differs from start_step only if the global batch changed
   if (!resume_dir.empty()) {
     CheckpointState st;
     DGCA_RETURN_IF_ERROR(LoadCheckpoint(resume_dir, mcfg, &params, &adam, &st));
     start_step = st.step;
+    loader_step = st.loader_step;
     if (st.seed != config.seed) {
       log("warning: checkpoint seed " + std::to_string(st.seed) + " differs from this run's " +
           std::to_string(config.seed) + "; the data order will differ");
@@ -274,7 +276,7 @@ StatusOr<TrainResult> Train(const TrainConfig& config, Communicator* comm,
   lopt.threads = std::max(1, config.loader_threads);
   lopt.prefetch = std::max(1, config.prefetch);
   LoaderPosition pos;
-  pos.step = start_step;
+  pos.step = loader_step;
   DGCA_ASSIGN_OR_RETURN(std::unique_ptr<DataLoader> loader,
                         DataLoader::Create(train_examples, confusion, lopt, pos));
 

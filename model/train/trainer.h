@@ -68,6 +68,36 @@ struct TrainResult {
 };
 
 // `comm` may be null (world of one). `observer` may be null.
+//
+// Behaviour (model/train/trainer.cc):
+// - Vocabulary: vocab_path; else checkpoint_dir/vocab.txt when present (a
+//   resumed run keeps its ids); else built from train_path (and saved to
+//   checkpoint_dir/vocab.txt by rank 0). model.vocab_size is set from it.
+// - Confusion set (candidate head only): confusion_path JSON, else Unihan.
+// - Start: resume_from (a step dir, or a dir with `latest`), else
+//   checkpoint_dir/latest when present, else init_from (HF safetensors), else
+//   random from `seed`. Then rank 0's weights and Adam moments are broadcast.
+// - Step: zero grads; `accumulation` micro-batches with grad scale 1/k; the
+//   bucketed average all-reduce runs only on the last one (overlapped with
+//   its backward when `overlap`); clip (clip_norm > 0); AdamW at the
+//   scheduled LR (HF warmup + constant/linear); StepReport; StopRequested()
+//   -> CANCELLED (after any checkpoint of that step).
+// - Checkpoints every checkpoint_every steps and at the end (rank 0 writes,
+//   all ranks barrier); eval every eval_every steps and at the end: every
+//   rank decodes the whole eval set (capped by max_eval_samples), no MFT.
+// - Log lines (OnLog): data counts ("train data F: N lines, K kept, S
+//   skipped (unequal lengths), E empty, T truncated to C chars"), init,
+//   "training: rank r/W, steps a..b, global batch G (micro m x accumulation
+//   k x ranks W), B gradient buckets, overlap on", progress about 20 times
+//   per run and at least every 10 s ("step s/T loss L (fusion .. mft .. det
+//   .. cand ..) lr .. gnorm .. X samples/s data D% comm C% exposed E% eta
+//   1m05s"), "eval step s (...)", "checkpoint DIR", "done: ...".
+// - TrainResult.final_loss is the mean of the last (up to) 10 step losses.
+// Errors: bad config (INVALID_ARGUMENT naming the field), data and
+// checkpoint errors as their readers report them, a non-finite loss
+// (INTERNAL, naming the step), collective failures ("train: gradient
+// all-reduce at step N: gloo allreduce failed on rank r of W (lost peer
+// rank p, ...)").
 StatusOr<TrainResult> Train(const TrainConfig& config, Communicator* comm,
                             TrainObserver* observer);
 
