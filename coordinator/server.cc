@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <grpcpp/grpcpp.h>
 #include <limits.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -415,6 +416,12 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     return absl::FailedPreconditionError(absl::StrCat("cannot resolve state dir ", options.state_dir));
   }
   s->state_dir_ = real;
+  s->lock_fd_ = open((s->state_dir_ + "/coordinator.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (s->lock_fd_ < 0 || flock(s->lock_fd_, LOCK_EX | LOCK_NB) != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "another dgca-coordinator is using state dir ", s->state_dir_,
+        " (see its coordinator.json); stop it or use another --state-dir"));
+  }
   auto token = LoadOrCreateToken(s->state_dir_);
   if (!token.ok()) return token.status();
   s->token_ = *token;
@@ -528,6 +535,8 @@ CoordinatorServer::~CoordinatorServer() {
   Shutdown();
   agent_.reset();
   server_.reset();
+  scheduler_.reset();
+  if (lock_fd_ >= 0) close(lock_fd_);
 }
 
 }  // namespace dgca

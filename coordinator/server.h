@@ -34,6 +34,9 @@
 //    an unknown node: NOT_FOUND).
 //  - STATE_DIR/coordinator.json: {"listen": "HOST:PORT", "metrics":
 //    "HOST:PORT", "pid": N} with the actual bound ports (port 0 allowed).
+//  - One coordinator per state dir: STATE_DIR/coordinator.lock is flock()ed
+//    for the server's life (released by the kernel on kill -9); a second
+//    Start on the same dir fails with FAILED_PRECONDITION.
 //  - With TLS (tls_cert/tls_key), the TCP port serves TLS and the embedded
 //    agent (and its ranks) reach the coordinator over the unix socket
 //    STATE_DIR/coordinator.sock (insecure channel, token still required).
@@ -110,6 +113,7 @@ class CoordinatorServer {
   std::thread poller_;
   std::atomic<bool> stopping_{false};
   bool shut_down_ = false;
+  int lock_fd_ = -1;  // flock on STATE_DIR/coordinator.lock
 };
 
 }  // namespace dgca

@@ -244,6 +244,16 @@ TEST_F(ServerTest, TokenRequiredOnEveryService) {
   auto ctx = Ctx();
   v1::ListJobsResponse resp;
   EXPECT_TRUE(coord_->ListJobs(ctx.get(), v1::ListJobsRequest(), &resp).ok());
+  // One coordinator per state dir.
+  CoordinatorServerOptions o;
+  o.listen = "127.0.0.1:0";
+  o.metrics_listen = "";
+  o.state_dir = dir_;
+  o.local_agent = false;
+  auto second = CoordinatorServer::Start(o);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(second.status().message().find("another dgca-coordinator"), std::string::npos);
   // coordinator.json names the bound address.
   std::ifstream in(dir_ + "/coordinator.json");
   std::string json((std::istreambuf_iterator<char>(in)), {});
