@@ -1,6 +1,7 @@
 // CPU kernels of the DGCA-ReLM model, llm.c style: plain functions over
-// float* with explicit shapes, row-major, no allocation in the hot path
-// except where stated.
+// float* with explicit shapes, row-major. The only allocations are small
+// per-call scratch vectors (attention's transposed K/V, cross-entropy's
+// per-row losses, the built-in GEMM's packed B).
 //
 // Conventions
 //   - "n" rows of "c" channels; a Linear layer's weight is [out, in] as in
@@ -12,7 +13,7 @@
 //     a pool). OpenBLAS itself is kept single-threaded (SetBlasThreads); Gemm
 //     splits its output into row or column blocks, one BLAS call per thread.
 //
-// Determinism: for a fixed ctx.threads every kernel is bit-reproducible. No
+// Determinism: for a fixed ctx.threads() every kernel is bit-reproducible. No
 // kernel reduces through atomics: reductions over rows (bias, LayerNorm and
 // embedding gradients) are split by columns, each column summed by one
 // thread in row order, so they are even independent of the thread count.
@@ -20,7 +21,8 @@
 // (or, built-in, on one thread in a fixed k order); the block split depends
 // only on the shapes and the thread count.
 //
-// Thread-safety: the kernels are reentrant; they write only their outputs.
+// Thread-safety: the kernels write only their outputs; calls that share a
+// pool must not run concurrently (ThreadPool::Run is not reentrant).
 // SetBlasThreads changes OpenBLAS's process-wide setting.
 #ifndef DGCA_MODEL_CPU_OPS_H_
 #define DGCA_MODEL_CPU_OPS_H_
@@ -92,7 +94,7 @@ void LinearForward(const Context& ctx, float* out, const float* inp, const float
 void LinearBackward(const Context& ctx, float* dinp, bool accumulate_dinp, float* dw, float* db,
                     const float* dout, const float* inp, const float* w, int n, int ic, int oc);
 
-// dst[c] += sum over rows r of src[r*c_stride + c]  (rows in order).
+// dst[c] += sum over rows r of src[r*cols + c]  (rows in order).
 void ColumnSumAdd(const Context& ctx, float* dst, const float* src, int rows, int cols);
 
 // out = (inp - mean) * rstd * gamma + beta per row; saves mean and rstd [n]
