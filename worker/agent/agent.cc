@@ -458,6 +458,10 @@ void Agent::Impl::Launch(const v1::LaunchRank& l) {
     const char* eq = strchr(*e, '=');
     if (eq) env[std::string(*e, eq - *e)] = eq + 1;
   }
+  // The GPU this rank uses on the node (-1 = CPU), for the rank runtime.
+  env["DGCA_LOCAL_DEVICE"] = absl::StrCat(l.local_device());
+  env["DGCA_WORLD_SIZE"] = absl::StrCat(l.world_size());
+  env["DGCA_NODE"] = node_;
   std::string refused;
   for (const auto& [k, v] : l.env()) {
     if (IsAllowedRankEnv(k)) {

@@ -11,7 +11,8 @@
 //                   --attempt A
 // in their own process group, with the agent's environment plus the
 // allow-listed LaunchRank.env entries (NCCL_*, CUDA_*, OMP_*, DGCA_*; others
-// are refused and logged). stdout and stderr are appended to
+// are refused and logged), plus DGCA_LOCAL_DEVICE (LaunchRank.local_device,
+// -1 = CPU), DGCA_WORLD_SIZE and DGCA_NODE. stdout and stderr are appended to
 // STATE_DIR/jobs/J/rank-R.log (LaunchRank.log_dir replaces STATE_DIR/jobs/J
 // when set). A reaper thread waitpid()s them and reports each exit with the
 // last ~20 lines of the log when the exit was not clean.

@@ -244,11 +244,13 @@ TEST_F(AgentTest, WrongTokenNeverConnects) {
 TEST_F(AgentTest, LaunchReportsExitCodeAndLogTail) {
   Agent agent(Options({"/bin/sh", "-c",
                        "echo out job={job} rank={rank} attempt={attempt}; echo oops >&2; "
-                       "echo \"env=$DGCA_TEST_X path=$LD_PRELOAD\"; exit 3"}));
+                       "echo \"env=$DGCA_TEST_X path=$LD_PRELOAD\"; echo dev=$DGCA_LOCAL_DEVICE node=$DGCA_NODE; "
+                       "exit 3"}));
   ASSERT_TRUE(agent.Start().ok());
   ASSERT_TRUE(fake_->WaitFor([](const v1::AgentMessage& m) { return m.has_register_(); }));
   auto cmd = Launch("job-1", 1);
   cmd.mutable_launch()->set_attempt(2);
+  cmd.mutable_launch()->set_local_device(-1);
   (*cmd.mutable_launch()->mutable_env())["DGCA_TEST_X"] = "42";
   (*cmd.mutable_launch()->mutable_env())["LD_PRELOAD"] = "/evil.so";
   fake_->Send(cmd);
@@ -262,6 +264,7 @@ TEST_F(AgentTest, LaunchReportsExitCodeAndLogTail) {
   EXPECT_NE(log.find("out job=job-1 rank=1 attempt=2"), std::string::npos) << log;
   EXPECT_NE(log.find("env=42 path=\n"), std::string::npos) << log;
   EXPECT_NE(log.find("refused"), std::string::npos) << log;
+  EXPECT_NE(log.find("dev=-1 node=test-node"), std::string::npos) << log;
   EXPECT_NE(log.find("LD_PRELOAD"), std::string::npos) << log;
   EXPECT_NE(log.find("exited with code 3"), std::string::npos) << log;
   EXPECT_TRUE(agent.Running().empty());
