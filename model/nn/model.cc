@@ -73,12 +73,12 @@ class CpuDgcaModel final : public DgcaModel {
       : cfg_(cfg),
         max_batch_(max_batch),
         seq_len_(seq_len),
-        pool_(threads),
-        ctx_{&pool_},
         // Target slots and MFT positions are distinct non-special positions:
         // at most L - 2 - 2P per row ([CLS], [SEP] and the prompt slots never
         // carry a label), so the logits buffer is sized for that.
         max_rows_(max_batch * std::max(1, seq_len - 2 - 2 * cfg.prompt_length)),
+        pool_(threads),
+        ctx_{&pool_},
         bert_(cfg, max_batch, seq_len, max_rows_),
         prompt_(cfg),
         heads_(cfg, max_rows_),
