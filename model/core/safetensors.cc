@@ -72,6 +72,7 @@ int DtypeSize(const std::string& dtype) {
 }
 
 void DecodeInto(const std::string& dtype, const unsigned char* src, size_t numel, float* dst) {
+  if (numel == 0) return;
   if (dtype == "F32") {
     if (HostIsLittleEndian()) {
       std::memcpy(dst, src, numel * 4);
