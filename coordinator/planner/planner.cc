@@ -621,19 +621,24 @@ void Planner::Memory() {
   } else {
     double mem = 0;
     int ranks_here = 1;
+    bool limited = false;
     for (const auto& t : nodes_) {
       double h = HostMemory(t);
-      if (h > 0 && (mem == 0 || h < mem)) mem = h;
+      if (h > 0 && (mem == 0 || h < mem)) {
+        mem = h;
+        limited = t.cgroup_memory_limit_bytes() > 0 &&
+                  static_cast<double>(t.cgroup_memory_limit_bytes()) == h;
+      }
     }
     ranks_here = std::max(1, (plan_.ranks() + static_cast<int>(nodes_.size()) - 1) /
                                  static_cast<int>(nodes_.size()));
     device_memory_ = mem / ranks_here;
     if (mem > 0) {
       budget = kCpuMemoryTarget * mem / ranks_here;
-      mem_why_ = absl::StrFormat("%.0f%% of %s host memory (cgroup limit applied) / %d "
-                                 "rank(s) per node = %s",
-                                 kCpuMemoryTarget * 100, Bytes(mem), ranks_here,
-                                 Bytes(budget));
+      mem_why_ = absl::StrFormat("%.0f%% of %s %s / %d rank(s) per node = %s",
+                                 kCpuMemoryTarget * 100, Bytes(mem),
+                                 limited ? "(the cgroup memory limit)" : "host memory",
+                                 ranks_here, Bytes(budget));
     }
   }
   if (budget > 0) {
