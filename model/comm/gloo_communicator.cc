@@ -20,7 +20,6 @@
 
 #include "gloo/allreduce.h"
 #include "gloo/barrier.h"
-#include "gloo/barrier_all_to_all.h"
 #include "gloo/common/error.h"
 #include "gloo/math.h"
 #include "gloo/rendezvous/context.h"
@@ -165,7 +164,11 @@ class GlooCommunicator : public Communicator {
       // pair (so every connection exists), each rank publishes the local
       // ports of its established TCP sockets (/proc, Linux); a port in an
       // error message then names the rank that owns it.
-      gloo::BarrierAllToAll(context_).run();
+      {
+        gloo::BarrierOptions bopts(context_);
+        bopts.setTag(0);
+        gloo::barrier(bopts);
+      }
       std::string mine;
       for (int q = 0; q < world_; ++q) {
         if (q != rank_) mine += std::to_string(PortOf(context_->getPair(q)->address().str())) + ",";

@@ -1,0 +1,83 @@
+#include "model/comm/comm_probe.h"
+
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "gloo/rendezvous/file_store.h"
+#include "gtest/gtest.h"
+#include "model/comm/gloo_communicator.h"
+
+namespace dgca {
+namespace {
+
+TEST(CommProbeTest, LocalWorldReportsZeroBusBw) {
+  auto comm = MakeLocalCommunicator();
+  std::vector<float> buf(1024);
+  ProbeOptions o;
+  o.sizes_bytes = {64, 4096};
+  auto rows = AllReduceSweep(comm.get(), buf.data(), buf.size(), o);
+  ASSERT_TRUE(rows.ok()) << rows.status().ToString();
+  ASSERT_EQ(rows->size(), 2u);
+  EXPECT_EQ((*rows)[1].bytes, 4096u);
+  EXPECT_EQ((*rows)[1].busbw, 0.0);  // nothing crosses a link in a world of one
+  o.sizes_bytes = {1 << 20};
+  EXPECT_FALSE(AllReduceSweep(comm.get(), buf.data(), buf.size(), o).ok());  // too big
+}
+
+TEST(CommProbeTest, TwoGlooRanksMeasureBandwidth) {
+  char tmpl[] = "/tmp/comm_probe_test_XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl, out = dir + "/rows.txt";
+  std::vector<pid_t> pids;
+  for (int r = 0; r < 2; ++r) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      auto store = std::make_shared<gloo::rendezvous::FileStore>(dir);
+      auto comm = MakeGlooCommunicator(store, r, 2);
+      if (!comm.ok()) _exit(1);
+      std::vector<float> buf(1 << 18);
+      ProbeOptions o;
+      o.sizes_bytes = {4096, 1 << 20};
+      o.max_iters = 10;
+      auto rows = AllReduceSweep(comm->get(), buf.data(), buf.size(), o);
+      if (!rows.ok()) _exit(2);
+      if (r == 0) {
+        FILE* f = fopen(out.c_str(), "w");
+        for (const auto& row : *rows) {
+          fprintf(f, "%zu %d %.9f %.3f %.3f\n", row.bytes, row.iters, row.seconds_per_op,
+                  row.algbw, row.busbw);
+        }
+        fclose(f);
+      }
+      _exit(0);
+    }
+    pids.push_back(pid);
+  }
+  for (pid_t p : pids) {
+    int st = 0;
+    waitpid(p, &st, 0);
+    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  }
+  FILE* f = fopen(out.c_str(), "r");
+  ASSERT_NE(f, nullptr);
+  size_t bytes;
+  int iters;
+  double s, alg, bus;
+  int n = 0;
+  while (fscanf(f, "%zu %d %lf %lf %lf", &bytes, &iters, &s, &alg, &bus) == 5) {
+    printf("%zu bytes x %d: %.1f us, algbw %.3g B/s, busbw %.3g B/s\n", bytes, iters, s * 1e6, alg,
+           bus);
+    EXPECT_GT(s, 0);
+    EXPECT_NEAR(bus, alg, alg * 1e-9);  // 2(n-1)/n = 1 for n = 2
+    EXPECT_EQ(iters, 10);
+    ++n;
+  }
+  fclose(f);
+  EXPECT_EQ(n, 2);
+}
+
+}  // namespace
+}  // namespace dgca
