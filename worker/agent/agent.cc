@@ -435,14 +435,31 @@ void Agent::Impl::Launch(const v1::LaunchRank& l) {
   if (!SafeName(l.job_id())) return fail("job id must be [A-Za-z0-9._-], 1-128 characters");
   if (l.rank() < 0) return fail("rank must be >= 0");
   {
-    std::lock_guard<std::mutex> g(mu_);
+    std::unique_lock<std::mutex> g(mu_);
     if (stopping_) return fail("agent is stopping");
-    for (const auto& [pid, c] : children_) {
-      if (c.job_id == l.job_id() && c.rank == l.rank()) {
-        spdlog::warn("agent {}: job {} rank {} already running (pid {}); launch ignored", node_,
-                     l.job_id(), l.rank(), pid);
-        return;
+    auto find = [&]() -> Child* {
+      for (auto& [pid, c] : children_) {
+        if (c.job_id == l.job_id() && c.rank == l.rank()) return &c;
       }
+      return nullptr;
+    };
+    Child* old = find();
+    if (old != nullptr && old->attempt == l.attempt()) {
+      spdlog::warn("agent {}: job {} rank {} attempt {} already running (pid {}); launch ignored",
+                   node_, l.job_id(), l.rank(), l.attempt(), old->pid);
+      return;
+    }
+    if (old != nullptr) {
+      // A new attempt replaces an old one that is still around: the old one
+      // goes now (its exit is reported), then the new one starts.
+      spdlog::warn("agent {}: job {} rank {}: attempt {} still running (pid {}); killing it "
+                   "before attempt {}", node_, l.job_id(), l.rank(), old->attempt, old->pid,
+                   l.attempt());
+      old->stopping = true;
+      old->kill_at = Clock::now();
+      kill(-old->pid, SIGKILL);
+      cv_.wait_for(g, std::chrono::seconds(5), [&] { return find() == nullptr; });
+      if (find() != nullptr) return fail("the previous attempt of this rank did not exit");
     }
   }
   std::string log_dir = !l.log_dir().empty() ? l.log_dir()

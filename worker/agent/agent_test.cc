@@ -362,6 +362,30 @@ TEST_F(AgentTest, StopTermsPoliteRankQuickly) {
   agent.Stop();
 }
 
+TEST_F(AgentTest, NewAttemptReplacesOldOne) {
+  Agent agent(Options({"/bin/sh", "-c", "sleep 100"}));
+  ASSERT_TRUE(agent.Start().ok());
+  agent.Execute(Launch("job-n", 0));
+  auto first = agent.Running();
+  ASSERT_EQ(first.size(), 1u);
+  agent.Execute(Launch("job-n", 0));  // same attempt: ignored
+  ASSERT_EQ(agent.Running().size(), 1u);
+  EXPECT_EQ(agent.Running()[0].pid(), first[0].pid());
+  auto next = Launch("job-n", 0);
+  next.mutable_launch()->set_attempt(1);
+  agent.Execute(next);
+  auto now = agent.Running();
+  ASSERT_EQ(now.size(), 1u);
+  EXPECT_EQ(now[0].attempt(), 1);
+  EXPECT_NE(now[0].pid(), first[0].pid());
+  EXPECT_FALSE(ProcessAlive(first[0].pid()));
+  auto e = fake_->WaitExit("job-n", 0);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->attempt(), 0);
+  EXPECT_EQ(e->signal(), SIGKILL);
+  agent.Stop();
+}
+
 TEST_F(AgentTest, AgentStopStopsItsRanks) {
   Agent agent(Options({"/bin/sh", "-c", "sleep 100"}));
   ASSERT_TRUE(agent.Start().ok());
