@@ -857,7 +857,9 @@ void Planner::BatchAndBuckets() {
     *src = v1::PLANNER;
     std::string w;
     // Whole MiB, rounded up so G/4 still makes 4 buckets (not 5).
-    double s = std::max(kMiB, std::ceil(BucketFor(n, at, link, &w) / kMiB - 1e-9) * kMiB);
+    const double raw = BucketFor(n, at, link, &w);
+    double s = std::max(kMiB, std::ceil(raw / kMiB - 1e-9) * kMiB);
+    if (s != raw) w += absl::StrFormat("; rounded up to %s MiB", Num(s / kMiB));
     *why = absl::StrCat(w, " [", link.why, "]");
     return s;
   };
