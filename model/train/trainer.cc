@@ -420,7 +420,12 @@ StatusOr<TrainResult> Train(const TrainConfig& config, Communicator* comm,
                             " on request");
     }
   }
-  if (config.checkpoint_every > 0) DGCA_RETURN_IF_ERROR(save(config.steps));
+  if (start_step >= config.steps) {
+    log("checkpoint is at step " + std::to_string(start_step) + ", at or past steps " +
+        std::to_string(config.steps) + ": nothing to train");
+  } else if (config.checkpoint_every > 0) {
+    DGCA_RETURN_IF_ERROR(save(config.steps));
+  }
   DGCA_RETURN_IF_ERROR(run_eval(config.steps));
   result.steps = config.steps;
   // final_loss: mean of the last (up to) 10 step losses, less noisy than one.
