@@ -54,25 +54,34 @@ done
 mkdir -p "$STATE"
 stop_previous
 
-echo "quickstart: starting dgca-coordinator on $LISTEN (state in $STATE/, log $STATE/coordinator.log)"
-if command -v setsid >/dev/null; then SETSID=setsid; else SETSID=; fi
-$SETSID "$COORD" --listen "$LISTEN" --metrics-listen "$METRICS" --state-dir "$STATE" \
-  >>"$STATE/coordinator.log" 2>&1 </dev/null &
-COORD_PID=$!
-for _ in $(seq 1 300); do
-  if [ -f "$STATE/coordinator.json" ] && [ "$(json_field "$STATE/coordinator.json" pid)" = "$COORD_PID" ]; then
-    break
-  fi
-  if ! kill -0 "$COORD_PID" 2>/dev/null; then
-    echo "quickstart: the coordinator exited; its log:" >&2
-    tail -n 20 "$STATE/coordinator.log" >&2
-    exit 3
-  fi
-  sleep 0.1
-done
-if [ ! -f "$STATE/coordinator.json" ]; then
+start_coordinator() {  # start_coordinator LISTEN METRICS -> 0 when up
+  echo "quickstart: starting dgca-coordinator on $1 (state in $STATE/, log $STATE/coordinator.log)"
+  $SETSID "$COORD" --listen "$1" --metrics-listen "$2" --state-dir "$STATE" \
+    >>"$STATE/coordinator.log" 2>&1 </dev/null &
+  COORD_PID=$!
+  for _ in $(seq 1 300); do
+    if [ -f "$STATE/coordinator.json" ] &&
+       [ "$(json_field "$STATE/coordinator.json" pid)" = "$COORD_PID" ]; then
+      return 0
+    fi
+    if ! kill -0 "$COORD_PID" 2>/dev/null; then
+      echo "quickstart: the coordinator exited; the end of its log:" >&2
+      tail -n 5 "$STATE/coordinator.log" >&2
+      return 1
+    fi
+    sleep 0.1
+  done
   echo "quickstart: the coordinator did not come up within 30 s; see $STATE/coordinator.log" >&2
-  exit 3
+  kill "$COORD_PID" 2>/dev/null || true
+  return 1
+}
+
+if command -v setsid >/dev/null; then SETSID=setsid; else SETSID=; fi
+if ! start_coordinator "$LISTEN" "$METRICS"; then
+  # Most often the default ports are taken: any free port will do, since the
+  # address is passed on below.
+  echo "quickstart: retrying on free ports (127.0.0.1:0)"
+  start_coordinator 127.0.0.1:0 127.0.0.1:0 || exit 3
 fi
 ADDR=$(json_field "$STATE/coordinator.json" listen)
 METRICS_ADDR=$(json_field "$STATE/coordinator.json" metrics)
