@@ -1,5 +1,6 @@
 // dgca-worker: the node agent, the rank runtime and the one-process trainer.
 //   dgca-worker agent --coordinator HOST:PORT --token-file F [--node-name N] [--state-dir D]
+//                     [--tls-ca F]
 //   dgca-worker rank --coordinator HOST:PORT --token-file F --job J --rank R --attempt A
 //   dgca-worker train SPEC [--json]
 #include <signal.h>
@@ -73,6 +74,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   agent->add_option("--heartbeat-interval", agent_opt.heartbeat_interval_s, "seconds")
       ->capture_default_str();
+  agent_opt.tls_ca_file = EnvOr("DGCA_TLS_CA", "");
+  agent->add_option("--tls-ca", agent_opt.tls_ca_file,
+                    "PEM root CA: TLS to the coordinator (env DGCA_TLS_CA)");
 
   dgca::RankArgs rank_args;
   auto* rank = app.add_subcommand("rank", "run one training rank (started by an agent)");
@@ -82,6 +86,7 @@ int main(int argc, char** argv) {
   rank->add_option("--job", rank_args.job_id, "job id")->required();
   rank->add_option("--rank", rank_args.rank, "rank")->required();
   rank->add_option("--attempt", rank_args.attempt, "attempt")->capture_default_str();
+  rank->add_option("--tls-ca", rank_args.tls_ca_file, "PEM root CA: TLS to the coordinator");
   rank->add_option("--heartbeat-timeout", rank_args.heartbeat_timeout_s,
                    "stop when the coordinator is unreachable this long (s)")
       ->capture_default_str();

@@ -17,6 +17,7 @@
 #include <cstring>
 #include <deque>
 #include <fstream>
+#include <sstream>
 #include <mutex>
 #include <thread>
 
@@ -317,8 +318,16 @@ void Agent::Impl::ConnectLoop() {
     args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
     args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
     args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-    auto channel = grpc::CreateCustomChannel(opt_.coordinator_address,
-                                             grpc::InsecureChannelCredentials(), args);
+    std::shared_ptr<grpc::ChannelCredentials> creds = grpc::InsecureChannelCredentials();
+    if (!opt_.tls_ca_file.empty()) {
+      std::ifstream in(opt_.tls_ca_file);
+      std::stringstream pem;
+      pem << in.rdbuf();
+      grpc::SslCredentialsOptions so;
+      so.pem_root_certs = pem.str();
+      creds = grpc::SslCredentials(so);
+    }
+    auto channel = grpc::CreateCustomChannel(opt_.coordinator_address, creds, args);
     auto stub = v1::AgentService::NewStub(channel);
     auto ctx = std::make_shared<grpc::ClientContext>();
     AddAuth(ctx.get(), opt_.token);
@@ -512,6 +521,10 @@ void Agent::Impl::Launch(const v1::LaunchRank& l) {
     argv_s = {worker_binary_, "rank", "--coordinator", coordinator, "--token-file",
               rank_token_file_, "--job", l.job_id(), "--rank", absl::StrCat(l.rank()),
               "--attempt", absl::StrCat(l.attempt())};
+    if (!opt_.tls_ca_file.empty()) {
+      argv_s.push_back("--tls-ca");
+      argv_s.push_back(opt_.tls_ca_file);
+    }
   }
   std::vector<std::string> env_s;
   for (const auto& [k, v] : env) env_s.push_back(k + "=" + v);

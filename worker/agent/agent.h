@@ -44,6 +44,9 @@ struct AgentOptions {
   std::string worker_binary;         // path of dgca-worker ("" = /proc/self/exe)
   std::string topology_root = "/";   // root of the topology probe
   double heartbeat_interval_s = 2;
+  // PEM root CA: TLS to the coordinator (and passed to ranks as --tls-ca).
+  // "" = plaintext (loopback, unix socket, trusted network).
+  std::string tls_ca_file;
 
   // Passed to ranks as --token-file. "" = the agent writes the token to
   // STATE_DIR/agent-token (mode 0600) and passes that.

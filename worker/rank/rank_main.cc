@@ -263,7 +263,7 @@ int RunRank(const RankArgs& a) {
     Log(a.rank, "error: %s", token.status().ToString());
     return 3;
   }
-  auto channel = MakeChannel(a.coordinator);
+  auto channel = MakeChannel(a.coordinator, a.tls_ca_file);
   auto stub = v1::RankService::NewStub(channel);
 
   // Assignment, retried while the coordinator is away (it may be restarting).

@@ -29,6 +29,7 @@ namespace dgca {
 struct RankArgs {
   std::string coordinator;   // host:port
   std::string token_file;
+  std::string tls_ca_file;   // "" = plaintext
   std::string job_id;
   int rank = 0;
   int attempt = 0;
