@@ -50,7 +50,10 @@ struct PlannerMeasurements {
   double allreduce_bus_bandwidth = 0;
   double allreduce_latency_s = 0;
   // Seconds for one forward+backward of one micro-batch of `step_micro_batch`
-  // samples on one rank.
+  // samples on one rank. CPU ranks: measure with the plan's threads_per_rank
+  // and, ideally, while the other ranks run too (a trial): ranks share cores
+  // and memory bandwidth, and a rank timed alone on a busy 2-core machine ran
+  // twice as fast as the same rank next to its peer (see the T1 report).
   double step_seconds = 0;
   int step_micro_batch = 0;
   // Added by T1: raw points of the all-reduce probe, (bytes, seconds) for one
