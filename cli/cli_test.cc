@@ -178,6 +178,14 @@ TEST(CliTest, DiagnoseSaysItIsNotImplemented) {
 TEST(CliTest, TopoOnFixtureRootAndJson) {
   CliRun bad = Cli({"topo", "--root", "/nonexistent/root"});
   EXPECT_EQ(bad.code, 2);
+  const char* src = std::getenv("DGCA_SOURCE_DIR");
+  std::string fixture = std::string(src ? src : ".") + "/tests/fixtures/a100-4x-pcie/root";
+  if (access(fixture.c_str(), F_OK) == 0) {
+    CliRun f = Cli({"topo", "--root", fixture});
+    EXPECT_EQ(f.code, 0) << f.err;
+    EXPECT_NE(f.out.find("GPU3"), std::string::npos) << f.out;
+    EXPECT_NE(f.out.find("PIX"), std::string::npos) << f.out;
+  }
   CliRun r = Cli({"topo", "--json"});
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("\"cpu_count\""), std::string::npos) << r.out;
