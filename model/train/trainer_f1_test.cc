@@ -89,7 +89,7 @@ class Recorder : public TrainObserver {
 // positive rate are printed beside the baseline's.
 TEST(TrainerF1Test, TrainLawCorrectionF1BeatsCopySource) {
   if (!HaveData()) GTEST_SKIP() << "no " << DataDir() << "/ecspell/train_law.txt";
-  const int kF1Steps = 800;
+  const int kF1Steps = 700;
   TrainConfig c = TinyConfig();
   c.steps = kF1Steps;
   c.micro_batch = 32;
