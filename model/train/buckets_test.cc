@@ -100,6 +100,43 @@ TEST(GradientBucketsTest, StartsOnlyCompleteBucketsAndOnlyWhenEnabled) {
   EXPECT_DOUBLE_EQ(s->bus_bandwidth, 160.0 / 2.0);
 }
 
+// A communicator whose collectives fail (as after a lost peer).
+class FailingComm : public RecordingComm {
+ public:
+  StatusOr<std::unique_ptr<CollectiveHandle>> StartAllReduce(float* d, size_t n,
+                                                             ReduceOp op) override {
+    if (++calls == 2) return UnavailableError("gloo allreduce failed (lost peer rank 1)");
+    return RecordingComm::StartAllReduce(d, n, op);
+  }
+  int calls = 0;
+};
+
+TEST(GradientBucketsTest, ErrorsSurfaceInWaitAll) {
+  ParamStore ps = MakeStore({10, 10, 10, 10});
+  FailingComm comm;
+  GradientBuckets gb(&comm, &ps, 20 * 4 / (1024.0 * 1024.0));
+  gb.BeginStep(true);
+  gb.OnGradReady(2);  // first bucket starts fine
+  auto s = gb.WaitAll();  // second fails to start
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("lost peer rank 1"), std::string::npos);
+  // The next step starts clean.
+  gb.BeginStep(true);
+  EXPECT_TRUE(gb.WaitAll().ok());
+}
+
+TEST(GradientBucketsTest, WorldOfOneCommunicatesNothing) {
+  ParamStore ps = MakeStore({10, 10});
+  auto local = MakeLocalCommunicator();
+  GradientBuckets gb(local.get(), &ps, 1.0);
+  gb.BeginStep(true);
+  gb.OnGradReady(0);
+  auto s = gb.WaitAll();
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->bytes, 0);
+  EXPECT_TRUE(s->events.empty());
+}
+
 // Two processes over Gloo: a synthetic "backward" that produces gradients in
 // reverse order with compute between tensors. With small buckets the
 // all-reduces start before backward ends, exposed < total, and the result is

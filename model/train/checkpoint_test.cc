@@ -198,6 +198,15 @@ TEST_F(CheckpointTest, BadStateJson) {
   EXPECT_TRUE(Contains(s, "'step'")) << s.ToString();
 }
 
+TEST_F(CheckpointTest, UnwritableDirIsAnError) {
+  // A path below a regular file can never be created.
+  const std::string file = dir_ + "/plainfile";
+  std::ofstream(file) << "x";
+  auto r = SaveCheckpoint(file + "/ckpt", ps_, adam_.get(), Cfg(), state_);
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(Contains(r.status(), file + "/ckpt")) << r.status().ToString();
+}
+
 TEST(HfInitTest, LoadsMatchingIgnoresExtrasReportsRest) {
   const std::string dir = TempDir();
   ParamStore ps;
