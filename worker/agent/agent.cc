@@ -315,8 +315,8 @@ void Agent::Impl::ConnectLoop() {
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(kMaxMessageBytes);
     args.SetMaxSendMessageSize(kMaxMessageBytes);
-    args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
-    args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 20000);  // a dead host (no RST) is noticed in ~30 s
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
     args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
     std::shared_ptr<grpc::ChannelCredentials> creds = grpc::InsecureChannelCredentials();
     if (!opt_.tls_ca_file.empty()) {
