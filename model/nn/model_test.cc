@@ -229,6 +229,37 @@ TEST(DgcaModel, ReproducibleAndAccumulates) {
   for (int32_t id : *p) EXPECT_TRUE(id >= 0 && id < c.vocab_size);
 }
 
+TEST(DgcaModel, EmptyBatchAndUnlabelledForward) {
+  const ModelConfig c = TinyConfig(PromptEncoderKind::kLstm, true);
+  const int L = 16;
+  auto m = MakeModel(c, 2, L, 2);
+  ASSERT_NE(m, nullptr);
+  Batch empty;
+  empty.batch_size = 0;
+  empty.seq_len = L;
+  empty.top_k = c.candidate_top_k;
+  m->params().ZeroGrads();
+  int calls = 0;
+  auto lb = m->ForwardBackward(empty, 1.0f, [&](int) { ++calls; });
+  ASSERT_TRUE(lb.ok()) << lb.status().ToString();
+  EXPECT_EQ(lb->total, 0.0);
+  EXPECT_EQ(calls, c.layers + 3);
+  for (int64_t i = 0; i < m->params().total_numel(); ++i) ASSERT_EQ(m->params().grads()[i], 0.0f);
+  auto p = m->Predict(empty);
+  ASSERT_TRUE(p.ok());
+  EXPECT_TRUE(p->empty());
+  // Without labels Forward runs and reports no loss; ForwardBackward refuses.
+  Batch b = MakeBatch(c, L, {4, 6}, false, 23);
+  b.labels.clear();
+  b.slot_target_id.clear();
+  auto f = m->Forward(b);
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  EXPECT_EQ(f->total, 0.0);
+  EXPECT_EQ(f->target_slots, 10);
+  EXPECT_FALSE(m->ForwardBackward(b, 1.0f, GradReadyFn()).ok());
+  EXPECT_TRUE(m->Predict(b).ok());
+}
+
 TEST(DgcaModel, BadInputsGiveClearErrors) {
   const ModelConfig c = TinyConfig(PromptEncoderKind::kNone, false);
   const int L = 16;
