@@ -20,7 +20,8 @@
 // when no DGCA head is on; DgcaHeads otherwise), plus the MLM cross-entropy
 // mean over MFT positions (mft_labels != -100), plus the weighted detector
 // and candidate terms. The MLM head runs only on the gathered target-slot and
-// MFT rows, never on all B*L positions.
+// MFT rows, never on all B*L positions. Columns that are padding in every row
+// are dropped before the encoder runs (exact; see Trim).
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -100,6 +101,8 @@ class CpuDgcaModel final : public DgcaModel {
     const size_t N = static_cast<size_t>(max_batch_) * seq_len_;
     types_.assign(N, 0);
     slots_.assign(N, -1);
+    ids_.assign(N, 0);
+    mask_.assign(N, 0);
     rows_.reserve(N);
     targets_.reserve(N);
     dprompt_.assign(static_cast<size_t>(std::max(1, 2 * cfg_.prompt_length)) * cfg_.hidden, 0.0f);
@@ -125,7 +128,7 @@ class CpuDgcaModel final : public DgcaModel {
     const int T = batch.num_slots();
     std::vector<int32_t> pred(static_cast<size_t>(T), 0);
     if (T == 0) return pred;
-    float* z = bert_.MlmHeadForward(ctx_, batch.slot_index.data(), T);
+    float* z = bert_.MlmHeadForward(ctx_, rows_.data(), T);  // rows_ starts with the slots
     if (heads_on_) {
       DGCA_RETURN_IF_ERROR(heads_.Predict(
           bert_.gathered(), z, store_.value(bert_.word_embeddings_index()),
@@ -248,15 +251,43 @@ class CpuDgcaModel final : public DgcaModel {
           "DgcaModel: " + std::to_string(rows_.size()) +
           " labelled positions (target slots + MFT) exceed the model's limit of " +
           std::to_string(max_rows_) + " (max_batch * (seq_len - 2 - 2P))");
+    Trim(b);
     return OkStatus();
+  }
+
+  // Drops the trailing columns that are padding in every row (and carry no
+  // label): the encoder then runs on [B, L_eff] instead of [B, L]. Exact,
+  // since padding keys get probability 0 and padding rows feed nothing.
+  // Repacks ids, mask, token types and prompt slots at stride L_eff and
+  // remaps rows_.
+  void Trim(const Batch& b) {
+    const int B = b.batch_size, L = b.seq_len;
+    int le = 1;
+    for (int r = 0; r < B; ++r)
+      for (int pos = L - 1; pos >= le; --pos)
+        if (b.attention_mask[static_cast<size_t>(r) * L + pos] != 0) {
+          le = pos + 1;
+          break;
+        }
+    for (int32_t row : rows_) le = std::max(le, row % L + 1);
+    L_eff_ = le;
+    for (int r = 0; r < B; ++r)
+      for (int pos = 0; pos < le; ++pos) {
+        const size_t src = static_cast<size_t>(r) * L + pos, dst = static_cast<size_t>(r) * le + pos;
+        ids_[dst] = b.input_ids[src];
+        mask_[dst] = b.attention_mask[src];
+        types_[dst] = types_[src];  // dst <= src: in-place forward copy is safe
+        slots_[dst] = slots_[src];
+      }
+    for (int32_t& row : rows_) row = (row / L) * le + row % L;
   }
 
   void RunEncoder(const Batch& b) {
     cpu::SetBlasThreads();
     const float* prompt_rows = prompt_.enabled() ? prompt_.Forward() : nullptr;
-    bert_.EmbedForward(ctx_, b.input_ids.data(), types_.data(), slots_.data(), prompt_rows,
-                       b.batch_size, b.seq_len);
-    bert_.EncoderForward(ctx_, b.attention_mask.data(), b.batch_size, b.seq_len);
+    bert_.EmbedForward(ctx_, ids_.data(), types_.data(), slots_.data(), prompt_rows, b.batch_size,
+                       L_eff_);
+    bert_.EncoderForward(ctx_, mask_.data(), b.batch_size, L_eff_);
   }
 
   StatusOr<LossBreakdown> Run(const Batch& b, bool backward, float grad_scale,
@@ -345,7 +376,10 @@ class CpuDgcaModel final : public DgcaModel {
   DgcaHeads heads_;
   bool heads_on_;
   // Per-batch scratch (allocated once).
-  std::vector<int32_t> types_, slots_, rows_, targets_;
+  // The batch's inputs at stride L_eff_ (see Trim), and the gathered rows
+  // (target slots, then MFT positions) with their targets.
+  std::vector<int32_t> ids_, mask_, types_, slots_, rows_, targets_;
+  int L_eff_ = 1;
   std::vector<uint8_t> mark_;
   std::vector<float> dprompt_, dh_heads_;
 };

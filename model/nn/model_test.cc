@@ -260,6 +260,46 @@ TEST(DgcaModel, EmptyBatchAndUnlabelledForward) {
   EXPECT_TRUE(m->Predict(b).ok());
 }
 
+// The same rows padded to a longer L give the same loss, gradients and
+// predictions (the model drops the all-padding columns and remaps rows).
+TEST(DgcaModel, ExtraTrailingPaddingChangesNothing) {
+  ModelConfig c = TinyConfig(PromptEncoderKind::kLstm, true);
+  const int L = 16, L2 = 24;
+  auto m = MakeModel(c, 2, L2, 2);
+  ASSERT_NE(m, nullptr);
+  const Batch a = MakeBatch(c, L, {3, 5}, true, 29);
+  Batch p = a;
+  p.seq_len = L2;
+  auto widen = [&](const std::vector<int32_t>& v, int32_t fill) {
+    std::vector<int32_t> w(2 * L2, fill);
+    for (int r = 0; r < 2; ++r)
+      for (int j = 0; j < L; ++j) w[r * L2 + j] = v[r * L + j];
+    return w;
+  };
+  p.input_ids = widen(a.input_ids, kPad);
+  p.attention_mask = widen(a.attention_mask, 0);
+  p.token_type_ids = widen(a.token_type_ids, 0);
+  p.prompt_slot = widen(a.prompt_slot, -1);
+  p.labels = widen(a.labels, -100);
+  p.mft_labels = widen(a.mft_labels, -100);
+  for (auto& r : p.slot_index) r = (r / L) * L2 + r % L;
+  ParamStore& s = m->params();
+  const int64_t n = s.total_numel();
+  s.ZeroGrads();
+  auto la = m->ForwardBackward(a, 1.0f, GradReadyFn());
+  ASSERT_TRUE(la.ok()) << la.status().ToString();
+  EXPECT_GT(la->mft, 0.0);
+  std::vector<float> ga(s.grads(), s.grads() + n);
+  s.ZeroGrads();
+  auto lp = m->ForwardBackward(p, 1.0f, GradReadyFn());
+  ASSERT_TRUE(lp.ok()) << lp.status().ToString();
+  EXPECT_EQ(la->total, lp->total);
+  EXPECT_EQ(0, std::memcmp(ga.data(), s.grads(), sizeof(float) * n));
+  auto pa = m->Predict(a), pp = m->Predict(p);
+  ASSERT_TRUE(pa.ok() && pp.ok());
+  EXPECT_EQ(*pa, *pp);
+}
+
 TEST(DgcaModel, BadInputsGiveClearErrors) {
   const ModelConfig c = TinyConfig(PromptEncoderKind::kNone, false);
   const int L = 16;
