@@ -25,6 +25,8 @@ int CmdSubmit(const GlobalOptions& g, Io io, const std::string& spec_path, bool 
 int CmdValidate(Io io, const std::string& spec_path);
 int CmdPlan(const GlobalOptions& g, Io io, const std::string& spec_path, bool json);
 int CmdList(const GlobalOptions& g, Io io, bool json);
+// --json prints the whole GetJobResponse: {"job": {... "ranks": [per-rank
+// progress] ...}, "events": [...], "plan": {...}}.
 int CmdStatus(const GlobalOptions& g, Io io, const std::string& job_id, bool json);
 int CmdWatch(const GlobalOptions& g, Io io, const std::string& job_id);
 int CmdLogs(const GlobalOptions& g, Io io, const std::string& job_id, int rank, bool follow);

@@ -222,7 +222,11 @@ class RankObserver : public TrainObserver {
     std::string line;
     for (const auto& [k, v] : r.metrics) {
       (*e->mutable_metrics())[k] = v;
-      absl::StrAppendFormat(&line, " %s=%.4f", k, v);
+      if (v >= 2 && v == static_cast<double>(static_cast<int64_t>(v))) {
+        absl::StrAppendFormat(&line, " %s=%d", k, static_cast<int64_t>(v));  // a count
+      } else {
+        absl::StrAppendFormat(&line, " %s=%.4f", k, v);
+      }
     }
     sender_->Push(std::move(s), false);
     Log(a_.rank, "eval at step %d (%d samples):%s", r.step, r.samples, line);
