@@ -272,125 +272,77 @@ void SoftmaxRows(const Context& ctx, float* out, const float* inp, int rows, int
 // ---------------------------------------------------------------------------
 // Attention
 
+// Per (batch row, head) task, as small single-threaded GEMMs on strided
+// views of qkv (a head's q, k or v is an [L, d] block with row stride 3H):
+//   S = scale Q K^T, P = masked row softmax(S), O = P V.
 void AttentionForward(const Context& ctx, float* out, float* probs, const float* qkv,
                       const int32_t* mask, int B, int L, int H, int nh) {
   const int d = H / nh;
   const int H3 = 3 * H;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  const int tasks = B * nh;
-  ParallelFor(ctx, tasks, static_cast<int64_t>(B) * nh * L * L * d, [&](int64_t t0_, int64_t t1_) {
-    std::vector<float> kt(static_cast<size_t>(d) * L);
-    for (int t = static_cast<int>(t0_); t < t1_; ++t) {
-      const int b = t / nh, h = t % nh;
+  const Context serial;
+  ParallelFor(ctx, B * nh, static_cast<int64_t>(B) * nh * L * L * d, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const int b = static_cast<int>(t / nh), h = static_cast<int>(t % nh);
       const float* base = qkv + static_cast<size_t>(b) * L * H3;
+      const float* q = base + h * d;
+      const float* k = base + H + h * d;
+      const float* v = base + 2 * H + h * d;
       const int32_t* m = mask + static_cast<size_t>(b) * L;
-      // Keys of this head transposed to [d, L], so the scores of a query row
-      // are axpys over j that the compiler vectorizes (same sum order as a
-      // dot product per key).
-      for (int j = 0; j < L; ++j) {
-        const float* k = base + static_cast<size_t>(j) * H3 + H + h * d;
-        for (int e = 0; e < d; ++e) kt[static_cast<size_t>(e) * L + j] = k[e];
-      }
+      float* p = probs + static_cast<size_t>(t) * L * L;
+      Gemm(serial, false, true, L, L, d, scale, q, H3, k, H3, 0.0f, p, L);
       for (int i = 0; i < L; ++i) {
-        const float* q = base + static_cast<size_t>(i) * H3 + h * d;
-        float* p = probs + ((static_cast<size_t>(b) * nh + h) * L + i) * L;
-        for (int j = 0; j < L; ++j) p[j] = 0;
-        for (int e = 0; e < d; ++e) {
-          const float qe = q[e];
-          const float* krow = kt.data() + static_cast<size_t>(e) * L;
-          for (int j = 0; j < L; ++j) p[j] += qe * krow[j];
-        }
+        float* row = p + static_cast<size_t>(i) * L;
         float mx = -std::numeric_limits<float>::infinity();
-        for (int j = 0; j < L; ++j) {
-          if (m[j] == 0) continue;
-          p[j] *= scale;
-          mx = std::max(mx, p[j]);
-        }
+        for (int j = 0; j < L; ++j)
+          if (m[j] != 0) mx = std::max(mx, row[j]);
         double sum = 0;
         for (int j = 0; j < L; ++j) {
-          if (m[j] == 0) {
-            p[j] = 0;
-            continue;
-          }
-          const float e = std::exp(p[j] - mx);
-          p[j] = e;
+          // Like HF's additive dtype-min mask: exactly 0 weight on padding keys.
+          const float e = m[j] != 0 ? std::exp(row[j] - mx) : 0.0f;
+          row[j] = e;
           sum += e;
         }
         const float inv = sum > 0 ? static_cast<float>(1.0 / sum) : 0.0f;
-        float* o = out + (static_cast<size_t>(b) * L + i) * H + h * d;
-        for (int e = 0; e < d; ++e) o[e] = 0;
-        for (int j = 0; j < L; ++j) {
-          p[j] *= inv;
-          if (p[j] == 0) continue;
-          const float* v = base + static_cast<size_t>(j) * H3 + 2 * H + h * d;
-          const float pj = p[j];
-          for (int e = 0; e < d; ++e) o[e] += pj * v[e];
-        }
+        for (int j = 0; j < L; ++j) row[j] *= inv;
       }
+      Gemm(serial, false, false, L, d, L, 1.0f, p, L, v, H3, 0.0f,
+           out + static_cast<size_t>(b) * L * H + h * d, H);
     }
   });
 }
 
+// dV = P^T dO; dP = dO V^T; dS = P * (dP - rowsum(P * dP));
+// dQ = scale dS K; dK = scale dS^T Q.
 void AttentionBackward(const Context& ctx, float* dqkv, const float* dout, const float* qkv,
                        const float* probs, int B, int L, int H, int nh) {
   const int d = H / nh;
   const int H3 = 3 * H;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  const int tasks = B * nh;
-  ParallelFor(ctx, tasks, static_cast<int64_t>(B) * nh * L * L * d, [&](int64_t t0_, int64_t t1_) {
-    std::vector<float> vt(static_cast<size_t>(d) * L), dp(L);
-    for (int t = static_cast<int>(t0_); t < t1_; ++t) {
-      const int b = t / nh, h = t % nh;
+  const Context serial;
+  ParallelFor(ctx, B * nh, static_cast<int64_t>(B) * nh * L * L * d, [&](int64_t t0, int64_t t1) {
+    std::vector<float> ds(static_cast<size_t>(L) * L);
+    for (int64_t t = t0; t < t1; ++t) {
+      const int b = static_cast<int>(t / nh), h = static_cast<int>(t % nh);
       const float* base = qkv + static_cast<size_t>(b) * L * H3;
       float* dbase = dqkv + static_cast<size_t>(b) * L * H3;
-      // Values of this head transposed to [d, L] (see AttentionForward).
-      for (int j = 0; j < L; ++j) {
-        const float* v = base + static_cast<size_t>(j) * H3 + 2 * H + h * d;
-        for (int e = 0; e < d; ++e) vt[static_cast<size_t>(e) * L + j] = v[e];
-      }
-      // Zero this head's slices of dq, dk, dv.
-      for (int i = 0; i < L; ++i)
-        for (int part = 0; part < 3; ++part) {
-          float* z = dbase + static_cast<size_t>(i) * H3 + part * H + h * d;
-          for (int e = 0; e < d; ++e) z[e] = 0;
-        }
+      const float* q = base + h * d;
+      const float* k = base + H + h * d;
+      const float* v = base + 2 * H + h * d;
+      const float* go = dout + static_cast<size_t>(b) * L * H + h * d;
+      const float* p = probs + static_cast<size_t>(t) * L * L;
+      Gemm(serial, true, false, L, d, L, 1.0f, p, L, go, H, 0.0f, dbase + 2 * H + h * d, H3);
+      Gemm(serial, false, true, L, L, d, 1.0f, go, H, v, H3, 0.0f, ds.data(), L);
       for (int i = 0; i < L; ++i) {
-        const float* p = probs + ((static_cast<size_t>(b) * nh + h) * L + i) * L;
-        const float* go = dout + (static_cast<size_t>(b) * L + i) * H + h * d;
-        // dp_ij = dout_i . v_j ; dv_j += p_ij * dout_i
-        for (int j = 0; j < L; ++j) dp[j] = 0;
-        for (int e = 0; e < d; ++e) {
-          const float ge = go[e];
-          const float* vrow = vt.data() + static_cast<size_t>(e) * L;
-          for (int j = 0; j < L; ++j) dp[j] += ge * vrow[j];
-        }
+        const float* pr = p + static_cast<size_t>(i) * L;
+        float* dr = ds.data() + static_cast<size_t>(i) * L;
         double dot = 0;
-        for (int j = 0; j < L; ++j) {
-          if (p[j] == 0) {
-            dp[j] = 0;
-            continue;
-          }
-          float* dv = dbase + static_cast<size_t>(j) * H3 + 2 * H + h * d;
-          const float pj = p[j];
-          for (int e = 0; e < d; ++e) dv[e] += pj * go[e];
-          dot += static_cast<double>(dp[j]) * pj;
-        }
-        // ds_ij = p_ij (dp_ij - sum_k p_ik dp_ik); dq_i += scale ds_ij k_j;
-        // dk_j += scale ds_ij q_i.
+        for (int j = 0; j < L; ++j) dot += static_cast<double>(pr[j]) * dr[j];
         const float dotf = static_cast<float>(dot);
-        const float* q = base + static_cast<size_t>(i) * H3 + h * d;
-        float* dq = dbase + static_cast<size_t>(i) * H3 + h * d;
-        for (int j = 0; j < L; ++j) {
-          if (p[j] == 0) continue;
-          const float ds = p[j] * (dp[j] - dotf) * scale;
-          const float* k = base + static_cast<size_t>(j) * H3 + H + h * d;
-          float* dk = dbase + static_cast<size_t>(j) * H3 + H + h * d;
-          for (int e = 0; e < d; ++e) {
-            dq[e] += ds * k[e];
-            dk[e] += ds * q[e];
-          }
-        }
+        for (int j = 0; j < L; ++j) dr[j] = pr[j] * (dr[j] - dotf);
       }
+      Gemm(serial, false, false, L, d, L, scale, ds.data(), L, k, H3, 0.0f, dbase + h * d, H3);
+      Gemm(serial, true, false, L, d, L, scale, ds.data(), L, q, H3, 0.0f, dbase + H + h * d, H3);
     }
   });
 }

@@ -1,6 +1,6 @@
 // CPU kernels of the DGCA-ReLM model, llm.c style: plain functions over
 // float* with explicit shapes, row-major. The only allocations are small
-// per-call scratch vectors (attention's transposed K/V, cross-entropy's
+// per-call scratch vectors (attention backward's dS, cross-entropy's
 // per-row losses, the built-in GEMM's packed B).
 //
 // Conventions
