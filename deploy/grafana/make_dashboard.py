@@ -18,7 +18,7 @@ PANELS = [
     ("Jobs by state", "none", [("sum by (state) (dgca_jobs)", "{{state}}")], 6, "stat"),
     ("Progress (step, slowest rank)", "none",
      [(f"min by (job) (dgca_train_step{{{J}}})", "{{job}} step"),
-      (f"max by (job) (dgca_train_total_steps{{{J}}})", "{{job}} total")], 6, "stat"),
+      (f"max by (job) (dgca_train_target_steps{{{J}}})", "{{job}} total")], 6, "stat"),
     ("ETA", "s", [(f"job:dgca_train_eta_seconds{{{J}}}", "{{job}}")], 6, "stat"),
     ("Job samples/s", "none", [(f"job:dgca_train_samples_per_second:sum{{{J}}}", "{{job}}")], 6, "stat"),
     ("Throughput", None, None, 24, "row"),

@@ -66,7 +66,9 @@ std::vector<std::string> ListDir(const std::string& path) {
   if (d == nullptr) return out;
   while (struct dirent* e = readdir(d)) {
     std::string name = e->d_name;
-    if (name == "." || name == "..") continue;
+    // Dot entries: "." and "..", and the .gitkeep files that keep empty
+    // fixture directories in git (sysfs itself has no dot files).
+    if (name.empty() || name[0] == '.') continue;
     out.push_back(name);
   }
   closedir(d);
