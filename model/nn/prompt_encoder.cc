@@ -4,37 +4,18 @@
 #include <cmath>
 #include <string>
 
-#ifdef DGCA_HAVE_OPENBLAS
-#include <cblas.h>
-#endif
+
+#include "model/cpu/ops.h"
 
 namespace dgca {
 namespace {
 
-// Row-major C[M,N] = beta*C + op(A)[M,Kd] · op(B)[Kd,N]; beta is 0 or 1.
-// The loop fallback is the reference; OpenBLAS is used when present.
+// Row-major C[M,N] = beta*C + op(A)[M,Kd] · op(B)[Kd,N], on the calling
+// thread: the shared kernel of model/cpu/ops.h with alpha 1.
 void Gemm(bool ta, bool tb, int M, int N, int Kd, const float* A, int lda, const float* B,
           int ldb, float beta, float* C, int ldc) {
   if (M <= 0 || N <= 0) return;
-#ifdef DGCA_HAVE_OPENBLAS
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M,
-              N, Kd, 1.0f, A, lda, B, ldb, beta, C, ldc);
-#else
-  for (int i = 0; i < M; ++i) {
-    float* c = C + static_cast<int64_t>(i) * ldc;
-    if (beta == 0.0f) std::fill(c, c + N, 0.0f);
-    for (int k = 0; k < Kd; ++k) {
-      const float a = ta ? A[static_cast<int64_t>(k) * lda + i] : A[static_cast<int64_t>(i) * lda + k];
-      if (a == 0.0f) continue;
-      if (!tb) {
-        const float* b = B + static_cast<int64_t>(k) * ldb;
-        for (int j = 0; j < N; ++j) c[j] += a * b[j];
-      } else {
-        for (int j = 0; j < N; ++j) c[j] += a * B[static_cast<int64_t>(j) * ldb + k];
-      }
-    }
-  }
-#endif
+  cpu::Gemm(cpu::Context{}, ta, tb, M, N, Kd, 1.0f, A, lda, B, ldb, beta, C, ldc);
 }
 
 inline float Sigm(float v) { return 1.0f / (1.0f + std::exp(-v)); }
