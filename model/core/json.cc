@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "model/core/utf8.h"
+
 namespace dgca {
 
 const JsonValue* JsonValue::Find(std::string_view key) const {
@@ -146,24 +148,6 @@ class Parser {
   }
 
   static bool isdigit(char c) { return c >= '0' && c <= '9'; }
-
-  static void AppendUtf8(uint32_t cp, std::string* out) {
-    if (cp < 0x80) {
-      out->push_back(static_cast<char>(cp));
-    } else if (cp < 0x800) {
-      out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
-      out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    } else if (cp < 0x10000) {
-      out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
-      out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-      out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    } else {
-      out->push_back(static_cast<char>(0xF0 | (cp >> 18)));
-      out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-      out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-      out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    }
-  }
 
   Status ParseHex4(uint32_t* out) {
     if (pos_ + 4 > t_.size()) return Error("truncated \\u escape");
