@@ -126,7 +126,7 @@ class Parser {
         }
         std::string msg = absl::StrCat("unknown field ", Quote(name));
         if (!best.empty()) absl::StrAppend(&msg, "; did you mean '", best, "'?");
-        absl::StrAppend(&msg, " valid fields here: ", absl::StrJoin(valid, ", "));
+        absl::StrAppend(&msg, "; valid fields here: ", absl::StrJoin(valid, ", "));
         Problem(key, path, msg);
         continue;
       }
