@@ -269,6 +269,11 @@ void MetricsHub::SetJobProgress(const std::string& job, double ratio, double eta
   set(f_->job_eta, js->eta, eta_seconds);
   set(f_->job_sps, js->sps, samples_per_second);
   set(f_->target_steps, js->target, static_cast<double>(target_steps));
+  // The restart counter exists from the job's first progress on, at 0: a
+  // counter that appears only on the first restart cannot be graphed or
+  // rate()d before it (and the dashboard's "Rank restarts" panel would be
+  // empty for every healthy job).
+  js->restarts.insert(&f_->restarts.Add({{"job", job}}));
 }
 
 void MetricsHub::RemoveJob(const std::string& job) {

@@ -23,7 +23,7 @@
 //       (e.g. sentence_correction_f1 -> level=sentence, kind=correction)
 //   dgca_eval_metric{job,name}    every eval value
 //   dgca_worker_heartbeat_age_seconds{node}, dgca_worker_connected{node}
-//   dgca_rank_restarts_total{job}
+//   dgca_rank_restarts_total{job}               counter, 0 from the first SetJobProgress
 //
 // Thread-safety: all methods are thread-safe.
 #ifndef DGCA_COORDINATOR_METRICS_HUB_H_

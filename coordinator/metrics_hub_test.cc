@@ -84,6 +84,21 @@ TEST(MetricsHub, IngestsStepsAndEvals) {
   EXPECT_TRUE(Has(hub.Serialize(), "dgca_train_step{job=\"j-1\",node=\"n1\",rank=\"0\"} 7"));
 }
 
+// A job's restart counter is exported at 0 before any restart, so the
+// dashboard's restarts panel and rate() work for healthy jobs too.
+TEST(MetricsHub, RestartCounterStartsAtZero) {
+  MetricsHub hub;
+  hub.IngestStep(Step(0, 1), "n1", -1);
+  EXPECT_FALSE(Has(hub.Serialize(), "dgca_rank_restarts_total{"));
+  hub.SetJobProgress("j-1", 0.01, 10, 64, 100);
+  EXPECT_TRUE(Has(hub.Serialize(), "dgca_rank_restarts_total{job=\"j-1\"} 0"));
+  hub.IncRankRestarts("j-1");
+  hub.SetJobProgress("j-1", 0.02, 10, 64, 100);  // does not reset it
+  EXPECT_TRUE(Has(hub.Serialize(), "dgca_rank_restarts_total{job=\"j-1\"} 1"));
+  hub.RemoveJob("j-1");
+  EXPECT_FALSE(Has(hub.Serialize(), "dgca_rank_restarts_total{"));
+}
+
 TEST(MetricsHub, ExposerServesMetrics) {
   MetricsHub hub;
   auto addr = hub.StartExposer("127.0.0.1:0");

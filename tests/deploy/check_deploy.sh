@@ -10,7 +10,19 @@ build=$2
 fail=0
 say() { echo "check_deploy: $*"; }
 
-promtool check config "$src/deploy/prometheus/prometheus.yml"
+# `check config` also checks the rule files the config names, resolved
+# against the config's directory (as Prometheus does; in docker-compose both
+# files are mounted into /etc/prometheus). A rule_files entry is a glob, and
+# a glob that matches nothing passes silently, so require that the config
+# check actually reached rules.yml.
+config_out=$(promtool check config "$src/deploy/prometheus/prometheus.yml" 2>&1) || {
+  echo "$config_out"; say "FAIL promtool check config"; exit 1; }
+echo "$config_out"
+rules_path=$(cd "$src/deploy/prometheus" && pwd)/rules.yml
+if ! grep -qF "Checking $rules_path" <<<"$config_out" &&
+   ! grep -qF "Checking $src/deploy/prometheus/rules.yml" <<<"$config_out"; then
+  say "FAIL prometheus.yml's rule_files does not resolve to $rules_path"; fail=1
+fi
 promtool check rules "$src/deploy/prometheus/rules.yml"
 
 if command -v docker-compose >/dev/null; then

@@ -1,0 +1,402 @@
+// Issue 7, "Must show" 1 and 2, with the real programs and the real Debian
+// Prometheus server:
+//   - a coordinator (port 0) runs a 2-rank CPU job while Prometheus scrapes
+//     its /metrics every second (honor_labels, the repository's recording
+//     rules evaluated every second);
+//   - `promtool check metrics` accepts /metrics fetched while the job runs;
+//   - through Prometheus's HTTP API (/api/v1/query), every PromQL expression
+//     of the Grafana dashboard (deploy/grafana/dashboards/dgca.json, $job and
+//     $node replaced by ".*") and every recording rule of
+//     deploy/prometheus/rules.yml returns at least one series. The GPU panels
+//     (make_dashboard.py's GPU_ONLY) are the exception: the job's ranks are
+//     CPU ranks, so they must return NO series (GPU metrics are absent, not
+//     zero, on CPU) and are reported as skipped with that reason.
+// Skips (with the reason) when prometheus/promtool, the programs or the
+// shared data are missing; tools/install-deps.sh installs Prometheus.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tests/integration/harness.h"
+
+namespace dgca {
+namespace itest {
+namespace {
+
+std::string SourceDir() { return Env("DGCA_SOURCE_DIR", "."); }
+
+// Absolute path of `name` on PATH, or "".
+std::string FindProgram(const std::string& name) {
+  std::string path = Env("PATH", "/usr/bin:/bin");
+  size_t start = 0;
+  while (start <= path.size()) {
+    size_t end = path.find(':', start);
+    if (end == std::string::npos) end = path.size();
+    std::string dir = path.substr(start, end - start);
+    if (!dir.empty()) {
+      std::string p = dir + "/" + name;
+      if (access(p.c_str(), X_OK) == 0) return p;
+    }
+    start = end + 1;
+  }
+  return "";
+}
+
+// A TCP port that was free a moment ago on 127.0.0.1.
+int FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = 0;
+  inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+  int port = 0;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0) {
+    socklen_t len = sizeof(a);
+    getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+    port = ntohs(a.sin_port);
+  }
+  close(fd);
+  return port;
+}
+
+std::string UrlEncode(const std::string& s) {
+  static const char* kHex = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : s) {
+    if (isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
+  return out;
+}
+
+void ReplaceAll(std::string* s, const std::string& from, const std::string& to) {
+  for (size_t p = s->find(from); p != std::string::npos; p = s->find(from, p + to.size())) {
+    s->replace(p, from.size(), to);
+  }
+}
+
+struct PanelExpr {
+  std::string title;
+  std::string expr;  // $job/$node already replaced
+};
+
+// Every (panel title, expr) of the dashboard JSON.
+std::vector<PanelExpr> DashboardExpressions(const std::string& path, std::string* error) {
+  auto doc = ParseJson(ReadFile(path), path);
+  if (!doc.ok()) {
+    *error = doc.status().ToString();
+    return {};
+  }
+  std::vector<PanelExpr> out;
+  const JsonValue* panels = doc->Find("panels");
+  if (panels == nullptr || !panels->is_array()) {
+    *error = path + ": no \"panels\" array";
+    return {};
+  }
+  for (const JsonValue& p : panels->array) {
+    const JsonValue* targets = p.Find("targets");
+    if (targets == nullptr || !targets->is_array()) continue;
+    for (const JsonValue& t : targets->array) {
+      std::string e = JsonStr(t.Find("expr"));
+      if (e.empty()) continue;
+      ReplaceAll(&e, "$job", ".*");
+      ReplaceAll(&e, "$node", ".*");
+      out.push_back({JsonStr(p.Find("title")), e});
+    }
+  }
+  return out;
+}
+
+// The titles in make_dashboard.py's `GPU_ONLY = {"...", ...}` (the source of
+// truth for which panels may be empty without a GPU; Python is not run here).
+std::set<std::string> GpuOnlyTitles(const std::string& py) {
+  std::set<std::string> out;
+  std::string text = ReadFile(py);
+  size_t p = text.find("\nGPU_ONLY = {");
+  if (p == std::string::npos) return out;
+  size_t end = text.find('}', p);
+  std::string body = text.substr(p, end - p);
+  for (size_t q = body.find('"'); q != std::string::npos; q = body.find('"', q)) {
+    size_t close = body.find('"', q + 1);
+    if (close == std::string::npos) break;
+    out.insert(body.substr(q + 1, close - q - 1));
+    q = close + 1;
+  }
+  return out;
+}
+
+// The `record:` names of a Prometheus rules file.
+std::vector<std::string> RecordNames(const std::string& path) {
+  std::vector<std::string> out;
+  std::istringstream in(ReadFile(path));
+  std::string line;
+  while (std::getline(in, line)) {
+    size_t p = line.find("- record:");
+    if (p == std::string::npos || line.find('#') < p) continue;
+    std::string name = line.substr(p + 9);
+    name.erase(0, name.find_first_not_of(" \t"));
+    name.erase(name.find_last_not_of(" \t\r") + 1);
+    if (!name.empty()) out.push_back(name);
+  }
+  return out;
+}
+
+// A Prometheus server process on 127.0.0.1.
+class PrometheusProcess {
+ public:
+  ~PrometheusProcess() { Stop(); }
+  bool Start(const std::string& bin, const std::string& config, const std::string& dir) {
+    log_ = dir + "/prometheus.log";
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      address_ = "127.0.0.1:" + std::to_string(FreePort());
+      std::vector<std::string> argv = {bin, "--config.file=" + config,
+                                       "--storage.tsdb.path=" + dir + "/tsdb",
+                                       "--web.listen-address=" + address_};
+      pid_ = fork();
+      if (pid_ == 0) {
+        int fd = open(log_.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+        dup2(fd, 1);
+        dup2(fd, 2);
+        std::vector<char*> args;
+        for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+        args.push_back(nullptr);
+        execv(args[0], args.data());
+        _exit(127);
+      }
+      if (WaitUntil([&] { return !ProcessAlive(pid_) ||
+                                 HttpGet(address_, "/-/ready").find("Ready") != std::string::npos; },
+                    15s) &&
+          ProcessAlive(pid_)) {
+        return true;
+      }
+      Stop();  // port taken in between, or it failed: try another port
+    }
+    return false;
+  }
+  void Stop() {
+    if (pid_ <= 0) return;
+    kill(pid_, SIGTERM);
+    auto end = Clock::now() + 10s;
+    int status;
+    while (waitpid(pid_, &status, WNOHANG) == 0) {
+      if (Clock::now() > end) {
+        kill(pid_, SIGKILL);
+        waitpid(pid_, &status, 0);
+        break;
+      }
+      std::this_thread::sleep_for(20ms);
+    }
+    pid_ = -1;
+  }
+  // Number of series an instant query returns; -1 with `error` on failure.
+  int Query(const std::string& promql, std::string* error = nullptr) const {
+    std::string body = HttpGet(address_, "/api/v1/query?query=" + UrlEncode(promql));
+    auto j = ParseJson(body, "prometheus response");
+    std::string why;
+    if (!j.ok()) {
+      why = "no JSON answer: " + body.substr(0, 200);
+    } else if (JsonStr(j->Find("status")) != "success") {
+      why = JsonStr(j->Find("error"));
+    } else if (const JsonValue* d = j->Find("data"); d && d->Find("result") &&
+                                                   d->Find("result")->is_array()) {
+      return static_cast<int>(d->Find("result")->array.size());
+    } else {
+      why = "no data.result in " + body.substr(0, 200);
+    }
+    if (error) *error = why;
+    return -1;
+  }
+  // The first value of an instant query's first series, or NaN.
+  double Scalar(const std::string& promql) const {
+    auto j = ParseJson(HttpGet(address_, "/api/v1/query?query=" + UrlEncode(promql)), "answer");
+    if (!j.ok()) return std::nan("");
+    const JsonValue* d = j->Find("data");
+    const JsonValue* r = d ? d->Find("result") : nullptr;
+    if (!r || !r->is_array() || r->array.empty()) return std::nan("");
+    const JsonValue* v = r->array[0].Find("value");
+    if (!v || !v->is_array() || v->array.size() != 2) return std::nan("");
+    return std::atof(JsonStr(&v->array[1]).c_str());
+  }
+  std::string Log() const { return ReadFile(log_); }
+  const std::string& address() const { return address_; }
+
+ private:
+  pid_t pid_ = -1;
+  std::string address_, log_;
+};
+
+TEST(PrometheusTest, EveryDashboardExpressionAndRecordingRuleHasSeries) {
+  const std::string prometheus = FindProgram("prometheus");
+  const std::string promtool = FindProgram("promtool");
+  if (prometheus.empty() || promtool.empty()) {
+    GTEST_SKIP() << "prometheus/promtool not on PATH (tools/install-deps.sh installs the "
+                    "Debian 'prometheus' package)";
+  }
+  if (!HavePrograms()) GTEST_SKIP() << "programs not built under " << BuildDir();
+  if (!HaveSharedData()) GTEST_SKIP() << "no ECSpell data under " << SharedData();
+
+  const std::string dashboard = SourceDir() + "/deploy/grafana/dashboards/dgca.json";
+  const std::string rules = SourceDir() + "/deploy/prometheus/rules.yml";
+  std::string error;
+  std::vector<PanelExpr> exprs = DashboardExpressions(dashboard, &error);
+  ASSERT_TRUE(error.empty()) << error;
+  ASSERT_GE(exprs.size(), 10u) << "too few expressions in " << dashboard;
+  std::set<std::string> gpu_only = GpuOnlyTitles(SourceDir() + "/deploy/grafana/make_dashboard.py");
+  ASSERT_FALSE(gpu_only.empty()) << "no GPU_ONLY set in make_dashboard.py";
+  std::set<std::string> titles;
+  for (const auto& e : exprs) titles.insert(e.title);
+  for (const auto& t : gpu_only) {
+    EXPECT_TRUE(titles.count(t)) << "GPU_ONLY names \"" << t << "\", not a panel of " << dashboard
+                                 << " (regenerate it: python3 deploy/grafana/make_dashboard.py)";
+  }
+  std::vector<std::string> records = RecordNames(rules);
+  ASSERT_FALSE(records.empty()) << "no recording rules in " << rules;
+
+  std::string dir = MakeTempDir("prometheus-test");
+  mkdir((dir + "/state").c_str(), 0755);
+  CoordinatorProcess coord(dir + "/state");
+  ASSERT_TRUE(coord.Start());
+  ASSERT_FALSE(coord.metrics().empty()) << "coordinator serves no /metrics";
+
+  // Prometheus: 1 s scrape and rule evaluation, our own `job` label kept.
+  const std::string config = dir + "/prometheus.yml";
+  WriteFile(config,
+            "global:\n"
+            "  scrape_interval: 1s\n"
+            "  evaluation_interval: 1s\n"
+            "rule_files:\n"
+            "  - " + rules + "\n"
+            "scrape_configs:\n"
+            "  - job_name: dgca-coordinator\n"
+            "    honor_labels: true\n"
+            "    static_configs:\n"
+            "      - targets: [\"" + coord.metrics() + "\"]\n");
+  Result check = Exec({promtool, "check", "config", config}, 30s);
+  ASSERT_EQ(check.code, 0) << check.out << check.err;
+  EXPECT_NE((check.out + check.err).find("1 rule files found"), std::string::npos)
+      << check.out << check.err;
+  PrometheusProcess prom;
+  ASSERT_TRUE(prom.Start(prometheus, config, dir)) << prom.Log();
+  // Wait for the first scrape, so the whole job is scraped.
+  ASSERT_TRUE(WaitUntil([&] { return prom.Scalar("up{job=\"dgca-coordinator\"}") == 1; }, 20s))
+      << "Prometheus never scraped the coordinator at " << coord.metrics() << "\n" << prom.Log();
+
+  const int kSteps = 200;
+  Result sub = Dgca(coord, {"submit", WriteTinySpec(dir, "prom", kSteps)});
+  ASSERT_EQ(sub.code, 0) << sub.out << sub.err;
+  std::string job = Trim(sub.out);
+
+  // Must show 2: promtool accepts /metrics while the job runs.
+  std::string metrics;
+  bool running = WaitUntil(
+      [&] {
+        JobView v = Status(coord, job);
+        if (v.state != "RUNNING" || v.rank_steps.size() != 2 || v.rank_steps[0] < 1 ||
+            v.rank_steps[1] < 1)
+          return false;
+        metrics = HttpGet(coord.metrics(), "/metrics");
+        return metrics.find("dgca_train_step{job=\"" + job + "\"") != std::string::npos;
+      },
+      60s);
+  ASSERT_TRUE(running) << "job never ran with both ranks reporting steps: "
+                       << Status(coord, job).raw << coord.Log();
+  WriteFile(dir + "/metrics.txt", metrics);
+  Result lint = Exec({"/bin/sh", "-c", promtool + " check metrics < " + dir + "/metrics.txt"}, 30s);
+  EXPECT_EQ(lint.code, 0) << "promtool check metrics rejected /metrics:\n"
+                          << lint.out << lint.err << "\n" << metrics.substr(0, 3000);
+
+  // Follow it to the end with `dgca watch` (not a TTY: plain periodic lines).
+  Result watch = Dgca(coord, {"watch", job}, 120s);
+  ASSERT_EQ(watch.code, 0) << watch.out << watch.err << coord.Log();
+  EXPECT_NE(watch.out.find("SUCCEEDED"), std::string::npos) << watch.out;
+  std::fprintf(stderr, "dgca watch (stderr, not a TTY):\n%s\n", watch.err.c_str());
+
+  // Every dashboard expression and recording rule: at least one series
+  // (rate() over [1m] needs two scrapes; rules need an evaluation after).
+  std::map<std::string, int> counts;
+  std::map<std::string, std::string> errors;
+  auto missing = [&] {
+    std::vector<std::string> m;
+    for (const auto& e : exprs) {
+      if (gpu_only.count(e.title)) continue;
+      std::string err;
+      int n = prom.Query(e.expr, &err);
+      counts[e.expr] = n;
+      if (n < 0) errors[e.expr] = err;
+      if (n < 1) m.push_back(e.title + ": " + e.expr + (n < 0 ? " (" + err + ")" : ""));
+    }
+    for (const auto& r : records) {
+      std::string err;
+      int n = prom.Query(r, &err);
+      counts[r] = n;
+      if (n < 0) errors[r] = err;
+      if (n < 1) m.push_back("rule " + r + (n < 0 ? " (" + err + ")" : ""));
+    }
+    return m;
+  };
+  std::vector<std::string> left;
+  auto deadline = Clock::now() + 40s;
+  while (true) {
+    left = missing();
+    if (left.empty() || Clock::now() > deadline) break;
+    std::this_thread::sleep_for(1s);
+  }
+  int checked = 0;
+  for (const auto& e : exprs) {
+    if (gpu_only.count(e.title)) {
+      // Absent, not zero: CPU ranks export no GPU series at all.
+      std::string err;
+      int n = prom.Query(e.expr, &err);
+      EXPECT_EQ(n, 0) << "GPU panel \"" << e.title << "\" has series on a CPU-only job: "
+                      << e.expr << " " << err;
+      std::fprintf(stderr, "  SKIP  %-34s %s  (2-rank CPU job: no GPU, so no dgca_gpu_* series; "
+                           "checked it returns 0 series: %d)\n",
+                   e.title.c_str(), e.expr.c_str(), n);
+      continue;
+    }
+    ++checked;
+    std::fprintf(stderr, "  %4d  %-34s %s\n", counts[e.expr], e.title.c_str(), e.expr.c_str());
+  }
+  for (const auto& r : records) {
+    ++checked;
+    std::fprintf(stderr, "  %4d  %-34s %s\n", counts[r], "recording rule", r.c_str());
+  }
+  std::fprintf(stderr, "%d expressions/rules checked, %zu GPU-only skipped\n", checked,
+               static_cast<size_t>(std::count_if(exprs.begin(), exprs.end(), [&](const PanelExpr& e) {
+                 return gpu_only.count(e.title) > 0;
+               })));
+  std::string why;
+  for (const auto& m : left) why += "  " + m + "\n";
+  EXPECT_TRUE(left.empty()) << "no series after 40 s for:\n" << why << "Prometheus log:\n"
+                            << prom.Log();
+  for (const auto& [expr, err] : errors) ADD_FAILURE() << "query failed: " << expr << ": " << err;
+
+  // Prometheus scraped the job while it trained (a step below the last one).
+  double first = prom.Scalar("min(min_over_time(dgca_train_step{job=\"" + job + "\"}[5m]))");
+  EXPECT_LT(first, kSteps) << "Prometheus saw no sample of the job before its last step";
+  // Our `job` label survived (honor_labels) and the template variables work.
+  EXPECT_EQ(prom.Query("dgca_train_step{job=\"" + job + "\"}"), 2);
+  EXPECT_GE(prom.Query("dgca_worker_heartbeat_age_seconds"), 1);
+  EXPECT_EQ(prom.Scalar("max(dgca_train_target_steps{job=\"" + job + "\"})"), kSteps);
+
+  prom.Stop();
+  coord.Stop();
+  if (!::testing::Test::HasFailure()) std::system(("rm -rf " + dir).c_str());
+}
+
+}  // namespace
+}  // namespace itest
+}  // namespace dgca
