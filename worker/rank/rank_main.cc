@@ -21,6 +21,7 @@
 #include "model/comm/gloo_communicator.h"
 #include "model/train/trainer.h"
 #include "proto/rpc/rpc_util.h"
+#include "worker/rank/gpu_metrics.h"
 #include "worker/rank/grpc_store.h"
 #include "worker/rank/train_config.h"
 
@@ -184,8 +185,8 @@ class MetricsSender {
 class RankObserver : public TrainObserver {
  public:
   RankObserver(const RankArgs& a, MetricsSender* sender, std::atomic<bool>* stop,
-               std::atomic<int64_t>* step)
-      : a_(a), sender_(sender), stop_(stop), step_(step) {}
+               std::atomic<int64_t>* step, GpuMetrics* gpu)
+      : a_(a), sender_(sender), stop_(stop), step_(step), gpu_(gpu) {}
 
   void OnStep(const StepReport& r) override {
     step_->store(r.step);
@@ -205,9 +206,11 @@ class RankObserver : public TrainObserver {
     m->set_allreduce_seconds(r.allreduce_seconds);
     m->set_exposed_comm_seconds(r.exposed_comm_seconds);
     m->set_bus_bandwidth_bytes_per_second(r.bus_bandwidth_bytes_per_second);
-    m->set_gpu_utilization_ratio(-1);
-    m->set_gpu_memory_used_bytes(-1);
-    m->set_gpu_power_watts(-1);
+    // -1 = absent (CPU rank, no NVML): the coordinator exports no GPU series.
+    GpuReading g = gpu_->Sample();  // NVML queried at most once per second
+    m->set_gpu_utilization_ratio(g.utilization_ratio);
+    m->set_gpu_memory_used_bytes(g.memory_used_bytes);
+    m->set_gpu_power_watts(g.power_watts);
     m->set_time_unix_ms(NowUnixMs());
     m->set_samples(r.samples);
     sender_->Push(std::move(s), true);
@@ -247,6 +250,7 @@ class RankObserver : public TrainObserver {
   MetricsSender* sender_;
   std::atomic<bool>* stop_;
   std::atomic<int64_t>* step_;
+  GpuMetrics* gpu_;
 };
 
 }  // namespace
@@ -377,7 +381,11 @@ int RunRank(const RankArgs& a) {
   };
 
   MetricsSender sender(channel, *token, a.rank);
-  RankObserver observer(a, &sender, &stop, &step);
+  std::unique_ptr<GpuMetrics> gpu = GpuMetrics::Open(LocalDeviceFromEnv());
+  if (gpu->device() >= 0 && !gpu->available()) {
+    Log(a.rank, "GPU %d metrics unavailable: %s", gpu->device(), gpu->error());
+  }
+  RankObserver observer(a, &sender, &stop, &step, gpu.get());
 
   // Communicator.
   std::unique_ptr<Communicator> comm;
