@@ -17,6 +17,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "cli/format.h"
+#include "cli/watch_view.h"
 #include "coordinator/spec/spec.h"
 #include "proto/rpc/rpc_util.h"
 #include "worker/topology/probe.h"
@@ -303,6 +304,7 @@ struct LiveState {
   v1::Job job;
   bool have_job = false;
   std::map<int, v1::StepMetrics> ranks;
+  LossHistory losses;                    // for the watch view's sparkline
   std::vector<v1::JobEvent> new_events;  // not yet printed
   int64_t last_seq = 0;
   bool terminal = false;
@@ -384,6 +386,7 @@ int FollowJob(const GlobalOptions& g, Io io, Client* client, const std::string& 
           if (IsTerminal(u.event().state())) st.terminal = true;
         } else if (u.has_sample() && u.sample().has_step()) {
           st.ranks[u.sample().step().rank()] = u.sample().step();
+          st.losses.Add(u.sample().step());
         } else if (u.has_snapshot()) {
           st.job = u.snapshot();
           st.have_job = true;
@@ -422,6 +425,7 @@ int FollowJob(const GlobalOptions& g, Io io, Client* client, const std::string& 
     std::vector<v1::JobEvent> events;
     v1::Job job;
     std::map<int, v1::StepMetrics> ranks;
+    std::vector<double> losses;
     bool terminal, have_job;
     {
       std::unique_lock<std::mutex> l(st.mu);
@@ -429,6 +433,7 @@ int FollowJob(const GlobalOptions& g, Io io, Client* client, const std::string& 
       events.swap(st.new_events);
       job = st.job;
       ranks = st.ranks;
+      if (full_view) losses = st.losses.Last(30);
       terminal = st.terminal;
       have_job = st.have_job;
       fatal = st.fatal;
@@ -441,9 +446,7 @@ int FollowJob(const GlobalOptions& g, Io io, Client* client, const std::string& 
     if (!have_job) continue;
     Progress p = ComputeProgress(job, ranks);
     if (io.err_is_tty) {
-      std::string text = full_view ? absl::StrCat("job ", job.id(), " (", job.name(), ")\n",
-                                                  ProgressLine(p, 30), "\n", RankRows(job, ranks))
-                                   : ProgressLine(p, 20);
+      std::string text = full_view ? RenderWatch({job, ranks, losses}) : ProgressLine(p, 20);
       bool shown = full_view ? drawn_lines > 0 : line_shown;
       if (shown && text == last_tty_text) continue;  // nothing new: no redraw
       clear_live();
@@ -461,8 +464,11 @@ int FollowJob(const GlobalOptions& g, Io io, Client* client, const std::string& 
       if (Clock::now() - last_plain >= std::chrono::seconds(5) &&
           line.substr(0, line.find("  elapsed")) !=
               last_plain_line.substr(0, last_plain_line.find("  elapsed"))) {
-        io.err << line << "\n";
-        if (full_view) io.err << RankRows(job, ranks);
+        if (full_view) {
+          io.err << RenderWatch({job, ranks, losses}) << "\n";
+        } else {
+          io.err << line << "\n";
+        }
         io.err.flush();
         last_plain = Clock::now();
         last_plain_line = line;
@@ -487,8 +493,13 @@ int FollowJob(const GlobalOptions& g, Io io, Client* client, const std::string& 
   auto ctx = client->Context();
   grpc::Status s = client->stub()->GetJob(ctx.get(), req, &resp);
   v1::Job job = s.ok() ? resp.job() : st.job;
-  Progress p = ComputeProgress(job, {});
-  io.err << ProgressLine(p, 0) << "\n";
+  if (full_view) {
+    // The final screen, once (kept on a TTY: it is not erased).
+    std::lock_guard<std::mutex> l(st.mu);
+    io.err << RenderWatch({job, st.ranks, st.losses.Last(30)});
+  } else {
+    io.err << ProgressLine(ComputeProgress(job, {}), 0) << "\n";
+  }
   io.out << "job " << job.id() << " " << StateName(job.state());
   if (!job.message().empty()) io.out << ": " << job.message();
   io.out << "\n";

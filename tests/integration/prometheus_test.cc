@@ -15,6 +15,9 @@
 // shared data are missing; tools/install-deps.sh installs Prometheus.
 #include <gtest/gtest.h>
 
+#include <limits.h>
+#include <stdlib.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -31,7 +34,13 @@ namespace dgca {
 namespace itest {
 namespace {
 
-std::string SourceDir() { return Env("DGCA_SOURCE_DIR", "."); }
+// Absolute (Prometheus resolves relative rule paths against its config's
+// directory, which is a temporary one here).
+std::string SourceDir() {
+  std::string dir = Env("DGCA_SOURCE_DIR", ".");
+  char buf[PATH_MAX];
+  return realpath(dir.c_str(), buf) ? std::string(buf) : dir;
+}
 
 // Absolute path of `name` on PATH, or "".
 std::string FindProgram(const std::string& name) {
@@ -322,6 +331,12 @@ TEST(PrometheusTest, EveryDashboardExpressionAndRecordingRuleHasSeries) {
   Result watch = Dgca(coord, {"watch", job}, 120s);
   ASSERT_EQ(watch.code, 0) << watch.out << watch.err << coord.Log();
   EXPECT_NE(watch.out.find("SUCCEEDED"), std::string::npos) << watch.out;
+  // The final screen: full bar, the loss sparkline, comm share, rank rows.
+  EXPECT_NE(watch.err.find("100%  step " + std::to_string(kSteps) + "/" + std::to_string(kSteps)),
+            std::string::npos) << watch.err;
+  EXPECT_NE(watch.err.find("(last 30 steps)"), std::string::npos) << watch.err;
+  EXPECT_NE(watch.err.find("comm      exposed"), std::string::npos) << watch.err;
+  EXPECT_NE(watch.err.find("exit 0"), std::string::npos) << watch.err;
   std::fprintf(stderr, "dgca watch (stderr, not a TTY):\n%s\n", watch.err.c_str());
 
   // Every dashboard expression and recording rule: at least one series
