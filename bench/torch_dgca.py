@@ -1,0 +1,163 @@
+"""DGCA-ReLM in PyTorch: the peer our C++ trainer is measured against.
+
+The same model as DESIGN.md "DGCA-ReLM model" and model/nn: transformers'
+BertForMaskedLM (post-LN BERT, exact erf GELU, tied decoder), ReLM prompts
+(Embedding(2P,H) -> 2-layer BiLSTM -> Linear(2H,H) -> ReLU -> Linear(H,H),
+scattered into the prompt slots), the MLM head applied only at target slots
+and MFT positions, detector, candidate head and detection-guided gated fusion.
+
+Used by bench/cpu/torch_cpu_bench.py and (later) bench/gpu/torch_reference.py.
+"""
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from transformers import BertConfig, BertForMaskedLM
+
+PRESETS = {
+    "tiny": dict(layers=2, hidden=128, heads=2, ffn=512),
+    "small": dict(layers=4, hidden=256, heads=4, ffn=1024),
+    "bert-base": dict(layers=12, hidden=768, heads=12, ffn=3072),
+}
+
+PAD, UNK, CLS, SEP, MASK = 0, 100, 101, 102, 103
+
+
+class PromptEncoder(nn.Module):
+    def __init__(self, P, H):
+        super().__init__()
+        self.embedding = nn.Embedding(2 * P, H)
+        self.lstm = nn.LSTM(H, H, num_layers=2, bidirectional=True, batch_first=True)
+        self.mlp = nn.Sequential(nn.Linear(2 * H, H), nn.ReLU(), nn.Linear(H, H))
+        self.P = P
+
+    def forward(self):
+        x = self.embedding.weight.unsqueeze(0)          # [1, 2P, H]
+        out, _ = self.lstm(x)                            # [1, 2P, 2H]
+        return self.mlp(out.squeeze(0))                  # [2P, H]
+
+
+class DgcaRelm(nn.Module):
+    def __init__(self, preset="small", vocab_size=21128, prompt_length=3, top_k=8,
+                 detector=True, candidate=True, fusion=True):
+        super().__init__()
+        s = PRESETS[preset]
+        H = s["hidden"]
+        cfg = BertConfig(vocab_size=vocab_size, hidden_size=H, num_hidden_layers=s["layers"],
+                         num_attention_heads=s["heads"], intermediate_size=s["ffn"],
+                         hidden_act="gelu", hidden_dropout_prob=0.0,
+                         attention_probs_dropout_prob=0.0, max_position_embeddings=512,
+                         layer_norm_eps=1e-12)
+        cfg.attn_implementation = "eager"
+        self.bert = BertForMaskedLM(cfg)
+        self.H, self.P, self.K = H, prompt_length, top_k
+        self.prompt = PromptEncoder(prompt_length, H)
+        self.use_det, self.use_cand, self.use_fusion = detector, candidate, fusion
+        self.detector = nn.Linear(H, 1)
+        self.gate = nn.Linear(H, 1)
+        self.gate_det_scale = nn.Parameter(torch.ones(1))
+        self.cand_dense = nn.Linear(H, H)
+        self.cand_ln = nn.LayerNorm(H, eps=1e-12)
+        # Heads initialised as model/nn/heads.cc DgcaHeads::InitParams does:
+        # N(0, 0.02) weights, zero biases, a (det_scale) = 1. The prompt
+        # encoder keeps PyTorch's defaults, as model/nn/prompt_encoder.cc.
+        with torch.no_grad():
+            for lin in (self.detector, self.gate, self.cand_dense):
+                lin.weight.normal_(0.0, 0.02)
+                lin.bias.zero_()
+
+    def forward(self, b):
+        """b: dict of tensors from make_batch(). Returns (loss, parts)."""
+        emb = self.bert.bert.embeddings.word_embeddings(b["input_ids"])
+        prompt = self.prompt()
+        slot = b["prompt_slot"]
+        emb = torch.where((slot >= 0).unsqueeze(-1), prompt[slot.clamp(min=0)], emb)
+        hidden = self.bert.bert(inputs_embeds=emb, attention_mask=b["attention_mask"],
+                                token_type_ids=torch.zeros_like(b["input_ids"])).last_hidden_state
+        flat = hidden.reshape(-1, self.H)
+        h = flat[b["slot_index"]]                        # [T, H]
+        z = self.bert.cls(h)                             # [T, V]
+        x, y, cand = b["slot_source"], b["slot_target"], b["candidates"]
+        parts = {}
+        e = self.detector(h).squeeze(-1)
+        if self.use_det:
+            parts["detector"] = F.binary_cross_entropy_with_logits(e, (x != y).float())
+        valid = cand >= 0
+        q = None
+        if self.use_cand:
+            u = self.cand_ln(F.gelu(self.cand_dense(h)))
+            E = self.bert.bert.embeddings.word_embeddings.weight
+            s = torch.einsum("th,tkh->tk", u, E[cand.clamp(min=0)])
+            s = s.masked_fill(~valid, float("-inf"))
+            q = torch.softmax(s, dim=-1)
+            hit = (cand == y.unsqueeze(-1)) & valid
+            has = hit.any(-1)
+            if has.any():
+                logq = torch.log_softmax(s, dim=-1)
+                parts["candidate"] = -(logq.masked_fill(~hit, 0).sum(-1)[has]).mean()
+        if self.use_fusion and q is not None:
+            g = torch.sigmoid(self.gate(h).squeeze(-1) + self.gate_det_scale * e)
+            P = (1 - g).unsqueeze(-1) * torch.softmax(z, dim=-1)
+            P = P.scatter_add(1, cand.clamp(min=0), (g.unsqueeze(-1) * q).masked_fill(~valid, 0))
+            parts["fusion"] = -torch.log(P.gather(1, y.unsqueeze(-1)).clamp_min(1e-12)).mean()
+        else:
+            parts["fusion"] = F.cross_entropy(z, y)
+        if b["mft_index"].numel() > 0:
+            zm = self.bert.cls(flat[b["mft_index"]])
+            parts["mft"] = F.cross_entropy(zm, b["mft_labels"])
+        loss = sum(parts.values())
+        return loss, parts
+
+
+def make_batch(batch, seq_len, prompt_length=3, top_k=8, vocab_size=21128, chars=None,
+               seed=0, device="cpu"):
+    """A synthetic ReLM batch with the layout of model/core/batch.h.
+
+    Every row has `chars` characters (default: as many as fit), ids drawn from
+    the CJK range of the BERT-Chinese vocab, 10% of positions with an error,
+    30% of correct source positions MFT-masked, K candidates per slot. The C++
+    benchmark builds the same layout with the same sizes.
+    """
+    g = torch.Generator().manual_seed(seed)
+    P = prompt_length
+    n = chars if chars else (seq_len - 2 - 2 * P) // 2
+    L = seq_len
+    lo, hi = 670, 8000
+    src = torch.randint(lo, hi, (batch, n), generator=g)
+    err = torch.rand(batch, n, generator=g) < 0.1
+    trg = torch.where(err, torch.randint(lo, hi, (batch, n), generator=g), src)
+    ids = torch.zeros(batch, L, dtype=torch.long)
+    slot = torch.full((batch, L), -1, dtype=torch.long)
+    ids[:, 0] = CLS
+    ids[:, 1:1 + P] = CLS
+    slot[:, 1:1 + P] = torch.arange(P)
+    mft = (~err) & (torch.rand(batch, n, generator=g) < 0.3)
+    ids[:, 1 + P:1 + P + n] = torch.where(mft, torch.full_like(src, MASK), src)
+    ids[:, 1 + P + n:1 + 2 * P + n] = SEP
+    slot[:, 1 + P + n:1 + 2 * P + n] = torch.arange(P, 2 * P)
+    ids[:, 1 + 2 * P + n:1 + 2 * P + 2 * n] = MASK
+    ids[:, 1 + 2 * P + 2 * n] = SEP
+    att = torch.zeros(batch, L, dtype=torch.long)
+    att[:, :2 + 2 * P + 2 * n] = 1
+    rows = torch.arange(batch).unsqueeze(-1) * L
+    slot_index = (rows + torch.arange(1 + 2 * P + n, 1 + 2 * P + 2 * n)).reshape(-1)
+    mft_pos = rows + torch.arange(1 + P, 1 + P + n)
+    cand = torch.randint(lo, hi, (batch * n, top_k), generator=g)
+    cand[:, 0] = src.reshape(-1)
+    cand[:, 1] = trg.reshape(-1)     # the target is usually among the homophones
+    out = dict(input_ids=ids, attention_mask=att, prompt_slot=slot, slot_index=slot_index,
+               slot_source=src.reshape(-1), slot_target=trg.reshape(-1), candidates=cand,
+               mft_index=mft_pos[mft], mft_labels=src[mft])
+    return {k: v.to(device) for k, v in out.items()}
+
+
+def flops_per_sample(preset, seq_len, vocab_size=21128, slots=None):
+    """Approximate training FLOPs per sample (forward + backward = 3x forward)."""
+    s = PRESETS[preset]
+    H, Lyr, F_ = s["hidden"], s["layers"], s["ffn"]
+    T = seq_len
+    per_layer = 2 * T * (4 * H * H + 2 * H * F_) + 2 * 2 * T * T * H
+    head_rows = slots if slots is not None else (seq_len - 8) // 2
+    head = 2 * head_rows * (H * H + H * vocab_size)
+    return 3 * (Lyr * per_layer + head)
