@@ -74,6 +74,15 @@ int RunCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
   nodes->add_flag("--json", json, "one JSON document");
 
   auto* diagnose = app.add_subcommand("diagnose", "staged bottleneck finder");
+  DiagnoseCommOptions dco;
+  auto* dcomm = diagnose->add_subcommand(
+      "comm", "all-reduce bandwidth sweep as a job (like nccl-tests); stored for the planner");
+  dcomm->add_option("--ranks", dco.ranks, "ranks")->capture_default_str();
+  dcomm->add_option("--device", dco.device, "cpu (Gloo) | cuda (NCCL) | auto")
+      ->capture_default_str();
+  dcomm->add_option("--sizes", dco.sizes,
+                    "sizes: LO..HI (x4), LO..HI:F, or a list 4K,1M; K/M/G suffixes");
+  dcomm->add_flag("--json", dco.json, "one JSON document");
 
   auto* data = app.add_subcommand("data", "data tools");
   data->require_subcommand(1);
@@ -105,6 +114,7 @@ int RunCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
   if (*cancel) return CmdCancel(g, io, job);
   if (*topo) return CmdTopo(io, root, json);
   if (*nodes) return CmdNodes(g, io, json);
+  if (*dcomm) return CmdDiagnoseComm(g, io, dco);
   if (*diagnose) return CmdDiagnose(io);
   if (*synth) return CmdDataSynth(io, out_dir);
   err << "error: no command\n";

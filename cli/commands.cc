@@ -16,6 +16,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/strip.h"
+#include "absl/strings/ascii.h"
 #include "cli/format.h"
 #include "cli/watch_view.h"
 #include "coordinator/spec/spec.h"
@@ -630,7 +634,170 @@ int CmdDiagnose(Io io) {
             "  3. comm: all-reduce bus bandwidth and latency at several sizes, per link\n"
             "  4. the whole step: exposed communication share and data wait\n"
             "and name the stage that limits throughput, with the planner's fix.\n";
-  io.out << "not implemented yet: diagnose comm lands with issue 4\n";
+  io.out << "stage 3 runs today: dgca diagnose comm [--ranks N] [--device cpu|cuda] "
+            "[--sizes 1K..256M] [--json]\n"
+            "stages 1, 2 and 4: not implemented yet\n";
+  return kOk;
+}
+
+// ---------------------------------------------------------------- diagnose comm
+namespace {
+
+absl::StatusOr<int64_t> ParseByteSize(const std::string& t) {
+  std::string x(absl::StripAsciiWhitespace(t));
+  if (x.empty()) return absl::InvalidArgumentError("empty size");
+  int64_t mult = 1;
+  char last = static_cast<char>(std::toupper(static_cast<unsigned char>(x.back())));
+  if (last == 'B') {
+    x.pop_back();
+    if (!x.empty()) last = static_cast<char>(std::toupper(static_cast<unsigned char>(x.back())));
+  }
+  if (last == 'K' || last == 'M' || last == 'G') {
+    mult = last == 'K' ? 1024 : last == 'M' ? 1024 * 1024 : int64_t{1} << 30;
+    x.pop_back();
+  }
+  int64_t v = 0;
+  if (x.empty() || !absl::SimpleAtoi(x, &v) || v <= 0 || v > (int64_t{1} << 31) / mult) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "bad size '", t, "': expected a positive integer with an optional K, M or G suffix, "
+        "at most 2G"));
+  }
+  return v * mult;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<int64_t>> ParseProbeSizes(const std::string& text) {
+  std::vector<int64_t> out;
+  size_t dots = text.find("..");
+  if (dots != std::string::npos) {
+    std::string lo_s = text.substr(0, dots), hi_s = text.substr(dots + 2);
+    int64_t factor = 4;
+    if (size_t c = hi_s.find(':'); c != std::string::npos) {
+      if (!absl::SimpleAtoi(hi_s.substr(c + 1), &factor) || factor < 2 || factor > 1024) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "bad step in '", text, "': LO..HI:F needs an integer factor F between 2 and 1024"));
+      }
+      hi_s = hi_s.substr(0, c);
+    }
+    auto lo = ParseByteSize(lo_s);
+    if (!lo.ok()) return lo.status();
+    auto hi = ParseByteSize(hi_s);
+    if (!hi.ok()) return hi.status();
+    if (*hi < *lo) {
+      return absl::InvalidArgumentError(absl::StrCat("bad range '", text, "': HI is below LO"));
+    }
+    for (int64_t b = *lo; b <= *hi; b *= factor) out.push_back(b);
+  } else {
+    for (absl::string_view part : absl::StrSplit(text, ',')) {
+      auto b = ParseByteSize(std::string(part));
+      if (!b.ok()) return b.status();
+      out.push_back(*b);
+    }
+  }
+  if (out.empty() || out.size() > 64) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--sizes '", text, "' gives ", out.size(), " sizes; 1 to 64 are allowed"));
+  }
+  for (int64_t b : out) {
+    if (b % 4 != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "size ", b, " bytes is not a multiple of 4 (the probe all-reduces whole floats)"));
+    }
+  }
+  return out;
+}
+
+int CmdDiagnoseComm(const GlobalOptions& g, Io io, const DiagnoseCommOptions& o) {
+  if (o.ranks < 1 || o.ranks > 1024) {
+    io.err << "error: --ranks must be between 1 and 1024, got " << o.ranks << "\n";
+    return kUsage;
+  }
+  if (o.device != "auto" && o.device != "cpu" && o.device != "cuda") {
+    io.err << "error: --device must be cpu, cuda or auto, got '" << o.device << "'\n";
+    return kUsage;
+  }
+  std::vector<int64_t> sizes;
+  if (!o.sizes.empty()) {
+    auto s = ParseProbeSizes(o.sizes);
+    if (!s.ok()) {
+      io.err << "error: --sizes: " << s.status().message() << "\n";
+      return kUsage;
+    }
+    sizes = *s;
+  }
+  // The spec of the probe job (JobSpec.kind = comm_probe).
+  std::string yaml = absl::StrCat("name: diagnose-comm\nkind: comm_probe\n",
+                                  "resources: {ranks: ", o.ranks, ", device: ", o.device, "}\n",
+                                  "comm: {backend: ",
+                                  o.device == "cpu" ? "gloo" : o.device == "cuda" ? "nccl" : "auto",
+                                  "}\ntuning: {mode: off}\n");
+  if (!sizes.empty()) absl::StrAppend(&yaml, "probe: {sizes: [", absl::StrJoin(sizes, ", "), "]}\n");
+  auto client = Client::Connect(g);
+  if (!client.ok()) return ReportError(io.err, g, client.status());
+  v1::SubmitJobRequest req;
+  req.set_spec_yaml(yaml);
+  req.set_spec_path("(dgca diagnose comm)");
+  v1::SubmitJobResponse resp;
+  {
+    auto ctx = (*client)->Context(std::chrono::seconds(30));
+    grpc::Status s = (*client)->stub()->SubmitJob(ctx.get(), req, &resp);
+    if (!s.ok()) return ReportError(io.err, g, FromGrpc(s));
+  }
+  if (resp.problems_size() > 0) return PrintProblems(io, "(dgca diagnose comm)", resp.problems());
+  io.err << "submitted comm probe job " << resp.job_id() << "\n";
+  std::ostringstream follow_out;  // the job's final state line: only on failure
+  Io follow_io{follow_out, io.err, io.err_is_tty};
+  int rc = FollowJob(g, follow_io, client->get(), resp.job_id(), /*full_view=*/false);
+  v1::GetJobRequest greq;
+  greq.set_job_id(resp.job_id());
+  v1::GetJobResponse job;
+  auto ctx = (*client)->Context(std::chrono::seconds(10));
+  grpc::Status s = (*client)->stub()->GetJob(ctx.get(), greq, &job);
+  if (!s.ok()) return ReportError(io.err, g, FromGrpc(s));
+  if (rc != kOk) {
+    io.err << follow_out.str();
+    io.err << "error: the comm probe job " << resp.job_id() << " did not succeed: "
+           << job.job().message() << "\n";
+    return rc;
+  }
+  if (job.probe_rows_size() == 0) {
+    io.err << "error: the comm probe job " << resp.job_id() << " stored no measurement\n";
+    return kJobFailed;
+  }
+  std::vector<std::string> nodes(job.plan().rank_nodes().begin(), job.plan().rank_nodes().end());
+  std::sort(nodes.begin(), nodes.end());
+  nodes.erase(std::unique(nodes.begin(), nodes.end()), nodes.end());
+  const v1::CommProbeRow& first = job.probe_rows(0);
+  if (o.json) {
+    std::string out = absl::StrFormat(
+        "{\n  \"job_id\": \"%s\",\n  \"backend\": \"%s\",\n  \"ranks\": %d,\n"
+        "  \"nodes\": [%s],\n  \"rows\": [",
+        resp.job_id(), first.backend(), first.world_size(),
+        nodes.empty() ? "" : absl::StrCat("\"", absl::StrJoin(nodes, "\", \""), "\""));
+    for (int i = 0; i < job.probe_rows_size(); ++i) {
+      const auto& r = job.probe_rows(i);
+      absl::StrAppendFormat(&out,
+                            "%s\n    {\"bytes\": %d, \"count\": %d, \"iters\": %d, "
+                            "\"time_us\": %.3f, \"algbw_gbps\": %.6f, \"busbw_gbps\": %.6f}",
+                            i ? "," : "", r.bytes(), r.count(), r.iters(), r.seconds_per_op() * 1e6,
+                            r.algbw_bytes_per_second() / 1e9, r.busbw_bytes_per_second() / 1e9);
+    }
+    out += "\n  ]\n}\n";
+    io.out << out;
+    return kOk;
+  }
+  io.out << absl::StrFormat("# dgca diagnose comm: job %s, %d ranks, %s, nodes %s\n",
+                            resp.job_id(), first.world_size(), first.backend(),
+                            absl::StrJoin(nodes, ","));
+  io.out << "# busbw = algbw * 2(n-1)/n; rank 0's timing; stored for the planner\n";
+  io.out << absl::StrFormat("%12s %12s %8s %12s %12s %12s\n", "size(B)", "count", "iters",
+                            "time(us)", "algbw(GB/s)", "busbw(GB/s)");
+  for (const auto& r : job.probe_rows()) {
+    io.out << absl::StrFormat("%12d %12d %8d %12.1f %12.4f %12.4f\n", r.bytes(), r.count(),
+                              r.iters(), r.seconds_per_op() * 1e6,
+                              r.algbw_bytes_per_second() / 1e9, r.busbw_bytes_per_second() / 1e9);
+  }
   return kOk;
 }
 

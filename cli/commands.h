@@ -8,7 +8,11 @@
 #define DGCA_CLI_COMMANDS_H_
 
 #include <ostream>
+#include <cstdint>
 #include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
 
 #include "cli/client.h"
 
@@ -34,6 +38,27 @@ int CmdCancel(const GlobalOptions& g, Io io, const std::string& job_id);
 int CmdTopo(Io io, const std::string& root, bool json);
 int CmdNodes(const GlobalOptions& g, Io io, bool json);
 int CmdDiagnose(Io io);
+
+// `dgca diagnose comm`: the all-reduce bandwidth probe as a job (like
+// nccl-tests' all_reduce_perf). Submits a spec of `kind: comm_probe` (see
+// proto/dgca/v1/job.proto JobSpec.kind) with the given ranks, device and
+// sizes; the job's events (one per size, on stderr) show each row as it is
+// measured; at the end the stored rows are printed to stdout as a table
+// (size, count, iters, time us, algbw GB/s, busbw GB/s) or, with --json, as
+// {"job_id", "backend", "ranks", "nodes", "rows": [{"bytes", "count", "iters",
+// "time_us", "algbw_gbps", "busbw_gbps"}]}. The coordinator keeps the rows as
+// the measurement the planner uses for that node set, backend and ranks.
+struct DiagnoseCommOptions {
+  int ranks = 2;
+  std::string device = "auto";  // auto | cpu | cuda
+  std::string sizes;            // "" = default; "1K..256M" (x4 steps), "A..B:F", or "4K,1M,..."
+  bool json = false;
+};
+int CmdDiagnoseComm(const GlobalOptions& g, Io io, const DiagnoseCommOptions& o);
+
+// Parses --sizes: sizes with optional K/M/G suffix (powers of 1024), either a
+// comma list or a range "LO..HI" (factor 4) or "LO..HI:F". Each a multiple of 4.
+absl::StatusOr<std::vector<int64_t>> ParseProbeSizes(const std::string& text);
 int CmdDataSynth(Io io, const std::string& out_dir);
 
 // Follows a job until it ends, rendering progress on io.err (a \r line on a

@@ -165,6 +165,13 @@ absl::Status JobStore::Init() {
            " job_id TEXT NOT NULL, rank INTEGER NOT NULL, attempt INTEGER NOT NULL,"
            " node TEXT NOT NULL, pid INTEGER NOT NULL, pgid INTEGER NOT NULL,"
            " PRIMARY KEY (job_id, rank))",
+           // Added by R2-A: `dgca diagnose comm` results, one row per size.
+           "CREATE TABLE IF NOT EXISTS comm_measurements ("
+           " job_id TEXT NOT NULL, node_set TEXT NOT NULL, backend TEXT NOT NULL,"
+           " ranks INTEGER NOT NULL, time_ms INTEGER NOT NULL, bytes INTEGER NOT NULL,"
+           " row BLOB NOT NULL /* v1::CommProbeRow */, PRIMARY KEY (job_id, bytes))",
+           "CREATE INDEX IF NOT EXISTS comm_measurements_key"
+           " ON comm_measurements(node_set, backend, ranks, time_ms)",
        }) {
     s = Exec(sql);
     if (!s.ok()) return s;
@@ -416,6 +423,67 @@ absl::Status JobStore::ClearRanks(const std::string& job_id) {
   del.BindText(1, job_id);
   if (del.Step() != SQLITE_DONE) return Error("clearing ranks");
   return absl::OkStatus();
+}
+
+}  // namespace dgca
+
+namespace dgca {
+
+absl::Status JobStore::AddCommProbeRow(const std::string& node_set, const std::string& backend,
+                                       int32_t ranks, const v1::CommProbeRow& row) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt ins(db_, "INSERT OR REPLACE INTO comm_measurements(job_id, node_set, backend, ranks,"
+                " time_ms, bytes, row) VALUES(?, ?, ?, ?, ?, ?, ?)");
+  ins.BindText(1, row.job_id()).BindText(2, node_set).BindText(3, backend);
+  ins.Bind(4, int64_t{ranks}).Bind(5, row.time_unix_ms() > 0 ? row.time_unix_ms() : NowUnixMs());
+  ins.Bind(6, row.bytes()).Bind(7, row.SerializeAsString());
+  if (ins.Step() != SQLITE_DONE) return Error("storing a comm measurement");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<v1::CommProbeRow>> JobStore::CommProbeRows(
+    const std::string& job_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt rows(db_, "SELECT row FROM comm_measurements WHERE job_id=? ORDER BY bytes");
+  rows.BindText(1, job_id);
+  std::vector<v1::CommProbeRow> out;
+  int rc;
+  while ((rc = rows.Step()) == SQLITE_ROW) {
+    v1::CommProbeRow r;
+    if (r.ParseFromString(rows.Str(0))) out.push_back(std::move(r));
+  }
+  if (rc != SQLITE_DONE) return Error("reading comm measurement rows");
+  return out;
+}
+
+absl::StatusOr<CommMeasurement> JobStore::LatestCommMeasurement(const std::string& node_set,
+                                                                const std::string& backend,
+                                                                int32_t ranks) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt q(db_, "SELECT job_id, MAX(time_ms) FROM comm_measurements"
+              " WHERE node_set=? AND backend=? AND ranks=?"
+              " GROUP BY job_id ORDER BY MAX(time_ms) DESC LIMIT 1");
+  q.BindText(1, node_set).BindText(2, backend).Bind(3, int64_t{ranks});
+  int rc = q.Step();
+  if (rc == SQLITE_DONE) {
+    return absl::NotFoundError(absl::StrCat("no comm measurement for nodes ", node_set, ", ",
+                                            backend, ", ", ranks, " ranks"));
+  }
+  if (rc != SQLITE_ROW) return Error("reading comm measurements");
+  CommMeasurement m;
+  m.job_id = q.Str(0);
+  m.time_unix_ms = q.Int(1);
+  m.node_set = node_set;
+  m.backend = backend;
+  m.ranks = ranks;
+  Stmt rows(db_, "SELECT row FROM comm_measurements WHERE job_id=? ORDER BY bytes");
+  rows.BindText(1, m.job_id);
+  while ((rc = rows.Step()) == SQLITE_ROW) {
+    v1::CommProbeRow r;
+    if (r.ParseFromString(rows.Str(0))) m.rows.push_back(std::move(r));
+  }
+  if (rc != SQLITE_DONE) return Error("reading comm measurement rows");
+  return m;
 }
 
 }  // namespace dgca

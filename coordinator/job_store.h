@@ -3,7 +3,7 @@
 // Tables: meta (schema_version), jobs (id, name, state, spec proto bytes,
 // spec yaml, plan proto bytes, message, created/updated, restarts, last eval,
 // last step), events (append-only history: job_id, seq, time, state, kind,
-// message) and ranks (the rank processes launched for a job: node, pid,
+// message), comm_measurements (dgca diagnose comm results) and ranks (the rank processes launched for a job: node, pid,
 // pgid, attempt — so a restarted coordinator can find and kill orphans).
 //
 // Durability: journal_mode=WAL with synchronous=FULL. Writes happen only on
@@ -30,6 +30,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "dgca/v1/job.pb.h"
+#include "dgca/v1/metrics.pb.h"
 #include "dgca/v1/plan.pb.h"
 
 struct sqlite3;
@@ -49,6 +50,17 @@ struct StoredRank {
   std::string node;
   int32_t pid = 0;
   int32_t pgid = 0;
+};
+
+// Added by R2-A: the all-reduce sweep of one `dgca diagnose comm` job, keyed by
+// the node set (sorted node names joined by ","), backend and rank count.
+struct CommMeasurement {
+  std::string job_id;
+  std::string node_set;
+  std::string backend;
+  int32_t ranks = 0;
+  int64_t time_unix_ms = 0;            // newest row's time
+  std::vector<v1::CommProbeRow> rows;  // by size
 };
 
 class JobStore {
@@ -94,6 +106,17 @@ class JobStore {
   absl::Status RecordRank(const StoredRank& r);
   absl::StatusOr<std::vector<StoredRank>> ListRanks(const std::string& job_id);
   absl::Status ClearRanks(const std::string& job_id);
+
+  // Comm probe results (table comm_measurements; added by R2-A). One row per
+  // (job, size); a second row for the same size replaces the first.
+  absl::Status AddCommProbeRow(const std::string& node_set, const std::string& backend,
+                               int32_t ranks, const v1::CommProbeRow& row);
+  // One probe job's rows, by size (empty when it stored none).
+  absl::StatusOr<std::vector<v1::CommProbeRow>> CommProbeRows(const std::string& job_id);
+  // The newest probe job's rows for this key; NOT_FOUND when there is none.
+  absl::StatusOr<CommMeasurement> LatestCommMeasurement(const std::string& node_set,
+                                                        const std::string& backend,
+                                                        int32_t ranks);
 
  private:
   explicit JobStore(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}

@@ -10,6 +10,8 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/time.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "coordinator/planner/planner.h"
@@ -325,7 +327,7 @@ absl::StatusOr<v1::SubmitJobResponse> Scheduler::Submit(const v1::SubmitJobReque
       return absl::FailedPreconditionError("no node agent is connected, so there is nothing to plan "
                                            "against; start dgca-worker agent or the local agent");
     }
-    auto plan = MakePlan(parsed->spec, topo, PlannerMeasurements{});
+    auto plan = PlanMeasured(parsed->spec, topo);
     if (!plan.ok()) return plan.status();
     *resp.mutable_plan() = *plan;
     return resp;
@@ -348,6 +350,61 @@ absl::StatusOr<v1::SubmitJobResponse> Scheduler::Submit(const v1::SubmitJobReque
   cv_.notify_all();
   spdlog::info("job {} submitted ({})", job->id(), parsed->spec.name());
   return resp;
+}
+
+// Node set of a plan or a running job: sorted unique node names, ","-joined.
+std::string Scheduler::NodeSetKey(const JobRt& rt) {
+  std::set<std::string> nodes;
+  for (const auto& r : rt.ranks) nodes.insert(r.node);
+  return absl::StrJoin(nodes, ",");
+}
+
+absl::StatusOr<v1::Plan> Scheduler::PlanMeasured(const v1::JobSpec& spec,
+                                                 const std::vector<v1::Topology>& topo) {
+  auto plan = MakePlan(spec, topo, PlannerMeasurements{});
+  if (!plan.ok() || spec.kind() == "comm_probe" || plan->ranks() < 2) return plan;
+  std::set<std::string> nodes(plan->rank_nodes().begin(), plan->rank_nodes().end());
+  nodes.erase("");
+  if (nodes.empty() && !topo.empty()) nodes.insert(topo[0].node());
+  auto m = store_->LatestCommMeasurement(absl::StrJoin(nodes, ","), plan->backend(),
+                                         plan->ranks());
+  if (!m.ok() || m->rows.empty()) return plan;
+  PlannerMeasurements meas;
+  for (const auto& r : m->rows) {
+    if (r.bytes() > 0 && r.seconds_per_op() > 0) {
+      meas.allreduce_points.emplace_back(static_cast<double>(r.bytes()), r.seconds_per_op());
+    }
+  }
+  // The planner fits t = latency + bytes*f/busbw to the points. Where that
+  // fit has no positive slope (one size, or noisy small sizes on a loaded
+  // machine), use the largest size's busbw and the smallest size's time as
+  // the latency instead.
+  double sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (const auto& [x, y] : meas.allreduce_points) {
+    sx += x; sy += y; sxx += x * x; sxy += x * y;
+  }
+  const double cnt = static_cast<double>(meas.allreduce_points.size());
+  const double den = cnt * sxx - sx * sx;
+  if (cnt < 2 || den == 0 || (cnt * sxy - sx * sy) / den <= 0) {
+    const v1::CommProbeRow* big = nullptr;
+    const v1::CommProbeRow* small = nullptr;
+    for (const auto& r : m->rows) {
+      if (r.seconds_per_op() <= 0) continue;
+      if (!big || r.bytes() > big->bytes()) big = &r;
+      if (!small || r.bytes() < small->bytes()) small = &r;
+    }
+    if (big && big->busbw_bytes_per_second() > 0) {
+      meas.allreduce_bus_bandwidth = big->busbw_bytes_per_second();
+      if (small != big) meas.allreduce_latency_s = small->seconds_per_op();
+    }
+  }
+  absl::Time t = absl::FromUnixMillis(m->time_unix_ms);
+  meas.allreduce_source =
+      absl::StrCat("measured by dgca diagnose comm at ",
+                   absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", t, absl::UTCTimeZone()),
+                   " (job ", m->job_id, ")");
+  auto measured = MakePlan(spec, topo, meas);
+  return measured.ok() ? measured : plan;
 }
 
 absl::StatusOr<v1::PlanJobResponse> Scheduler::PlanJob(const v1::PlanJobRequest& req) {
@@ -384,6 +441,12 @@ absl::StatusOr<v1::GetJobResponse> Scheduler::GetJob(const std::string& id) {
   auto events = store_->ListEvents(id, 0);
   if (!events.ok()) return events.status();
   for (auto& e : *events) *resp.add_events() = std::move(e);
+  if (stored->job.spec().kind() == "comm_probe") {
+    auto rows = store_->CommProbeRows(id);
+    if (rows.ok()) {
+      for (auto& r : *rows) *resp.add_probe_rows() = std::move(r);
+    }
+  }
   return resp;
 }
 
@@ -594,7 +657,7 @@ void Scheduler::Schedule(JobRt* rt, Outbox* out) {
   if (!rt->planned) {
     absl::StatusOr<v1::Plan> plan;
     try {
-      plan = MakePlan(rt->spec, topo, PlannerMeasurements{});
+      plan = PlanMeasured(rt->spec, topo);
     } catch (const std::exception& e) {
       plan = absl::InternalError(absl::StrCat("planner threw: ", e.what()));
     }
@@ -971,6 +1034,7 @@ std::string Scheduler::IngestSample(const v1::MetricSample& s, const std::string
   std::string job = job_hint;
   if (s.has_step()) job = s.step().job_id();
   if (s.has_eval()) job = s.eval().job_id();
+  if (s.has_probe_row()) job = s.probe_row().job_id();
   auto it = jobs_.find(job);
   if (it == jobs_.end()) return job;
   JobRt* rt = it->second.get();
@@ -988,6 +1052,27 @@ std::string Scheduler::IngestSample(const v1::MetricSample& s, const std::string
     p.set_step_seconds(m.step_seconds());
     rt->dirty = true;
     hub_->IngestStep(m, rr.node, rr.local_device);
+  } else if (s.has_probe_row()) {
+    // dgca diagnose comm: rank 0's rows are the measurement (every rank
+    // timed the same collectives; rank 0 speaks for the job, as nccl-tests).
+    const v1::CommProbeRow& row = s.probe_row();
+    if (row.rank() < 0 || row.rank() >= static_cast<int>(rt->ranks.size())) return job;
+    rt->ranks[row.rank()].last_progress = Clock::now();
+    if (row.rank() == 0) {
+      absl::Status st = store_->AddCommProbeRow(NodeSetKey(*rt), row.backend(),
+                                                static_cast<int32_t>(rt->ranks.size()), row);
+      if (!st.ok()) {
+        Event(rt, rt->state, "info", absl::StrCat("cannot store a comm measurement: ",
+                                                  st.message()), false);
+      } else {
+        Event(rt, rt->state, "probe",
+              absl::StrFormat("%d bytes: %.1f us, algbw %.3f GB/s, busbw %.3f GB/s",
+                              row.bytes(), row.seconds_per_op() * 1e6,
+                              row.algbw_bytes_per_second() / 1e9,
+                              row.busbw_bytes_per_second() / 1e9),
+              false);
+      }
+    }
   } else if (s.has_eval()) {
     std::vector<std::string> parts;
     for (const auto& [k, v] : s.eval().metrics()) {

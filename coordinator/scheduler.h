@@ -241,6 +241,12 @@ class Scheduler {
   void FillProgress(const JobRt& rt, v1::Job* job);
   void Persist(JobRt* rt);
   std::vector<v1::Topology> ConnectedTopologies();
+  // Plans `spec`; when the store holds a `dgca diagnose comm` measurement
+  // for the plan's node set, backend and ranks, plans again with it (the
+  // reasons then cite it). Added by R2-A.
+  absl::StatusOr<v1::Plan> PlanMeasured(const v1::JobSpec& spec,
+                                        const std::vector<v1::Topology>& topo);
+  static std::string NodeSetKey(const JobRt& rt);
   std::string CheckpointDir(const std::string& id) const;
 
   SchedulerOptions opt_;

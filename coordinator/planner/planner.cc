@@ -497,6 +497,9 @@ void Planner::ApplyMeasurements(int n, LinkModel* link) {
                                ", latency ", Sec(link->latency));
     }
   }
+  if (link->measured && !meas_.allreduce_source.empty()) {
+    link->why = absl::StrCat(meas_.allreduce_source, ": ", link->why);
+  }
 }
 
 void Planner::Ranks() {

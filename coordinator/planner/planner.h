@@ -62,6 +62,10 @@ struct PlannerMeasurements {
   // there are at least two sizes, bandwidth and latency are fitted from
   // them: t = latency + bytes * 2(n-1)/n / busbw (least squares).
   std::vector<std::pair<double, double>> allreduce_points;
+  // Added by R2-A: where the all-reduce figures come from, e.g. "measured by
+  // dgca diagnose comm at 2026-11-22 04:40:00 UTC (job j-000003-ab12)";
+  // prefixed to the link's reason when a measurement is used.
+  std::string allreduce_source;
 };
 
 // Tuning trials (`tuning.mode: trial`, or `auto` when a runner is given):

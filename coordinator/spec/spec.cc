@@ -538,6 +538,31 @@ void Parser::ParseTop(const YAML::Node& root, v1::JobSpec* spec) {
     {"resources", resources_fn},
     {"comm", comm_fn},
     {"tuning", tuning_fn},
+    // Added by R2-A: probe jobs (`dgca diagnose comm` writes these).
+    {"kind", [&](const YAML::Node& v, const std::string& p) {
+       Enum(v, p, {"train", "comm_probe"}, spec->mutable_kind()); }},
+    {"probe", [&](const YAML::Node& n, const std::string& f) {
+       Map(n, f, {
+         {"sizes", [&](const YAML::Node& v, const std::string& p) {
+            if (!v.IsSequence() || v.size() == 0 || v.size() > 64) {
+              Problem(v, p, absl::StrCat("expected a list of 1 to 64 sizes in bytes, got ",
+                                         Describe(v)));
+              return;
+            }
+            spec->mutable_probe()->clear_sizes_bytes();
+            for (size_t i = 0; i < v.size(); ++i) {
+              int64_t b = 0;
+              Int(v[i], absl::StrCat(p, "[", i, "]"), int64_t{4}, int64_t{1} << 31, false, &b);
+              if (b > 0 && b % 4 != 0) {
+                Problem(v[i], absl::StrCat(p, "[", i, "]"),
+                        absl::StrCat("must be a multiple of 4 bytes (whole floats), got ", b));
+                continue;
+              }
+              if (b > 0) spec->mutable_probe()->add_sizes_bytes(b);
+            }
+          }},
+       });
+     }},
   });
 
   // No name: the spec file's base name when it is a valid name, else "job".

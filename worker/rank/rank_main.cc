@@ -17,8 +17,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "dgca/v1/rank.grpc.pb.h"
+#include "model/comm/comm_probe.h"
 #include "model/comm/communicator.h"
 #include "model/comm/gloo_communicator.h"
+#include "model/comm/gloo_kv_store.h"
+#include "model/comm/nccl_communicator.h"
 #include "model/train/trainer.h"
 #include "proto/rpc/rpc_util.h"
 #include "worker/rank/gpu_metrics.h"
@@ -101,10 +104,18 @@ class MetricsSender {
       if (closed_) return;
       closing_ = true;
       cv_.notify_all();
-      cv_.wait_for(l, timeout, [this] { return queue_.empty() && !sending_; });
+      bool drained =
+          cv_.wait_for(l, timeout, [this] { return queue_.empty() && !sending_; });
       closed_ = true;
       cv_.notify_all();
-      if (ctx_) ctx_->TryCancel();
+      // Drained: let the sender thread end the stream itself (WritesDone +
+      // Finish returns once the coordinator has read, and so ingested, every
+      // sample; cancelling here could drop the last ones, e.g. a probe's
+      // rows). Bounded: cancelled after 2 s more.
+      if (drained && ctx_) {
+        cv_.wait_for(l, std::chrono::seconds(2), [this] { return finished_; });
+      }
+      if (ctx_ && !finished_) ctx_->TryCancel();
     }
     thread_.join();
     if (dropped_ > 0) Log(rank_, "metrics: %d samples dropped (queue full or coordinator away)",
@@ -167,6 +178,8 @@ class MetricsSender {
       writer->Finish();
     }
     std::lock_guard<std::mutex> l(mu_);
+    finished_ = true;
+    cv_.notify_all();
     ctx_.reset();
   }
 
@@ -177,7 +190,7 @@ class MetricsSender {
   std::condition_variable cv_;
   std::deque<Item> queue_;
   std::shared_ptr<grpc::ClientContext> ctx_;
-  bool closing_ = false, closed_ = false, sending_ = false, warned_ = false;
+  bool closing_ = false, closed_ = false, sending_ = false, warned_ = false, finished_ = false;
   int dropped_ = 0;
   std::thread thread_;
 };
@@ -253,6 +266,69 @@ class RankObserver : public TrainObserver {
   GpuMetrics* gpu_;
 };
 
+// The comm probe job: one AllReduceSweep per size (so each row streams as soon
+// as it is measured), every row sent to the coordinator and logged like a
+// line of nccl-tests. Returns the exit code.
+int RunProbe(const RankArgs& a, const v1::JobSpec& spec, Communicator* comm,
+             MetricsSender* sender, RankObserver* observer) {
+  std::vector<size_t> sizes;
+  for (int64_t b : spec.probe().sizes_bytes()) sizes.push_back(static_cast<size_t>(b));
+  if (sizes.empty()) sizes = DefaultProbeSizes();
+  size_t max_bytes = 0;
+  for (size_t b : sizes) max_bytes = std::max(max_bytes, b);
+  const size_t cap = std::max<size_t>(max_bytes / sizeof(float), 1);
+  std::vector<float> host;
+  DeviceBuffer device;
+  float* buf = nullptr;
+  if (comm->backend() == "nccl") {
+    auto d = AllocateDeviceFloats(cap);
+    if (!d.ok()) {
+      Log(a.rank, "error: comm probe: %s", d.status().ToString());
+      return 1;
+    }
+    device = std::move(*d);
+    buf = device.get();
+  } else {
+    host.assign(cap, 1.0f);
+    buf = host.data();
+  }
+  Log(a.rank, "%12s %12s %8s %12s %10s %10s", "size(B)", "count", "iters", "time(us)",
+      "algbw GB/s", "busbw GB/s");
+  for (size_t bytes : sizes) {
+    if (observer->StopRequested()) {
+      Log(a.rank, "comm probe stopped before %d bytes", bytes);
+      return 1;
+    }
+    ProbeOptions po;
+    po.sizes_bytes = {bytes};
+    auto rows = AllReduceSweep(comm, buf, cap, po);
+    if (!rows.ok()) {
+      Log(a.rank, "error: comm probe at %d bytes: %s", bytes, rows.status().ToString());
+      return 1;
+    }
+    for (const BusBwRow& r : *rows) {
+      v1::MetricSample s;
+      auto* p = s.mutable_probe_row();
+      p->set_job_id(a.job_id);
+      p->set_rank(a.rank);
+      p->set_world_size(comm->world_size());
+      p->set_backend(comm->backend());
+      p->set_bytes(static_cast<int64_t>(r.bytes));
+      p->set_count(static_cast<int64_t>(r.bytes / sizeof(float)));
+      p->set_iters(r.iters);
+      p->set_seconds_per_op(r.seconds_per_op);
+      p->set_algbw_bytes_per_second(r.algbw);
+      p->set_busbw_bytes_per_second(r.busbw);
+      p->set_time_unix_ms(NowUnixMs());
+      sender->Push(std::move(s), false);
+      Log(a.rank, "%12d %12d %8d %12.1f %10.3f %10.3f", r.bytes, r.bytes / sizeof(float),
+          r.iters, r.seconds_per_op * 1e6, r.algbw / 1e9, r.busbw / 1e9);
+    }
+  }
+  Log(a.rank, "comm probe finished: %d sizes", sizes.size());
+  return 0;
+}
+
 }  // namespace
 
 void InstallRankSignalHandlers() {
@@ -302,16 +378,27 @@ int RunRank(const RankArgs& a) {
     }
   }
   const int world = asg.world_size() > 0 ? asg.world_size() : 1;
-  auto cfg = TrainConfigFromSpec(asg.spec(), asg.plan());
+  // kind: comm_probe (dgca diagnose comm): the all-reduce sweep instead of
+  // training; no model, no data.
+  const bool probe = asg.spec().kind() == "comm_probe";
+  const bool nccl = asg.plan().backend() == "nccl";
+  absl::StatusOr<TrainConfig> cfg = probe ? absl::StatusOr<TrainConfig>(TrainConfig())
+                                    : TrainConfigFromSpec(asg.spec(), asg.plan());
   if (!cfg.ok()) {
     Log(a.rank, "error: bad job configuration: %s", cfg.status().message());
     return 2;
   }
   cfg->checkpoint_dir = asg.checkpoint_dir();
   cfg->resume_from = asg.resume_from();
-  Log(a.rank, "world %d, %s backend, %d layers H=%d, micro_batch %d x accumulation %d, %d steps, "
+  if (probe) {
+    cfg->comm_timeout_s = asg.spec().comm().timeout_s() > 0 ? asg.spec().comm().timeout_s() : 60.0;
+    Log(a.rank, "world %d, %s backend, comm probe (all-reduce sweep of %d sizes)", world,
+        nccl ? "nccl" : world > 1 ? "gloo" : "local",
+        asg.spec().probe().sizes_bytes_size() > 0 ? asg.spec().probe().sizes_bytes_size()
+                                                  : static_cast<int>(DefaultProbeSizes().size()));
+  } else Log(a.rank, "world %d, %s backend, %d layers H=%d, micro_batch %d x accumulation %d, %d steps, "
       "%d threads%s",
-      world, world > 1 ? "gloo" : "local", cfg->model.layers, cfg->model.hidden, cfg->micro_batch,
+      world, nccl ? "nccl" : world > 1 ? "gloo" : "local", cfg->model.layers, cfg->model.hidden, cfg->micro_batch,
       cfg->accumulation, cfg->steps, cfg->threads,
       cfg->resume_from.empty() ? "" : absl::StrCat(", resuming from ", cfg->resume_from));
 
@@ -389,7 +476,29 @@ int RunRank(const RankArgs& a) {
 
   // Communicator.
   std::unique_ptr<Communicator> comm;
-  if (world == 1) {
+  if (nccl) {
+    // NCCL (any world, one included): the unique id goes through the
+    // coordinator's store, adapted to model/'s KeyValueStore.
+    auto timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg->comm_timeout_s * 1000));
+    auto store = std::make_shared<GrpcStore>(channel, *token, a.job_id, a.attempt, timeout);
+    NcclOptions no;
+    no.timeout = timeout;
+    int dev = a.rank < asg.plan().rank_local_devices_size() ? asg.plan().rank_local_devices(a.rank)
+                                                            : -1;
+    if (const char* v = getenv("CUDA_VISIBLE_DEVICES"); v && *v) dev = -1;  // agent pinned it
+    no.device = dev;
+    Log(a.rank, "joining the NCCL rendezvous (%d ranks, timeout %.0f s)", world,
+        cfg->comm_timeout_s);
+    auto c = MakeNcclCommunicator(MakeGlooKeyValueStore(store), a.rank, world, no);
+    if (!c.ok()) {
+      Log(a.rank, "error: cannot build the NCCL communicator: %s", c.status().ToString());
+      finish_heartbeat();
+      sender.Close(std::chrono::seconds(5));
+      return 1;
+    }
+    comm = std::move(*c);
+    Log(a.rank, "rendezvous done");
+  } else if (world == 1) {
     comm = MakeLocalCommunicator();
   } else {
     auto timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg->comm_timeout_s * 1000));
@@ -422,6 +531,29 @@ int RunRank(const RankArgs& a) {
     }
     comm = std::move(*c);
     Log(a.rank, "rendezvous done");
+  }
+
+  if (probe) {
+    int code = RunProbe(a, asg.spec(), comm.get(), &sender, &observer);
+    finish_heartbeat();
+    if (code == 0) {
+      comm.reset();
+      sender.Close(std::chrono::seconds(10));
+    } else {
+      (void)comm.release();  // see below: peers may be inside a collective
+      sender.Close(std::chrono::seconds(2));
+    }
+    return code;
+  }
+  if (nccl) {
+    // The trainer here is the CPU one: its gradients live in host memory,
+    // which NCCL cannot reduce.
+    Log(a.rank, "error: backend nccl needs the CUDA trainer, which this build of dgca-worker "
+                "does not include; use device cpu with backend gloo");
+    finish_heartbeat();
+    (void)comm.release();
+    sender.Close(std::chrono::seconds(5));
+    return 1;
   }
 
   auto t0 = Clock::now();
