@@ -140,6 +140,30 @@ TEST_F(DiagnoseCommTest, NcclWithoutGpuFailsCleanly) {
       << r.err;
 }
 
+// A training job planned onto NCCL: the rank builds the NCCL communicator
+// (unique id through the coordinator's store) before training; without a
+// GPU that fails at once and the job's message carries the reason.
+TEST_F(DiagnoseCommTest, NcclTrainJobWithoutGpuFailsWithTheReason) {
+  if (!HaveSharedData()) GTEST_SKIP() << "no ECSpell data under " << SharedData();
+  std::string path = *dir_ + "/nccl1.yaml";
+  WriteFile(path,
+            "name: nccl1\nmodel: {preset: tiny}\n"
+            "data: {train: " + SharedData() + "/ecspell/train_law.txt, eval: " + SharedData() +
+            "/ecspell/test_law.txt, max_seq_len: 32}\n"
+            "train: {steps: 2, global_batch: 8, eval_every: 0, checkpoint_every: 0}\n"
+            "resources: {ranks: 1, device: cuda}\ncomm: {backend: nccl}\ntuning: {mode: off}\n");
+  Result r = Dgca(*coord_, {"submit", path, "--wait"}, 60s);
+  if (r.code == 0) GTEST_SKIP() << "a CUDA device is visible and the job ran";
+  EXPECT_EQ(r.code, 1) << r.out << r.err;
+  std::string job = r.out.substr(0, r.out.find('\n'));
+  JobView v = Status(*coord_, job);
+  ASSERT_TRUE(v.ok) << v.raw;
+  EXPECT_EQ(v.state, "FAILED") << v.raw;
+  EXPECT_NE(v.raw.find("cannot build the NCCL communicator"), std::string::npos) << v.raw;
+  EXPECT_NE(v.raw.find("no CUDA device visible (cudaGetDeviceCount: "), std::string::npos)
+      << v.raw;
+}
+
 }  // namespace
 }  // namespace itest
 }  // namespace dgca
