@@ -116,12 +116,14 @@ class NcclCommunicator : public Communicator {
     DGCA_CUDA_OK("cudaEventCreate", cudaEventCreate(&end));
     double host_start = Now();
     DGCA_CUDA_OK("cudaEventRecord", cudaEventRecord(start, stream_));
-    ncclResult_t r = ncclAllReduce(data, data, count, ncclFloat,
-                                   op == ReduceOp::kAverage ? ncclAvg : ncclSum, comm_, stream_);
-    if (r != ncclSuccess && r != ncclInProgress) {
+    Status launched = Settle(
+        ncclAllReduce(data, data, count, ncclFloat, op == ReduceOp::kAverage ? ncclAvg : ncclSum,
+                      comm_, stream_),
+        "ncclAllReduce");
+    if (!launched.ok()) {
       cudaEventDestroy(start);
       cudaEventDestroy(end);
-      return Break(NcclError("ncclAllReduce", r, comm_));
+      return launched;
     }
     DGCA_CUDA_OK("cudaEventRecord", cudaEventRecord(end, stream_));
     return std::unique_ptr<CollectiveHandle>(new NcclHandle(this, start, end, host_start));
@@ -139,8 +141,8 @@ class NcclCommunicator : public Communicator {
     DGCA_CUDA_OK("cudaEventRecord", cudaEventRecord(ready, compute_));
     DGCA_CUDA_OK("cudaStreamWaitEvent", cudaStreamWaitEvent(stream_, ready, 0));
     cudaEventDestroy(ready);
-    ncclResult_t r = ncclBroadcast(data, data, count, ncclFloat, root, comm_, stream_);
-    if (r != ncclSuccess && r != ncclInProgress) return Break(NcclError("ncclBroadcast", r, comm_));
+    DGCA_RETURN_IF_ERROR(
+        Settle(ncclBroadcast(data, data, count, ncclFloat, root, comm_, stream_), "ncclBroadcast"));
     return Sync(stream_);
   }
 
@@ -149,8 +151,8 @@ class NcclCommunicator : public Communicator {
     if (!broken_.ok()) return broken_;
     DGCA_CUDA_OK("cudaSetDevice", cudaSetDevice(device_));
     if (!scratch_) DGCA_CUDA_OK("cudaMalloc", cudaMalloc(&scratch_, sizeof(float)));
-    ncclResult_t r = ncclAllReduce(scratch_, scratch_, 1, ncclFloat, ncclSum, comm_, stream_);
-    if (r != ncclSuccess && r != ncclInProgress) return Break(NcclError("ncclAllReduce", r, comm_));
+    DGCA_RETURN_IF_ERROR(Settle(
+        ncclAllReduce(scratch_, scratch_, 1, ncclFloat, ncclSum, comm_, stream_), "ncclAllReduce"));
     return Sync(stream_);
   }
 
@@ -178,6 +180,29 @@ class NcclCommunicator : public Communicator {
       }
       if (++spins > 100) std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
+  }
+
+  // The communicator is non-blocking (so init can time out): a call may
+  // return ncclInProgress, and NCCL's contract is to poll
+  // ncclCommGetAsyncError until it leaves ncclInProgress before anything
+  // else touches the communicator or its stream (the operation is only then
+  // enqueued, so the completion event is recorded after it).
+  Status Settle(ncclResult_t r, const char* what) {
+    auto deadline = Clock::now() + timeout_;
+    while (r == ncclInProgress) {
+      ncclResult_t q = ncclCommGetAsyncError(comm_, &r);
+      if (q != ncclSuccess) r = q;
+      if (r == ncclInProgress) {
+        if (Clock::now() > deadline) {
+          return Break(DeadlineExceededError(std::string(what) + " was not enqueued within " +
+                                             std::to_string(timeout_.count()) + " ms on rank " +
+                                             std::to_string(rank_) + "; communicator aborted"));
+        }
+        std::this_thread::yield();
+      }
+    }
+    if (r != ncclSuccess) return Break(NcclError(what, r, comm_));
+    return OkStatus();
   }
 
   Status Sync(cudaStream_t s) {

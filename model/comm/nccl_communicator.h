@@ -19,8 +19,11 @@
 //
 // Bootstrap: rank 0 calls ncclGetUniqueId and Sets it under
 // "<key_prefix>nccl/unique_id" in the injected KeyValueStore; the others Wait
-// for it. ncclCommInitRankConfig runs non-blocking and is polled, so a peer
-// that never joins gives DEADLINE_EXCEEDED within the timeout.
+// for it. ncclCommInitRankConfig runs non-blocking (config.blocking = 0) and
+// is polled, so a peer that never joins gives DEADLINE_EXCEEDED within the
+// timeout. The communicator stays non-blocking: every NCCL call that returns
+// ncclInProgress is polled (ncclCommGetAsyncError) until enqueued before the
+// completion event is recorded.
 //
 // Without a visible CUDA device MakeNcclCommunicator returns
 // FAILED_PRECONDITION "no CUDA device visible (cudaGetDeviceCount: ...)".
