@@ -14,6 +14,7 @@
 #include "model/core/json.h"
 #include "model/train/trainer.h"
 #include "worker/rank/train_config.h"
+#include "worker/rank/trial_runner.h"
 #include "worker/topology/probe.h"
 
 namespace dgca {
@@ -98,8 +99,17 @@ int RunLocalTrain(const LocalTrainArgs& args) {
   ProbeOptions po;
   po.root = args.topology_root;
   auto topo = ProbeTopology(po);
+  // tuning.mode trial: the planner times its best candidates here, in this
+  // process (worker/rank/trial_runner.h).
+  LocalTrialOptions trial_opts;
+  trial_opts.log = [](const std::string& line) {
+    std::fprintf(stderr, "%s\n", line.c_str());
+    std::fflush(stderr);
+  };
+  LocalTrialRunner trials(spec, trial_opts);
   absl::StatusOr<v1::Plan> planned =
-      topo.ok() ? MakePlan(spec, {*topo}, PlannerMeasurements())
+      topo.ok() ? MakePlan(spec, {*topo}, PlannerMeasurements(),
+                           spec.tuning().mode() == "trial" ? &trials : nullptr)
                 : absl::StatusOr<v1::Plan>(topo.status());
   if (planned.ok()) {
     plan = *planned;
