@@ -757,8 +757,8 @@ int CmdDiagnoseComm(const GlobalOptions& g, Io io, const DiagnoseCommOptions& o)
   if (!s.ok()) return ReportError(io.err, g, FromGrpc(s));
   if (rc != kOk) {
     io.err << follow_out.str();
-    io.err << "error: the comm probe job " << resp.job_id() << " did not succeed: "
-           << job.job().message() << "\n";
+    io.err << "error: the comm probe job " << resp.job_id()
+           << " did not succeed (its reason is above); no measurement stored\n";
     return rc;
   }
   if (job.probe_rows_size() == 0) {

@@ -369,40 +369,32 @@ absl::StatusOr<v1::Plan> Scheduler::PlanMeasured(const v1::JobSpec& spec,
   auto m = store_->LatestCommMeasurement(absl::StrJoin(nodes, ","), plan->backend(),
                                          plan->ranks());
   if (!m.ok() || m->rows.empty()) return plan;
+  // Bandwidth from the largest size (bandwidth-bound, like the buckets the
+  // planner sizes) and latency from the smallest (latency-bound). A least-
+  // squares fit over all sizes is dominated by the largest points and gave a
+  // latency of 0 on this machine's sweeps.
+  const v1::CommProbeRow* big = nullptr;
+  const v1::CommProbeRow* small = nullptr;
+  for (const auto& r : m->rows) {
+    if (r.seconds_per_op() <= 0 || r.busbw_bytes_per_second() <= 0) continue;
+    if (!big || r.bytes() > big->bytes()) big = &r;
+    if (!small || r.bytes() < small->bytes()) small = &r;
+  }
+  if (!big) return plan;
   PlannerMeasurements meas;
+  meas.allreduce_bus_bandwidth = big->busbw_bytes_per_second();
+  if (small != big) meas.allreduce_latency_s = small->seconds_per_op();
   for (const auto& r : m->rows) {
     if (r.bytes() > 0 && r.seconds_per_op() > 0) {
       meas.allreduce_points.emplace_back(static_cast<double>(r.bytes()), r.seconds_per_op());
-    }
-  }
-  // The planner fits t = latency + bytes*f/busbw to the points. Where that
-  // fit has no positive slope (one size, or noisy small sizes on a loaded
-  // machine), use the largest size's busbw and the smallest size's time as
-  // the latency instead.
-  double sx = 0, sy = 0, sxx = 0, sxy = 0;
-  for (const auto& [x, y] : meas.allreduce_points) {
-    sx += x; sy += y; sxx += x * x; sxy += x * y;
-  }
-  const double cnt = static_cast<double>(meas.allreduce_points.size());
-  const double den = cnt * sxx - sx * sx;
-  if (cnt < 2 || den == 0 || (cnt * sxy - sx * sy) / den <= 0) {
-    const v1::CommProbeRow* big = nullptr;
-    const v1::CommProbeRow* small = nullptr;
-    for (const auto& r : m->rows) {
-      if (r.seconds_per_op() <= 0) continue;
-      if (!big || r.bytes() > big->bytes()) big = &r;
-      if (!small || r.bytes() < small->bytes()) small = &r;
-    }
-    if (big && big->busbw_bytes_per_second() > 0) {
-      meas.allreduce_bus_bandwidth = big->busbw_bytes_per_second();
-      if (small != big) meas.allreduce_latency_s = small->seconds_per_op();
     }
   }
   absl::Time t = absl::FromUnixMillis(m->time_unix_ms);
   meas.allreduce_source =
       absl::StrCat("measured by dgca diagnose comm at ",
                    absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", t, absl::UTCTimeZone()),
-                   " (job ", m->job_id, ")");
+                   " (job ", m->job_id, "; busbw at ", big->bytes(), " B",
+                   small != big ? absl::StrCat(", latency at ", small->bytes(), " B") : "", ")");
   auto measured = MakePlan(spec, topo, meas);
   return measured.ok() ? measured : plan;
 }

@@ -108,7 +108,7 @@ TEST_F(DiagnoseCommTest, TwoCpuRanksTableStoredAndCitedByPlan) {
   EXPECT_NE(after.out.find("measured by dgca diagnose comm at "), std::string::npos) << after.out;
   std::string job = r.err.substr(r.err.find("job j-") + 4);
   job = job.substr(0, job.find_first_of(" \n"));
-  EXPECT_NE(after.out.find("(job " + job + ")"), std::string::npos) << job << "\n" << after.out;
+  EXPECT_NE(after.out.find("(job " + job + ";"), std::string::npos) << job << "\n" << after.out;
 
   // --json has the same rows.
   Result js = Dgca(*coord_, {"diagnose", "comm", "--ranks", "2", "--device", "cpu", "--sizes",
