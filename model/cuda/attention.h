@@ -1,0 +1,34 @@
+// Multi-head self-attention core on the GPU for sequences up to 512, the
+// straightforward version: split heads, one strided-batched cuBLASLt GEMM
+// for the scores (scaled by 1/sqrt(d) in alpha), a masked row softmax in
+// place, a second batched GEMM with V, merge heads. Same layout and mask
+// semantics as cpu::AttentionForward (model/cpu/ops.h): qkv [B,L,3H],
+// mask [B,L] (1 = real key), out [B,L,H], probs [B,nh,L,L] saved for the
+// backward. A fused (flash-style) kernel replaces this once timed on a GPU.
+//
+// Thread-safety: as GemmRunner (one thread, one context).
+#ifndef DGCA_MODEL_CUDA_ATTENTION_H_
+#define DGCA_MODEL_CUDA_ATTENTION_H_
+
+#include <cstdint>
+
+#include "model/core/status.h"
+#include "model/cuda/gemm.h"
+
+namespace dgca {
+namespace cuda {
+
+// Elements of T the scratch must hold: q, k, v and the per-head context,
+// each B*L*H.
+inline int64_t AttentionScratchElems(int B, int L, int H) { return 4 * int64_t(B) * L * H; }
+
+// T is float or bf16 (kernels.h). INVALID_ARGUMENT when H % nh != 0 or
+// L > 512.
+template <typename T>
+Status AttentionForward(const CudaContext& ctx, GemmRunner* gemm, T* out, T* probs, const T* qkv,
+                        const int32_t* mask, int B, int L, int H, int nh, T* scratch);
+
+}  // namespace cuda
+}  // namespace dgca
+
+#endif  // DGCA_MODEL_CUDA_ATTENTION_H_

@@ -1,0 +1,131 @@
+// Tests of the CUDA backend. The GPU checks (every op against its CPU
+// reference, op_check.h) run when a device is visible and skip with the
+// reason otherwise; the no-device paths (clean FAILED_PRECONDITION from
+// CudaContext::Create, failing launches, GEMM argument validation, the error
+// measure) run everywhere, so CI without a GPU still checks something real.
+#include <gtest/gtest.h>
+
+#include <cctype>
+#include <cmath>
+#include <random>
+#include <set>
+#include <string>
+
+#include "model/cuda/attention.h"
+#include "model/cuda/cuda_context.h"
+#include "model/cuda/gemm.h"
+#include "model/cuda/kernels.h"
+#include "model/cuda/op_check.h"
+
+namespace dgca {
+namespace cuda {
+namespace {
+
+bool HaveDevice(std::string* why) { return VisibleDeviceCount(why) > 0; }
+
+TEST(CudaContextTest, CreateFailsCleanlyWithoutDevice) {
+  std::string why;
+  if (HaveDevice(&why)) GTEST_SKIP() << "a CUDA device is visible: the no-device path cannot be reached here";
+  auto ctx = CudaContext::Create(0);
+  ASSERT_FALSE(ctx.ok());
+  EXPECT_EQ(ctx.status().code(), StatusCode::kFailedPrecondition) << ctx.status().ToString();
+  EXPECT_NE(ctx.status().message().find("no CUDA device visible (cudaGetDeviceCount: "), std::string::npos)
+      << ctx.status().ToString();
+  EXPECT_NE(ctx.status().message().find(why), std::string::npos) << ctx.status().ToString();
+}
+
+TEST(CudaContextTest, DeviceOutOfRangeIsFailedPrecondition) {
+  auto ctx = CudaContext::Create(1 << 20);
+  ASSERT_FALSE(ctx.ok());
+  EXPECT_EQ(ctx.status().code(), StatusCode::kFailedPrecondition) << ctx.status().ToString();
+}
+
+TEST(CudaKernelsTest, LaunchWithoutDeviceReturnsAnErrorInsteadOfCrashing) {
+  std::string why;
+  if (HaveDevice(&why)) GTEST_SKIP() << "a CUDA device is visible: launches succeed here";
+  EXPECT_FALSE(GeluForward<float>(nullptr, nullptr, nullptr, 16).ok());
+  EXPECT_FALSE(LayerNormForward<bf16>(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 4, 8, 1e-5f).ok());
+  DeviceArray<float> a;
+  Status s = a.Allocate(16);
+  EXPECT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), StatusCode::kInternal);
+  EXPECT_NE(s.message().find("cudaMalloc"), std::string::npos) << s.ToString();
+}
+
+// Argument validation happens before the context is touched.
+TEST(GemmRunnerTest, RejectsBadArgumentsWithClearMessages) {
+  GemmRunner gemm(nullptr);
+  GemmArgs g;
+  g.M = 0; g.N = 4; g.K = 4; g.lda = 4; g.ldb = 4; g.ldc = 4;
+  Status s = gemm.Run(g);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("M=0"), std::string::npos) << s.ToString();
+  g.M = 4; g.lda = 3;  // op(A) is [4,4]: lda must be >= 4
+  s = gemm.Run(g);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("lda=3"), std::string::npos) << s.ToString();
+  g.lda = 4; g.in_type = DType::kF32; g.out_type = DType::kBF16;
+  s = gemm.Run(g);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("fp32->bf16"), std::string::npos) << s.ToString();
+  g.trans_a = true; g.M = 8; g.K = 4; g.lda = 4; g.out_type = DType::kF32;  // A stored [K,M] = [4,8]
+  s = gemm.Run(g);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(gemm.cached_plans(), 0u);
+}
+
+TEST(OpCheckTest, MaxRelErrIsNormalizedAndCatchesPoison) {
+  EXPECT_DOUBLE_EQ(MaxRelErr({1.0f, 2.0f}, {1.0f, 2.0f}), 0.0);
+  EXPECT_NEAR(MaxRelErr({1.0f, 4.1f}, {1.0f, 4.0f}), 0.1 / 4.0, 1e-6);
+  EXPECT_TRUE(std::isinf(MaxRelErr({1.0f, NAN}, {1.0f, 2.0f})));     // a skipped (poisoned) element
+  EXPECT_TRUE(std::isinf(MaxRelErr({1.0f}, {1.0f, 2.0f})));          // size mismatch
+  CheckRow nan_row{"x", "fp32", MaxRelErr({NAN}, {1.0f}), kF32Tol};
+  EXPECT_FALSE(nan_row.pass());
+  EXPECT_LT(kF32Tol, kBf16Tol);
+}
+
+TEST(OpCheckTest, EveryOpHasACheckInBothPrecisions) {
+  std::set<std::string> names;
+  for (const OpCheck& c : AllOpChecks()) names.insert(c.name);
+  for (const char* op : {"layernorm", "gelu", "softmax", "attention", "embedding", "bias", "cross_entropy"}) {
+    EXPECT_TRUE(names.count(std::string(op) + " fp32")) << op;
+    EXPECT_TRUE(names.count(std::string(op) + " bf16")) << op;
+  }
+  for (const char* name : {"gemm_nn_bias fp32->fp32", "gemm_nn_bias bf16->bf16", "gemm_nn_bias fp16->fp32",
+                           "gemm_nt_batched fp32->fp32", "adamw fp32 master + bf16 copy", "loss_scale fp32"}) {
+    EXPECT_TRUE(names.count(name)) << name;
+  }
+}
+
+class CudaOpTest : public ::testing::TestWithParam<size_t> {};
+
+TEST_P(CudaOpTest, MatchesCpuReference) {
+  std::string why;
+  if (!HaveDevice(&why)) GTEST_SKIP() << "no CUDA device visible (" << why << "): GPU op checks need a GPU";
+  auto ctx = CudaContext::Create(0);
+  ASSERT_TRUE(ctx.ok()) << ctx.status().ToString();
+  GemmRunner gemm(ctx->get());
+  const OpCheck& check = AllOpChecks()[GetParam()];
+  const uint64_t seed = std::random_device{}();
+  std::mt19937_64 rng(seed);
+  std::vector<CheckRow> rows;
+  Status s = check.run(**ctx, &gemm, &rng, &rows);
+  ASSERT_TRUE(s.ok()) << check.name << ": " << s.ToString() << " (seed " << seed << ")";
+  ASSERT_FALSE(rows.empty()) << check.name;
+  for (const CheckRow& r : rows) {
+    EXPECT_TRUE(r.pass()) << r.op << " " << r.dtype << ": max rel err " << r.max_rel_err << " > tolerance "
+                          << r.tolerance << " (seed " << seed << ")";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllOps, CudaOpTest, ::testing::Range<size_t>(0, AllOpChecks().size()),
+                         [](const ::testing::TestParamInfo<size_t>& info) {
+                           std::string n = AllOpChecks()[info.param].name;
+                           for (char& c : n)
+                             if (!isalnum(static_cast<unsigned char>(c))) c = '_';
+                           return n;
+                         });
+
+}  // namespace
+}  // namespace cuda
+}  // namespace dgca

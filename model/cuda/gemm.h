@@ -1,0 +1,87 @@
+// cuBLASLt GEMM with the row-major semantics of cpu::Gemm (model/cpu/ops.h):
+//   C[M,N] = alpha * op(A)[M,K] * op(B)[K,N] + beta * C  (+ bias[N] per row)
+// A stored [K,M] when trans_a, B stored [N,K] when trans_b; lda/ldb/ldc are
+// row strides (elements). Inputs bf16, fp16 or fp32; output the input type or
+// fp32; accumulation always fp32 (CUBLAS_COMPUTE_32F: fp32 inputs are NOT
+// rounded to TF32, so fp32 matches the CPU within 1e-4).
+//
+// Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T, so the
+// call passes B as cuBLASLt's A and A as its B with m = N, n = M. The bias
+// epilogue (CUBLASLT_EPILOGUE_BIAS) adds a vector of length "rows of D" =
+// N here: one value per output column, as Linear's bias. Bias has the
+// output type.
+//
+// Batched: `batch` > 1 with element strides between consecutive matrices
+// (stride_a/b/c); the bias is shared.
+//
+// Descriptors, layouts and the heuristic's algorithm are cached per shape
+// key (types, transposes, sizes, strides, batch, epilogue, pointer
+// alignment); the first call of a shape pays cublasLtMatmulAlgoGetHeuristic.
+//
+// Thread-safety: a GemmRunner is used by one thread at a time (its cache is
+// unsynchronized), with one CudaContext.
+#ifndef DGCA_MODEL_CUDA_GEMM_H_
+#define DGCA_MODEL_CUDA_GEMM_H_
+
+#include <cublasLt.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <tuple>
+
+#include "model/core/status.h"
+#include "model/cuda/cuda_context.h"
+
+namespace dgca {
+namespace cuda {
+
+enum class DType { kF32, kBF16, kF16 };
+const char* DTypeName(DType t);
+
+struct GemmArgs {
+  bool trans_a = false, trans_b = false;
+  int M = 0, N = 0, K = 0;
+  float alpha = 1.0f, beta = 0.0f;
+  const void* A = nullptr;
+  int64_t lda = 0;
+  const void* B = nullptr;
+  int64_t ldb = 0;
+  void* C = nullptr;
+  int64_t ldc = 0;
+  DType in_type = DType::kF32;   // A and B
+  DType out_type = DType::kF32;  // C (and bias): in_type or kF32
+  const void* bias = nullptr;    // [N] or null
+  int batch = 1;
+  int64_t stride_a = 0, stride_b = 0, stride_c = 0;
+};
+
+class GemmRunner {
+ public:
+  // ctx is not owned and must outlive the runner.
+  explicit GemmRunner(const CudaContext* ctx);
+  ~GemmRunner();
+  GemmRunner(const GemmRunner&) = delete;
+  GemmRunner& operator=(const GemmRunner&) = delete;
+
+  // Enqueues the GEMM on the context's stream. INVALID_ARGUMENT for bad
+  // shapes/types; INTERNAL when cuBLASLt has no algorithm or fails.
+  Status Run(const GemmArgs& a);
+
+  // Number of cached plans (for tests).
+  size_t cached_plans() const { return plans_.size(); }
+
+ private:
+  struct Plan;
+  using Key = std::tuple<int, int, int, int, int, int, int, int64_t, int64_t, int64_t, int,
+                         int64_t, int64_t, int64_t, bool, int>;
+  StatusOr<Plan*> GetPlan(const GemmArgs& a, const Key& key, int alignment);
+
+  const CudaContext* ctx_;
+  std::map<Key, std::unique_ptr<Plan>> plans_;
+};
+
+}  // namespace cuda
+}  // namespace dgca
+
+#endif  // DGCA_MODEL_CUDA_GEMM_H_

@@ -1,0 +1,490 @@
+// CUDA kernels mirroring model/cpu/ops.cc. Straightforward first versions:
+// correct, coalesced, fp32 arithmetic; the fused and vectorized versions
+// (16-byte accesses, persistent grids, flash attention) come with the CUDA
+// model once there is a GPU to time them on.
+#include "model/cuda/kernels.h"
+
+#include <cfloat>
+#include <cmath>
+
+#include "model/cuda/cuda_context.h"
+
+namespace dgca {
+namespace cuda {
+namespace {
+
+__device__ __forceinline__ float ToF(float x) { return x; }
+__device__ __forceinline__ float ToF(bf16 x) { return __bfloat162float(x); }
+template <typename T> __device__ __forceinline__ T FromF(float x);
+template <> __device__ __forceinline__ float FromF<float>(float x) { return x; }
+template <> __device__ __forceinline__ bf16 FromF<bf16>(float x) { return __float2bfloat16(x); }
+
+Status Launched(const char* what) { return CudaStatus(cudaGetLastError(), what); }
+
+int Blocks(int64_t n, int threads) {
+  int64_t b = (n + threads - 1) / threads;
+  return static_cast<int>(b > 65535 * 16 ? 65535 * 16 : b);  // grid-stride beyond
+}
+
+__device__ __forceinline__ float WarpSum(float x) {
+  for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+  return x;
+}
+__device__ __forceinline__ float WarpMax(float x) {
+  for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+  return x;
+}
+// Block-wide reduction (blockDim.x a multiple of 32, at most 1024); every
+// thread gets the result. `sh` holds 32 floats.
+template <bool kMax>
+__device__ float BlockReduce(float x, float* sh) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  x = kMax ? WarpMax(x) : WarpSum(x);
+  __syncthreads();  // sh may still be read by a previous reduction
+  if (lane == 0) sh[warp] = x;
+  __syncthreads();
+  float y = lane < nw ? sh[lane] : (kMax ? -INFINITY : 0.0f);
+  return kMax ? WarpMax(y) : WarpSum(y);
+}
+
+__global__ void FloatToBf16Kernel(bf16* out, const float* inp, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    out[i] = __float2bfloat16(inp[i]);
+}
+__global__ void Bf16ToFloatKernel(float* out, const bf16* inp, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    out[i] = __bfloat162float(inp[i]);
+}
+
+// One warp per row. Two passes over the row (mean, then centered variance:
+// the CPU kernel accumulates in double; two-pass fp32 is close enough for
+// the 1e-4 budget at c <= a few thousand).
+template <typename T>
+__global__ void LayerNormForwardKernel(T* out, float* mean, float* rstd, const T* inp,
+                                       const T* gamma, const T* beta, int n, int c, float eps) {
+  const int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31;
+  if (row >= n) return;
+  const T* x = inp + int64_t(row) * c;
+  float s = 0.0f;
+  for (int i = lane; i < c; i += 32) s += ToF(x[i]);
+  const float mu = WarpSum(s) / c;
+  float q = 0.0f;
+  for (int i = lane; i < c; i += 32) { const float d = ToF(x[i]) - mu; q += d * d; }
+  const float rs = rsqrtf(WarpSum(q) / c + eps);
+  T* y = out + int64_t(row) * c;
+  for (int i = lane; i < c; i += 32)
+    y[i] = FromF<T>((ToF(x[i]) - mu) * rs * ToF(gamma[i]) + ToF(beta[i]));
+  if (lane == 0) { mean[row] = mu; rstd[row] = rs; }
+}
+
+// dinp = rstd * (g*dy - mean(g*dy) - xhat * mean(g*dy*xhat)), one warp per row.
+template <typename T>
+__global__ void LayerNormBackwardDinpKernel(T* dinp, bool accumulate, const T* dout, const T* inp,
+                                            const T* gamma, const float* mean, const float* rstd,
+                                            int n, int c) {
+  const int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31;
+  if (row >= n) return;
+  const int64_t off = int64_t(row) * c;
+  const float mu = mean[row], rs = rstd[row];
+  float a = 0.0f, b = 0.0f;
+  for (int i = lane; i < c; i += 32) {
+    const float gdy = ToF(gamma[i]) * ToF(dout[off + i]);
+    a += gdy;
+    b += gdy * (ToF(inp[off + i]) - mu) * rs;
+  }
+  a = WarpSum(a) / c;
+  b = WarpSum(b) / c;
+  for (int i = lane; i < c; i += 32) {
+    const float xhat = (ToF(inp[off + i]) - mu) * rs;
+    float d = rs * (ToF(gamma[i]) * ToF(dout[off + i]) - a - xhat * b);
+    if (accumulate) d += ToF(dinp[off + i]);
+    dinp[off + i] = FromF<T>(d);
+  }
+}
+
+// One thread per column, rows in order (deterministic; see kernels.h).
+template <typename T>
+__global__ void LayerNormBackwardParamKernel(float* dgamma, float* dbeta, const T* dout,
+                                             const T* inp, const float* mean, const float* rstd,
+                                             int n, int c) {
+  const int col = blockIdx.x * blockDim.x + threadIdx.x;
+  if (col >= c) return;
+  float g = 0.0f, b = 0.0f;
+  for (int r = 0; r < n; ++r) {
+    const float dy = ToF(dout[int64_t(r) * c + col]);
+    g += dy * (ToF(inp[int64_t(r) * c + col]) - mean[r]) * rstd[r];
+    b += dy;
+  }
+  if (dgamma != nullptr) dgamma[col] += g;
+  if (dbeta != nullptr) dbeta[col] += b;
+}
+
+template <typename T>
+__global__ void GeluForwardKernel(T* out, const T* inp, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const float x = ToF(inp[i]);
+    out[i] = FromF<T>(0.5f * x * (1.0f + erff(x * 0.70710678118654752f)));
+  }
+}
+template <typename T>
+__global__ void GeluBackwardKernel(T* dinp, const T* inp, const T* dout, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const float x = ToF(inp[i]);
+    const float cdf = 0.5f * (1.0f + erff(x * 0.70710678118654752f));
+    const float pdf = 0.39894228040143268f * expf(-0.5f * x * x);
+    dinp[i] = FromF<T>(ToF(dout[i]) * (cdf + x * pdf));
+  }
+}
+
+// One block per row; mask (nullable) is indexed [row / (nh*L) * L + j] and
+// masks key j when 0.
+template <typename T>
+__global__ void SoftmaxKernel(T* out, const T* inp, int cols, const int32_t* mask, int rows_per_batch) {
+  __shared__ float sh[32];
+  const int64_t off = int64_t(blockIdx.x) * cols;
+  const int32_t* mrow = mask != nullptr ? mask + int64_t(blockIdx.x / rows_per_batch) * cols : nullptr;
+  float mx = -INFINITY;
+  for (int j = threadIdx.x; j < cols; j += blockDim.x)
+    if (mrow == nullptr || mrow[j] != 0) mx = fmaxf(mx, ToF(inp[off + j]));
+  mx = BlockReduce<true>(mx, sh);
+  float s = 0.0f;
+  if (mx != -INFINITY) {
+    for (int j = threadIdx.x; j < cols; j += blockDim.x)
+      if (mrow == nullptr || mrow[j] != 0) s += expf(ToF(inp[off + j]) - mx);
+  }
+  s = BlockReduce<false>(s, sh);
+  const float inv = s > 0.0f ? 1.0f / s : 0.0f;
+  for (int j = threadIdx.x; j < cols; j += blockDim.x) {
+    const bool keep = (mrow == nullptr || mrow[j] != 0) && mx != -INFINITY;
+    out[off + j] = FromF<T>(keep ? expf(ToF(inp[off + j]) - mx) * inv : 0.0f);
+  }
+}
+
+int SoftmaxThreads(int cols) {
+  int t = 32;
+  while (t < cols && t < 512) t *= 2;
+  return t;
+}
+
+template <typename T, bool kAdd>
+__global__ void EmbeddingKernel(T* out, const int32_t* ids, const T* table, int n, int c) {
+  const int64_t total = int64_t(n) * c;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / c, col = i % c;
+    const float t = ToF(table[int64_t(ids[r]) * c + col]);
+    out[i] = FromF<T>(kAdd ? ToF(out[i]) + t : t);
+  }
+}
+template <typename T>
+__global__ void EmbeddingBackwardColumnKernel(float* dtable, const int32_t* ids, const T* dout, int n, int c) {
+  const int col = blockIdx.x * blockDim.x + threadIdx.x;
+  if (col >= c) return;
+  for (int r = 0; r < n; ++r) {
+    const int id = ids[r];
+    if (id >= 0) dtable[int64_t(id) * c + col] += ToF(dout[int64_t(r) * c + col]);
+  }
+}
+template <typename T>
+__global__ void EmbeddingBackwardAtomicKernel(float* dtable, const int32_t* ids, const T* dout, int n, int c) {
+  const int64_t total = int64_t(n) * c;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / c, col = i % c;
+    const int id = ids[r];
+    if (id >= 0) atomicAdd(dtable + int64_t(id) * c + col, ToF(dout[i]));
+  }
+}
+
+template <typename T>
+__global__ void BiasAddKernel(T* out, const T* bias, int n, int c) {
+  const int64_t total = int64_t(n) * c;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x)
+    out[i] = FromF<T>(ToF(out[i]) + ToF(bias[i % c]));
+}
+template <typename T>
+__global__ void ColumnSumKernel(float* dst, const T* src, int rows, int cols) {
+  const int col = blockIdx.x * blockDim.x + threadIdx.x;
+  if (col >= cols) return;
+  float s = 0.0f;
+  for (int r = 0; r < rows; ++r) s += ToF(src[int64_t(r) * cols + col]);
+  dst[col] += s;
+}
+
+// One block per row: max, sum of exp, then loss and (softmax - onehot)*dscale.
+template <typename T>
+__global__ void CrossEntropyKernel(float* row_loss, T* dlogits, const T* logits,
+                                   const int32_t* targets, int v, float dscale) {
+  __shared__ float sh[32];
+  const int64_t off = int64_t(blockIdx.x) * v;
+  const int t = targets[blockIdx.x];
+  if (t < 0 || t >= v) {  // ignored row (ignore_index -100 or any negative)
+    if (threadIdx.x == 0) row_loss[blockIdx.x] = 0.0f;
+    if (dlogits != nullptr)
+      for (int j = threadIdx.x; j < v; j += blockDim.x) dlogits[off + j] = FromF<T>(0.0f);
+    return;
+  }
+  float mx = -INFINITY;
+  for (int j = threadIdx.x; j < v; j += blockDim.x) mx = fmaxf(mx, ToF(logits[off + j]));
+  mx = BlockReduce<true>(mx, sh);
+  float s = 0.0f;
+  for (int j = threadIdx.x; j < v; j += blockDim.x) s += expf(ToF(logits[off + j]) - mx);
+  s = BlockReduce<false>(s, sh);
+  const float lse = mx + logf(s);
+  const float xt = ToF(logits[off + t]);  // read before dlogits (may alias) is written
+  __syncthreads();
+  if (threadIdx.x == 0) row_loss[blockIdx.x] = lse - xt;
+  if (dlogits != nullptr) {
+    const float inv = 1.0f / s;
+    for (int j = threadIdx.x; j < v; j += blockDim.x) {
+      const float p = expf(ToF(logits[off + j]) - mx) * inv;
+      dlogits[off + j] = FromF<T>((p - (j == t ? 1.0f : 0.0f)) * dscale);
+    }
+  }
+}
+
+__global__ void AdamWKernel(float* param, float* m, float* v, const float* grad, bf16* out,
+                            int64_t n, float lr, float b1, float b2, float eps, float decay,
+                            float step_size, float inv_sqrt_bc2, float grad_scale) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const float g = grad[i] * grad_scale;
+    float p = param[i];
+    if (decay != 0.0f) p -= decay * p;  // decoupled, before the Adam update
+    const float mi = b1 * m[i] + (1.0f - b1) * g;
+    const float vi = b2 * v[i] + (1.0f - b2) * g * g;
+    m[i] = mi;
+    v[i] = vi;
+    p -= step_size * mi / (sqrtf(vi) * inv_sqrt_bc2 + eps);
+    param[i] = p;
+    if (out != nullptr) out[i] = __float2bfloat16(p);
+  }
+}
+
+__global__ void UnscaleCheckKernel(float* grad, int64_t n, const float* inv_scale, int32_t* found_inf) {
+  const float s = *inv_scale;
+  bool bad = false;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const float g = grad[i] * s;
+    grad[i] = g;
+    bad |= !isfinite(g);
+  }
+  if (__any_sync(0xffffffffu, bad) && (threadIdx.x & 31) == 0) *found_inf = 1;
+}
+
+__global__ void UpdateLossScaleKernel(float* scale, float* inv_scale, int32_t* tracker,
+                                      const int32_t* found_inf, float growth, float backoff,
+                                      int interval) {
+  if (*found_inf != 0) {
+    *scale *= backoff;
+    *tracker = 0;
+  } else {
+    const int t = *tracker + 1;
+    if (t >= interval) {
+      *scale *= growth;
+      *tracker = 0;
+    } else {
+      *tracker = t;
+    }
+  }
+  *inv_scale = 1.0f / *scale;
+}
+
+template <typename T>
+__global__ void SplitHeadsKernel(T* q, T* k, T* v, const T* qkv, int B, int L, int H, int nh) {
+  const int d = H / nh;
+  const int64_t total = int64_t(B) * L * H;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    // i indexes [B, L, H]; channel h*d+e goes to [b, h, l, e].
+    const int64_t b = i / (int64_t(L) * H), rem = i % (int64_t(L) * H);
+    const int l = int(rem / H), ch = int(rem % H), h = ch / d, e = ch % d;
+    const int64_t src = (b * L + l) * 3 * H + ch;
+    const int64_t dst = ((b * nh + h) * L + l) * d + e;
+    q[dst] = qkv[src];
+    k[dst] = qkv[src + H];
+    v[dst] = qkv[src + 2 * H];
+  }
+}
+template <typename T>
+__global__ void MergeHeadsKernel(T* out, const T* ctx, int B, int L, int H, int nh) {
+  const int d = H / nh;
+  const int64_t total = int64_t(B) * L * H;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t b = i / (int64_t(L) * H), rem = i % (int64_t(L) * H);
+    const int l = int(rem / H), ch = int(rem % H), h = ch / d, e = ch % d;
+    out[i] = ctx[((b * nh + h) * L + l) * d + e];
+  }
+}
+
+}  // namespace
+
+Status FloatToBf16(cudaStream_t stream, bf16* out, const float* inp, int64_t n) {
+  if (n <= 0) return OkStatus();
+  FloatToBf16Kernel<<<Blocks(n, 256), 256, 0, stream>>>(out, inp, n);
+  return Launched("FloatToBf16");
+}
+Status Bf16ToFloat(cudaStream_t stream, float* out, const bf16* inp, int64_t n) {
+  if (n <= 0) return OkStatus();
+  Bf16ToFloatKernel<<<Blocks(n, 256), 256, 0, stream>>>(out, inp, n);
+  return Launched("Bf16ToFloat");
+}
+
+template <typename T>
+Status LayerNormForward(cudaStream_t stream, T* out, float* mean, float* rstd, const T* inp,
+                        const T* gamma, const T* beta, int n, int c, float eps) {
+  if (n <= 0) return OkStatus();
+  LayerNormForwardKernel<T><<<(n + 7) / 8, 256, 0, stream>>>(out, mean, rstd, inp, gamma, beta, n, c, eps);
+  return Launched("LayerNormForward");
+}
+template <typename T>
+Status LayerNormBackward(cudaStream_t stream, T* dinp, bool accumulate, float* dgamma,
+                         float* dbeta, const T* dout, const T* inp, const T* gamma,
+                         const float* mean, const float* rstd, int n, int c) {
+  if (n <= 0) return OkStatus();
+  if (dinp != nullptr) {
+    LayerNormBackwardDinpKernel<T><<<(n + 7) / 8, 256, 0, stream>>>(dinp, accumulate, dout, inp, gamma, mean, rstd, n, c);
+    DGCA_RETURN_IF_ERROR(Launched("LayerNormBackward dinp"));
+  }
+  if (dgamma != nullptr || dbeta != nullptr) {
+    LayerNormBackwardParamKernel<T><<<(c + 127) / 128, 128, 0, stream>>>(dgamma, dbeta, dout, inp, mean, rstd, n, c);
+    DGCA_RETURN_IF_ERROR(Launched("LayerNormBackward params"));
+  }
+  return OkStatus();
+}
+
+template <typename T>
+Status GeluForward(cudaStream_t stream, T* out, const T* inp, int64_t n) {
+  if (n <= 0) return OkStatus();
+  GeluForwardKernel<T><<<Blocks(n, 256), 256, 0, stream>>>(out, inp, n);
+  return Launched("GeluForward");
+}
+template <typename T>
+Status GeluBackward(cudaStream_t stream, T* dinp, const T* inp, const T* dout, int64_t n) {
+  if (n <= 0) return OkStatus();
+  GeluBackwardKernel<T><<<Blocks(n, 256), 256, 0, stream>>>(dinp, inp, dout, n);
+  return Launched("GeluBackward");
+}
+
+template <typename T>
+Status SoftmaxRows(cudaStream_t stream, T* out, const T* inp, int rows, int cols) {
+  if (rows <= 0) return OkStatus();
+  SoftmaxKernel<T><<<rows, SoftmaxThreads(cols), 0, stream>>>(out, inp, cols, nullptr, 1);
+  return Launched("SoftmaxRows");
+}
+template <typename T>
+Status MaskedSoftmax(cudaStream_t stream, T* probs, const T* scores, const int32_t* mask, int B,
+                     int nh, int L) {
+  if (B <= 0) return OkStatus();
+  SoftmaxKernel<T><<<B * nh * L, SoftmaxThreads(L), 0, stream>>>(probs, scores, L, mask, nh * L);
+  return Launched("MaskedSoftmax");
+}
+
+template <typename T>
+Status EmbeddingForward(cudaStream_t stream, T* out, const int32_t* ids, const T* table, int n, int c) {
+  if (n <= 0) return OkStatus();
+  EmbeddingKernel<T, false><<<Blocks(int64_t(n) * c, 256), 256, 0, stream>>>(out, ids, table, n, c);
+  return Launched("EmbeddingForward");
+}
+template <typename T>
+Status EmbeddingAdd(cudaStream_t stream, T* out, const int32_t* ids, const T* table, int n, int c) {
+  if (n <= 0) return OkStatus();
+  EmbeddingKernel<T, true><<<Blocks(int64_t(n) * c, 256), 256, 0, stream>>>(out, ids, table, n, c);
+  return Launched("EmbeddingAdd");
+}
+template <typename T>
+Status EmbeddingBackward(cudaStream_t stream, float* dtable, const int32_t* ids, const T* dout,
+                         int n, int c, bool deterministic) {
+  if (n <= 0) return OkStatus();
+  if (deterministic) {
+    EmbeddingBackwardColumnKernel<T><<<(c + 127) / 128, 128, 0, stream>>>(dtable, ids, dout, n, c);
+  } else {
+    EmbeddingBackwardAtomicKernel<T><<<Blocks(int64_t(n) * c, 256), 256, 0, stream>>>(dtable, ids, dout, n, c);
+  }
+  return Launched("EmbeddingBackward");
+}
+
+template <typename T>
+Status BiasAdd(cudaStream_t stream, T* out, const T* bias, int n, int c) {
+  if (n <= 0) return OkStatus();
+  BiasAddKernel<T><<<Blocks(int64_t(n) * c, 256), 256, 0, stream>>>(out, bias, n, c);
+  return Launched("BiasAdd");
+}
+template <typename T>
+Status ColumnSumAdd(cudaStream_t stream, float* dst, const T* src, int rows, int cols) {
+  if (cols <= 0) return OkStatus();
+  ColumnSumKernel<T><<<(cols + 127) / 128, 128, 0, stream>>>(dst, src, rows, cols);
+  return Launched("ColumnSumAdd");
+}
+
+template <typename T>
+Status CrossEntropy(cudaStream_t stream, float* row_loss, T* dlogits, const T* logits,
+                    const int32_t* targets, int n, int v, float dscale) {
+  if (n <= 0) return OkStatus();
+  CrossEntropyKernel<T><<<n, 512, 0, stream>>>(row_loss, dlogits, logits, targets, v, dscale);
+  return Launched("CrossEntropy");
+}
+
+Status AdamW(cudaStream_t stream, float* param, float* m, float* v, const float* grad,
+             bf16* bf16_out, int64_t n, float lr, float beta1, float beta2, float eps,
+             float weight_decay, int64_t step, float grad_scale) {
+  if (n <= 0) return OkStatus();
+  // Bias corrections in double on the host, as model/train/optimizer.cc.
+  const double bc1 = 1.0 - std::pow(double(beta1), double(step));
+  const double bc2 = 1.0 - std::pow(double(beta2), double(step));
+  const float step_size = float(lr / bc1);
+  const float inv_sqrt_bc2 = float(1.0 / std::sqrt(bc2));
+  AdamWKernel<<<Blocks(n, 256), 256, 0, stream>>>(param, m, v, grad, bf16_out, n, lr, beta1, beta2, eps,
+                                                   lr * weight_decay, step_size, inv_sqrt_bc2, grad_scale);
+  return Launched("AdamW");
+}
+
+Status UnscaleCheck(cudaStream_t stream, float* grad, int64_t n, const float* inv_scale, int32_t* found_inf) {
+  if (n <= 0) return OkStatus();
+  UnscaleCheckKernel<<<Blocks(n, 256), 256, 0, stream>>>(grad, n, inv_scale, found_inf);
+  return Launched("UnscaleCheck");
+}
+Status UpdateLossScale(cudaStream_t stream, float* scale, float* inv_scale, int32_t* growth_tracker,
+                       const int32_t* found_inf, float growth, float backoff, int growth_interval) {
+  UpdateLossScaleKernel<<<1, 1, 0, stream>>>(scale, inv_scale, growth_tracker, found_inf, growth, backoff,
+                                             growth_interval);
+  return Launched("UpdateLossScale");
+}
+
+template <typename T>
+Status SplitHeads(cudaStream_t stream, T* q, T* k, T* v, const T* qkv, int B, int L, int H, int nh) {
+  if (B <= 0) return OkStatus();
+  SplitHeadsKernel<T><<<Blocks(int64_t(B) * L * H, 256), 256, 0, stream>>>(q, k, v, qkv, B, L, H, nh);
+  return Launched("SplitHeads");
+}
+template <typename T>
+Status MergeHeads(cudaStream_t stream, T* out, const T* ctx, int B, int L, int H, int nh) {
+  if (B <= 0) return OkStatus();
+  MergeHeadsKernel<T><<<Blocks(int64_t(B) * L * H, 256), 256, 0, stream>>>(out, ctx, B, L, H, nh);
+  return Launched("MergeHeads");
+}
+
+#define DGCA_INSTANTIATE(T)                                                                      \
+  template Status LayerNormForward<T>(cudaStream_t, T*, float*, float*, const T*, const T*,      \
+                                      const T*, int, int, float);                                \
+  template Status LayerNormBackward<T>(cudaStream_t, T*, bool, float*, float*, const T*,         \
+                                       const T*, const T*, const float*, const float*, int, int); \
+  template Status GeluForward<T>(cudaStream_t, T*, const T*, int64_t);                           \
+  template Status GeluBackward<T>(cudaStream_t, T*, const T*, const T*, int64_t);                \
+  template Status SoftmaxRows<T>(cudaStream_t, T*, const T*, int, int);                          \
+  template Status MaskedSoftmax<T>(cudaStream_t, T*, const T*, const int32_t*, int, int, int);   \
+  template Status EmbeddingForward<T>(cudaStream_t, T*, const int32_t*, const T*, int, int);     \
+  template Status EmbeddingAdd<T>(cudaStream_t, T*, const int32_t*, const T*, int, int);         \
+  template Status EmbeddingBackward<T>(cudaStream_t, float*, const int32_t*, const T*, int, int, \
+                                       bool);                                                    \
+  template Status BiasAdd<T>(cudaStream_t, T*, const T*, int, int);                              \
+  template Status ColumnSumAdd<T>(cudaStream_t, float*, const T*, int, int);                     \
+  template Status CrossEntropy<T>(cudaStream_t, float*, T*, const T*, const int32_t*, int, int,  \
+                                  float);                                                        \
+  template Status SplitHeads<T>(cudaStream_t, T*, T*, T*, const T*, int, int, int, int);         \
+  template Status MergeHeads<T>(cudaStream_t, T*, const T*, int, int, int, int);
+
+DGCA_INSTANTIATE(float)
+DGCA_INSTANTIATE(bf16)
+#undef DGCA_INSTANTIATE
+
+}  // namespace cuda
+}  // namespace dgca

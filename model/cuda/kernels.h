@@ -1,0 +1,128 @@
+// CUDA kernels of the DGCA-ReLM model, mirroring model/cpu/ops.h (same
+// argument order, shapes and semantics; see that header). Each launcher
+// enqueues on `stream` and returns the launch status (kernel faults show up
+// at the next synchronization).
+//
+// Precision: T is float or __nv_bfloat16 (activations and bf16 weight
+// copies). Arithmetic is fp32 inside every kernel; statistics (LayerNorm
+// mean/rstd), parameter gradients (dgamma, dbeta, dtable), optimizer state
+// and master weights are fp32.
+//
+// Determinism: every kernel here is bit-reproducible run to run except
+// EmbeddingBackward with deterministic=false (atomicAdd). Row reductions
+// (LayerNorm dgamma/dbeta, ColumnSumAdd, deterministic EmbeddingBackward)
+// give each column to one thread that sums the rows in order, as the CPU
+// kernels do: exact, simple, and not yet fast for many rows (a two-stage
+// split is the next step).
+//
+// Thread-safety: launchers are stateless; ordering is the stream's.
+#ifndef DGCA_MODEL_CUDA_KERNELS_H_
+#define DGCA_MODEL_CUDA_KERNELS_H_
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "model/core/status.h"
+
+namespace dgca {
+namespace cuda {
+
+using bf16 = __nv_bfloat16;
+
+// Conversions (n elements).
+Status FloatToBf16(cudaStream_t stream, bf16* out, const float* inp, int64_t n);
+Status Bf16ToFloat(cudaStream_t stream, float* out, const bf16* inp, int64_t n);
+
+// out = (inp - mean) * rstd * gamma + beta per row of c; mean, rstd [n] fp32.
+template <typename T>
+Status LayerNormForward(cudaStream_t stream, T* out, float* mean, float* rstd, const T* inp,
+                        const T* gamma, const T* beta, int n, int c, float eps);
+// dinp (= or += when accumulate); dgamma, dbeta += (fp32; may be null).
+template <typename T>
+Status LayerNormBackward(cudaStream_t stream, T* dinp, bool accumulate, float* dgamma,
+                         float* dbeta, const T* dout, const T* inp, const T* gamma,
+                         const float* mean, const float* rstd, int n, int c);
+
+// Exact erf GELU (BERT's), not the tanh form of cuBLASLt's GELU epilogue.
+template <typename T>
+Status GeluForward(cudaStream_t stream, T* out, const T* inp, int64_t n);
+// dinp = dout * gelu'(inp); dinp may alias dout.
+template <typename T>
+Status GeluBackward(cudaStream_t stream, T* dinp, const T* inp, const T* dout, int64_t n);
+
+// Stable softmax of each row; out may alias inp.
+template <typename T>
+Status SoftmaxRows(cudaStream_t stream, T* out, const T* inp, int rows, int cols);
+
+// Attention softmax: rows of `scores` [B, nh, L, L] (already scaled),
+// key j of batch b masked when mask[b*L+j] == 0 (probability exactly 0;
+// an all-masked row gets all zeros, as cpu::AttentionForward). In place ok.
+template <typename T>
+Status MaskedSoftmax(cudaStream_t stream, T* probs, const T* scores, const int32_t* mask, int B,
+                     int nh, int L);
+
+// out[i,:] = table[ids[i],:] (ids in range: the caller checks).
+template <typename T>
+Status EmbeddingForward(cudaStream_t stream, T* out, const int32_t* ids, const T* table, int n,
+                        int c);
+// out[i,:] += table[ids[i],:].
+template <typename T>
+Status EmbeddingAdd(cudaStream_t stream, T* out, const int32_t* ids, const T* table, int n, int c);
+// dtable[ids[i],:] += dout[i,:] for ids[i] >= 0. deterministic: each column
+// walks the rows in order (bitwise equal to the CPU kernel); otherwise
+// atomicAdd (faster, order-dependent rounding).
+template <typename T>
+Status EmbeddingBackward(cudaStream_t stream, float* dtable, const int32_t* ids, const T* dout,
+                         int n, int c, bool deterministic);
+
+// out[n,c] += bias[c].
+template <typename T>
+Status BiasAdd(cudaStream_t stream, T* out, const T* bias, int n, int c);
+// dst[c] += sum over rows of src[r*cols+c] (fp32, rows in order).
+template <typename T>
+Status ColumnSumAdd(cudaStream_t stream, float* dst, const T* src, int rows, int cols);
+
+// Cross-entropy of logits [n,v] (the gathered rows: target slots or MFT
+// positions) against targets [n]; ignore_index -100 and any negative
+// target give loss 0 and dlogits 0. row_loss [n] gets -log softmax[t]
+// (fp32); dlogits (may be null; may alias logits) gets
+// (softmax - onehot(t)) * dscale for counted rows.
+template <typename T>
+Status CrossEntropy(cudaStream_t stream, float* row_loss, T* dlogits, const T* logits,
+                    const int32_t* targets, int n, int v, float dscale);
+
+// AdamW (PyTorch semantics, as model/train/optimizer.cc) on fp32 master
+// weights over n elements: grad is multiplied by grad_scale first (1/loss
+// scale for fp16); decay = lr*wd applied before the update; `step` is the
+// 1-based step after increment. bf16_out (may be null) gets the updated
+// weights rounded to bf16 (the copy the forward reads).
+Status AdamW(cudaStream_t stream, float* param, float* m, float* v, const float* grad,
+             bf16* bf16_out, int64_t n, float lr, float beta1, float beta2, float eps,
+             float weight_decay, int64_t step, float grad_scale);
+
+// fp16 dynamic loss scaling, as torch.cuda.amp.GradScaler:
+// UnscaleCheck: grad *= inv_scale in place; *found_inf = 1 if any result is
+// inf or nan (found_inf is only ever set, never cleared: zero it per step).
+Status UnscaleCheck(cudaStream_t stream, float* grad, int64_t n, const float* inv_scale,
+                    int32_t* found_inf);
+// One-thread update: on found_inf, scale *= backoff and growth_tracker = 0;
+// else ++growth_tracker and at growth_interval scale *= growth and the
+// tracker resets. inv_scale = 1/scale.
+Status UpdateLossScale(cudaStream_t stream, float* scale, float* inv_scale,
+                       int32_t* growth_tracker, const int32_t* found_inf, float growth,
+                       float backoff, int growth_interval);
+
+// Attention layout helpers. qkv [B,L,3H] -> q,k,v each [B,nh,L,d].
+template <typename T>
+Status SplitHeads(cudaStream_t stream, T* q, T* k, T* v, const T* qkv, int B, int L, int H,
+                  int nh);
+// ctx [B,nh,L,d] -> out [B,L,H].
+template <typename T>
+Status MergeHeads(cudaStream_t stream, T* out, const T* ctx, int B, int L, int H, int nh);
+
+}  // namespace cuda
+}  // namespace dgca
+
+#endif  // DGCA_MODEL_CUDA_KERNELS_H_

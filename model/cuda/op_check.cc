@@ -1,0 +1,557 @@
+#include "model/cuda/op_check.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <utility>
+
+#include "model/cpu/ops.h"
+#include "model/cuda/attention.h"
+#include "model/cuda/kernels.h"
+
+namespace dgca {
+namespace cuda {
+
+double MaxRelErr(const std::vector<float>& got, const std::vector<float>& want) {
+  if (got.size() != want.size()) return std::numeric_limits<double>::infinity();
+  double max_diff = 0.0, max_ref = 0.0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (!std::isfinite(got[i]) || !std::isfinite(want[i])) return std::numeric_limits<double>::infinity();
+    max_diff = std::max(max_diff, std::fabs(double(got[i]) - double(want[i])));
+    max_ref = std::max(max_ref, std::fabs(double(want[i])));
+  }
+  return max_diff / std::max(max_ref, 1e-30);
+}
+
+namespace {
+
+using Rng = std::mt19937_64;
+using Bytes = DeviceArray<uint8_t>;
+using Rows = std::vector<CheckRow>;
+
+template <typename T> constexpr DType kDT = DType::kF32;
+template <> constexpr DType kDT<bf16> = DType::kBF16;
+template <> constexpr DType kDT<__half> = DType::kF16;
+
+double Tol(DType t) { return t == DType::kF32 ? kF32Tol : t == DType::kBF16 ? kBf16Tol : kF16Tol; }
+size_t Size(DType t) { return t == DType::kF32 ? 4 : 2; }
+
+float Round(DType t, float x) {
+  if (t == DType::kBF16) return __bfloat162float(__float2bfloat16(x));
+  if (t == DType::kF16) return __half2float(__float2half(x));
+  return x;
+}
+std::vector<float> Round(DType t, std::vector<float> v) {
+  for (float& x : v) x = Round(t, x);
+  return v;
+}
+std::vector<float> Rand(size_t n, Rng* rng, float lo = -1.0f, float hi = 1.0f) {
+  std::uniform_real_distribution<float> u(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = u(*rng);
+  return v;
+}
+std::vector<int32_t> RandIds(size_t n, Rng* rng, int lo, int hi) {
+  std::uniform_int_distribution<int> u(lo, hi - 1);
+  std::vector<int32_t> v(n);
+  for (int32_t& x : v) x = u(*rng);
+  return v;
+}
+
+StatusOr<Bytes> Up(DType t, const std::vector<float>& v) {
+  std::vector<uint8_t> raw(v.size() * Size(t));
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (t == DType::kF32) {
+      std::memcpy(&raw[4 * i], &v[i], 4);
+    } else if (t == DType::kBF16) {
+      bf16 b = __float2bfloat16(v[i]);
+      std::memcpy(&raw[2 * i], &b, 2);
+    } else {
+      __half h = __float2half(v[i]);
+      std::memcpy(&raw[2 * i], &h, 2);
+    }
+  }
+  Bytes d;
+  DGCA_RETURN_IF_ERROR(d.Upload(raw));
+  return d;
+}
+StatusOr<DeviceArray<int32_t>> UpInts(const std::vector<int32_t>& v) {
+  DeviceArray<int32_t> d;
+  DGCA_RETURN_IF_ERROR(d.Upload(v));
+  return d;
+}
+StatusOr<Bytes> Poisoned(DType t, size_t n) {
+  Bytes d;
+  DGCA_RETURN_IF_ERROR(d.Allocate(n * Size(t)));
+  DGCA_RETURN_IF_ERROR(d.Poison());
+  return d;
+}
+StatusOr<std::vector<float>> Down(DType t, const Bytes& d) {
+  std::vector<uint8_t> raw;
+  DGCA_RETURN_IF_ERROR(d.Download(&raw));
+  std::vector<float> v(raw.size() / Size(t));
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (t == DType::kF32) {
+      std::memcpy(&v[i], &raw[4 * i], 4);
+    } else if (t == DType::kBF16) {
+      bf16 b;
+      std::memcpy(&b, &raw[2 * i], 2);
+      v[i] = __bfloat162float(b);
+    } else {
+      __half h;
+      std::memcpy(&h, &raw[2 * i], 2);
+      v[i] = __half2float(h);
+    }
+  }
+  return v;
+}
+template <typename T> T* P(const Bytes& b) { return reinterpret_cast<T*>(b.get()); }
+float* F(const Bytes& b) { return reinterpret_cast<float*>(b.get()); }
+
+// Uploads and poisons go through the legacy default stream; the context's
+// stream is non-blocking, so wait for them before launching.
+Status SyncDevice() { return CudaStatus(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); }
+
+void Add(Rows* rows, const std::string& op, DType t, const std::vector<float>& got,
+         const std::vector<float>& want, double tol) {
+  rows->push_back(CheckRow{op, DTypeName(t), MaxRelErr(got, want), tol});
+}
+
+// ---------------------------------------------------------------- GEMM
+struct GemmCase {
+  const char* name;
+  bool ta, tb;
+  int M, N, K;
+  bool bias;
+  DType in, out;
+  int batch;
+};
+
+Status CheckGemm(const GemmCase& c, const CudaContext& ctx, GemmRunner* gemm, Rng* rng, Rows* rows) {
+  const int64_t a_rows = c.ta ? c.K : c.M, a_cols = c.ta ? c.M : c.K;
+  const int64_t b_rows = c.tb ? c.N : c.K, b_cols = c.tb ? c.K : c.N;
+  const int64_t sa = a_rows * a_cols, sb = b_rows * b_cols, sc = int64_t(c.M) * c.N;
+  std::vector<float> A = Round(c.in, Rand(sa * c.batch, rng));
+  std::vector<float> B = Round(c.in, Rand(sb * c.batch, rng));
+  std::vector<float> bias = Round(c.out, Rand(c.N, rng));
+  DGCA_ASSIGN_OR_RETURN(Bytes dA, Up(c.in, A));
+  DGCA_ASSIGN_OR_RETURN(Bytes dB, Up(c.in, B));
+  DGCA_ASSIGN_OR_RETURN(Bytes dbias, Up(c.out, bias));
+  DGCA_ASSIGN_OR_RETURN(Bytes dC, Poisoned(c.out, sc * c.batch));
+  DGCA_RETURN_IF_ERROR(SyncDevice());
+  GemmArgs g;
+  g.trans_a = c.ta; g.trans_b = c.tb;
+  g.M = c.M; g.N = c.N; g.K = c.K;
+  g.A = dA.get(); g.lda = a_cols; g.B = dB.get(); g.ldb = b_cols; g.C = dC.get(); g.ldc = c.N;
+  g.in_type = c.in; g.out_type = c.out;
+  g.bias = c.bias ? dbias.get() : nullptr;
+  g.batch = c.batch; g.stride_a = sa; g.stride_b = sb; g.stride_c = sc;
+  DGCA_RETURN_IF_ERROR(gemm->Run(g));
+  DGCA_RETURN_IF_ERROR(ctx.Synchronize());
+  DGCA_ASSIGN_OR_RETURN(std::vector<float> got, Down(c.out, dC));
+  std::vector<float> want(sc * c.batch);
+  cpu::Context cc;
+  for (int b = 0; b < c.batch; ++b) {
+    cpu::Gemm(cc, c.ta, c.tb, c.M, c.N, c.K, 1.0f, A.data() + b * sa, int(a_cols), B.data() + b * sb,
+              int(b_cols), 0.0f, want.data() + b * sc, c.N);
+    if (c.bias) {
+      for (int i = 0; i < c.M; ++i)
+        for (int j = 0; j < c.N; ++j) want[b * sc + int64_t(i) * c.N + j] += bias[j];
+    }
+  }
+  std::string name = std::string(c.name) + " " + std::to_string(c.M) + "x" + std::to_string(c.N) + "x" +
+                     std::to_string(c.K) + (c.batch > 1 ? " x" + std::to_string(c.batch) : "") + " ->" +
+                     DTypeName(c.out);
+  // Tolerance of the coarser of input and output precision.
+  Add(rows, name, c.in, got, want, std::max(Tol(c.in), Tol(c.out)));
+  return OkStatus();
+}
+
+// ---------------------------------------------------------------- LayerNorm
+template <typename T>
+Status CheckLayerNorm(const CudaContext& ctx, GemmRunner*, Rng* rng, Rows* rows) {
+  const DType t = kDT<T>;
+  const int n = 37, c = 200;
+  const float eps = 1e-12f;
+  std::vector<float> x = Round(t, Rand(size_t(n) * c, rng, -2.0f, 3.0f));
+  std::vector<float> gamma = Round(t, Rand(c, rng, 0.5f, 1.5f));
+  std::vector<float> beta = Round(t, Rand(c, rng, -0.5f, 0.5f));
+  std::vector<float> dout = Round(t, Rand(size_t(n) * c, rng));
+  std::vector<float> dgamma0 = Rand(c, rng), dbeta0 = Rand(c, rng);
+  cpu::Context cc;
+  std::vector<float> out(size_t(n) * c), mean(n), rstd(n), dinp(size_t(n) * c);
+  std::vector<float> dgamma = dgamma0, dbeta = dbeta0;
+  cpu::LayerNormForward(cc, out.data(), mean.data(), rstd.data(), x.data(), gamma.data(), beta.data(), n, c, eps);
+  cpu::LayerNormBackward(cc, dinp.data(), false, dgamma.data(), dbeta.data(), dout.data(), x.data(), gamma.data(),
+                         mean.data(), rstd.data(), n, c);
+  DGCA_ASSIGN_OR_RETURN(Bytes dx, Up(t, x));
+  DGCA_ASSIGN_OR_RETURN(Bytes dg, Up(t, gamma));
+  DGCA_ASSIGN_OR_RETURN(Bytes db, Up(t, beta));
+  DGCA_ASSIGN_OR_RETURN(Bytes ddout, Up(t, dout));
+  DGCA_ASSIGN_OR_RETURN(Bytes dmean_ref, Up(DType::kF32, mean));
+  DGCA_ASSIGN_OR_RETURN(Bytes drstd_ref, Up(DType::kF32, rstd));
+  DGCA_ASSIGN_OR_RETURN(Bytes ddg, Up(DType::kF32, dgamma0));
+  DGCA_ASSIGN_OR_RETURN(Bytes ddb, Up(DType::kF32, dbeta0));
+  DGCA_ASSIGN_OR_RETURN(Bytes dout_fwd, Poisoned(t, size_t(n) * c));
+  DGCA_ASSIGN_OR_RETURN(Bytes dmean, Poisoned(DType::kF32, n));
+  DGCA_ASSIGN_OR_RETURN(Bytes drstd, Poisoned(DType::kF32, n));
+  DGCA_ASSIGN_OR_RETURN(Bytes ddinp, Poisoned(t, size_t(n) * c));
+  DGCA_RETURN_IF_ERROR(SyncDevice());
+  DGCA_RETURN_IF_ERROR(LayerNormForward<T>(ctx.stream(), P<T>(dout_fwd), F(dmean), F(drstd), P<T>(dx), P<T>(dg),
+                                           P<T>(db), n, c, eps));
+  // The backward reads the reference statistics so its check is independent
+  // of the forward's.
+  DGCA_RETURN_IF_ERROR(LayerNormBackward<T>(ctx.stream(), P<T>(ddinp), false, F(ddg), F(ddb), P<T>(ddout), P<T>(dx),
+                                            P<T>(dg), F(dmean_ref), F(drstd_ref), n, c));
+  DGCA_RETURN_IF_ERROR(ctx.Synchronize());
+  const double tol = Tol(t);
+  DGCA_ASSIGN_OR_RETURN(auto g_out, Down(t, dout_fwd));
+  DGCA_ASSIGN_OR_RETURN(auto g_mean, Down(DType::kF32, dmean));
+  DGCA_ASSIGN_OR_RETURN(auto g_rstd, Down(DType::kF32, drstd));
+  DGCA_ASSIGN_OR_RETURN(auto g_dinp, Down(t, ddinp));
+  DGCA_ASSIGN_OR_RETURN(auto g_dg, Down(DType::kF32, ddg));
+  DGCA_ASSIGN_OR_RETURN(auto g_db, Down(DType::kF32, ddb));
+  Add(rows, "layernorm_fwd.out", t, g_out, out, tol);
+  Add(rows, "layernorm_fwd.mean", t, g_mean, mean, kF32Tol);
+  Add(rows, "layernorm_fwd.rstd", t, g_rstd, rstd, kF32Tol);
+  Add(rows, "layernorm_bwd.dinp", t, g_dinp, dinp, tol);
+  Add(rows, "layernorm_bwd.dgamma", t, g_dg, dgamma, kF32Tol);
+  Add(rows, "layernorm_bwd.dbeta", t, g_db, dbeta, kF32Tol);
+  return OkStatus();
+}
+
+// ---------------------------------------------------------------- GELU
+template <typename T>
+Status CheckGelu(const CudaContext& ctx, GemmRunner*, Rng* rng, Rows* rows) {
+  const DType t = kDT<T>;
+  const int64_t n = 10007;
+  std::vector<float> x = Round(t, Rand(n, rng, -4.0f, 4.0f)), dout = Round(t, Rand(n, rng));
+  cpu::Context cc;
+  std::vector<float> out(n), dinp(n);
+  cpu::GeluForward(cc, out.data(), x.data(), n);
+  cpu::GeluBackward(cc, dinp.data(), x.data(), dout.data(), n);
+  DGCA_ASSIGN_OR_RETURN(Bytes dx, Up(t, x));
+  DGCA_ASSIGN_OR_RETURN(Bytes dd, Up(t, dout));
+  DGCA_ASSIGN_OR_RETURN(Bytes dout_fwd, Poisoned(t, n));
+  DGCA_ASSIGN_OR_RETURN(Bytes ddinp, Poisoned(t, n));
+  DGCA_RETURN_IF_ERROR(SyncDevice());
+  DGCA_RETURN_IF_ERROR(GeluForward<T>(ctx.stream(), P<T>(dout_fwd), P<T>(dx), n));
+  DGCA_RETURN_IF_ERROR(GeluBackward<T>(ctx.stream(), P<T>(ddinp), P<T>(dx), P<T>(dd), n));
+  DGCA_RETURN_IF_ERROR(ctx.Synchronize());
+  DGCA_ASSIGN_OR_RETURN(auto g_out, Down(t, dout_fwd));
+  DGCA_ASSIGN_OR_RETURN(auto g_dinp, Down(t, ddinp));
+  Add(rows, "gelu_fwd", t, g_out, out, Tol(t));
+  Add(rows, "gelu_bwd", t, g_dinp, dinp, Tol(t));
+  return OkStatus();
+}
+
+// ---------------------------------------------------------------- softmax
+template <typename T>
+Status CheckSoftmax(const CudaContext& ctx, GemmRunner*, Rng* rng, Rows* rows) {
+  const DType t = kDT<T>;
+  for (int cols : {300, 1000}) {
+    const int r = 33;
+    std::vector<float> x = Round(t, Rand(size_t(r) * cols, rng, -5.0f, 5.0f));
+    std::vector<float> want(x.size());
+    cpu::Context cc;
+    cpu::SoftmaxRows(cc, want.data(), x.data(), r, cols);
+    DGCA_ASSIGN_OR_RETURN(Bytes dx, Up(t, x));
+    DGCA_ASSIGN_OR_RETURN(Bytes dy, Poisoned(t, x.size()));
+    DGCA_RETURN_IF_ERROR(SyncDevice());
+    DGCA_RETURN_IF_ERROR(SoftmaxRows<T>(ctx.stream(), P<T>(dy), P<T>(dx), r, cols));
+    DGCA_RETURN_IF_ERROR(ctx.Synchronize());
+    DGCA_ASSIGN_OR_RETURN(auto got, Down(t, dy));
+    Add(rows, "softmax_rows cols=" + std::to_string(cols), t, got, want, Tol(t));
+  }
+  return OkStatus();
+}
+
+// ---------------------------------------------------------------- attention
+template <typename T>
+Status CheckAttention(const CudaContext& ctx, GemmRunner* gemm, Rng* rng, Rows* rows) {
+  const DType t = kDT<T>;
+  const int B = 2, L = 40, H = 64, nh = 4;
+  std::vector<float> qkv = Round(t, Rand(size_t(B) * L * 3 * H, rng, -1.5f, 1.5f));
+  std::vector<int32_t> mask(size_t(B) * L, 1);
+  std::uniform_int_distribution<int> len(L / 2, L - 1);
+  const int real = len(*rng);
+  for (int j = real; j < L; ++j) mask[L + j] = 0;  // batch 1 padded
+  std::vector<float> out(size_t(B) * L * H), probs(size_t(B) * nh * L * L);
+  cpu::Context cc;
+  cpu::AttentionForward(cc, out.data(), probs.data(), qkv.data(), mask.data(), B, L, H, nh);
+  DGCA_ASSIGN_OR_RETURN(Bytes dqkv, Up(t, qkv));
+  DGCA_ASSIGN_OR_RETURN(DeviceArray<int32_t> dmask, UpInts(mask));
+  DGCA_ASSIGN_OR_RETURN(Bytes dout, Poisoned(t, out.size()));
+  DGCA_ASSIGN_OR_RETURN(Bytes dprobs, Poisoned(t, probs.size()));
+  DGCA_ASSIGN_OR_RETURN(Bytes scratch, Poisoned(t, AttentionScratchElems(B, L, H)));
+  DGCA_RETURN_IF_ERROR(SyncDevice());
+  DGCA_RETURN_IF_ERROR(AttentionForward<T>(ctx, gemm, P<T>(dout), P<T>(dprobs), P<T>(dqkv), dmask.get(), B, L, H,
+                                           nh, P<T>(scratch)));
+  DGCA_RETURN_IF_ERROR(ctx.Synchronize());
+  DGCA_ASSIGN_OR_RETURN(auto g_out, Down(t, dout));
+  DGCA_ASSIGN_OR_RETURN(auto g_probs, Down(t, dprobs));
+  const double tol = t == DType::kF32 ? kF32Tol : kAttnBf16Tol;
+  Add(rows, "attention_fwd.out", t, g_out, out, tol);
+  Add(rows, "attention_fwd.probs", t, g_probs, probs, tol);
+  return OkStatus();
+}
+
+// ---------------------------------------------------------------- embedding
+template <typename T>
+Status CheckEmbedding(const CudaContext& ctx, GemmRunner*, Rng* rng, Rows* rows) {
+  const DType t = kDT<T>;
+  const int V = 50, c = 96, n = 77;
+  std::vector<float> table = Round(t, Rand(size_t(V) * c, rng));
+  std::vector<float> base = Round(t, Rand(size_t(n) * c, rng));
+  std::vector<float> dout = Round(t, Rand(size_t(n) * c, rng));
+  std::vector<float> dtable0 = Rand(size_t(V) * c, rng);
+  std::vector<int32_t> ids = RandIds(n, rng, 0, V);     // duplicates: 77 draws of 50
+  std::vector<int32_t> bids = ids;
+  for (int i = 0; i < n; i += 7) bids[i] = -1;        // skipped rows in the backward
+  cpu::Context cc;
+  std::vector<float> fwd(size_t(n) * c), add = base, dtable = dtable0;
+  cpu::EmbeddingForward(cc, fwd.data(), ids.data(), table.data(), n, c);
+  cpu::EmbeddingAdd(cc, add.data(), ids.data(), table.data(), n, c);
+  cpu::EmbeddingBackward(cc, dtable.data(), bids.data(), dout.data(), n, c);
+  DGCA_ASSIGN_OR_RETURN(Bytes dtab, Up(t, table));
+  DGCA_ASSIGN_OR_RETURN(Bytes dadd, Up(t, base));
+  DGCA_ASSIGN_OR_RETURN(Bytes ddout, Up(t, dout));
+  DGCA_ASSIGN_OR_RETURN(Bytes ddt_det, Up(DType::kF32, dtable0));
+  DGCA_ASSIGN_OR_RETURN(Bytes ddt_atomic, Up(DType::kF32, dtable0));
+  DGCA_ASSIGN_OR_RETURN(DeviceArray<int32_t> dids, UpInts(ids));
+  DGCA_ASSIGN_OR_RETURN(DeviceArray<int32_t> dbids, UpInts(bids));
+  DGCA_ASSIGN_OR_RETURN(Bytes dfwd, Poisoned(t, fwd.size()));
+  DGCA_RETURN_IF_ERROR(SyncDevice());
+  DGCA_RETURN_IF_ERROR(EmbeddingForward<T>(ctx.stream(), P<T>(dfwd), dids.get(), P<T>(dtab), n, c));
+  DGCA_RETURN_IF_ERROR(EmbeddingAdd<T>(ctx.stream(), P<T>(dadd), dids.get(), P<T>(dtab), n, c));
+  DGCA_RETURN_IF_ERROR(EmbeddingBackward<T>(ctx.stream(), F(ddt_det), dbids.get(), P<T>(ddout), n, c, true));
+  DGCA_RETURN_IF_ERROR(EmbeddingBackward<T>(ctx.stream(), F(ddt_atomic), dbids.get(), P<T>(ddout), n, c, false));
+  DGCA_RETURN_IF_ERROR(ctx.Synchronize());
+  DGCA_ASSIGN_OR_RETURN(auto g_fwd, Down(t, dfwd));
+  DGCA_ASSIGN_OR_RETURN(auto g_add, Down(t, dadd));
+  DGCA_ASSIGN_OR_RETURN(auto g_det, Down(DType::kF32, ddt_det));
+  DGCA_ASSIGN_OR_RETURN(auto g_atomic, Down(DType::kF32, ddt_atomic));
+  Add(rows, "embedding_fwd", t, g_fwd, fwd, Tol(t));
+  Add(rows, "embedding_add", t, g_add, add, Tol(t));
+  // The deterministic backward sums in the CPU's order: bitwise equal.
+  Add(rows, "embedding_bwd deterministic (exact)", t, g_det, dtable, 0.0);
+  Add(rows, "embedding_bwd atomic", t, g_atomic, dtable, kF32Tol);
+  return OkStatus();
+}
+
+// ---------------------------------------------------------------- bias
+template <typename T>
+Status CheckBias(const CudaContext& ctx, GemmRunner*, Rng* rng, Rows* rows) {
+  const DType t = kDT<T>;
+  const int n = 53, c = 130;
+  std::vector<float> x = Round(t, Rand(size_t(n) * c, rng)), bias = Round(t, Rand(c, rng));
+  std::vector<float> dst0 = Rand(c, rng);
+  std::vector<float> want = x, colsum = dst0;
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j < c; ++j) want[size_t(i) * c + j] += bias[j];
+  cpu::Context cc;
+  cpu::ColumnSumAdd(cc, colsum.data(), x.data(), n, c);
+  DGCA_ASSIGN_OR_RETURN(Bytes dx, Up(t, x));
+  DGCA_ASSIGN_OR_RETURN(Bytes dsrc, Up(t, x));
+  DGCA_ASSIGN_OR_RETURN(Bytes db, Up(t, bias));
+  DGCA_ASSIGN_OR_RETURN(Bytes ddst, Up(DType::kF32, dst0));
+  DGCA_RETURN_IF_ERROR(SyncDevice());
+  DGCA_RETURN_IF_ERROR(BiasAdd<T>(ctx.stream(), P<T>(dx), P<T>(db), n, c));
+  DGCA_RETURN_IF_ERROR(ColumnSumAdd<T>(ctx.stream(), F(ddst), P<T>(dsrc), n, c));
+  DGCA_RETURN_IF_ERROR(ctx.Synchronize());
+  DGCA_ASSIGN_OR_RETURN(auto g_x, Down(t, dx));
+  DGCA_ASSIGN_OR_RETURN(auto g_cs, Down(DType::kF32, ddst));
+  Add(rows, "bias_add", t, g_x, want, Tol(t));
+  Add(rows, "column_sum_add", t, g_cs, colsum, kF32Tol);
+  return OkStatus();
+}
+
+// ---------------------------------------------------------------- cross-entropy
+template <typename T>
+Status CheckCrossEntropy(const CudaContext& ctx, GemmRunner*, Rng* rng, Rows* rows) {
+  const DType t = kDT<T>;
+  const int n = 20, v = 1000;
+  const float dscale = 1.0f / 16;
+  std::vector<float> logits = Round(t, Rand(size_t(n) * v, rng, -6.0f, 6.0f));
+  std::vector<int32_t> targets = RandIds(n, rng, 0, v);
+  for (int i = 1; i < n; i += 5) targets[i] = -100;
+  cpu::Context cc;
+  std::vector<float> dlogits(logits.size()), row_loss(n);
+  cpu::CrossEntropy(cc, dlogits.data(), logits.data(), targets.data(), n, v, dscale, nullptr);
+  for (int i = 0; i < n; ++i) {
+    row_loss[i] = static_cast<float>(
+        cpu::CrossEntropy(cc, nullptr, logits.data() + size_t(i) * v, targets.data() + i, 1, v, 1.0f, nullptr));
+  }
+  DGCA_ASSIGN_OR_RETURN(Bytes dl, Up(t, logits));
+  DGCA_ASSIGN_OR_RETURN(DeviceArray<int32_t> dt, UpInts(targets));
+  DGCA_ASSIGN_OR_RETURN(Bytes dloss, Poisoned(DType::kF32, n));
+  DGCA_ASSIGN_OR_RETURN(Bytes dgrad, Poisoned(t, logits.size()));
+  DGCA_RETURN_IF_ERROR(SyncDevice());
+  DGCA_RETURN_IF_ERROR(CrossEntropy<T>(ctx.stream(), F(dloss), P<T>(dgrad), P<T>(dl), dt.get(), n, v, dscale));
+  DGCA_RETURN_IF_ERROR(ctx.Synchronize());
+  DGCA_ASSIGN_OR_RETURN(auto g_loss, Down(DType::kF32, dloss));
+  DGCA_ASSIGN_OR_RETURN(auto g_grad, Down(t, dgrad));
+  // Losses are computed in fp32 from the (rounded) logits: fp32 tolerance.
+  Add(rows, "cross_entropy.loss", t, g_loss, row_loss, kF32Tol);
+  Add(rows, "cross_entropy.dlogits", t, g_grad, dlogits, Tol(t));
+  return OkStatus();
+}
+
+// ---------------------------------------------------------------- AdamW
+Status CheckAdamW(const CudaContext& ctx, GemmRunner*, Rng* rng, Rows* rows) {
+  const int64_t n = 5000;
+  const float lr = 1e-3f, b1 = 0.9f, b2 = 0.999f, eps = 1e-8f, wd = 0.01f, grad_scale = 0.5f;
+  const int64_t step = 3;
+  std::vector<float> p = Rand(n, rng), m = Rand(n, rng, -0.1f, 0.1f), v = Rand(n, rng, 0.0f, 0.01f);
+  std::vector<float> g = Rand(n, rng, -2.0f, 2.0f);
+  DGCA_ASSIGN_OR_RETURN(Bytes dp, Up(DType::kF32, p));
+  DGCA_ASSIGN_OR_RETURN(Bytes dm, Up(DType::kF32, m));
+  DGCA_ASSIGN_OR_RETURN(Bytes dv, Up(DType::kF32, v));
+  DGCA_ASSIGN_OR_RETURN(Bytes dg, Up(DType::kF32, g));
+  DGCA_ASSIGN_OR_RETURN(Bytes dcopy, Poisoned(DType::kBF16, n));
+  // Reference: model/train/optimizer.cc AdamW::Step with the grad scaled.
+  const double bc1 = 1.0 - std::pow(double(b1), double(step));
+  const double bc2 = 1.0 - std::pow(double(b2), double(step));
+  const float step_size = float(lr / bc1), inv_sqrt_bc2 = float(1.0 / std::sqrt(bc2));
+  std::vector<float> copy(n);
+  for (int64_t j = 0; j < n; ++j) {
+    const float gj = g[j] * grad_scale;
+    p[j] -= lr * wd * p[j];
+    m[j] = b1 * m[j] + (1.0f - b1) * gj;
+    v[j] = b2 * v[j] + (1.0f - b2) * gj * gj;
+    p[j] -= step_size * m[j] / (std::sqrt(v[j]) * inv_sqrt_bc2 + eps);
+    copy[j] = Round(DType::kBF16, p[j]);
+  }
+  DGCA_RETURN_IF_ERROR(SyncDevice());
+  DGCA_RETURN_IF_ERROR(AdamW(ctx.stream(), F(dp), F(dm), F(dv), F(dg), P<bf16>(dcopy), n, lr, b1, b2, eps, wd, step,
+                             grad_scale));
+  DGCA_RETURN_IF_ERROR(ctx.Synchronize());
+  DGCA_ASSIGN_OR_RETURN(auto gp, Down(DType::kF32, dp));
+  DGCA_ASSIGN_OR_RETURN(auto gm, Down(DType::kF32, dm));
+  DGCA_ASSIGN_OR_RETURN(auto gv, Down(DType::kF32, dv));
+  DGCA_ASSIGN_OR_RETURN(auto gc, Down(DType::kBF16, dcopy));
+  Add(rows, "adamw.param", DType::kF32, gp, p, kF32Tol);
+  Add(rows, "adamw.m", DType::kF32, gm, m, kF32Tol);
+  Add(rows, "adamw.v", DType::kF32, gv, v, kF32Tol);
+  Add(rows, "adamw.bf16_copy", DType::kBF16, gc, copy, kBf16Tol);
+  return OkStatus();
+}
+
+// ---------------------------------------------------------------- loss scaler
+Status CheckLossScale(const CudaContext& ctx, GemmRunner*, Rng* rng, Rows* rows) {
+  const int64_t n = 3000;
+  const float scale0 = 65536.0f;
+  std::vector<float> g = Rand(n, rng, -1000.0f, 1000.0f);
+  std::vector<float> want(n);
+  for (int64_t i = 0; i < n; ++i) want[i] = g[i] * (1.0f / scale0);
+  DGCA_ASSIGN_OR_RETURN(Bytes dg, Up(DType::kF32, g));
+  std::vector<float> bad = g;
+  std::uniform_int_distribution<int64_t> pick(0, n - 1);
+  bad[pick(*rng)] = std::numeric_limits<float>::infinity();
+  DGCA_ASSIGN_OR_RETURN(Bytes dbad, Up(DType::kF32, bad));
+  DGCA_ASSIGN_OR_RETURN(Bytes dscale, Up(DType::kF32, {scale0}));
+  DGCA_ASSIGN_OR_RETURN(Bytes dinv, Up(DType::kF32, {1.0f / scale0}));
+  DGCA_ASSIGN_OR_RETURN(DeviceArray<int32_t> found_ok, UpInts({0}));
+  DGCA_ASSIGN_OR_RETURN(DeviceArray<int32_t> found_bad, UpInts({0}));
+  DGCA_RETURN_IF_ERROR(SyncDevice());
+  DGCA_RETURN_IF_ERROR(UnscaleCheck(ctx.stream(), F(dg), n, F(dinv), found_ok.get()));
+  DGCA_RETURN_IF_ERROR(UnscaleCheck(ctx.stream(), F(dbad), n, F(dinv), found_bad.get()));
+  DGCA_RETURN_IF_ERROR(ctx.Synchronize());
+  DGCA_ASSIGN_OR_RETURN(auto gg, Down(DType::kF32, dg));
+  std::vector<int32_t> fo, fb;
+  DGCA_RETURN_IF_ERROR(found_ok.Download(&fo));
+  DGCA_RETURN_IF_ERROR(found_bad.Download(&fb));
+  const double inf = std::numeric_limits<double>::infinity();
+  Add(rows, "loss_scale.unscale", DType::kF32, gg, want, kF32Tol);
+  rows->push_back(CheckRow{"loss_scale.found_inf (finite grads -> 0)", "fp32", fo[0] == 0 ? 0.0 : inf, 0.0});
+  rows->push_back(CheckRow{"loss_scale.found_inf (one inf -> 1)", "fp32", fb[0] == 1 ? 0.0 : inf, 0.0});
+
+  // Scale updates: growth 2 every 2 clean steps, backoff 0.5 on overflow.
+  const int interval = 2;
+  const std::vector<int32_t> pattern = {0, 0, 1, 0, 0, 0, 1};
+  float s = scale0;
+  int tracker = 0;
+  std::vector<float> want_scale, got_scale;
+  DGCA_ASSIGN_OR_RETURN(DeviceArray<int32_t> dtracker, UpInts({0}));
+  for (int32_t f : pattern) {
+    if (f) { s *= 0.5f; tracker = 0; } else if (++tracker >= interval) { s *= 2.0f; tracker = 0; }
+    want_scale.push_back(s);
+    want_scale.push_back(1.0f / s);
+    want_scale.push_back(float(tracker));
+    DGCA_ASSIGN_OR_RETURN(DeviceArray<int32_t> dfound, UpInts({f}));
+    DGCA_RETURN_IF_ERROR(SyncDevice());
+    DGCA_RETURN_IF_ERROR(UpdateLossScale(ctx.stream(), F(dscale), F(dinv), dtracker.get(), dfound.get(), 2.0f,
+                                         0.5f, interval));
+    DGCA_RETURN_IF_ERROR(ctx.Synchronize());
+    DGCA_ASSIGN_OR_RETURN(auto sc, Down(DType::kF32, dscale));
+    DGCA_ASSIGN_OR_RETURN(auto iv, Down(DType::kF32, dinv));
+    std::vector<int32_t> tr;
+    DGCA_RETURN_IF_ERROR(dtracker.Download(&tr));
+    got_scale.push_back(sc[0]);
+    got_scale.push_back(iv[0]);
+    got_scale.push_back(float(tr[0]));
+  }
+  Add(rows, "loss_scale.update (scale, 1/scale, tracker)", DType::kF32, got_scale, want_scale, 0.0);
+  return OkStatus();
+}
+
+template <typename T>
+OpCheck Make(const std::string& name,
+             Status (*fn)(const CudaContext&, GemmRunner*, Rng*, Rows*)) {
+  return OpCheck{name + " " + DTypeName(kDT<T>), fn};
+}
+
+std::vector<OpCheck> BuildChecks() {
+  std::vector<OpCheck> v;
+  const DType f32 = DType::kF32, b16 = DType::kBF16, f16 = DType::kF16;
+  const GemmCase gemms[] = {
+      {"gemm_nn_bias", false, false, 67, 45, 33, true, f32, f32, 1},
+      {"gemm_tn", true, false, 48, 40, 72, false, f32, f32, 1},
+      {"gemm_nt", false, true, 64, 56, 40, false, f32, f32, 1},
+      {"gemm_nt_batched", false, true, 40, 40, 16, false, f32, f32, 3},
+      {"gemm_nn_bias", false, false, 128, 96, 64, true, b16, b16, 1},
+      {"gemm_nt", false, true, 128, 96, 64, false, b16, f32, 1},
+      {"gemm_tn", true, false, 96, 128, 64, false, b16, b16, 1},
+      {"gemm_nt_batched", false, true, 40, 40, 16, false, b16, b16, 3},
+      {"gemm_nn_bias", false, false, 128, 96, 64, true, f16, f32, 1},
+      {"gemm_nt", false, true, 64, 64, 64, false, f16, f16, 1},
+  };
+  for (const GemmCase& c : gemms) {
+    v.push_back(OpCheck{std::string(c.name) + " " + DTypeName(c.in) + "->" + DTypeName(c.out),
+                        [c](const CudaContext& ctx, GemmRunner* g, Rng* r, Rows* rows) {
+                          return CheckGemm(c, ctx, g, r, rows);
+                        }});
+  }
+  v.push_back(Make<float>("layernorm", CheckLayerNorm<float>));
+  v.push_back(Make<bf16>("layernorm", CheckLayerNorm<bf16>));
+  v.push_back(Make<float>("gelu", CheckGelu<float>));
+  v.push_back(Make<bf16>("gelu", CheckGelu<bf16>));
+  v.push_back(Make<float>("softmax", CheckSoftmax<float>));
+  v.push_back(Make<bf16>("softmax", CheckSoftmax<bf16>));
+  v.push_back(Make<float>("attention", CheckAttention<float>));
+  v.push_back(Make<bf16>("attention", CheckAttention<bf16>));
+  v.push_back(Make<float>("embedding", CheckEmbedding<float>));
+  v.push_back(Make<bf16>("embedding", CheckEmbedding<bf16>));
+  v.push_back(Make<float>("bias", CheckBias<float>));
+  v.push_back(Make<bf16>("bias", CheckBias<bf16>));
+  v.push_back(Make<float>("cross_entropy", CheckCrossEntropy<float>));
+  v.push_back(Make<bf16>("cross_entropy", CheckCrossEntropy<bf16>));
+  v.push_back(OpCheck{"adamw fp32 master + bf16 copy", CheckAdamW});
+  v.push_back(OpCheck{"loss_scale fp32", CheckLossScale});
+  return v;
+}
+
+}  // namespace
+
+const std::vector<OpCheck>& AllOpChecks() {
+  static const std::vector<OpCheck>* checks = new std::vector<OpCheck>(BuildChecks());
+  return *checks;
+}
+
+}  // namespace cuda
+}  // namespace dgca
