@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# The one call for a session with a GPU machine (device tool `run`):
+#   bash bench/gpu/run.sh
+# Builds model/ alone (-DDGCA_MODEL_ONLY=ON: the GPU machine has CUDA, cmake,
+# ninja, PyTorch and transformers but none of the Debian packages) with the
+# CUDA backend for sm_90, runs dgca-model-check (every CUDA op against the
+# CPU reference) and cuda_ops_test when GoogleTest was found, then the
+# PyTorch peer (bench/gpu/torch_reference.py): bert-base, seq 128, global
+# batch 128, bf16 autocast, eager and torch.compile, plus PyTorch's own bf16
+# op errors (the tolerance rule of issue 6). Everything goes under $OUT
+# (at most 8 files come back: env.txt build.log model_check.txt
+# cuda_ops_test.txt torch_eager.json torch_compile.json torch_op_errors.json
+# torch.log); a summary is printed last.
+#
+# Environment: OUT (default: a new temp dir), BUILD_DIR (default
+# build-gpu), STEPS/WARMUP for the PyTorch runs (default 20/5), ARCH
+# (default 90), SKIP_TORCH=1 to run only the checks.
+# Exit status: 1 if the build or dgca-model-check failed, else 0.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-$(mktemp -d)}
+mkdir -p "$OUT"
+BUILD=${BUILD_DIR:-build-gpu}
+ARCH=${ARCH:-90}
+STEPS=${STEPS:-20}
+WARMUP=${WARMUP:-5}
+PY=${PYTHON:-python3}
+JOBS=$(nproc 2>/dev/null || echo 8)
+
+{
+  date -u
+  nvidia-smi 2>&1 | head -20
+  nvcc --version 2>&1 | tail -2
+  cmake --version 2>&1 | head -1
+  "$PY" -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__, "cuda", torch.version.cuda)' 2>&1
+  git log --oneline -1 2>/dev/null
+} > "$OUT/env.txt"
+
+t0=$(date +%s)
+build_ok=1
+cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDGCA_MODEL_ONLY=ON -DDGCA_WITH_CUDA=ON \
+  -DCMAKE_CUDA_ARCHITECTURES="$ARCH" > "$OUT/build.log" 2>&1 || build_ok=0
+targets="dgca-model-check"
+if [ $build_ok = 1 ] && ninja -C "$BUILD" -t targets all 2>/dev/null | grep -q '^cuda_ops_test:'; then
+  targets="$targets cuda_ops_test"
+fi
+[ $build_ok = 1 ] && { ninja -C "$BUILD" -j "$JOBS" $targets >> "$OUT/build.log" 2>&1 || build_ok=0; }
+build_s=$(( $(date +%s) - t0 ))
+if [ $build_ok = 0 ]; then
+  echo "BUILD FAILED after ${build_s}s; last lines of build.log:"
+  tail -40 "$OUT/build.log"
+  exit 1
+fi
+
+"$BUILD/model/dgca-model-check" > "$OUT/model_check.txt" 2>&1
+check_rc=$?
+tests_line="cuda_ops_test: not built (no GoogleTest on this machine)"
+if [ -x "$BUILD/model/cuda_ops_test" ]; then
+  "$BUILD/model/cuda_ops_test" > "$OUT/cuda_ops_test.txt" 2>&1
+  tests_line="cuda_ops_test: rc=$? ($(grep -E '^\[ +(PASSED|FAILED|SKIPPED) +\] [0-9]+ test' "$OUT/cuda_ops_test.txt" | tr '\n' ' '))"
+fi
+
+if [ "${SKIP_TORCH:-0}" != 1 ]; then
+  : > "$OUT/torch.log"
+  for mode in eager compile; do
+    echo "== $mode" >> "$OUT/torch.log"
+    "$PY" bench/gpu/torch_reference.py --mode $mode --preset bert-base --seq 128 --batch 128 \
+      --steps "$STEPS" --warmup "$WARMUP" > "$OUT/torch_$mode.json" 2>> "$OUT/torch.log"
+  done
+  echo "== op-errors" >> "$OUT/torch.log"
+  "$PY" bench/gpu/torch_reference.py --mode op-errors > "$OUT/torch_op_errors.json" 2>> "$OUT/torch.log"
+fi
+
+echo "==================== summary (files under $OUT)"
+echo "build: ${build_s}s, sm_$ARCH"
+cat "$OUT/model_check.txt"
+echo "dgca-model-check exit: $check_rc (0 pass, 1 fail, 2 no GPU)"
+echo "$tests_line"
+if [ "${SKIP_TORCH:-0}" != 1 ]; then
+  "$PY" - "$OUT" <<'PYEOF'
+import json, sys, os
+out = sys.argv[1]
+print("| impl | samples/s | step s (median) | peak GiB | TFLOP/s | MFU |")
+print("|---|---|---|---|---|---|")
+for mode in ("eager", "compile"):
+    try:
+        d = json.load(open(os.path.join(out, f"torch_{mode}.json")))
+    except Exception as e:  # noqa: BLE001
+        print(f"| pytorch {mode} | failed: {e} (see torch.log) |||||")
+        continue
+    if "error" in d and "samples_per_second" not in d:
+        print(f"| pytorch {mode} | {d['error']} |||||")
+        continue
+    print(f"| pytorch {mode} bf16 | {d['samples_per_second']:.1f} | {d['step_seconds_median']:.4f} | "
+          f"{d['peak_memory_bytes'] / 2**30:.2f} | {d['achieved_tflops']:.1f} | {d['mfu']:.3f} |")
+try:
+    d = json.load(open(os.path.join(out, "torch_op_errors.json")))
+    if "errors" not in d:
+        raise RuntimeError(d.get("error", "no errors in the output"))
+    e = d["errors"]
+    print("PyTorch bf16 op errors vs fp32 (dgca bf16 tolerance = 2x):")
+    for k, v in e.items():
+        print(f"  {k:28s} {v:.3e}  -> 2x = {2 * v:.3e}")
+except Exception as ex:  # noqa: BLE001
+    print(f"op errors: failed: {ex}")
+PYEOF
+fi
+echo "dgca (CUDA model) throughput: not yet (needs the CUDA model and dgca-bench, issue 6)"
+[ $check_rc = 0 ] || exit 1
+exit 0
