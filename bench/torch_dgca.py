@@ -17,6 +17,8 @@ from transformers import BertConfig, BertForMaskedLM
 
 PRESETS = {
     "tiny": dict(layers=2, hidden=128, heads=2, ffn=512),
+    # configs/quickstart.yaml's custom model (tiny at hidden 64, ffn 128).
+    "quickstart": dict(layers=2, hidden=64, heads=2, ffn=128),
     "small": dict(layers=4, hidden=256, heads=4, ffn=1024),
     "bert-base": dict(layers=12, hidden=768, heads=12, ffn=3072),
 }
