@@ -152,6 +152,12 @@ def op_errors(args, device):
         return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None, None, :])
 
     rows["attention_fwd.out"] = rel_err(attn(qkv.to(bf)), attn(qkv.to(bf).float()))
+    qb = qkv.to(bf).detach().requires_grad_()
+    qf = qkv.to(bf).float().detach().requires_grad_()
+    dy = rand(B, nh, L, H // nh)
+    attn(qb).backward(dy.to(bf))
+    attn(qf).backward(dy.to(bf).float())
+    rows["attention_bwd.dqkv"] = rel_err(qb.grad, qf.grad)
     logits = rand(20, 1000, lo=-6, hi=6)
     t = torch.randint(0, 1000, (20,), generator=g).to(device)
     lb = logits.to(bf).detach().requires_grad_()

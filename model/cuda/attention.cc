@@ -49,6 +49,63 @@ Status AttentionForward(const CudaContext& ctx, GemmRunner* gemm, T* out, T* pro
   return MergeHeads<T>(ctx.stream(), out, hctx, B, L, H, nh);
 }
 
+namespace {
+// One strided-batched row-major GEMM over the B*nh heads.
+template <typename T>
+Status HeadGemm(GemmRunner* gemm, bool ta, bool tb, int M, int N, int K, float alpha, const T* A, int64_t lda,
+                int64_t sa, const T* B_, int64_t ldb, int64_t sb, T* C, int64_t ldc, int64_t sc, int batch) {
+  GemmArgs g;
+  g.trans_a = ta; g.trans_b = tb;
+  g.M = M; g.N = N; g.K = K; g.alpha = alpha;
+  g.A = A; g.lda = lda; g.B = B_; g.ldb = ldb; g.C = C; g.ldc = ldc;
+  g.in_type = g.out_type = kDType<T>;
+  g.batch = batch; g.stride_a = sa; g.stride_b = sb; g.stride_c = sc;
+  return gemm->Run(g);
+}
+}  // namespace
+
+template <typename T>
+Status AttentionBackward(const CudaContext& ctx, GemmRunner* gemm, T* dqkv, const T* dout, const T* qkv,
+                         const T* probs, int B, int L, int H, int nh, T* scratch) {
+  if (nh <= 0 || H % nh != 0) {
+    return InvalidArgumentError("attention: hidden " + std::to_string(H) + " not divisible by heads " +
+                                std::to_string(nh));
+  }
+  if (L <= 0 || L > 512) {
+    return InvalidArgumentError("attention: sequence length " + std::to_string(L) + " outside 1..512");
+  }
+  const int d = H / nh, bh = B * nh;
+  const int64_t n = int64_t(B) * L * H, hd = int64_t(L) * d, ll = int64_t(L) * L;
+  T* q = scratch;
+  T* k = q + n;
+  T* v = k + n;
+  T* dctx = v + n;
+  T* dq = dctx + n;
+  T* dk = dq + n;
+  T* dv = dk + n;
+  T* dp = dv + n;  // dprobs, then dscores in place
+  cudaStream_t s = ctx.stream();
+  DGCA_RETURN_IF_ERROR(SplitHeads<T>(s, q, k, v, qkv, B, L, H, nh));
+  DGCA_RETURN_IF_ERROR(GatherHeads<T>(s, dctx, dout, H, 0, B, L, H, nh));
+  // dP = dctx V^T  [L,L]
+  DGCA_RETURN_IF_ERROR(HeadGemm<T>(gemm, false, true, L, L, d, 1.0f, dctx, d, hd, v, d, hd, dp, L, ll, bh));
+  // dV = P^T dctx  [L,d]
+  DGCA_RETURN_IF_ERROR(HeadGemm<T>(gemm, true, false, L, d, L, 1.0f, probs, L, ll, dctx, d, hd, dv, d, hd, bh));
+  DGCA_RETURN_IF_ERROR(SoftmaxBackward<T>(s, dp, probs, dp, bh * L, L));
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  // dQ = dS K * scale, dK = dS^T Q * scale
+  DGCA_RETURN_IF_ERROR(HeadGemm<T>(gemm, false, false, L, d, L, scale, dp, L, ll, k, d, hd, dq, d, hd, bh));
+  DGCA_RETURN_IF_ERROR(HeadGemm<T>(gemm, true, false, L, d, L, scale, dp, L, ll, q, d, hd, dk, d, hd, bh));
+  DGCA_RETURN_IF_ERROR(ScatterHeads<T>(s, dqkv, 3 * int64_t(H), 0, dq, B, L, H, nh));
+  DGCA_RETURN_IF_ERROR(ScatterHeads<T>(s, dqkv, 3 * int64_t(H), H, dk, B, L, H, nh));
+  return ScatterHeads<T>(s, dqkv, 3 * int64_t(H), 2 * int64_t(H), dv, B, L, H, nh);
+}
+
+template Status AttentionBackward<float>(const CudaContext&, GemmRunner*, float*, const float*, const float*,
+                                         const float*, int, int, int, int, float*);
+template Status AttentionBackward<bf16>(const CudaContext&, GemmRunner*, bf16*, const bf16*, const bf16*,
+                                        const bf16*, int, int, int, int, bf16*);
+
 template Status AttentionForward<float>(const CudaContext&, GemmRunner*, float*, float*, const float*,
                                         const int32_t*, int, int, int, int, float*);
 template Status AttentionForward<bf16>(const CudaContext&, GemmRunner*, bf16*, bf16*, const bf16*,

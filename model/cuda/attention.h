@@ -28,6 +28,19 @@ template <typename T>
 Status AttentionForward(const CudaContext& ctx, GemmRunner* gemm, T* out, T* probs, const T* qkv,
                         const int32_t* mask, int B, int L, int H, int nh, T* scratch);
 
+// Elements of T the backward's scratch must hold: q, k, v, dctx, dq, dk, dv
+// (each B*L*H) and dprobs (B*nh*L*L).
+inline int64_t AttentionBackwardScratchElems(int B, int L, int H, int nh) {
+  return 7 * int64_t(B) * L * H + int64_t(B) * nh * L * L;
+}
+
+// dqkv [B,L,3H] (overwritten) from dout [B,L,H], the forward's qkv and
+// probs, as cpu::AttentionBackward: dP = dctx V^T, dV = P^T dctx,
+// dS = P (dP - rowsum(P dP)), dQ = dS K / sqrt(d), dK = dS^T Q / sqrt(d).
+template <typename T>
+Status AttentionBackward(const CudaContext& ctx, GemmRunner* gemm, T* dqkv, const T* dout, const T* qkv,
+                         const T* probs, int B, int L, int H, int nh, T* scratch);
+
 }  // namespace cuda
 }  // namespace dgca
 

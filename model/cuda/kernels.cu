@@ -315,7 +315,73 @@ __global__ void MergeHeadsKernel(T* out, const T* ctx, int B, int L, int H, int 
   }
 }
 
+template <typename T>
+__global__ void GatherHeadsKernel(T* dst, const T* src, int64_t row_stride, int64_t offset, int B, int L,
+                                  int H, int nh) {
+  const int d = H / nh;
+  const int64_t total = int64_t(B) * L * H;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    // i indexes dst [B, nh, L, d].
+    const int e = int(i % d);
+    const int64_t bhl = i / d;
+    const int l = int(bhl % L);
+    const int64_t bh = bhl / L;
+    const int h = int(bh % nh);
+    const int64_t b = bh / nh;
+    dst[i] = src[(b * L + l) * row_stride + offset + h * d + e];
+  }
+}
+template <typename T>
+__global__ void ScatterHeadsKernel(T* dst, int64_t row_stride, int64_t offset, const T* src, int B, int L,
+                                   int H, int nh) {
+  const int d = H / nh;
+  const int64_t total = int64_t(B) * L * H;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    const int e = int(i % d);
+    const int64_t bhl = i / d;
+    const int l = int(bhl % L);
+    const int64_t bh = bhl / L;
+    const int h = int(bh % nh);
+    const int64_t b = bh / nh;
+    dst[(b * L + l) * row_stride + offset + h * d + e] = src[i];
+  }
+}
+// One block per row.
+template <typename T>
+__global__ void SoftmaxBackwardKernel(T* dscores, const T* probs, const T* dprobs, int cols) {
+  __shared__ float sh[32];
+  const int64_t off = int64_t(blockIdx.x) * cols;
+  float dot = 0.0f;
+  for (int j = threadIdx.x; j < cols; j += blockDim.x) dot += ToF(probs[off + j]) * ToF(dprobs[off + j]);
+  dot = BlockReduce<false>(dot, sh);
+  for (int j = threadIdx.x; j < cols; j += blockDim.x) {
+    const float p = ToF(probs[off + j]);
+    dscores[off + j] = FromF<T>(p * (ToF(dprobs[off + j]) - dot));
+  }
+}
+
 }  // namespace
+
+template <typename T>
+Status GatherHeads(cudaStream_t stream, T* dst, const T* src, int64_t row_stride, int64_t offset, int B, int L,
+                   int H, int nh) {
+  if (B <= 0) return OkStatus();
+  GatherHeadsKernel<T><<<Blocks(int64_t(B) * L * H, 256), 256, 0, stream>>>(dst, src, row_stride, offset, B, L, H, nh);
+  return Launched("GatherHeads");
+}
+template <typename T>
+Status ScatterHeads(cudaStream_t stream, T* dst, int64_t row_stride, int64_t offset, const T* src, int B, int L,
+                    int H, int nh) {
+  if (B <= 0) return OkStatus();
+  ScatterHeadsKernel<T><<<Blocks(int64_t(B) * L * H, 256), 256, 0, stream>>>(dst, row_stride, offset, src, B, L, H, nh);
+  return Launched("ScatterHeads");
+}
+template <typename T>
+Status SoftmaxBackward(cudaStream_t stream, T* dscores, const T* probs, const T* dprobs, int rows, int cols) {
+  if (rows <= 0) return OkStatus();
+  SoftmaxBackwardKernel<T><<<rows, SoftmaxThreads(cols), 0, stream>>>(dscores, probs, dprobs, cols);
+  return Launched("SoftmaxBackward");
+}
 
 Status FloatToBf16(cudaStream_t stream, bf16* out, const float* inp, int64_t n) {
   if (n <= 0) return OkStatus();
@@ -480,7 +546,10 @@ Status MergeHeads(cudaStream_t stream, T* out, const T* ctx, int B, int L, int H
   template Status CrossEntropy<T>(cudaStream_t, float*, T*, const T*, const int32_t*, int, int,  \
                                   float);                                                        \
   template Status SplitHeads<T>(cudaStream_t, T*, T*, T*, const T*, int, int, int, int);         \
-  template Status MergeHeads<T>(cudaStream_t, T*, const T*, int, int, int, int);
+  template Status MergeHeads<T>(cudaStream_t, T*, const T*, int, int, int, int);                \
+  template Status GatherHeads<T>(cudaStream_t, T*, const T*, int64_t, int64_t, int, int, int, int); \
+  template Status ScatterHeads<T>(cudaStream_t, T*, int64_t, int64_t, const T*, int, int, int, int); \
+  template Status SoftmaxBackward<T>(cudaStream_t, T*, const T*, const T*, int, int);
 
 DGCA_INSTANTIATE(float)
 DGCA_INSTANTIATE(bf16)

@@ -122,6 +122,22 @@ Status SplitHeads(cudaStream_t stream, T* q, T* k, T* v, const T* qkv, int B, in
 template <typename T>
 Status MergeHeads(cudaStream_t stream, T* out, const T* ctx, int B, int L, int H, int nh);
 
+// Attention backward helpers. dst [B,nh,L,d] gets head h of rows whose
+// channels h*d..h*d+d-1 start at src[(b*L+l)*row_stride + offset] (so
+// SplitHeads is three of these with row_stride 3H, offsets 0, H, 2H).
+template <typename T>
+Status GatherHeads(cudaStream_t stream, T* dst, const T* src, int64_t row_stride, int64_t offset,
+                   int B, int L, int H, int nh);
+// The inverse: dst[(b*L+l)*row_stride + offset + h*d + e] = src[b,h,l,e].
+template <typename T>
+Status ScatterHeads(cudaStream_t stream, T* dst, int64_t row_stride, int64_t offset, const T* src,
+                    int B, int L, int H, int nh);
+// Softmax backward per row: dscores = probs * (dprobs - sum_j probs*dprobs).
+// dscores may alias dprobs. Masked keys (probs 0) get 0.
+template <typename T>
+Status SoftmaxBackward(cudaStream_t stream, T* dscores, const T* probs, const T* dprobs, int rows,
+                       int cols);
+
 }  // namespace cuda
 }  // namespace dgca
 

@@ -298,6 +298,23 @@ Status CheckAttention(const CudaContext& ctx, GemmRunner* gemm, Rng* rng, Rows* 
   const double tol = t == DType::kF32 ? kF32Tol : kAttnBf16Tol;
   Add(rows, "attention_fwd.out", t, g_out, out, tol);
   Add(rows, "attention_fwd.probs", t, g_probs, probs, tol);
+
+  // Backward from the reference probabilities (rounded to T, as the GPU
+  // reads them), so it is checked independently of the forward.
+  std::vector<float> probs_t = Round(t, probs);
+  std::vector<float> h_dout = Round(t, Rand(out.size(), rng));
+  std::vector<float> h_dqkv(qkv.size());
+  cpu::AttentionBackward(cc, h_dqkv.data(), h_dout.data(), qkv.data(), probs_t.data(), B, L, H, nh);
+  DGCA_ASSIGN_OR_RETURN(Bytes dprobs_ref, Up(t, probs_t));
+  DGCA_ASSIGN_OR_RETURN(Bytes ddout, Up(t, h_dout));
+  DGCA_ASSIGN_OR_RETURN(Bytes ddqkv, Poisoned(t, qkv.size()));
+  DGCA_ASSIGN_OR_RETURN(Bytes bscratch, Poisoned(t, AttentionBackwardScratchElems(B, L, H, nh)));
+  DGCA_RETURN_IF_ERROR(SyncDevice());
+  DGCA_RETURN_IF_ERROR(AttentionBackward<T>(ctx, gemm, P<T>(ddqkv), P<T>(ddout), P<T>(dqkv), P<T>(dprobs_ref), B, L,
+                                            H, nh, P<T>(bscratch)));
+  DGCA_RETURN_IF_ERROR(ctx.Synchronize());
+  DGCA_ASSIGN_OR_RETURN(auto g_dqkv, Down(t, ddqkv));
+  Add(rows, "attention_bwd.dqkv", t, g_dqkv, h_dqkv, tol);
   return OkStatus();
 }
 
