@@ -2,7 +2,7 @@
 # The quickstart (`make quickstart`, after the Makefile installed the Debian
 # packages and built): starts a coordinator with its embedded agent and its
 # state under .dgca/, builds the synthetic corpus once, submits
-# configs/quickstart.yaml (tiny model, 2 CPU ranks), follows it to the end,
+# configs/quickstart.yaml (hidden-64 model from scratch, 2 CPU ranks), follows it to the end,
 # prints the evaluation metrics and the /metrics URL.
 #
 # The coordinator is LEFT RUNNING afterwards so that `build/cli/dgca list`,
@@ -92,7 +92,7 @@ if [ ! -s "$STATE/data/train.txt" ] || [ ! -s "$STATE/data/test.txt" ]; then
   "$DGCA" data synth --out "$STATE/data"
 fi
 
-echo "quickstart: submitting configs/quickstart.yaml (tiny DGCA-ReLM, 2 CPU ranks)"
+echo "quickstart: submitting configs/quickstart.yaml (DGCA-ReLM, hidden 64, 2 CPU ranks)"
 START=$(date +%s)
 set +e
 "$DGCA" submit configs/quickstart.yaml --wait

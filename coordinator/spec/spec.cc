@@ -336,6 +336,10 @@ void Parser::ParseTop(const YAML::Node& root, v1::JobSpec* spec) {
            heads(v, p);
          }
        }},
+      {"attention_heads", [&](const YAML::Node& v, const std::string& p) {
+         // The unambiguous spelling of the attention-head count, so a spec can
+         // give explicit sizes and a `heads:` mapping for the DGCA heads.
+         int32_t x = 0; Int(v, p, 1, 256, false, &x); model->set_heads(x); }},
       {"ffn", [&](const YAML::Node& v, const std::string& p) {
          int32_t x = 0; Int(v, p, 8, 65536, false, &x); model->set_ffn(x); }},
       {"vocab", [&](const YAML::Node& v, const std::string& p) {
@@ -597,7 +601,7 @@ void Parser::ParseTop(const YAML::Node& root, v1::JobSpec* spec) {
   if (model->preset() == "custom" &&
       (model->layers() == 0 || model->hidden() == 0 || model->heads() == 0 || model->ffn() == 0)) {
     Problem(model_mark, "model.preset",
-            "preset 'custom' needs model.layers, model.hidden, model.heads and model.ffn");
+            "preset 'custom' needs model.layers, model.hidden, model.attention_heads (or an integer model.heads) and model.ffn");
   }
   if (model->hidden() > 0 && model->heads() > 0 && model->hidden() % model->heads() != 0) {
     Problem(model_mark, "model.hidden",

@@ -223,6 +223,19 @@ TEST(SpecParser, CandidateFalseAndHeadsFalse) {
   EXPECT_EQ(r4.spec.model().heads(), 4);
 }
 
+TEST(SpecParser, AttentionHeadsBesideHeadsMapping) {
+  SpecParseResult r = Parse(
+      "model:\n  preset: custom\n  layers: 2\n  hidden: 64\n  ffn: 128\n  attention_heads: 2\n"
+      "  heads: {detector: false, candidate: {top_k: 4}}\n");
+  ASSERT_TRUE(r.ok()) << FormatProblems(r.problems);
+  EXPECT_EQ(r.spec.model().heads(), 2);
+  EXPECT_FALSE(r.spec.model().heads_spec().detector());
+  EXPECT_EQ(r.spec.model().heads_spec().candidate().top_k(), 4);
+  SpecParseResult bad = Parse("model:\n  attention_heads: 0\n");
+  ASSERT_EQ(bad.problems.size(), 1u);
+  EXPECT_EQ(bad.problems[0].field(), "model.attention_heads");
+}
+
 TEST(SpecParser, EnvAllowList) {
   SpecParseResult r = Parse("comm:\n  env:\n    NCCL_IB_DISABLE: 1\n    LD_PRELOAD: evil.so\n    OMP_NUM_THREADS: 4\n");
   ASSERT_EQ(r.problems.size(), 1u) << FormatProblems(r.problems);
