@@ -14,40 +14,10 @@ namespace dgca {
 namespace itest {
 namespace {
 
-class DiagnoseCommTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    if (!HavePrograms()) return;
-    dir_ = new std::string(MakeTempDir("diagcomm"));
-    coord_ = new CoordinatorProcess(*dir_ + "/state");
-    mkdir((*dir_ + "/state").c_str(), 0755);
-    if (!coord_->Start()) {
-      delete coord_;
-      coord_ = nullptr;
-    }
-  }
-  static void TearDownTestSuite() {
-    if (coord_) {
-      coord_->Stop();
-      delete coord_;
-      coord_ = nullptr;
-    }
-    if (dir_) {
-      if (!::testing::Test::HasFailure()) std::system(("rm -rf " + *dir_).c_str());
-      delete dir_;
-      dir_ = nullptr;
-    }
-  }
-  void SetUp() override {
-    if (!HavePrograms()) GTEST_SKIP() << "programs not built under " << BuildDir();
-    ASSERT_NE(coord_, nullptr) << "coordinator did not start";
-  }
-
-  static std::string* dir_;
-  static CoordinatorProcess* coord_;
+class DiagnoseCommTest : public CoordinatorSuite<DiagnoseCommTest, false> {
+ public:
+  static constexpr const char* kName = "diagcomm";
 };
-std::string* DiagnoseCommTest::dir_ = nullptr;
-CoordinatorProcess* DiagnoseCommTest::coord_ = nullptr;
 
 // The table's data rows: size, count, iters, time(us), algbw, busbw.
 struct Row {

@@ -9,41 +9,10 @@ namespace dgca {
 namespace itest {
 namespace {
 
-class E2eTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    if (!HavePrograms() || !HaveSharedData()) return;
-    dir_ = new std::string(MakeTempDir("e2e"));
-    coord_ = new CoordinatorProcess(*dir_ + "/state");
-    mkdir((*dir_ + "/state").c_str(), 0755);
-    if (!coord_->Start()) {
-      delete coord_;
-      coord_ = nullptr;
-    }
-  }
-  static void TearDownTestSuite() {
-    if (coord_) {
-      coord_->Stop();
-      delete coord_;
-      coord_ = nullptr;
-    }
-    if (dir_) {
-      if (!::testing::Test::HasFailure()) std::system(("rm -rf " + *dir_).c_str());
-      delete dir_;
-      dir_ = nullptr;
-    }
-  }
-  void SetUp() override {
-    if (!HavePrograms()) GTEST_SKIP() << "programs not built under " << BuildDir();
-    if (!HaveSharedData()) GTEST_SKIP() << "no ECSpell data under " << SharedData();
-    ASSERT_NE(coord_, nullptr) << "coordinator did not start";
-  }
-
-  static std::string* dir_;
-  static CoordinatorProcess* coord_;
+class E2eTest : public CoordinatorSuite<E2eTest, true> {
+ public:
+  static constexpr const char* kName = "e2e";
 };
-std::string* E2eTest::dir_ = nullptr;
-CoordinatorProcess* E2eTest::coord_ = nullptr;
 
 TEST_F(E2eTest, TwoRankJobSucceedsWithStatusAndLogs) {
   std::string spec = WriteTinySpec(*dir_, "two-ranks", 12);

@@ -265,6 +265,47 @@ inline bool HavePrograms() {
   return Exists(CoordinatorBin()) && Exists(CliBin()) && Exists(WorkerBin());
 }
 
+// A fixture whose tests share one real coordinator, started once per suite
+// on a temporary state dir (named after `Derived::kName`) and stopped at the
+// end; the temp dir is kept when a test failed. Tests skip, saying why, when
+// the programs (or, with kNeedsData, the ECSpell data) are missing.
+//   class E2eTest : public CoordinatorSuite<E2eTest, true> {
+//    public: static constexpr const char* kName = "e2e"; };
+template <typename Derived, bool kNeedsData>
+class CoordinatorSuite : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (!HavePrograms() || (kNeedsData && !HaveSharedData())) return;
+    dir_ = new std::string(MakeTempDir(Derived::kName));
+    coord_ = new CoordinatorProcess(*dir_ + "/state");
+    mkdir((*dir_ + "/state").c_str(), 0755);
+    if (!coord_->Start()) {
+      delete coord_;
+      coord_ = nullptr;
+    }
+  }
+  static void TearDownTestSuite() {
+    if (coord_) {
+      coord_->Stop();
+      delete coord_;
+      coord_ = nullptr;
+    }
+    if (dir_) {
+      if (!::testing::Test::HasFailure()) std::system(("rm -rf " + *dir_).c_str());
+      delete dir_;
+      dir_ = nullptr;
+    }
+  }
+  void SetUp() override {
+    if (!HavePrograms()) GTEST_SKIP() << "programs not built under " << BuildDir();
+    if (kNeedsData && !HaveSharedData()) GTEST_SKIP() << "no ECSpell data under " << SharedData();
+    ASSERT_NE(coord_, nullptr) << "coordinator did not start";
+  }
+
+  static inline std::string* dir_ = nullptr;
+  static inline CoordinatorProcess* coord_ = nullptr;
+};
+
 // `dgca status --json JOB` parsed, or an error.
 struct JobView {
   bool ok = false;
