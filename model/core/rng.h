@@ -6,6 +6,7 @@
 #ifndef DGCA_MODEL_CORE_RNG_H_
 #define DGCA_MODEL_CORE_RNG_H_
 
+#include <cmath>
 #include <cstdint>
 
 namespace dgca {
@@ -25,6 +26,12 @@ class SplitMix64 {
   // Uniform in [0, n) for n > 0 (Lemire's multiply-shift; bias < n / 2^64).
   uint64_t NextBelow(uint64_t n) {
     return static_cast<uint64_t>((static_cast<unsigned __int128>(Next()) * n) >> 64);
+  }
+  // Standard normal: Box-Muller (cosine branch) from two NextDouble draws.
+  double NextNormal() {
+    const double u1 = 1.0 - NextDouble();  // (0, 1]: log is finite
+    const double u2 = NextDouble();
+    return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
   }
   uint64_t state() const { return state_; }
 

@@ -5,18 +5,13 @@
 #include <cstring>
 #include <string>
 
+#include "model/core/rng.h"
+
 namespace dgca {
 namespace {
 
-uint64_t SplitMix64(uint64_t* s) {
-  uint64_t z = (*s += 0x9E3779B97F4A7C15ULL);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-  return z ^ (z >> 31);
-}
-
 // Uniform in (0, 1): 53 random bits, never 0.
-double Uniform(uint64_t* s) { return (static_cast<double>(SplitMix64(s) >> 11) + 0.5) * 0x1.0p-53; }
+double Uniform(SplitMix64* s) { return (static_cast<double>(s->Next() >> 11) + 0.5) * 0x1.0p-53; }
 
 Status DeclareOne(ParamStore* store, const std::string& name, std::vector<int64_t> shape,
                   bool decay, int* idx) {
@@ -37,7 +32,7 @@ void AddInPlace(const cpu::Context& ctx, float* y, const float* x, int64_t n) {
 }  // namespace
 
 void InitNormal(float* x, int64_t n, float std, uint64_t seed) {
-  uint64_t s = seed;
+  SplitMix64 s(seed);
   for (int64_t i = 0; i < n; i += 2) {
     const double u1 = Uniform(&s), u2 = Uniform(&s);
     const double r = std::sqrt(-2.0 * std::log(u1));
@@ -166,8 +161,8 @@ Status Bert::Bind(ParamStore* store) {
 
 void Bert::InitParams(uint64_t seed) {
   const float kStd = 0.02f;  // BERT's initializer_range
-  uint64_t s = seed;
-  auto normal = [&](int i) { InitNormal(P(i), store_->info(i).numel, kStd, SplitMix64(&s)); };
+  SplitMix64 s(seed);  // one draw per tensor seeds its InitNormal
+  auto normal = [&](int i) { InitNormal(P(i), store_->info(i).numel, kStd, s.Next()); };
   auto fill = [&](int i, float v) { std::fill(P(i), P(i) + store_->info(i).numel, v); };
   normal(wte_idx_);
   normal(pos_idx_);
@@ -176,7 +171,7 @@ void Bert::InitParams(uint64_t seed) {
   fill(eln_b_, 0.0f);
   for (Layer& ly : layers_) {
     // W_qkv is [3H, H] contiguous; its bias [3H].
-    InitNormal(P(ly.qkv_w), 3LL * H_ * H_, kStd, SplitMix64(&s));
+    InitNormal(P(ly.qkv_w), 3LL * H_ * H_, kStd, s.Next());
     std::fill(P(ly.qkv_b), P(ly.qkv_b) + 3 * H_, 0.0f);
     normal(ly.ao_w);
     fill(ly.ao_b, 0.0f);

@@ -18,6 +18,7 @@
 #define DGCA_HEADS_PARALLEL_FOR
 #endif
 
+#include "model/core/rng.h"
 #include "model/cpu/ops.h"
 
 namespace dgca {
@@ -152,23 +153,6 @@ void ScaledExpRow(float* out, const float* z, int V, float m, float c) {
   for (; j < V; ++j) out[j] = c * ExpF(z[j] - m);
 }
 
-// splitmix64: small, portable RNG for InitParams.
-struct SplitMix {
-  uint64_t s;
-  uint64_t Next() {
-    uint64_t z = (s += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-  }
-  double Uniform() { return (Next() >> 11) * (1.0 / 9007199254740992.0); }  // [0,1)
-  double Normal() {
-    const double u1 = 1.0 - Uniform();  // (0,1]
-    const double u2 = Uniform();
-    return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
-  }
-};
-
 Status DeclareOne(ParamStore* store, const std::string& name, std::vector<int64_t> shape,
                   bool decay, int* idx) {
   if (store->finalized())
@@ -295,11 +279,11 @@ Status DgcaHeads::Bind(ParamStore* store) {
 
 void DgcaHeads::InitParams(uint64_t seed) {
   if (!bound_) return;
-  SplitMix rng{seed ^ 0x6467636168656164ULL};
+  SplitMix64 rng(seed ^ 0x6467636168656164ULL);
   auto normal = [&](int idx, double std) {
     if (idx < 0) return;
     float* v = store_->value(idx);
-    for (int64_t i = 0; i < store_->info(idx).numel; ++i) v[i] = static_cast<float>(std * rng.Normal());
+    for (int64_t i = 0; i < store_->info(idx).numel; ++i) v[i] = static_cast<float>(std * rng.NextNormal());
   };
   auto fill = [&](int idx, float c) {
     if (idx < 0) return;

@@ -5,6 +5,7 @@
 #include <string>
 
 
+#include "model/core/rng.h"
 #include "model/cpu/ops.h"
 
 namespace dgca {
@@ -19,23 +20,6 @@ void Gemm(bool ta, bool tb, int M, int N, int Kd, const float* A, int lda, const
 }
 
 inline float Sigm(float v) { return 1.0f / (1.0f + std::exp(-v)); }
-
-// splitmix64: small, portable RNG for InitParams.
-struct SplitMix {
-  uint64_t s;
-  uint64_t Next() {
-    uint64_t z = (s += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-  }
-  double Uniform() { return (Next() >> 11) * (1.0 / 9007199254740992.0); }  // [0,1)
-  double Normal() {
-    const double u1 = 1.0 - Uniform();
-    const double u2 = Uniform();
-    return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
-  }
-};
 
 const char* const kDirSuffix[4] = {"_l0", "_l0_reverse", "_l1", "_l1_reverse"};
 
@@ -174,14 +158,14 @@ Status PromptEncoder::Bind(ParamStore* store) {
 
 void PromptEncoder::InitParams(uint64_t seed) {
   if (!bound_ || kind_ == PromptEncoderKind::kNone) return;
-  SplitMix rng{seed ^ 0x70726f6d7074ULL};
+  SplitMix64 rng(seed ^ 0x70726f6d7074ULL);
   auto uniform = [&](int idx, double bound) {
     float* v = store_->value(idx);
     for (int64_t i = 0; i < store_->info(idx).numel; ++i)
-      v[i] = static_cast<float>((2.0 * rng.Uniform() - 1.0) * bound);
+      v[i] = static_cast<float>((2.0 * rng.NextDouble() - 1.0) * bound);
   };
   float* e = store_->value(emb_);
-  for (int64_t i = 0; i < store_->info(emb_).numel; ++i) e[i] = static_cast<float>(rng.Normal());
+  for (int64_t i = 0; i < store_->info(emb_).numel; ++i) e[i] = static_cast<float>(rng.NextNormal());
   if (kind_ == PromptEncoderKind::kLstm) {
     const double b = 1.0 / std::sqrt(static_cast<double>(hidden_));
     for (auto& D : dirs_) {
