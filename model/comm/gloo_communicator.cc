@@ -1,6 +1,7 @@
 #include "model/comm/gloo_communicator.h"
 
 #include <dirent.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -413,6 +414,10 @@ StatusOr<std::unique_ptr<Communicator>> MakeGlooCommunicator(
     std::shared_ptr<gloo::rendezvous::Store> store, int rank, int world_size,
     const GlooOptions& options) {
   if (!store) return InvalidArgumentError("gloo: null rendezvous store");
+  // Gloo's TCP transport writes without MSG_NOSIGNAL: a write to a peer that
+  // died would kill this process with SIGPIPE instead of failing the
+  // collective with an error that names the lost rank. Ignore it process-wide.
+  signal(SIGPIPE, SIG_IGN);
   if (world_size < 1 || rank < 0 || rank >= world_size) {
     return InvalidArgumentError("gloo: rank " + std::to_string(rank) + " outside world size " +
                                 std::to_string(world_size));

@@ -58,6 +58,8 @@ struct GlooOptions {
 
 // Connects the full mesh (blocks until every rank joined or the timeout).
 // Errors: UNAVAILABLE / DEADLINE_EXCEEDED with Gloo's message and this rank.
+// Sets SIGPIPE to SIG_IGN for the process (a dead peer must fail the
+// collective with an error, not kill this process).
 StatusOr<std::unique_ptr<Communicator>> MakeGlooCommunicator(
     std::shared_ptr<gloo::rendezvous::Store> store, int rank, int world_size,
     const GlooOptions& options = GlooOptions());
