@@ -139,6 +139,23 @@ inline int64_t JsonInt(const JsonValue* v) {
 inline std::string JsonStr(const JsonValue* v) { return v && v->is_string() ? v->string : ""; }
 
 // A dgca-coordinator process on loopback with its state in `state_dir`.
+// Starts argv[0] with `argv`, stdout and stderr appended to `log`; returns
+// the child's pid (-1 if fork failed). The child exits 127 if exec fails.
+inline pid_t SpawnLogged(const std::vector<std::string>& argv, const std::string& log) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  return pid;
+}
+
 class CoordinatorProcess {
  public:
   explicit CoordinatorProcess(std::string state_dir) : state_dir_(std::move(state_dir)) {}
@@ -156,17 +173,7 @@ class CoordinatorProcess {
                                      "127.0.0.1:0", "--state-dir", state_dir_, "--worker-binary",
                                      WorkerBin()};
     argv.insert(argv.end(), extra.begin(), extra.end());
-    pid_ = fork();
-    if (pid_ == 0) {
-      int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-      dup2(fd, 1);
-      dup2(fd, 2);
-      std::vector<char*> args;
-      for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-      args.push_back(nullptr);
-      execv(args[0], args.data());
-      _exit(127);
-    }
+    pid_ = SpawnLogged(argv, log);
     bool ok = WaitUntil(
         [&] {
           if (!Exists(json_path)) return false;

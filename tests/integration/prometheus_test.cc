@@ -174,17 +174,7 @@ class PrometheusProcess {
       std::vector<std::string> argv = {bin, "--config.file=" + config,
                                        "--storage.tsdb.path=" + dir + "/tsdb",
                                        "--web.listen-address=" + address_};
-      pid_ = fork();
-      if (pid_ == 0) {
-        int fd = open(log_.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-        dup2(fd, 1);
-        dup2(fd, 2);
-        std::vector<char*> args;
-        for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-        args.push_back(nullptr);
-        execv(args[0], args.data());
-        _exit(127);
-      }
+      pid_ = SpawnLogged(argv, log_);
       if (WaitUntil([&] { return !ProcessAlive(pid_) ||
                                  HttpGet(address_, "/-/ready").find("Ready") != std::string::npos; },
                     15s) &&
