@@ -11,22 +11,13 @@
 #include <unistd.h>
 
 #include "model/core/confusion.h"
+#include "model/core/core_test_util.h"
 #include "model/core/tokenizer.h"
 
 namespace dgca {
 namespace {
 
-std::string SharedData() {
-  const char* d = std::getenv("DGCA_SHARED_DATA");
-  return d ? d : "/work/shared/data";
-}
-std::string TempPath(const std::string& name) {
-  return "/tmp/dgca_data_" + std::to_string(getpid()) + "_" + name;
-}
-void WriteFile(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary);
-  out << text;
-}
+using namespace testutil;  // NOLINT: test helpers
 
 // [PAD] [unused1..99] [UNK] [CLS] [SEP] [MASK] then 甲 乙 丙 丁 戊 己 (104..109).
 Vocab TestVocab() {

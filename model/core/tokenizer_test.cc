@@ -7,24 +7,13 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include "model/core/core_test_util.h"
 #include "model/core/utf8.h"
 
 namespace dgca {
 namespace {
 
-std::string SharedData() {
-  const char* d = std::getenv("DGCA_SHARED_DATA");
-  return d ? d : "/work/shared/data";
-}
-
-std::string TempPath(const std::string& name) {
-  return "/tmp/dgca_tok_" + std::to_string(getpid()) + "_" + name;
-}
-
-void WriteFile(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary);
-  out << text;
-}
+using namespace testutil;  // NOLINT: test helpers
 
 Vocab SmallVocab() {
   std::vector<std::string> t = {"[PAD]"};
