@@ -1,0 +1,238 @@
+// CudaBert<T>: the GPU mirror of dgca::Bert (model/nn/bert.h) — embeddings
+// with the ReLM prompt scatter, post-LN encoder layers with exact erf GELU,
+// the MLM head (dense + GELU + LN, decoder tied to the word embeddings,
+// decoder bias) on a gathered subset of rows — with the same math, the same
+// order of operations and the same semantics, written out layer by layer
+// (llm.c style) on device pointers.
+//
+// Parameters live in a DeviceParams (model/cuda/device_params.h) laid out
+// like the CPU model's ParamStore. CudaBert declares nothing: Bind() looks
+// the tensors up BY NAME in that layout (the names dgca::Bert declares: HF
+// BertForMaskedLM's), checks their shapes and that q/k/v are contiguous
+// (one [3H,H] GEMM), and reads weights through DeviceParams::weight<T>():
+// the fp32 master for T = float, the bf16 copy for T = bf16. Gradients are
+// ADDED (fp32) into DeviceParams::grad(i); the caller zeroes them.
+//
+// Precision (T = float or __nv_bfloat16):
+//   - activations and the residual stream in T; LayerNorm mean/rstd fp32;
+//   - every matmul through GemmRunner (fp32 accumulation; for T = float the
+//     GEMMs are true fp32, CUBLAS_COMPUTE_32F, no TF32, so the fp32 model
+//     matches the CPU reference within 1e-4 relative);
+//   - weight gradients written by the GEMM directly as fp32 with beta = 1;
+//     bias/LayerNorm/embedding gradients fp32 (kernels.h).
+//
+// Streams and memory: everything is enqueued on ctx->stream(); forward and
+// backward never synchronize with the host and never allocate (all
+// activations and scratch are allocated once in Bind()). Methods return the
+// launch status; asynchronous kernel faults surface at the next
+// CudaContext::Synchronize().
+//
+// Index inputs (ids, token types, prompt slots, mask, head rows) are device
+// int32 arrays that the caller has range-checked (as for dgca::Bert). Token
+// types and the gathered rows are copied into CudaBert's own buffers, so the
+// caller's arrays may be reused once the forward has been enqueued and the
+// stream has consumed them.
+//
+// NVTX: one range per embedding, per encoder layer (forward and backward)
+// and per MLM head call, when nvtx3 headers are available.
+//
+// Status: compiled only; NOT YET RUN ON A GPU. Checked against dgca::Bert by
+// model/cuda/bert_check.{h,cc} (dgca-model-check) on the next GPU session.
+//
+// Thread-safety: not thread-safe; one CudaBert per model, used on one
+// context's stream by one thread.
+#ifndef DGCA_MODEL_CUDA_CUDA_BERT_H_
+#define DGCA_MODEL_CUDA_CUDA_BERT_H_
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "model/core/config.h"
+#include "model/core/status.h"
+#include "model/cuda/cuda_context.h"
+#include "model/cuda/device_params.h"
+#include "model/cuda/gemm.h"
+#include "model/nn/params.h"
+
+namespace dgca {
+namespace cuda {
+
+template <typename T>
+class CudaBert {
+ public:
+  // max_head_rows: the most rows the MLM head is evaluated on per call.
+  // Same arguments as dgca::Bert's constructor.
+  CudaBert(const ModelConfig& cfg, int max_batch, int seq_len, int max_head_rows);
+  CudaBert(const CudaBert&) = delete;
+  CudaBert& operator=(const CudaBert&) = delete;
+
+  // Resolves the parameter indices by name in `layout` (a finalized
+  // ParamStore declared by dgca::Bert's Declare*; only its layout is read),
+  // checks shapes against the config, and allocates every activation
+  // buffer. params (its layout must have layout's total size; T = bf16
+  // needs params->has_half()), ctx and gemm are not owned and must outlive
+  // this object. NOT_FOUND for a missing tensor, INVALID_ARGUMENT for a
+  // shape mismatch or a bad config, FAILED_PRECONDITION for a missing bf16
+  // copy, INTERNAL for CUDA allocation failures.
+  Status Bind(const ParamStore& layout, DeviceParams* params, CudaContext* ctx,
+              GemmRunner* gemm);
+
+  // As dgca::Bert (for GradReadyFn): index of the first parameter of each
+  // stage. Valid after Bind().
+  int word_embeddings_index() const { return wte_idx_; }
+  int body_first_index() const { return pos_idx_; }
+  int layer_first_index(int l) const { return layers_[l].first; }
+  int head_first_index() const { return head_first_; }
+
+  // Embedding backward reductions: deterministic (default) = each column
+  // sums the rows in order, bitwise the CPU's order; false = atomicAdd
+  // (faster for many rows, order-dependent rounding).
+  void set_deterministic(bool d) { deterministic_ = d; }
+
+  // Row i of [B*L] gets prompt_rows[prompt_slot[i]] when prompt_rows is
+  // non-null and prompt_slot[i] >= 0, else the word embedding of ids[i];
+  // then + token type, + position (i mod L) (HF's order of the sums); then
+  // LayerNorm. prompt_rows [2P, H] in T (the prompt encoder's output);
+  // prompt_slot may be null when prompt_rows is. INVALID_ARGUMENT when B or
+  // L exceed the constructor's max_batch / seq_len (or L > 512).
+  Status EmbedForward(const int32_t* ids, const int32_t* token_types, const int32_t* prompt_slot,
+                      const T* prompt_rows, int B, int L);
+  // All layers; mask [B*L] (1 real, 0 padding).
+  Status EncoderForward(const int32_t* mask, int B, int L);
+  // Final hidden states [B*L, H] of the last forward.
+  const T* hidden() const;
+
+  // MLM head on rows[0..R) of hidden() (device int32, distinct rows):
+  // returns the logits buffer [R, V] (which the caller may overwrite with
+  // dlogits for MlmHeadBackward). INVALID_ARGUMENT when R is outside
+  // 0..max_head_rows.
+  StatusOr<T*> MlmHeadForward(const int32_t* rows, int R);
+  T* logits() const { return logits_.get(); }
+  // The [R, H] hidden rows the head used.
+  const T* gathered() const { return sel_.get(); }
+
+  // dlogits [R, V] (usually the logits buffer) -> head parameter grads, the
+  // word embedding grad (tied decoder: dE += dlogits^T t3, dbias += column
+  // sums) and dhidden [B*L, H]: zero except the gathered rows, which get
+  // the head's input gradient plus extra_dh [extra_rows, H] (T; may be null)
+  // for rows 0..extra_rows-1. (extra_rows <= R.)
+  Status MlmHeadBackward(const T* dlogits, const T* extra_dh, int extra_rows);
+  // dL/d hidden after MlmHeadBackward (a caller with more gradient for the
+  // hidden states may add to it before EncoderBackward); [B*L, H].
+  T* dhidden() const { return dcur_.get(); }
+
+  // Backward through the layers, last to first, from dhidden(); after each
+  // layer l calls on_layer(l) (may return void or Status; a non-OK Status
+  // stops the backward and is returned) once the layer's gradient GEMMs and
+  // kernels are ENQUEUED (not finished: record an event on ctx->stream() to
+  // wait for them).
+  template <typename Fn>
+  Status EncoderBackward(const Fn& on_layer);
+  // Embedding backward: LN, position, token type, word embeddings (rows
+  // that took a prompt row give their gradient to dprompt [2P, H] instead,
+  // ADDED, fp32; dprompt may be null when there is no prompt encoder).
+  Status EmbedBackward(float* dprompt);
+
+  // Test hook: fills every activation and scratch buffer with NaN
+  // (DeviceArray::Poison) so a kernel that skips an element, or reads a
+  // buffer before it is written, shows up. Synchronous.
+  Status PoisonActivations();
+  // Bytes of activations and scratch allocated by Bind().
+  size_t activation_bytes() const;
+
+ private:
+  struct Layer {
+    int first = -1;
+    int qkv_w = -1, qkv_b = -1, ao_w = -1, ao_b = -1, ln1_w = -1, ln1_b = -1;
+    int fc1_w = -1, fc1_b = -1, fc2_w = -1, fc2_b = -1, ln2_w = -1, ln2_b = -1;
+    std::string fwd_name, bwd_name;  // NVTX range names
+    // Activations (N = B*L rows), as dgca::Bert::Layer.
+    DeviceArray<T> qkv;    // [N, 3H]
+    DeviceArray<T> probs;  // [B, nh, L, L]
+    DeviceArray<T> ctx;    // [N, H]
+    DeviceArray<T> r1;     // [N, H] projection + bias + residual (LN1 input)
+    DeviceArray<float> mean1, rstd1;
+    DeviceArray<T> h1;     // [N, H]
+    DeviceArray<T> f1;     // [N, F] intermediate pre-activation
+    DeviceArray<T> g;      // [N, F] GELU(f1)
+    DeviceArray<T> r2;     // [N, H] output dense + bias + residual (LN2 input)
+    DeviceArray<float> mean2, rstd2;
+    DeviceArray<T> out;    // [N, H]
+  };
+
+  Status LayerForward(int l, const T* x, const int32_t* mask);
+  // dcur: dL/d(out_l) on entry, dL/d(x_l) on return.
+  Status LayerBackward(int l, const T* x, T* dcur);
+  // out[n,oc] = inp[n,ic] W[oc,ic]^T + b (+ out's old value when
+  // accumulate: the residual, pre-copied into out).
+  Status Linear(T* out, const T* inp, int w, int b, int n, int ic, int oc, bool accumulate);
+  // dinp (= or += when accumulate_dinp) = dout W; dW += dout^T inp (fp32);
+  // db += column sums of dout. dinp may be null.
+  Status LinearBack(T* dinp, bool accumulate_dinp, int w, int b, const T* dout, const T* inp,
+                    int n, int ic, int oc);
+  cudaStream_t stream() const { return ctx_->stream(); }
+
+  const T* W(int i) const { return params_->weight<T>(i); }
+  float* G(int i) const { return params_->grad(i); }
+
+  ModelConfig cfg_;
+  int max_batch_, seq_len_, max_rows_;
+  int H_, F_, V_, nh_;
+  DeviceParams* params_ = nullptr;
+  CudaContext* ctx_ = nullptr;
+  GemmRunner* gemm_ = nullptr;
+  bool deterministic_ = true;
+
+  int wte_idx_ = -1, pos_idx_ = -1, type_idx_ = -1, eln_w_ = -1, eln_b_ = -1;
+  int head_first_ = -1, hd_w_ = -1, hd_b_ = -1, hln_w_ = -1, hln_b_ = -1, hbias_ = -1;
+  std::vector<Layer> layers_;
+
+  // State of the last forward (host side).
+  int B_ = 0, L_ = 0, R_ = 0;
+  bool used_prompt_ = false;
+
+  // Embedding activations and index arrays ([N]; -1 = "not from this table").
+  DeviceArray<T> emb_in_, emb_out_;
+  DeviceArray<float> emb_mean_, emb_rstd_;
+  DeviceArray<int32_t> pos_ids_, type_ids_, word_ids_, prompt_ids_;
+  // MLM head [R, *].
+  DeviceArray<int32_t> rows_;
+  DeviceArray<T> sel_, t1_, t2_, t3_, logits_;
+  DeviceArray<float> tmean_, trstd_;
+  // Backward scratch.
+  DeviceArray<T> dcur_, dtmp_, dctx_, dqkv_, dg_, dsel_, dt_;
+  // Attention scratch (forward and backward share it).
+  DeviceArray<T> attn_scratch_;
+};
+
+// NVTX push/pop (no-ops without nvtx3); defined in cuda_bert.cc.
+void NvtxPush(const char* name);
+void NvtxPop();
+
+template <typename T>
+template <typename Fn>
+Status CudaBert<T>::EncoderBackward(const Fn& on_layer) {
+  for (int l = cfg_.layers - 1; l >= 0; --l) {
+    const T* x = l == 0 ? emb_out_.get() : layers_[l - 1].out.get();
+    DGCA_RETURN_IF_ERROR(LayerBackward(l, x, dcur_.get()));
+    if constexpr (std::is_same_v<decltype(on_layer(l)), Status>) {
+      DGCA_RETURN_IF_ERROR(on_layer(l));
+    } else {
+      on_layer(l);
+    }
+  }
+  return OkStatus();
+}
+
+extern template class CudaBert<float>;
+extern template class CudaBert<__nv_bfloat16>;
+
+}  // namespace cuda
+}  // namespace dgca
+
+#endif  // DGCA_MODEL_CUDA_CUDA_BERT_H_
