@@ -1,0 +1,116 @@
+// CudaPromptEncoder: the GPU mirror of PromptEncoder (model/nn/prompt_encoder.h),
+// ReLM's prompt encoder: Embedding(S=2P, H) -> [2-layer BiLSTM] -> Linear ->
+// ReLU -> Linear, producing the S prompt rows [S, H] on the device. Same
+// kinds (lstm, mlp, none), parameter names, shapes, gate order (i, f, g, o)
+// and maths as the CPU reference; read that header.
+//
+// NOT YET RUN ON A GPU (written and compiled without one; heads_check.h
+// holds its GPU-vs-CPU check).
+//
+// Precision: fp32 throughout (the encoder is tiny: S = 2P rows, its cost is
+// launches, not FLOPs). It reads the fp32 master weights and ADDS into the
+// fp32 grads of DeviceParams. ForwardBf16/BackwardBf16 convert at the edge
+// for a bf16 model.
+//
+// Implementation: the input projections, the two Linears and every weight
+// gradient are cuBLASLt GEMMs (GemmRunner, fp32 compute, no TF32); the LSTM
+// recurrence runs per time step as a 1-row GEMM (gates += h_{t-1} W_hh^T)
+// and a pointwise kernel (2 launches per step and direction; S*4*2 in all
+// for the forward). Backward walks the steps in reverse with a pointwise
+// kernel and a 1-row GEMM (dh_{t-1} = dgates_t W_hh) per step; dW_hh is ONE
+// GEMM over all steps afterwards (dgates rows of steps > 0 against the
+// previous hidden rows), the biases column sums (ColumnSumAdd). Every
+// reduction has a fixed order: bit-reproducible run to run.
+//
+// Usage: ctor(cfg) -> Bind(layout, params, ctx, gemm) -> Forward() then
+// Backward(dout) per step. Buffers allocated once in Bind().
+// Thread-safety: not thread-safe; work ordered on the context's stream.
+#ifndef DGCA_MODEL_CUDA_CUDA_PROMPT_ENCODER_H_
+#define DGCA_MODEL_CUDA_CUDA_PROMPT_ENCODER_H_
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "model/core/config.h"
+#include "model/core/status.h"
+#include "model/cuda/cuda_context.h"
+#include "model/cuda/device_params.h"
+#include "model/cuda/gemm.h"
+#include "model/nn/params.h"
+
+namespace dgca {
+namespace cuda {
+
+class CudaPromptEncoder {
+ public:
+  explicit CudaPromptEncoder(const ModelConfig& cfg);
+  CudaPromptEncoder(const CudaPromptEncoder&) = delete;
+  CudaPromptEncoder& operator=(const CudaPromptEncoder&) = delete;
+
+  PromptEncoderKind kind() const { return kind_; }
+  bool enabled() const { return kind_ != PromptEncoderKind::kNone; }
+  int rows() const { return rows_; }      // S = 2P
+  int hidden() const { return hidden_; }  // H
+
+  // `layout` holds the tensors PromptEncoder::Declare declares for the same
+  // cfg (finalized); `params` its GPU copy. Not owned; must outlive this.
+  // Allocates every buffer. kNone binds nothing. Errors like
+  // PromptEncoder::Bind (NOT_FOUND / INVALID_ARGUMENT), INTERNAL for CUDA.
+  Status Bind(const ParamStore& layout, DeviceParams* params, const CudaContext* ctx,
+              GemmRunner* gemm);
+
+  // Enqueues the forward from the current master weights; *out = the [S,H]
+  // fp32 rows (owned, valid until the next Forward); nullptr for kNone.
+  Status Forward(const float** out);
+  // Forward, then a bf16 copy of the rows (owned) in *out.
+  Status ForwardBf16(const __nv_bfloat16** out);
+
+  // dout [S,H] fp32 on the device: ADDS into every parameter grad of this
+  // encoder (embedding included), from the activations of the last
+  // Forward(). No-op for kNone.
+  Status Backward(const float* dout);
+  // dout in bf16 (converted to fp32 first).
+  Status BackwardBf16(const __nv_bfloat16* dout);
+
+  // Tests: fills every internal buffer (outputs and activations) with NaN.
+  Status PoisonScratch();
+
+ private:
+  struct Dir {
+    int in = 0;
+    bool reverse = false;
+    int w_ih = -1, w_hh = -1, b_ih = -1, b_hh = -1;
+    DeviceArray<float> gates;   // [S,4H] activated gates (i, f, g, o)
+    DeviceArray<float> c;       // [S,H]
+    DeviceArray<float> tanh_c;  // [S,H]
+  };
+  Status DirForward(Dir* d, const float* x, float* out);
+  Status DirBackward(Dir* d, const float* x, const float* out, const float* dout, float* dx);
+  Status Gemm(bool ta, bool tb, int M, int N, int K, const float* A, int lda, const float* B,
+              int ldb, float beta, float* C, int ldc);
+
+  PromptEncoderKind kind_;
+  int rows_, hidden_;
+  bool bound_ = false;
+  const ParamStore* layout_ = nullptr;
+  DeviceParams* params_ = nullptr;
+  const CudaContext* ctx_ = nullptr;
+  GemmRunner* gemm_ = nullptr;
+  int emb_ = -1, mlp0_w_ = -1, mlp0_b_ = -1, mlp2_w_ = -1, mlp2_b_ = -1;
+  Dir dirs_[4];  // l0, l0_reverse, l1, l1_reverse
+
+  DeviceArray<float> out0_, out1_;  // [S,2H] LSTM layer outputs
+  DeviceArray<float> hid_, out_;    // [S,H]
+  DeviceArray<__nv_bfloat16> out_bf16_;  // [S,H] ForwardBf16's copy
+  DeviceArray<float> dout_f_;       // [S,H] BackwardBf16's fp32 copy
+  DeviceArray<float> d_out1_, d_out0_, d_hid_;
+  DeviceArray<float> dgates_;       // [S,4H]
+  DeviceArray<float> dh_, dc_;      // [H]
+};
+
+}  // namespace cuda
+}  // namespace dgca
+
+#endif  // DGCA_MODEL_CUDA_CUDA_PROMPT_ENCODER_H_
