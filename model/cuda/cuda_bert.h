@@ -79,7 +79,7 @@ class CudaBert {
   // this object. NOT_FOUND for a missing tensor, INVALID_ARGUMENT for a
   // shape mismatch or a bad config, FAILED_PRECONDITION for a missing bf16
   // copy, INTERNAL for CUDA allocation failures.
-  Status Bind(const ParamStore& layout, DeviceParams* params, CudaContext* ctx,
+  Status Bind(const ParamStore& layout, DeviceParams* params, const CudaContext* ctx,
               GemmRunner* gemm);
 
   // As dgca::Bert (for GradReadyFn): index of the first parameter of each
@@ -184,7 +184,7 @@ class CudaBert {
   int max_batch_, seq_len_, max_rows_;
   int H_, F_, V_, nh_;
   DeviceParams* params_ = nullptr;
-  CudaContext* ctx_ = nullptr;
+  const CudaContext* ctx_ = nullptr;
   GemmRunner* gemm_ = nullptr;
   bool deterministic_ = true;
 

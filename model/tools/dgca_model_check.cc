@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "model/cuda/bert_check.h"
 #include "model/cuda/cuda_context.h"
 #include "model/cuda/gemm.h"
 #include "model/cuda/op_check.h"
@@ -70,7 +71,9 @@ int main(int argc, char** argv) {
   std::mt19937_64 rng(seed);
   std::printf("%-48s %-6s %12s %10s  %s\n", "op", "dtype", "max rel err", "tolerance", "result");
   int failures = 0, rows_total = 0;
-  for (const OpCheck& check : AllOpChecks()) {
+  std::vector<OpCheck> checks = AllOpChecks();
+  for (const OpCheck& c : BertChecks()) checks.push_back(c);  // CudaBert vs dgca::Bert
+  for (const OpCheck& check : checks) {
     if (!only.empty() && check.name.find(only) == std::string::npos) continue;
     std::vector<CheckRow> rows;
     dgca::Status s = check.run(**ctx, &gemm, &rng, &rows);

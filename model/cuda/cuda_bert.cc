@@ -1,0 +1,490 @@
+// CudaBert<T> (cuda_bert.h): dgca::Bert (model/nn/bert.cc) line by line on
+// the GPU. Each forward/backward step names the CPU step it mirrors.
+//
+// Compiled only; NOT YET RUN ON A GPU. model/cuda/bert_check.cc compares it
+// with dgca::Bert (fp32 within 1e-4 relative; bf16 looser, see there).
+#include "model/cuda/cuda_bert.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <utility>
+
+#include "model/cuda/attention.h"
+#include "model/cuda/bert_kernels.h"
+#include "model/cuda/kernels.h"
+
+#if defined(__has_include)
+#if __has_include(<nvtx3/nvToolsExt.h>)
+#include <nvtx3/nvToolsExt.h>
+#define DGCA_HAVE_NVTX 1
+#endif
+#endif
+
+namespace dgca {
+namespace cuda {
+
+void NvtxPush(const char* name) {
+#ifdef DGCA_HAVE_NVTX
+  nvtxRangePushA(name);
+#else
+  (void)name;
+#endif
+}
+
+void NvtxPop() {
+#ifdef DGCA_HAVE_NVTX
+  nvtxRangePop();
+#endif
+}
+
+namespace {
+
+template <typename T> constexpr DType kDT = DType::kF32;
+template <> constexpr DType kDT<__nv_bfloat16> = DType::kBF16;
+
+// Pops the range on every return path.
+class NvtxRange {
+ public:
+  explicit NvtxRange(const char* name) { NvtxPush(name); }
+  ~NvtxRange() { NvtxPop(); }
+  NvtxRange(const NvtxRange&) = delete;
+  NvtxRange& operator=(const NvtxRange&) = delete;
+};
+
+// cuBLASLt's bias epilogue wants an aligned bias vector (16 bytes is what
+// other users found necessary on A100); a less aligned bias is added by
+// BiasAdd after the GEMM instead. Every bias in the flat layout is at a
+// multiple of H floats, so this is the rare path.
+bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+std::string ShapeStr(const std::vector<int64_t>& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+Status Lookup(const ParamStore& store, const std::string& name, const std::vector<int64_t>& shape,
+              int* idx) {
+  *idx = store.Find(name);
+  if (*idx < 0) {
+    return NotFoundError("CudaBert::Bind: parameter '" + name +
+                         "' is not in the ParamStore (dgca::Bert::Declare* declares it)");
+  }
+  if (store.info(*idx).shape != shape) {
+    return InvalidArgumentError("CudaBert::Bind: parameter '" + name + "' has shape " +
+                                ShapeStr(store.info(*idx).shape) + ", the config needs " +
+                                ShapeStr(shape));
+  }
+  return OkStatus();
+}
+
+template <typename U>
+Status Alloc(DeviceArray<U>* a, size_t n, const char* what) {
+  return a->Allocate(n).WithPrefix(std::string("CudaBert::Bind ") + what);
+}
+
+}  // namespace
+
+template <typename T>
+CudaBert<T>::CudaBert(const ModelConfig& cfg, int max_batch, int seq_len, int max_head_rows)
+    : cfg_(cfg),
+      max_batch_(max_batch),
+      seq_len_(seq_len),
+      max_rows_(max_head_rows),
+      H_(cfg.hidden),
+      F_(cfg.ffn),
+      V_(cfg.vocab_size),
+      nh_(cfg.heads) {}
+
+template <typename T>
+Status CudaBert<T>::Bind(const ParamStore& layout, DeviceParams* params, const CudaContext* ctx,
+                         GemmRunner* gemm) {
+  // The layout and config are validated first (no CUDA involved), then the
+  // device objects.
+  if (!layout.finalized()) return FailedPreconditionError("CudaBert::Bind: the ParamStore is not finalized");
+  if (nh_ <= 0 || H_ % nh_ != 0)
+    return InvalidArgumentError("CudaBert: hidden " + std::to_string(H_) + " is not a multiple of heads " +
+                                std::to_string(nh_));
+  if (max_batch_ <= 0 || seq_len_ <= 0 || max_rows_ < 0)
+    return InvalidArgumentError("CudaBert: max_batch and seq_len must be positive, max_head_rows >= 0");
+  if (seq_len_ > cfg_.max_position)
+    return InvalidArgumentError("CudaBert: seq_len " + std::to_string(seq_len_) + " exceeds max_position " +
+                                std::to_string(cfg_.max_position));
+  if (seq_len_ > 512)
+    return InvalidArgumentError("CudaBert: seq_len " + std::to_string(seq_len_) +
+                                " exceeds the attention kernels' 512");
+
+  const int64_t H = H_, F = F_, V = V_;
+  DGCA_RETURN_IF_ERROR(Lookup(layout, "bert.embeddings.word_embeddings.weight", {V, H}, &wte_idx_));
+  DGCA_RETURN_IF_ERROR(Lookup(layout, "bert.embeddings.position_embeddings.weight", {cfg_.max_position, H}, &pos_idx_));
+  DGCA_RETURN_IF_ERROR(Lookup(layout, "bert.embeddings.token_type_embeddings.weight", {cfg_.type_vocab, H}, &type_idx_));
+  DGCA_RETURN_IF_ERROR(Lookup(layout, "bert.embeddings.LayerNorm.weight", {H}, &eln_w_));
+  DGCA_RETURN_IF_ERROR(Lookup(layout, "bert.embeddings.LayerNorm.bias", {H}, &eln_b_));
+  layers_.clear();
+  layers_.resize(cfg_.layers);
+  for (int l = 0; l < cfg_.layers; ++l) {
+    Layer& ly = layers_[l];
+    const std::string p = "bert.encoder.layer." + std::to_string(l) + ".";
+    int k_w, v_w, k_b, v_b;
+    DGCA_RETURN_IF_ERROR(Lookup(layout, p + "attention.self.query.weight", {H, H}, &ly.qkv_w));
+    DGCA_RETURN_IF_ERROR(Lookup(layout, p + "attention.self.key.weight", {H, H}, &k_w));
+    DGCA_RETURN_IF_ERROR(Lookup(layout, p + "attention.self.value.weight", {H, H}, &v_w));
+    DGCA_RETURN_IF_ERROR(Lookup(layout, p + "attention.self.query.bias", {H}, &ly.qkv_b));
+    DGCA_RETURN_IF_ERROR(Lookup(layout, p + "attention.self.key.bias", {H}, &k_b));
+    DGCA_RETURN_IF_ERROR(Lookup(layout, p + "attention.self.value.bias", {H}, &v_b));
+    DGCA_RETURN_IF_ERROR(Lookup(layout, p + "attention.output.dense.weight", {H, H}, &ly.ao_w));
+    DGCA_RETURN_IF_ERROR(Lookup(layout, p + "attention.output.dense.bias", {H}, &ly.ao_b));
+    DGCA_RETURN_IF_ERROR(Lookup(layout, p + "attention.output.LayerNorm.weight", {H}, &ly.ln1_w));
+    DGCA_RETURN_IF_ERROR(Lookup(layout, p + "attention.output.LayerNorm.bias", {H}, &ly.ln1_b));
+    DGCA_RETURN_IF_ERROR(Lookup(layout, p + "intermediate.dense.weight", {F, H}, &ly.fc1_w));
+    DGCA_RETURN_IF_ERROR(Lookup(layout, p + "intermediate.dense.bias", {F}, &ly.fc1_b));
+    DGCA_RETURN_IF_ERROR(Lookup(layout, p + "output.dense.weight", {H, F}, &ly.fc2_w));
+    DGCA_RETURN_IF_ERROR(Lookup(layout, p + "output.dense.bias", {H}, &ly.fc2_b));
+    DGCA_RETURN_IF_ERROR(Lookup(layout, p + "output.LayerNorm.weight", {H}, &ly.ln2_w));
+    DGCA_RETURN_IF_ERROR(Lookup(layout, p + "output.LayerNorm.bias", {H}, &ly.ln2_b));
+    // The fused QKV GEMM ([3H,H] weight, [3H] bias) needs q, k, v adjacent
+    // in the flat buffer, in that order (dgca::Bert declares them so).
+    const int64_t q_w = layout.info(ly.qkv_w).offset, q_b = layout.info(ly.qkv_b).offset;
+    if (layout.info(k_w).offset != q_w + H * H || layout.info(v_w).offset != q_w + 2 * H * H ||
+        q_b != q_w + 3 * H * H || layout.info(k_b).offset != q_b + H || layout.info(v_b).offset != q_b + 2 * H) {
+      return InvalidArgumentError("CudaBert::Bind: layer " + std::to_string(l) +
+                                  ": q/k/v weights and biases are not contiguous (declare them as dgca::Bert does)");
+    }
+    ly.first = ly.qkv_w;
+    ly.fwd_name = "bert.layer" + std::to_string(l) + ".fwd";
+    ly.bwd_name = "bert.layer" + std::to_string(l) + ".bwd";
+  }
+  DGCA_RETURN_IF_ERROR(Lookup(layout, "cls.predictions.transform.dense.weight", {H, H}, &hd_w_));
+  DGCA_RETURN_IF_ERROR(Lookup(layout, "cls.predictions.transform.dense.bias", {H}, &hd_b_));
+  DGCA_RETURN_IF_ERROR(Lookup(layout, "cls.predictions.transform.LayerNorm.weight", {H}, &hln_w_));
+  DGCA_RETURN_IF_ERROR(Lookup(layout, "cls.predictions.transform.LayerNorm.bias", {H}, &hln_b_));
+  DGCA_RETURN_IF_ERROR(Lookup(layout, "cls.predictions.bias", {V}, &hbias_));
+  head_first_ = hd_w_;
+  if (params == nullptr || ctx == nullptr || gemm == nullptr)
+    return InvalidArgumentError("CudaBert::Bind: null DeviceParams, CudaContext or GemmRunner");
+  if (params->total_numel() != layout.total_numel()) {
+    return InvalidArgumentError("CudaBert::Bind: DeviceParams holds " + std::to_string(params->total_numel()) +
+                                " floats, the ParamStore " + std::to_string(layout.total_numel()));
+  }
+  if constexpr (!std::is_same_v<T, float>) {
+    if (!params->has_half())
+      return FailedPreconditionError("CudaBert<bf16>::Bind: DeviceParams has no bf16 copy (create it with_half)");
+  }
+  params_ = params;
+  ctx_ = ctx;
+  gemm_ = gemm;
+
+  // Activations, allocated once (as dgca::Bert::Bind).
+  const size_t N = static_cast<size_t>(max_batch_) * seq_len_;
+  const size_t probs = static_cast<size_t>(max_batch_) * nh_ * seq_len_ * seq_len_;
+  for (Layer& ly : layers_) {
+    DGCA_RETURN_IF_ERROR(Alloc(&ly.qkv, N * 3 * H, "qkv"));
+    DGCA_RETURN_IF_ERROR(Alloc(&ly.probs, probs, "probs"));
+    DGCA_RETURN_IF_ERROR(Alloc(&ly.ctx, N * H, "ctx"));
+    DGCA_RETURN_IF_ERROR(Alloc(&ly.r1, N * H, "r1"));
+    DGCA_RETURN_IF_ERROR(Alloc(&ly.mean1, N, "mean1"));
+    DGCA_RETURN_IF_ERROR(Alloc(&ly.rstd1, N, "rstd1"));
+    DGCA_RETURN_IF_ERROR(Alloc(&ly.h1, N * H, "h1"));
+    DGCA_RETURN_IF_ERROR(Alloc(&ly.f1, N * F, "f1"));
+    DGCA_RETURN_IF_ERROR(Alloc(&ly.g, N * F, "g"));
+    DGCA_RETURN_IF_ERROR(Alloc(&ly.r2, N * H, "r2"));
+    DGCA_RETURN_IF_ERROR(Alloc(&ly.mean2, N, "mean2"));
+    DGCA_RETURN_IF_ERROR(Alloc(&ly.rstd2, N, "rstd2"));
+    DGCA_RETURN_IF_ERROR(Alloc(&ly.out, N * H, "out"));
+  }
+  DGCA_RETURN_IF_ERROR(Alloc(&emb_in_, N * H, "emb_in"));
+  DGCA_RETURN_IF_ERROR(Alloc(&emb_out_, N * H, "emb_out"));
+  DGCA_RETURN_IF_ERROR(Alloc(&emb_mean_, N, "emb_mean"));
+  DGCA_RETURN_IF_ERROR(Alloc(&emb_rstd_, N, "emb_rstd"));
+  DGCA_RETURN_IF_ERROR(Alloc(&pos_ids_, N, "pos_ids"));
+  DGCA_RETURN_IF_ERROR(Alloc(&type_ids_, N, "type_ids"));
+  DGCA_RETURN_IF_ERROR(Alloc(&word_ids_, N, "word_ids"));
+  DGCA_RETURN_IF_ERROR(Alloc(&prompt_ids_, N, "prompt_ids"));
+  const size_t R = static_cast<size_t>(std::max(1, max_rows_));
+  DGCA_RETURN_IF_ERROR(Alloc(&rows_, R, "rows"));
+  DGCA_RETURN_IF_ERROR(Alloc(&sel_, R * H, "sel"));
+  DGCA_RETURN_IF_ERROR(Alloc(&t1_, R * H, "t1"));
+  DGCA_RETURN_IF_ERROR(Alloc(&t2_, R * H, "t2"));
+  DGCA_RETURN_IF_ERROR(Alloc(&t3_, R * H, "t3"));
+  DGCA_RETURN_IF_ERROR(Alloc(&tmean_, R, "tmean"));
+  DGCA_RETURN_IF_ERROR(Alloc(&trstd_, R, "trstd"));
+  DGCA_RETURN_IF_ERROR(Alloc(&logits_, R * V, "logits"));
+  DGCA_RETURN_IF_ERROR(Alloc(&dcur_, N * H, "dcur"));
+  DGCA_RETURN_IF_ERROR(Alloc(&dtmp_, N * H, "dtmp"));
+  DGCA_RETURN_IF_ERROR(Alloc(&dctx_, N * H, "dctx"));
+  DGCA_RETURN_IF_ERROR(Alloc(&dqkv_, N * 3 * H, "dqkv"));
+  DGCA_RETURN_IF_ERROR(Alloc(&dg_, N * F, "dg"));
+  DGCA_RETURN_IF_ERROR(Alloc(&dsel_, R * H, "dsel"));
+  DGCA_RETURN_IF_ERROR(Alloc(&dt_, R * H, "dt"));
+  const int64_t scratch = std::max(AttentionScratchElems(max_batch_, seq_len_, H_),
+                                   AttentionBackwardScratchElems(max_batch_, seq_len_, H_, nh_));
+  DGCA_RETURN_IF_ERROR(Alloc(&attn_scratch_, static_cast<size_t>(scratch), "attention scratch"));
+  return OkStatus();
+}
+
+template <typename T>
+size_t CudaBert<T>::activation_bytes() const {
+  size_t b = 0;
+  auto add = [&b](const auto& a) { b += a.size() * sizeof(*a.get()); };
+  for (const Layer& ly : layers_) {
+    add(ly.qkv); add(ly.probs); add(ly.ctx); add(ly.r1); add(ly.mean1); add(ly.rstd1); add(ly.h1);
+    add(ly.f1); add(ly.g); add(ly.r2); add(ly.mean2); add(ly.rstd2); add(ly.out);
+  }
+  add(emb_in_); add(emb_out_); add(emb_mean_); add(emb_rstd_);
+  add(pos_ids_); add(type_ids_); add(word_ids_); add(prompt_ids_);
+  add(rows_); add(sel_); add(t1_); add(t2_); add(t3_); add(tmean_); add(trstd_); add(logits_);
+  add(dcur_); add(dtmp_); add(dctx_); add(dqkv_); add(dg_); add(dsel_); add(dt_); add(attn_scratch_);
+  return b;
+}
+
+template <typename T>
+Status CudaBert<T>::PoisonActivations() {
+  auto p = [](auto& a) { return a.Poison(); };
+  for (Layer& ly : layers_) {
+    for (Status s : {p(ly.qkv), p(ly.probs), p(ly.ctx), p(ly.r1), p(ly.mean1), p(ly.rstd1), p(ly.h1),
+                     p(ly.f1), p(ly.g), p(ly.r2), p(ly.mean2), p(ly.rstd2), p(ly.out)})
+      DGCA_RETURN_IF_ERROR(s);
+  }
+  for (Status s : {p(emb_in_), p(emb_out_), p(emb_mean_), p(emb_rstd_), p(pos_ids_), p(type_ids_),
+                   p(word_ids_), p(prompt_ids_), p(rows_), p(sel_), p(t1_), p(t2_), p(t3_), p(tmean_),
+                   p(trstd_), p(logits_), p(dcur_), p(dtmp_), p(dctx_), p(dqkv_), p(dg_), p(dsel_), p(dt_),
+                   p(attn_scratch_)})
+    DGCA_RETURN_IF_ERROR(s);
+  // cudaMemset may still be running; the model's stream does not wait for
+  // the legacy stream.
+  return CudaStatus(cudaDeviceSynchronize(), "CudaBert::PoisonActivations");
+}
+
+// ------------------------------------------------------------- Linear
+
+template <typename T>
+Status CudaBert<T>::Linear(T* out, const T* inp, int w, int b, int n, int ic, int oc, bool accumulate) {
+  // cpu::LinearForward: out = inp W^T + b (W [oc, ic]); with accumulate the
+  // residual already in `out` is added by the GEMM's beta = 1.
+  const T* bias = b >= 0 ? W(b) : nullptr;
+  const bool epilogue = bias != nullptr && Aligned16(bias);
+  GemmArgs g;
+  g.trans_a = false;
+  g.trans_b = true;
+  g.M = n; g.N = oc; g.K = ic;
+  g.alpha = 1.0f;
+  g.beta = accumulate ? 1.0f : 0.0f;
+  g.A = inp; g.lda = ic;
+  g.B = W(w); g.ldb = ic;
+  g.C = out; g.ldc = oc;
+  g.in_type = g.out_type = kDT<T>;
+  g.bias = epilogue ? bias : nullptr;
+  DGCA_RETURN_IF_ERROR(gemm_->Run(g));
+  if (bias != nullptr && !epilogue) return BiasAdd<T>(stream(), out, bias, n, oc);
+  return OkStatus();
+}
+
+template <typename T>
+Status CudaBert<T>::LinearBack(T* dinp, bool accumulate_dinp, int w, int b, const T* dout, const T* inp,
+                               int n, int ic, int oc) {
+  // cpu::LinearBackward.
+  if (dinp != nullptr) {  // dinp [n, ic] (= or +=) dout [n, oc] W [oc, ic]
+    GemmArgs g;
+    g.M = n; g.N = ic; g.K = oc;
+    g.beta = accumulate_dinp ? 1.0f : 0.0f;
+    g.A = dout; g.lda = oc;
+    g.B = W(w); g.ldb = ic;
+    g.C = dinp; g.ldc = ic;
+    g.in_type = g.out_type = kDT<T>;
+    DGCA_RETURN_IF_ERROR(gemm_->Run(g));
+  }
+  {  // dW [oc, ic] += dout^T [oc, n] inp [n, ic], written fp32 into the grad.
+    GemmArgs g;
+    g.trans_a = true;
+    g.M = oc; g.N = ic; g.K = n;
+    g.beta = 1.0f;
+    g.A = dout; g.lda = oc;
+    g.B = inp; g.ldb = ic;
+    g.C = G(w); g.ldc = ic;
+    g.in_type = kDT<T>;
+    g.out_type = DType::kF32;
+    DGCA_RETURN_IF_ERROR(gemm_->Run(g));
+  }
+  if (b >= 0) DGCA_RETURN_IF_ERROR(ColumnSumAdd<T>(stream(), G(b), dout, n, oc));
+  return OkStatus();
+}
+
+// ------------------------------------------------------------- forward
+
+template <typename T>
+Status CudaBert<T>::EmbedForward(const int32_t* ids, const int32_t* token_types, const int32_t* prompt_slot,
+                                 const T* prompt_rows, int B, int L) {
+  if (params_ == nullptr) return FailedPreconditionError("CudaBert::EmbedForward before Bind");
+  if (B <= 0 || B > max_batch_ || L <= 0 || L > seq_len_) {
+    return InvalidArgumentError("CudaBert::EmbedForward: B=" + std::to_string(B) + " L=" + std::to_string(L) +
+                                " outside 1.." + std::to_string(max_batch_) + " x 1.." + std::to_string(seq_len_));
+  }
+  if (prompt_rows != nullptr && prompt_slot == nullptr)
+    return InvalidArgumentError("CudaBert::EmbedForward: prompt_rows given without prompt_slot");
+  NvtxRange range("bert.embed.fwd");
+  B_ = B;
+  L_ = L;
+  used_prompt_ = prompt_rows != nullptr;
+  const int N = B * L;
+  // The index arrays for backward's scatter-adds and the (w + t) + p sum in
+  // one kernel: a row takes its word embedding or its prompt row (the
+  // vectorized ReLM scatter).
+  DGCA_RETURN_IF_ERROR(BertEmbedSum<T>(stream(), emb_in_.get(), pos_ids_.get(), type_ids_.get(), word_ids_.get(),
+                                       prompt_ids_.get(), ids, token_types, prompt_slot, prompt_rows, W(wte_idx_),
+                                       W(pos_idx_), W(type_idx_), B, L, H_));
+  return LayerNormForward<T>(stream(), emb_out_.get(), emb_mean_.get(), emb_rstd_.get(), emb_in_.get(), W(eln_w_),
+                             W(eln_b_), N, H_, cfg_.layer_norm_eps);
+}
+
+template <typename T>
+Status CudaBert<T>::EncoderForward(const int32_t* mask, int B, int L) {
+  if (params_ == nullptr) return FailedPreconditionError("CudaBert::EncoderForward before Bind");
+  if (B <= 0 || B > max_batch_ || L <= 0 || L > seq_len_) {
+    return InvalidArgumentError("CudaBert::EncoderForward: B=" + std::to_string(B) + " L=" + std::to_string(L) +
+                                " outside 1.." + std::to_string(max_batch_) + " x 1.." + std::to_string(seq_len_));
+  }
+  B_ = B;
+  L_ = L;
+  for (int l = 0; l < cfg_.layers; ++l)
+    DGCA_RETURN_IF_ERROR(LayerForward(l, l == 0 ? emb_out_.get() : layers_[l - 1].out.get(), mask));
+  return OkStatus();
+}
+
+template <typename T>
+const T* CudaBert<T>::hidden() const {
+  return cfg_.layers == 0 ? emb_out_.get() : layers_.back().out.get();
+}
+
+template <typename T>
+Status CudaBert<T>::LayerForward(int l, const T* x, const int32_t* mask) {
+  Layer& ly = layers_[l];
+  NvtxRange range(ly.fwd_name.c_str());
+  const int N = B_ * L_, H = H_, F = F_;
+  const float eps = cfg_.layer_norm_eps;
+  cudaStream_t s = stream();
+  // Self-attention: one GEMM for q, k, v.
+  DGCA_RETURN_IF_ERROR(Linear(ly.qkv.get(), x, ly.qkv_w, ly.qkv_b, N, H, 3 * H, false));
+  DGCA_RETURN_IF_ERROR(AttentionForward<T>(*ctx_, gemm_, ly.ctx.get(), ly.probs.get(), ly.qkv.get(), mask, B_, L_,
+                                           H, nh_, attn_scratch_.get()));
+  // Output projection + bias + residual in one GEMM (r1 = x, then beta = 1),
+  // LayerNorm (post-LN).
+  DGCA_RETURN_IF_ERROR(CudaStatus(
+      cudaMemcpyAsync(ly.r1.get(), x, sizeof(T) * size_t(N) * H, cudaMemcpyDeviceToDevice, s), "residual copy"));
+  DGCA_RETURN_IF_ERROR(Linear(ly.r1.get(), ly.ctx.get(), ly.ao_w, ly.ao_b, N, H, H, true));
+  DGCA_RETURN_IF_ERROR(LayerNormForward<T>(s, ly.h1.get(), ly.mean1.get(), ly.rstd1.get(), ly.r1.get(),
+                                           W(ly.ln1_w), W(ly.ln1_b), N, H, eps));
+  // Feed-forward.
+  DGCA_RETURN_IF_ERROR(Linear(ly.f1.get(), ly.h1.get(), ly.fc1_w, ly.fc1_b, N, H, F, false));
+  DGCA_RETURN_IF_ERROR(GeluForward<T>(s, ly.g.get(), ly.f1.get(), int64_t(N) * F));
+  DGCA_RETURN_IF_ERROR(CudaStatus(
+      cudaMemcpyAsync(ly.r2.get(), ly.h1.get(), sizeof(T) * size_t(N) * H, cudaMemcpyDeviceToDevice, s),
+      "residual copy"));
+  DGCA_RETURN_IF_ERROR(Linear(ly.r2.get(), ly.g.get(), ly.fc2_w, ly.fc2_b, N, F, H, true));
+  return LayerNormForward<T>(s, ly.out.get(), ly.mean2.get(), ly.rstd2.get(), ly.r2.get(), W(ly.ln2_w),
+                             W(ly.ln2_b), N, H, eps);
+}
+
+template <typename T>
+StatusOr<T*> CudaBert<T>::MlmHeadForward(const int32_t* rows, int R) {
+  if (params_ == nullptr) return FailedPreconditionError("CudaBert::MlmHeadForward before Bind");
+  if (R < 0 || R > max_rows_) {
+    return InvalidArgumentError("CudaBert::MlmHeadForward: R=" + std::to_string(R) + " outside 0.." +
+                                std::to_string(max_rows_));
+  }
+  R_ = R;
+  if (R == 0) return logits_.get();
+  NvtxRange range("bert.mlm_head.fwd");
+  const int H = H_;
+  cudaStream_t s = stream();
+  // Keep our own copy of the rows (backward scatters into them), then gather.
+  DGCA_RETURN_IF_ERROR(CudaStatus(
+      cudaMemcpyAsync(rows_.get(), rows, sizeof(int32_t) * R, cudaMemcpyDeviceToDevice, s), "head rows copy"));
+  DGCA_RETURN_IF_ERROR(EmbeddingForward<T>(s, sel_.get(), rows_.get(), hidden(), R, H));
+  DGCA_RETURN_IF_ERROR(Linear(t1_.get(), sel_.get(), hd_w_, hd_b_, R, H, H, false));
+  DGCA_RETURN_IF_ERROR(GeluForward<T>(s, t2_.get(), t1_.get(), int64_t(R) * H));
+  DGCA_RETURN_IF_ERROR(LayerNormForward<T>(s, t3_.get(), tmean_.get(), trstd_.get(), t2_.get(), W(hln_w_),
+                                           W(hln_b_), R, H, cfg_.layer_norm_eps));
+  // Decoder tied to the word embeddings: logits = t3 E^T + bias.
+  DGCA_RETURN_IF_ERROR(Linear(logits_.get(), t3_.get(), wte_idx_, hbias_, R, H, V_, false));
+  return logits_.get();
+}
+
+// ------------------------------------------------------------- backward
+
+template <typename T>
+Status CudaBert<T>::MlmHeadBackward(const T* dlogits, const T* extra_dh, int extra_rows) {
+  if (params_ == nullptr) return FailedPreconditionError("CudaBert::MlmHeadBackward before Bind");
+  if (extra_dh != nullptr && (extra_rows < 0 || extra_rows > R_)) {
+    return InvalidArgumentError("CudaBert::MlmHeadBackward: extra_rows " + std::to_string(extra_rows) +
+                                " outside 0.." + std::to_string(R_));
+  }
+  NvtxRange range("bert.mlm_head.bwd");
+  const int R = R_, H = H_;
+  const size_t N = static_cast<size_t>(B_) * L_;
+  cudaStream_t s = stream();
+  if (R > 0) {
+    // Decoder: dE += dlogits^T t3, dbias += colsum, dt3 = dlogits E.
+    DGCA_RETURN_IF_ERROR(LinearBack(dt_.get(), false, wte_idx_, hbias_, dlogits, t3_.get(), R, H, V_));
+    // LN, GELU (in place), dense.
+    DGCA_RETURN_IF_ERROR(LayerNormBackward<T>(s, dsel_.get(), false, G(hln_w_), G(hln_b_), dt_.get(), t2_.get(),
+                                              W(hln_w_), tmean_.get(), trstd_.get(), R, H));
+    DGCA_RETURN_IF_ERROR(GeluBackward<T>(s, dsel_.get(), t1_.get(), dsel_.get(), int64_t(R) * H));
+    DGCA_RETURN_IF_ERROR(LinearBack(dt_.get(), false, hd_w_, hd_b_, dsel_.get(), sel_.get(), R, H, H));
+  }
+  // dhidden: zero, then the gathered rows' gradient (+ extra_dh) scattered
+  // in (rows are distinct).
+  DGCA_RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(dcur_.get(), 0, sizeof(T) * N * H, s), "dhidden memset"));
+  if (R > 0)
+    DGCA_RETURN_IF_ERROR(ScatterRowsAdd<T>(s, dcur_.get(), rows_.get(), dt_.get(), extra_dh, extra_rows, R, H));
+  return OkStatus();
+}
+
+template <typename T>
+Status CudaBert<T>::LayerBackward(int l, const T* x, T* dcur) {
+  Layer& ly = layers_[l];
+  NvtxRange range(ly.bwd_name.c_str());
+  const int N = B_ * L_, H = H_, F = F_;
+  cudaStream_t s = stream();
+  T* dtmp = dtmp_.get();
+  // out = LN2(r2): dcur -> dtmp = d r2 (= d f2 = the residual part of d h1).
+  DGCA_RETURN_IF_ERROR(LayerNormBackward<T>(s, dtmp, false, G(ly.ln2_w), G(ly.ln2_b), dcur, ly.r2.get(),
+                                            W(ly.ln2_w), ly.mean2.get(), ly.rstd2.get(), N, H));
+  // r2 = g W2^T + b2 + h1.
+  DGCA_RETURN_IF_ERROR(LinearBack(dg_.get(), false, ly.fc2_w, ly.fc2_b, dtmp, ly.g.get(), N, F, H));
+  DGCA_RETURN_IF_ERROR(GeluBackward<T>(s, dg_.get(), ly.f1.get(), dg_.get(), int64_t(N) * F));
+  // f1 = h1 W1^T + b1: d h1 = d r2 + d f1 W1 (accumulated into dtmp).
+  DGCA_RETURN_IF_ERROR(LinearBack(dtmp, true, ly.fc1_w, ly.fc1_b, dg_.get(), ly.h1.get(), N, H, F));
+  // h1 = LN1(r1): dtmp -> dcur = d r1 (= d attention output = residual part of d x).
+  DGCA_RETURN_IF_ERROR(LayerNormBackward<T>(s, dcur, false, G(ly.ln1_w), G(ly.ln1_b), dtmp, ly.r1.get(),
+                                            W(ly.ln1_w), ly.mean1.get(), ly.rstd1.get(), N, H));
+  // r1 = ctx Wo^T + bo + x.
+  DGCA_RETURN_IF_ERROR(LinearBack(dctx_.get(), false, ly.ao_w, ly.ao_b, dcur, ly.ctx.get(), N, H, H));
+  DGCA_RETURN_IF_ERROR(AttentionBackward<T>(*ctx_, gemm_, dqkv_.get(), dctx_.get(), ly.qkv.get(), ly.probs.get(),
+                                            B_, L_, H, nh_, attn_scratch_.get()));
+  // qkv = x Wqkv^T + bqkv: d x += dqkv Wqkv.
+  return LinearBack(dcur, true, ly.qkv_w, ly.qkv_b, dqkv_.get(), x, N, H, 3 * H);
+}
+
+template <typename T>
+Status CudaBert<T>::EmbedBackward(float* dprompt) {
+  if (params_ == nullptr) return FailedPreconditionError("CudaBert::EmbedBackward before Bind");
+  NvtxRange range("bert.embed.bwd");
+  const int N = B_ * L_, H = H_;
+  cudaStream_t s = stream();
+  T* demb = dtmp_.get();
+  DGCA_RETURN_IF_ERROR(LayerNormBackward<T>(s, demb, false, G(eln_w_), G(eln_b_), dcur_.get(), emb_in_.get(),
+                                            W(eln_w_), emb_mean_.get(), emb_rstd_.get(), N, H));
+  DGCA_RETURN_IF_ERROR(EmbeddingBackward<T>(s, G(pos_idx_), pos_ids_.get(), demb, N, H, deterministic_));
+  DGCA_RETURN_IF_ERROR(EmbeddingBackward<T>(s, G(type_idx_), type_ids_.get(), demb, N, H, deterministic_));
+  DGCA_RETURN_IF_ERROR(EmbeddingBackward<T>(s, G(wte_idx_), word_ids_.get(), demb, N, H, deterministic_));
+  if (used_prompt_ && dprompt != nullptr)
+    DGCA_RETURN_IF_ERROR(EmbeddingBackward<T>(s, dprompt, prompt_ids_.get(), demb, N, H, deterministic_));
+  return OkStatus();
+}
+
+template class CudaBert<float>;
+template class CudaBert<__nv_bfloat16>;
+
+}  // namespace cuda
+}  // namespace dgca
