@@ -1,0 +1,1041 @@
+// CudaHeads<T>: see cuda_heads.h. NOT YET RUN ON A GPU.
+//
+// Kernels (one block per slot unless noted), in call order:
+//   Forward:  [GEMM act = h W_c^T]  SlotForwardKernel (detector, candidate
+//             head GELU+LN, scores, log q, gate, logsumexp of z_t, per-slot
+//             losses and fusion weights)  ReduceLossesKernel (1 block).
+//   Backward: VocabBackwardKernel (dz)  SlotBackwardKernel (dl, de, ds, dh
+//             gate/detector terms, du, LN and GELU backward -> da)
+//             ColumnGradKernel (thread per column: dw_g, dw_d, dγ, dβ, db_c)
+//             ScalarGradKernel (1 block: db_g, da, db_d)  CandEmbGrad (dE)
+//             [GEMMs dW_c += da^T h, dh += da W_c].
+//   Predict:  [GEMM]  SlotForwardKernel<kPredict> (heads + block argmax).
+// The per-slot scalar maths (losses, w_A/w_B, gate and detector grads,
+// candidate log-softmax) runs on thread 0 of the slot's block in double,
+// line for line as heads.cc.
+#include "model/cuda/cuda_heads.h"
+
+#include <cfloat>
+#include <climits>
+#include <cmath>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "model/cuda/kernels.h"
+
+namespace dgca {
+namespace cuda {
+namespace {
+
+constexpr int kThreads = 256;       // per-slot kernels over H and K
+constexpr int kVocabThreads = 512;  // per-slot kernels over V
+constexpr int kColThreads = 128;    // column-owner kernels
+
+__device__ __forceinline__ float ToF(float x) { return x; }
+__device__ __forceinline__ float ToF(bf16 x) { return __bfloat162float(x); }
+template <typename T> __device__ __forceinline__ T FromF(float x);
+template <> __device__ __forceinline__ float FromF<float>(float x) { return x; }
+template <> __device__ __forceinline__ bf16 FromF<bf16>(float x) { return __float2bfloat16(x); }
+
+template <typename T> constexpr DType kDT = DType::kF32;
+template <> constexpr DType kDT<bf16> = DType::kBF16;
+
+Status Launched(const char* what) { return CudaStatus(cudaGetLastError(), what); }
+
+__device__ __forceinline__ float WarpSum(float x) {
+  for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+  return x;
+}
+__device__ __forceinline__ float WarpMax(float x) {
+  for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+  return x;
+}
+__device__ __forceinline__ double WarpSumD(double x) {
+  for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+  return x;
+}
+// Block-wide reduction (blockDim.x a multiple of 32, <= 1024); every thread
+// gets the result; `sh` holds 32 floats. Fixed shuffle tree: deterministic.
+template <bool kMax>
+__device__ float BlockReduce(float x, float* sh) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  x = kMax ? WarpMax(x) : WarpSum(x);
+  __syncthreads();  // sh may still be read by a previous reduction
+  if (lane == 0) sh[warp] = x;
+  __syncthreads();
+  float y = lane < nw ? sh[lane] : (kMax ? -INFINITY : 0.0f);
+  return kMax ? WarpMax(y) : WarpSum(y);
+}
+__device__ double BlockSumD(double x, double* sh) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  x = WarpSumD(x);
+  __syncthreads();
+  if (lane == 0) sh[warp] = x;
+  __syncthreads();
+  double y = lane < nw ? sh[lane] : 0.0;
+  return WarpSumD(y);
+}
+
+// (value, id) argmax with ties to the smallest id; id INT_MAX = none.
+__device__ __forceinline__ bool Better(float v, int i, float bv, int bi) {
+  if (i == INT_MAX) return false;
+  if (bi == INT_MAX) return true;
+  return v > bv || (v == bv && i < bi);
+}
+__device__ void BlockArgMax(float* v, int* i, float* shv, int* shi) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, *v, o);
+    const int oi = __shfl_xor_sync(0xffffffffu, *i, o);
+    if (Better(ov, oi, *v, *i)) { *v = ov; *i = oi; }
+  }
+  __syncthreads();
+  if (lane == 0) { shv[warp] = *v; shi[warp] = *i; }
+  __syncthreads();
+  float bv = lane < nw ? shv[lane] : -INFINITY;
+  int bi = lane < nw ? shi[lane] : INT_MAX;
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+    const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+    if (Better(ov, oi, bv, bi)) { bv = ov; bi = oi; }
+  }
+  *v = bv;
+  *i = bi;
+}
+
+__device__ __forceinline__ double Softplus(double v) { return fmax(v, 0.0) + log1p(exp(-fabs(v))); }
+__device__ __forceinline__ double Sigmoid(double v) {
+  if (v >= 0) return 1.0 / (1.0 + exp(-v));
+  const double e = exp(v);
+  return e / (1.0 + e);
+}
+__device__ __forceinline__ double LogAddExp(double a, double b) {
+  if (a == -INFINITY) return b;
+  if (b == -INFINITY) return a;
+  const double m = fmax(a, b);
+  return m + log1p(exp(-fabs(a - b)));
+}
+__device__ __forceinline__ float Gelu(float a) { return 0.5f * a * (1.0f + erff(a * 0.70710678118654752f)); }
+__device__ __forceinline__ float GeluGrad(float a) {
+  const float cdf = 0.5f * (1.0f + erff(a * 0.70710678118654752f));
+  const float pdf = 0.39894228040143268f * expf(-0.5f * a * a);
+  return cdf + a * pdf;
+}
+
+// ---------------------------------------------------------------- forward
+template <typename T>
+struct FwdArgs {
+  const T* h;
+  const T* z;
+  const T* E;
+  const int32_t* cand;  // caller's ids [T*K] (null when the candidate head is off)
+  const int32_t* x;
+  const int32_t* y;     // null in Predict
+  int H, K, V;
+  float eps;
+  bool det, cand_on, gated;
+  // fp32 master weights.
+  const float* wd;
+  const float* bd;
+  const float* bc;
+  const float* gam;
+  const float* bet;
+  const float* wg;
+  const float* ga;
+  const float* gb;
+  // State written.
+  int32_t* cand_s;
+  int32_t* y_s;
+  int32_t* label_s;
+  float* e;
+  float* gl;
+  float* act;  // in: h W_c^T (GEMM); out: + b_c
+  float* nrm;
+  float* u;
+  float* rstd;
+  float* logq;
+  float* logQ;
+  float* zmax;
+  float* zsum;
+  float* loss_t;
+  float* wA;
+  float* wB;
+  int32_t* pred;  // Predict only
+};
+
+// Dynamic shared memory: double s_lq[K], int s_c[K].
+template <typename T, bool kPredict>
+__global__ void __launch_bounds__(kThreads) SlotForwardKernel(FwdArgs<T> a) {
+  extern __shared__ double s_lq[];
+  int* s_c = reinterpret_cast<int*>(s_lq + a.K);
+  __shared__ float sh[32];
+  __shared__ int shi[32];
+  const int t = blockIdx.x, tid = threadIdx.x, nth = blockDim.x;
+  const int H = a.H, K = a.K, V = a.V;
+  const T* ht = a.h + int64_t(t) * H;
+  const T* zt = a.z + int64_t(t) * V;
+  int yt = -1;
+  if (!kPredict) {
+    yt = a.y[t];
+    if (tid == 0) {
+      a.y_s[t] = yt;
+      a.label_s[t] = a.x[t] != yt ? 1 : 0;
+    }
+  }
+  if (a.cand_on) {
+    for (int k = tid; k < K; k += nth) {
+      const int c = a.cand[int64_t(t) * K + k];
+      s_c[k] = (c >= 0 && c < V) ? c : -1;  // out of range = padding (ids are trusted)
+      if (!kPredict) a.cand_s[int64_t(t) * K + k] = s_c[k];
+    }
+  }
+  __syncthreads();
+
+  // Detector logit e = w_d·h + b_d.
+  float e = 0.0f;
+  if (a.det) {
+    float s = 0.0f;
+    for (int j = tid; j < H; j += nth) s += a.wd[j] * ToF(ht[j]);
+    e = BlockReduce<false>(s, sh) + a.bd[0];
+    if (tid == 0) a.e[t] = e;
+  }
+
+  // Candidate head: a += b_c; u = LN(GELU(a)); scores; log-softmax over real candidates.
+  double logQ = -INFINITY;
+  if (a.cand_on) {
+    float* act = a.act + int64_t(t) * H;
+    float* nrm = a.nrm + int64_t(t) * H;
+    float* u = a.u + int64_t(t) * H;
+    float s = 0.0f;
+    for (int j = tid; j < H; j += nth) {
+      const float v = act[j] + a.bc[j];
+      act[j] = v;
+      const float g = Gelu(v);
+      nrm[j] = g;  // GELU output, normalized below (same thread, same j)
+      s += g;
+    }
+    const float mean = BlockReduce<false>(s, sh) / H;
+    float q = 0.0f;
+    for (int j = tid; j < H; j += nth) {
+      const float d = nrm[j] - mean;
+      q += d * d;
+    }
+    const float var = BlockReduce<false>(q, sh) / H;
+    const float rs = 1.0f / sqrtf(var + a.eps);
+    if (tid == 0) a.rstd[t] = rs;
+    for (int j = tid; j < H; j += nth) {
+      const float n = (nrm[j] - mean) * rs;
+      nrm[j] = n;
+      u[j] = n * a.gam[j] + a.bet[j];
+    }
+    for (int k = 0; k < K; ++k) {
+      const int c = s_c[k];  // block-uniform
+      if (c < 0) continue;
+      const T* er = a.E + int64_t(c) * H;
+      float p = 0.0f;
+      for (int j = tid; j < H; j += nth) p += u[j] * ToF(er[j]);  // u[j] written by this thread
+      p = BlockReduce<false>(p, sh);
+      if (tid == 0) s_lq[k] = p;
+    }
+    if (tid == 0) {
+      double m = -INFINITY;
+      for (int k = 0; k < K; ++k)
+        if (s_c[k] >= 0) m = fmax(m, s_lq[k]);
+      if (m != -INFINITY) {
+        double sum = 0.0;
+        for (int k = 0; k < K; ++k)
+          if (s_c[k] >= 0) sum += exp(s_lq[k] - m);
+        const double lse = m + log(sum);
+        for (int k = 0; k < K; ++k)
+          if (s_c[k] >= 0) s_lq[k] -= lse;
+      }
+      for (int k = 0; k < K; ++k) {
+        if (s_c[k] < 0) s_lq[k] = -INFINITY;
+        a.logq[int64_t(t) * K + k] = static_cast<float>(s_lq[k]);
+        if (!kPredict && s_c[k] >= 0 && s_c[k] == yt) logQ = LogAddExp(logQ, s_lq[k]);
+      }
+    }
+  }
+
+  // Gate logit l = w_g·h + b_g (+ a·e).
+  float gl = 0.0f;
+  if (a.gated) {
+    float s = 0.0f;
+    for (int j = tid; j < H; j += nth) s += a.wg[j] * ToF(ht[j]);
+    gl = BlockReduce<false>(s, sh) + a.gb[0];
+    if (a.det) gl += a.ga[0] * e;
+    if (tid == 0) a.gl[t] = gl;
+  }
+
+  if (kPredict && !a.gated) {
+    // Fusion none: argmax z_t, first maximum.
+    float bv = -INFINITY;
+    int bi = INT_MAX;
+    for (int j = tid; j < V; j += nth) {
+      const float v = ToF(zt[j]);
+      if (Better(v, j, bv, bi)) { bv = v; bi = j; }
+    }
+    BlockArgMax(&bv, &bi, sh, shi);
+    if (tid == 0) a.pred[t] = bi == INT_MAX ? 0 : bi;
+    return;
+  }
+
+  // logsumexp of z_t: one pass for the max, one for the sum.
+  float mx = -INFINITY;
+  for (int j = tid; j < V; j += nth) mx = fmaxf(mx, ToF(zt[j]));
+  mx = BlockReduce<true>(mx, sh);
+  float se = 0.0f;
+  for (int j = tid; j < V; j += nth) se += expf(ToF(zt[j]) - mx);
+  se = BlockReduce<false>(se, sh);
+
+  if (kPredict) {
+    // Gated: the best non-candidate is the largest z outside C (P is
+    // monotone in z there); candidates get (1-g) p_c + g Σ_{k: c_k = c} q_k.
+    float bv = -INFINITY;
+    int bi = INT_MAX;
+    for (int j = tid; j < V; j += nth) {
+      bool is_c = false;
+      for (int k = 0; k < K; ++k) is_c |= s_c[k] == j;
+      if (is_c) continue;
+      const float v = ToF(zt[j]);
+      if (Better(v, j, bv, bi)) { bv = v; bi = j; }
+    }
+    __syncthreads();
+    BlockArgMax(&bv, &bi, sh, shi);
+    if (tid == 0) {
+      const double lse = double(mx) + log(double(se));
+      const double g = Sigmoid(gl);
+      int best = -1;
+      double best_p = -1.0;
+      auto offer = [&](int v, double p) {
+        if (p > best_p || (p == best_p && v < best)) { best = v; best_p = p; }
+      };
+      if (bi != INT_MAX) offer(bi, (1.0 - g) * exp(double(ToF(zt[bi])) - lse));
+      for (int k = 0; k < K; ++k) {
+        const int c = s_c[k];
+        if (c < 0) continue;
+        bool seen = false;
+        for (int j = 0; j < k; ++j) seen |= s_c[j] == c;
+        if (seen) continue;
+        double qs = 0.0;
+        for (int j = k; j < K; ++j)
+          if (s_c[j] == c) qs += exp(s_lq[j]);
+        offer(c, (1.0 - g) * exp(double(ToF(zt[c])) - lse) + g * qs);
+      }
+      a.pred[t] = best;
+    }
+    return;
+  }
+
+  // Per-slot losses and fusion weights (thread 0, double; heads.cc Forward).
+  if (tid == 0) {
+    const double lse = double(mx) + log(double(se));
+    const bool y_ok = yt >= 0 && yt < V;
+    const double logp_y = y_ok ? double(ToF(zt[yt])) - lse : 0.0;
+    a.zmax[t] = mx;
+    a.zsum[t] = se;
+    const int label = a.x[t] != yt ? 1 : 0;
+    float* lt = a.loss_t + 3 * int64_t(t);
+    lt[1] = a.det ? static_cast<float>(Softplus(e) - label * double(e)) : 0.0f;
+    lt[2] = logQ == -INFINITY ? 0.0f : static_cast<float>(-logQ);
+    a.logQ[t] = static_cast<float>(logQ);
+    if (a.gated) {
+      const double l = gl;
+      const double logA = -Softplus(l) + logp_y;
+      const double logB = logQ == -INFINITY ? -INFINITY : -Softplus(-l) + logQ;
+      const double logP = LogAddExp(logA, logB);
+      lt[0] = static_cast<float>(-logP);
+      a.wA[t] = static_cast<float>(exp(logA - logP));
+      a.wB[t] = logB == -INFINITY ? 0.0f : static_cast<float>(exp(logB - logP));
+    } else {
+      lt[0] = static_cast<float>(-logp_y);
+      a.wA[t] = 1.0f;
+      a.wB[t] = 0.0f;
+    }
+  }
+}
+
+// One block: sums in a fixed order (thread i takes slots i, i+n, ...; fixed
+// shuffle tree), then the means and the total, as heads.cc.
+__global__ void ReduceLossesKernel(DeviceHeadLosses* out, const float* loss_t, const float* logQ,
+                                   int nslots, bool det, bool cand_on, float lam_det,
+                                   float lam_cand) {
+  __shared__ double sh[32];
+  double f = 0.0, d = 0.0, c = 0.0, n = 0.0;
+  for (int t = threadIdx.x; t < nslots; t += blockDim.x) {
+    f += loss_t[3 * int64_t(t)];
+    d += loss_t[3 * int64_t(t) + 1];
+    if (logQ[t] != -INFINITY) {
+      c += loss_t[3 * int64_t(t) + 2];
+      n += 1.0;
+    }
+  }
+  f = BlockSumD(f, sh);
+  d = BlockSumD(d, sh);
+  c = BlockSumD(c, sh);
+  n = BlockSumD(n, sh);
+  if (threadIdx.x == 0) {
+    DeviceHeadLosses r;
+    r.slots = nslots;
+    r.candidate_slots = static_cast<int64_t>(n + 0.5);
+    r.fusion = nslots > 0 ? f / nslots : 0.0;
+    r.detector = (det && nslots > 0) ? d / nslots : 0.0;
+    r.candidate = r.candidate_slots > 0 ? c / static_cast<double>(r.candidate_slots) : 0.0;
+    r.total = r.fusion + (det ? double(lam_det) * r.detector : 0.0) +
+              (cand_on ? double(lam_cand) * r.candidate : 0.0);
+    *out = r;
+  }
+}
+
+// ---------------------------------------------------------------- backward
+// dz_t = st·w_A·(softmax(z_t) − onehot(y_t)); in place when dz == z (each
+// element is read and then written by the same thread).
+template <typename T>
+__global__ void __launch_bounds__(kVocabThreads) VocabBackwardKernel(
+    T* dz, const T* z, const int32_t* y, const float* wA, const float* zmax, const float* zsum,
+    double st, int V) {
+  const int t = blockIdx.x;
+  const double coef = st * double(wA[t]);
+  const float f = static_cast<float>(coef / double(zsum[t]));  // coef·p_j = f·exp(z_j − max)
+  const float cf = static_cast<float>(coef);
+  const float m = zmax[t];
+  const int yt = y[t];
+  const T* zt = z + int64_t(t) * V;
+  T* dzt = dz + int64_t(t) * V;
+  for (int j = threadIdx.x; j < V; j += blockDim.x) {
+    float v = f * expf(ToF(zt[j]) - m);
+    if (j == yt) v -= cf;
+    dzt[j] = FromF<T>(v);
+  }
+}
+
+template <typename T>
+struct BwdArgs {
+  const T* h;
+  const T* E;
+  T* dh;
+  int H, K, V;
+  double st;        // scale / T
+  double cand_num;  // scale·λ_cand (divided by N_c read from `losses`)
+  double lam_det;
+  bool det, cand_on, gated;
+  const DeviceHeadLosses* losses;
+  const float* wd;
+  const float* wg;
+  const float* ga;
+  const float* gam;
+  const int32_t* cand;
+  const int32_t* y;
+  const int32_t* label;
+  const float* e;
+  const float* gl;
+  const float* wA;
+  const float* wB;
+  const float* logq;
+  const float* logQ;
+  const float* act;
+  const float* nrm;
+  const float* rstd;
+  float* dl;
+  float* de;
+  float* ds;
+  float* du;
+  float* da;
+  T* da_t;  // bf16 copy of da for the GEMMs (null for float)
+};
+
+// Dynamic shared memory: float s_ds[K], int s_c[K].
+template <typename T>
+__global__ void __launch_bounds__(kThreads) SlotBackwardKernel(BwdArgs<T> a) {
+  extern __shared__ float s_ds[];
+  int* s_c = reinterpret_cast<int*>(s_ds + a.K);
+  __shared__ float sh[32];
+  __shared__ float s_dl, s_de;
+  const int t = blockIdx.x, tid = threadIdx.x, nth = blockDim.x;
+  const int H = a.H, K = a.K;
+  if (tid == 0) {
+    double dl = 0.0;
+    if (a.gated) {
+      const double g = Sigmoid(a.gl[t]);
+      dl = a.st * (g * a.wA[t] - (1.0 - g) * a.wB[t]);
+    }
+    s_dl = static_cast<float>(dl);
+    a.dl[t] = s_dl;
+    s_de = 0.0f;
+    if (a.det) {
+      double de = a.st * a.lam_det * (Sigmoid(a.e[t]) - a.label[t]);
+      if (a.gated) de += double(a.ga[0]) * dl;
+      s_de = static_cast<float>(de);
+      a.de[t] = s_de;
+    }
+    if (a.cand_on) {
+      const int64_t nc = a.losses->candidate_slots;
+      const double cand_w = nc > 0 ? a.cand_num / double(nc) : 0.0;
+      const double logQ = a.logQ[t];
+      const double coef = logQ != -INFINITY ? a.st * a.wB[t] + cand_w : 0.0;
+      for (int k = 0; k < K; ++k) {
+        const int c = a.cand[int64_t(t) * K + k];  // already clamped to -1 by Forward
+        s_c[k] = c;
+        float d = 0.0f;
+        if (c >= 0 && coef != 0.0) {
+          const double lq = a.logq[int64_t(t) * K + k];
+          const double q = exp(lq);
+          const double m = c == a.y[t] ? exp(lq - logQ) : 0.0;
+          d = static_cast<float>(coef * (q - m));
+        }
+        s_ds[k] = d;
+        a.ds[int64_t(t) * K + k] = d;
+      }
+    }
+  }
+  __syncthreads();
+  T* dht = a.dh + int64_t(t) * H;
+  if (a.gated || a.det) {
+    const float dl = s_dl, de = s_de;
+    for (int j = tid; j < H; j += nth) {
+      float add = 0.0f;
+      if (a.gated) add += dl * a.wg[j];
+      if (a.det) add += de * a.wd[j];
+      dht[j] = FromF<T>(ToF(dht[j]) + add);
+    }
+  }
+  if (!a.cand_on) return;
+  // du = Σ_k ds_k E[c_k] (k in order, as the CPU); LayerNorm and GELU backward.
+  float* du = a.du + int64_t(t) * H;
+  float* da = a.da + int64_t(t) * H;
+  const float* n = a.nrm + int64_t(t) * H;
+  const float* ac = a.act + int64_t(t) * H;
+  float pdn = 0.0f, pdnn = 0.0f;
+  for (int j = tid; j < H; j += nth) {
+    float s = 0.0f;
+    for (int k = 0; k < K; ++k) {
+      const int c = s_c[k];
+      if (c < 0 || s_ds[k] == 0.0f) continue;
+      s += s_ds[k] * ToF(a.E[int64_t(c) * H + j]);
+    }
+    du[j] = s;
+    const float dn = s * a.gam[j];
+    pdn += dn;
+    pdnn += dn * n[j];
+  }
+  const float mdn = BlockReduce<false>(pdn, sh) / H;
+  const float mdnn = BlockReduce<false>(pdnn, sh) / H;
+  const float rs = a.rstd[t];
+  for (int j = tid; j < H; j += nth) {
+    const float dn = du[j] * a.gam[j];
+    const float dg = rs * (dn - mdn - n[j] * mdnn);
+    const float d = dg * GeluGrad(ac[j]);
+    da[j] = d;
+    if (a.da_t != nullptr) a.da_t[int64_t(t) * H + j] = FromF<T>(d);
+  }
+}
+
+// Thread per column j, slots in order: dw_g += Σ dl·h, dw_d += Σ de·h,
+// dγ += Σ du·n, dβ += Σ du, db_c += Σ da.
+template <typename T>
+__global__ void ColumnGradKernel(const T* h, const float* dl, const float* de, const float* du,
+                                 const float* nrm, const float* da, float* dwg, float* dwd,
+                                 float* dgam, float* dbet, float* dbc, int nslots, int H,
+                                 bool det, bool cand_on, bool gated) {
+  const int j = blockIdx.x * blockDim.x + threadIdx.x;
+  if (j >= H) return;
+  float gw = 0.0f, dw = 0.0f, gg = 0.0f, bb = 0.0f, bc = 0.0f;
+  for (int t = 0; t < nslots; ++t) {
+    const int64_t o = int64_t(t) * H + j;
+    if (gated || det) {
+      const float hv = ToF(h[o]);
+      if (gated) gw += dl[t] * hv;
+      if (det) dw += de[t] * hv;
+    }
+    if (cand_on) {
+      gg += du[o] * nrm[o];
+      bb += du[o];
+      bc += da[o];
+    }
+  }
+  if (gated) dwg[j] += gw;
+  if (det) dwd[j] += dw;
+  if (cand_on) {
+    dgam[j] += gg;
+    dbet[j] += bb;
+    dbc[j] += bc;
+  }
+}
+
+// One block: db_g += Σ dl, da_scale += Σ dl·e, db_d += Σ de (double, fixed order).
+__global__ void ScalarGradKernel(const float* dl, const float* de, const float* e, float* dbg,
+                                 float* dga, float* dbd, int nslots, bool det, bool gated) {
+  __shared__ double sh[32];
+  double sg = 0.0, sa = 0.0, sd = 0.0;
+  for (int t = threadIdx.x; t < nslots; t += blockDim.x) {
+    if (gated) {
+      sg += dl[t];
+      if (det) sa += double(dl[t]) * e[t];
+    }
+    if (det) sd += de[t];
+  }
+  sg = BlockSumD(sg, sh);
+  sa = BlockSumD(sa, sh);
+  sd = BlockSumD(sd, sh);
+  if (threadIdx.x == 0) {
+    if (gated) {
+      dbg[0] += static_cast<float>(sg);
+      if (det) dga[0] += static_cast<float>(sa);
+    }
+    if (det) dbd[0] += static_cast<float>(sd);
+  }
+}
+
+// dE[c_tk] += ds_tk·u_t. Deterministic: thread per column, (t, k) in order.
+__global__ void CandEmbGradDetKernel(float* dE, const int32_t* cand, const float* ds,
+                                     const float* u, int nslots, int K, int H) {
+  const int j = blockIdx.x * blockDim.x + threadIdx.x;
+  if (j >= H) return;
+  for (int t = 0; t < nslots; ++t) {
+    const float ut = u[int64_t(t) * H + j];
+    for (int k = 0; k < K; ++k) {
+      const int c = cand[int64_t(t) * K + k];
+      const float d = ds[int64_t(t) * K + k];
+      if (c < 0 || d == 0.0f) continue;
+      dE[int64_t(c) * H + j] += d * ut;
+    }
+  }
+}
+// Fast: block per (t, k), atomicAdd (order-dependent rounding).
+__global__ void CandEmbGradAtomicKernel(float* dE, const int32_t* cand, const float* ds,
+                                        const float* u, int K, int H) {
+  const int tk = blockIdx.x;
+  const int c = cand[tk];
+  const float d = ds[tk];
+  if (c < 0 || d == 0.0f) return;
+  const float* ut = u + int64_t(tk / K) * H;
+  for (int j = threadIdx.x; j < H; j += blockDim.x) atomicAdd(&dE[int64_t(c) * H + j], d * ut[j]);
+}
+
+std::string ShapeStr(const std::vector<int64_t>& s) {
+  std::string r = "[";
+  for (size_t i = 0; i < s.size(); ++i) r += (i ? "," : "") + std::to_string(s[i]);
+  return r + "]";
+}
+
+Status BindOne(const ParamStore& store, const std::string& name, std::vector<int64_t> shape,
+               int* idx) {
+  const int i = store.Find(name);
+  if (i < 0) return NotFoundError("CudaHeads::Bind: parameter " + name + " was not declared");
+  if (store.info(i).shape != shape)
+    return InvalidArgumentError("CudaHeads::Bind: parameter " + name + " has shape " +
+                                ShapeStr(store.info(i).shape) + ", expected " + ShapeStr(shape));
+  *idx = i;
+  return OkStatus();
+}
+
+}  // namespace
+
+template <typename T>
+CudaHeads<T>::CudaHeads(const ModelConfig& cfg, int max_slots)
+    : H_(cfg.hidden),
+      K_(cfg.candidate_top_k < 1 ? 1 : cfg.candidate_top_k),
+      max_slots_(max_slots < 0 ? 0 : max_slots),
+      eps_(cfg.layer_norm_eps),
+      detector_(cfg.detector),
+      candidate_(cfg.candidate),
+      gated_(cfg.fusion == FusionKind::kGated && cfg.candidate),
+      lambda_det_(cfg.lambda_detector),
+      lambda_cand_(cfg.lambda_candidate) {}
+
+template <typename T>
+CudaHeads<T>::~CudaHeads() {
+  if (host_losses_ != nullptr) cudaFreeHost(host_losses_);
+}
+
+template <typename T>
+Status CudaHeads<T>::Bind(const ParamStore& layout, DeviceParams* params, const CudaContext* ctx,
+                          GemmRunner* gemm) {
+  if (!layout.finalized())
+    return FailedPreconditionError("CudaHeads::Bind: call ParamStore::Finalize() first");
+  if (params == nullptr || ctx == nullptr || gemm == nullptr)
+    return InvalidArgumentError("CudaHeads::Bind: params, ctx and gemm are required");
+  if (params->total_numel() != layout.total_numel())
+    return InvalidArgumentError("CudaHeads::Bind: DeviceParams holds " +
+                                std::to_string(params->total_numel()) + " floats, the layout " +
+                                std::to_string(layout.total_numel()));
+  if (H_ < 1) return InvalidArgumentError("CudaHeads::Bind: hidden must be >= 1");
+  const int64_t H = H_;
+  if (detector_) {
+    DGCA_RETURN_IF_ERROR(BindOne(layout, "detector.weight", {H}, &det_w_));
+    DGCA_RETURN_IF_ERROR(BindOne(layout, "detector.bias", {1}, &det_b_));
+  }
+  if (candidate_) {
+    DGCA_RETURN_IF_ERROR(BindOne(layout, "candidate.dense.weight", {H, H}, &cd_w_));
+    DGCA_RETURN_IF_ERROR(BindOne(layout, "candidate.dense.bias", {H}, &cd_b_));
+    DGCA_RETURN_IF_ERROR(BindOne(layout, "candidate.LayerNorm.weight", {H}, &ln_w_));
+    DGCA_RETURN_IF_ERROR(BindOne(layout, "candidate.LayerNorm.bias", {H}, &ln_b_));
+    if (std::is_same_v<T, bf16> && !params->has_half())
+      return FailedPreconditionError(
+          "CudaHeads<bf16>::Bind: DeviceParams has no bf16 copy (create it with with_half)");
+  }
+  if (gated_) {
+    DGCA_RETURN_IF_ERROR(BindOne(layout, "fusion.gate.weight", {H}, &g_w_));
+    if (detector_) DGCA_RETURN_IF_ERROR(BindOne(layout, "fusion.gate.det_scale", {1}, &g_a_));
+    DGCA_RETURN_IF_ERROR(BindOne(layout, "fusion.gate.bias", {1}, &g_b_));
+  }
+  layout_ = &layout;
+  params_ = params;
+  ctx_ = ctx;
+  gemm_ = gemm;
+  const size_t Tn = static_cast<size_t>(max_slots_);
+  const size_t TH = Tn * static_cast<size_t>(H_), TK = Tn * static_cast<size_t>(K_);
+  DGCA_RETURN_IF_ERROR(y_.Allocate(Tn));
+  DGCA_RETURN_IF_ERROR(label_.Allocate(Tn));
+  DGCA_RETURN_IF_ERROR(e_.Allocate(Tn));
+  DGCA_RETURN_IF_ERROR(gl_.Allocate(Tn));
+  DGCA_RETURN_IF_ERROR(logQ_.Allocate(Tn));
+  DGCA_RETURN_IF_ERROR(zmax_.Allocate(Tn));
+  DGCA_RETURN_IF_ERROR(zsum_.Allocate(Tn));
+  DGCA_RETURN_IF_ERROR(loss_t_.Allocate(3 * Tn));
+  DGCA_RETURN_IF_ERROR(wA_.Allocate(Tn));
+  DGCA_RETURN_IF_ERROR(wB_.Allocate(Tn));
+  DGCA_RETURN_IF_ERROR(dl_.Allocate(Tn));
+  DGCA_RETURN_IF_ERROR(de_.Allocate(Tn));
+  DGCA_RETURN_IF_ERROR(losses_.Allocate(1));
+  DGCA_RETURN_IF_ERROR(losses_.Zero());
+  if (candidate_) {
+    DGCA_RETURN_IF_ERROR(cand_.Allocate(TK));
+    DGCA_RETURN_IF_ERROR(act_.Allocate(TH));
+    DGCA_RETURN_IF_ERROR(nrm_.Allocate(TH));
+    DGCA_RETURN_IF_ERROR(u_.Allocate(TH));
+    DGCA_RETURN_IF_ERROR(rstd_.Allocate(Tn));
+    DGCA_RETURN_IF_ERROR(logq_.Allocate(TK));
+    DGCA_RETURN_IF_ERROR(ds_.Allocate(TK));
+    DGCA_RETURN_IF_ERROR(du_.Allocate(TH));
+    DGCA_RETURN_IF_ERROR(da_.Allocate(TH));
+    if (std::is_same_v<T, bf16>) DGCA_RETURN_IF_ERROR(da_t_.Allocate(TH));
+  }
+  if (host_losses_ == nullptr) {
+    void* p = nullptr;
+    DGCA_RETURN_IF_ERROR(CudaStatus(cudaMallocHost(&p, sizeof(DeviceHeadLosses)),
+                                    "CudaHeads::Bind: cudaMallocHost"));
+    host_losses_ = static_cast<DeviceHeadLosses*>(p);
+  }
+  bound_ = true;
+  return OkStatus();
+}
+
+template <typename T>
+Status CudaHeads<T>::PoisonScratch() {
+  if (!bound_) return FailedPreconditionError("CudaHeads: Bind() was not called");
+  DGCA_RETURN_IF_ERROR(cand_.Poison());
+  DGCA_RETURN_IF_ERROR(y_.Poison());
+  DGCA_RETURN_IF_ERROR(label_.Poison());
+  for (DeviceArray<float>* a : {&e_, &gl_, &act_, &nrm_, &u_, &rstd_, &logq_, &logQ_, &zmax_,
+                                &zsum_, &loss_t_, &wA_, &wB_, &dl_, &de_, &ds_, &du_, &da_})
+    DGCA_RETURN_IF_ERROR(a->Poison());
+  DGCA_RETURN_IF_ERROR(da_t_.Poison());
+  DGCA_RETURN_IF_ERROR(losses_.Poison());
+  return CudaStatus(cudaDeviceSynchronize(), "CudaHeads::PoisonScratch");
+}
+
+template <typename T>
+Status CudaHeads<T>::CheckHost(const void* cand, const void* x, const void* y, int slots, int V,
+                               bool need_y) const {
+  if (!bound_) return FailedPreconditionError("CudaHeads: Bind() was not called");
+  if (slots < 0 || slots > max_slots_)
+    return InvalidArgumentError("CudaHeads: " + std::to_string(slots) +
+                                " target slots; valid is 0.." + std::to_string(max_slots_) +
+                                " (max_slots)");
+  if (V < 1)
+    return InvalidArgumentError("CudaHeads: vocabulary size " + std::to_string(V) +
+                                " must be >= 1");
+  if (candidate_ && cand == nullptr && slots > 0)
+    return InvalidArgumentError("CudaHeads: candidate head is on but no candidate ids were given");
+  if (need_y && slots > 0 && (x == nullptr || y == nullptr))
+    return InvalidArgumentError("CudaHeads::Forward: source and target ids are required");
+  return OkStatus();
+}
+
+template <typename T>
+Status CudaHeads<T>::Forward(const T* h, const T* z, const T* E, const int32_t* cand,
+                             const int32_t* x, const int32_t* y, int Tn, int V,
+                             HeadLosses* out) {
+  DGCA_RETURN_IF_ERROR(CheckHost(cand, x, y, Tn, V, /*need_y=*/true));
+  if (Tn > 0 && (h == nullptr || z == nullptr || (candidate_ && E == nullptr)))
+    return InvalidArgumentError("CudaHeads::Forward: h, z (and E with the candidate head) are required");
+  T_ = Tn;
+  V_ = V;
+  h_ = h;
+  z_ = z;
+  E_ = E;
+  cudaStream_t stream = ctx_->stream();
+  if (Tn > 0) {
+    if (candidate_) {
+      GemmArgs g;  // act = h W_c^T (fp32 out; b_c added by the slot kernel)
+      g.trans_a = false;
+      g.trans_b = true;
+      g.M = Tn;
+      g.N = H_;
+      g.K = H_;
+      g.A = h;
+      g.lda = H_;
+      g.B = params_->weight<T>(cd_w_);
+      g.ldb = H_;
+      g.C = act_.get();
+      g.ldc = H_;
+      g.in_type = kDT<T>;
+      g.out_type = DType::kF32;
+      DGCA_RETURN_IF_ERROR(gemm_->Run(g));
+    }
+    FwdArgs<T> a{};
+    a.h = h;
+    a.z = z;
+    a.E = E;
+    a.cand = candidate_ ? cand : nullptr;
+    a.x = x;
+    a.y = y;
+    a.H = H_;
+    a.K = K_;
+    a.V = V;
+    a.eps = eps_;
+    a.det = detector_;
+    a.cand_on = candidate_;
+    a.gated = gated_;
+    if (detector_) {
+      a.wd = params_->master(det_w_);
+      a.bd = params_->master(det_b_);
+    }
+    if (candidate_) {
+      a.bc = params_->master(cd_b_);
+      a.gam = params_->master(ln_w_);
+      a.bet = params_->master(ln_b_);
+    }
+    if (gated_) {
+      a.wg = params_->master(g_w_);
+      a.ga = detector_ ? params_->master(g_a_) : nullptr;
+      a.gb = params_->master(g_b_);
+    }
+    a.cand_s = cand_.get();
+    a.y_s = y_.get();
+    a.label_s = label_.get();
+    a.e = e_.get();
+    a.gl = gl_.get();
+    a.act = act_.get();
+    a.nrm = nrm_.get();
+    a.u = u_.get();
+    a.rstd = rstd_.get();
+    a.logq = logq_.get();
+    a.logQ = logQ_.get();
+    a.zmax = zmax_.get();
+    a.zsum = zsum_.get();
+    a.loss_t = loss_t_.get();
+    a.wA = wA_.get();
+    a.wB = wB_.get();
+    const size_t shmem = static_cast<size_t>(K_) * (sizeof(double) + sizeof(int));
+    SlotForwardKernel<T, false><<<Tn, kThreads, shmem, stream>>>(a);
+    DGCA_RETURN_IF_ERROR(Launched("CudaHeads: SlotForwardKernel"));
+  }
+  ReduceLossesKernel<<<1, kThreads, 0, stream>>>(losses_.get(), loss_t_.get(), logQ_.get(), Tn,
+                                                 detector_, candidate_, lambda_det_, lambda_cand_);
+  DGCA_RETURN_IF_ERROR(Launched("CudaHeads: ReduceLossesKernel"));
+  if (out != nullptr) {
+    // The one device->host copy of Forward (48 bytes) and its synchronization.
+    DGCA_RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(host_losses_, losses_.get(),
+                                                    sizeof(DeviceHeadLosses),
+                                                    cudaMemcpyDeviceToHost, stream),
+                                    "CudaHeads::Forward: loss copy"));
+    DGCA_RETURN_IF_ERROR(ctx_->Synchronize());
+    HeadLosses r;
+    r.total = host_losses_->total;
+    r.fusion = host_losses_->fusion;
+    r.detector = host_losses_->detector;
+    r.candidate = host_losses_->candidate;
+    r.slots = host_losses_->slots;
+    r.candidate_slots = host_losses_->candidate_slots;
+    *out = r;
+  }
+  return OkStatus();
+}
+
+template <typename T>
+Status CudaHeads<T>::Backward(float scale, T* dh, T* dz, float* dE) {
+  if (!bound_ || T_ == 0) return OkStatus();
+  const int Tn = T_, V = V_, H = H_, K = K_;
+  if (dz == nullptr || ((detector_ || candidate_) && dh == nullptr))
+    return InvalidArgumentError("CudaHeads::Backward: dz and dh are required");
+  if (candidate_ && dE == nullptr)
+    return InvalidArgumentError("CudaHeads::Backward: dE is required when the candidate head is on");
+  cudaStream_t stream = ctx_->stream();
+  const double st = static_cast<double>(scale) / Tn;
+
+  VocabBackwardKernel<T><<<Tn, kVocabThreads, 0, stream>>>(dz, z_, y_.get(), wA_.get(),
+                                                           zmax_.get(), zsum_.get(), st, V);
+  DGCA_RETURN_IF_ERROR(Launched("CudaHeads: VocabBackwardKernel"));
+  if (!detector_ && !candidate_) return OkStatus();
+
+  BwdArgs<T> a{};
+  a.h = h_;
+  a.E = E_;
+  a.dh = dh;
+  a.H = H;
+  a.K = K;
+  a.V = V;
+  a.st = st;
+  a.cand_num = static_cast<double>(scale) * lambda_cand_;
+  a.lam_det = lambda_det_;
+  a.det = detector_;
+  a.cand_on = candidate_;
+  a.gated = gated_;
+  a.losses = losses_.get();
+  if (detector_) a.wd = params_->master(det_w_);
+  if (gated_) {
+    a.wg = params_->master(g_w_);
+    a.ga = detector_ ? params_->master(g_a_) : nullptr;
+  }
+  if (candidate_) a.gam = params_->master(ln_w_);
+  a.cand = cand_.get();
+  a.y = y_.get();
+  a.label = label_.get();
+  a.e = e_.get();
+  a.gl = gl_.get();
+  a.wA = wA_.get();
+  a.wB = wB_.get();
+  a.logq = logq_.get();
+  a.logQ = logQ_.get();
+  a.act = act_.get();
+  a.nrm = nrm_.get();
+  a.rstd = rstd_.get();
+  a.dl = dl_.get();
+  a.de = de_.get();
+  a.ds = ds_.get();
+  a.du = du_.get();
+  a.da = da_.get();
+  a.da_t = std::is_same_v<T, bf16> ? da_t_.get() : nullptr;
+  const size_t shmem = static_cast<size_t>(K) * (sizeof(float) + sizeof(int));
+  SlotBackwardKernel<T><<<Tn, kThreads, shmem, stream>>>(a);
+  DGCA_RETURN_IF_ERROR(Launched("CudaHeads: SlotBackwardKernel"));
+
+  ColumnGradKernel<T><<<(H + kColThreads - 1) / kColThreads, kColThreads, 0, stream>>>(
+      h_, dl_.get(), de_.get(), du_.get(), nrm_.get(), da_.get(),
+      gated_ ? params_->grad(g_w_) : nullptr, detector_ ? params_->grad(det_w_) : nullptr,
+      candidate_ ? params_->grad(ln_w_) : nullptr, candidate_ ? params_->grad(ln_b_) : nullptr,
+      candidate_ ? params_->grad(cd_b_) : nullptr, Tn, H, detector_, candidate_, gated_);
+  DGCA_RETURN_IF_ERROR(Launched("CudaHeads: ColumnGradKernel"));
+  if (gated_ || detector_) {
+    ScalarGradKernel<<<1, kThreads, 0, stream>>>(
+        dl_.get(), de_.get(), e_.get(), gated_ ? params_->grad(g_b_) : nullptr,
+        (gated_ && detector_) ? params_->grad(g_a_) : nullptr,
+        detector_ ? params_->grad(det_b_) : nullptr, Tn, detector_, gated_);
+    DGCA_RETURN_IF_ERROR(Launched("CudaHeads: ScalarGradKernel"));
+  }
+  if (!candidate_) return OkStatus();
+
+  if (deterministic_) {
+    CandEmbGradDetKernel<<<(H + kColThreads - 1) / kColThreads, kColThreads, 0, stream>>>(
+        dE, cand_.get(), ds_.get(), u_.get(), Tn, K, H);
+  } else {
+    CandEmbGradAtomicKernel<<<Tn * K, kColThreads, 0, stream>>>(dE, cand_.get(), ds_.get(),
+                                                               u_.get(), K, H);
+  }
+  DGCA_RETURN_IF_ERROR(Launched("CudaHeads: CandEmbGrad"));
+
+  // Dense layer: dW_c += da^T h; dh += da W_c.
+  const void* da_in = std::is_same_v<T, bf16> ? static_cast<const void*>(da_t_.get())
+                                              : static_cast<const void*>(da_.get());
+  GemmArgs gw;
+  gw.trans_a = true;
+  gw.trans_b = false;
+  gw.M = H;
+  gw.N = H;
+  gw.K = Tn;
+  gw.A = da_in;
+  gw.lda = H;
+  gw.B = h_;
+  gw.ldb = H;
+  gw.C = params_->grad(cd_w_);
+  gw.ldc = H;
+  gw.beta = 1.0f;
+  gw.in_type = kDT<T>;
+  gw.out_type = DType::kF32;
+  DGCA_RETURN_IF_ERROR(gemm_->Run(gw));
+  GemmArgs gh;
+  gh.trans_a = false;
+  gh.trans_b = false;
+  gh.M = Tn;
+  gh.N = H;
+  gh.K = H;
+  gh.A = da_in;
+  gh.lda = H;
+  gh.B = params_->weight<T>(cd_w_);
+  gh.ldb = H;
+  gh.C = dh;
+  gh.ldc = H;
+  gh.beta = 1.0f;
+  gh.in_type = kDT<T>;
+  gh.out_type = kDT<T>;
+  return gemm_->Run(gh);
+}
+
+template <typename T>
+Status CudaHeads<T>::Predict(const T* h, const T* z, const T* E, const int32_t* cand,
+                             const int32_t* x, int Tn, int V, int32_t* pred) {
+  DGCA_RETURN_IF_ERROR(CheckHost(cand, x, nullptr, Tn, V, /*need_y=*/false));
+  T_ = 0;  // Backward() is not valid after Predict()
+  if (Tn == 0) return OkStatus();
+  if (pred == nullptr || z == nullptr || (gated_ && (h == nullptr || E == nullptr)))
+    return InvalidArgumentError("CudaHeads::Predict: z, pred (and h, E when gated) are required");
+  cudaStream_t stream = ctx_->stream();
+  FwdArgs<T> a{};
+  a.h = h;
+  a.z = z;
+  a.E = E;
+  a.H = H_;
+  a.K = K_;
+  a.V = V;
+  a.eps = eps_;
+  a.pred = pred;
+  if (gated_) {  // fusion none predicts argmax z: no head runs (as the CPU)
+    GemmArgs g;
+    g.trans_b = true;
+    g.M = Tn;
+    g.N = H_;
+    g.K = H_;
+    g.A = h;
+    g.lda = H_;
+    g.B = params_->weight<T>(cd_w_);
+    g.ldb = H_;
+    g.C = act_.get();
+    g.ldc = H_;
+    g.in_type = kDT<T>;
+    g.out_type = DType::kF32;
+    DGCA_RETURN_IF_ERROR(gemm_->Run(g));
+    a.cand = cand;
+    a.det = detector_;
+    a.cand_on = true;
+    a.gated = true;
+    if (detector_) {
+      a.wd = params_->master(det_w_);
+      a.bd = params_->master(det_b_);
+      a.ga = params_->master(g_a_);
+    }
+    a.bc = params_->master(cd_b_);
+    a.gam = params_->master(ln_w_);
+    a.bet = params_->master(ln_b_);
+    a.wg = params_->master(g_w_);
+    a.gb = params_->master(g_b_);
+    a.e = e_.get();
+    a.gl = gl_.get();
+    a.act = act_.get();
+    a.nrm = nrm_.get();
+    a.u = u_.get();
+    a.rstd = rstd_.get();
+    a.logq = logq_.get();
+  }
+  const size_t shmem = static_cast<size_t>(K_) * (sizeof(double) + sizeof(int));
+  SlotForwardKernel<T, true><<<Tn, kThreads, shmem, stream>>>(a);
+  return Launched("CudaHeads: SlotForwardKernel<predict>");
+}
+
+template class CudaHeads<float>;
+template class CudaHeads<bf16>;
+
+}  // namespace cuda
+}  // namespace dgca
