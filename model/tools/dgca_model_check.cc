@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "model/cuda/bert_check.h"
+#include "model/cuda/heads_check.h"
 #include "model/cuda/cuda_context.h"
 #include "model/cuda/gemm.h"
 #include "model/cuda/op_check.h"
@@ -73,6 +74,7 @@ int main(int argc, char** argv) {
   int failures = 0, rows_total = 0;
   std::vector<OpCheck> checks = AllOpChecks();
   for (const OpCheck& c : BertChecks()) checks.push_back(c);  // CudaBert vs dgca::Bert
+  for (const OpCheck& c : HeadsChecks()) checks.push_back(c);  // CudaHeads, CudaPromptEncoder vs CPU
   for (const OpCheck& check : checks) {
     if (!only.empty() && check.name.find(only) == std::string::npos) continue;
     std::vector<CheckRow> rows;
