@@ -6,14 +6,18 @@
 //             losses and fusion weights)  ReduceLossesKernel (1 block).
 //   Backward: VocabBackwardKernel (dz)  SlotBackwardKernel (dl, de, ds, dh
 //             gate/detector terms, du, LN and GELU backward -> da)
-//             ColumnGradKernel (thread per column: dw_g, dw_d, dγ, dβ, db_c)
-//             ScalarGradKernel (1 block: db_g, da, db_d)  CandEmbGrad (dE)
+//             ColumnPartial/ColumnFinish (two-stage column sums: dw_g, dw_d,
+//             dγ, dβ, db_c)  ScalarGradKernel (1 block: db_g, da, db_d)
+//             CandSortKeys + CUB stable radix sort + CandRunSum (dE; or
+//             CandEmbGradAtomic when not deterministic)
 //             [GEMMs dW_c += da^T h, dh += da W_c].
 //   Predict:  [GEMM]  SlotForwardKernel<kPredict> (heads + block argmax).
 // The per-slot scalar maths (losses, w_A/w_B, gate and detector grads,
 // candidate log-softmax) runs on thread 0 of the slot's block in double,
 // line for line as heads.cc.
 #include "model/cuda/cuda_heads.h"
+
+#include <cub/device/device_radix_sort.cuh>
 
 #include <cfloat>
 #include <climits>
@@ -531,17 +535,25 @@ __global__ void __launch_bounds__(kThreads) SlotBackwardKernel(BwdArgs<T> a) {
   }
 }
 
-// Thread per column j, slots in order: dw_g += Σ dl·h, dw_d += Σ de·h,
-// dγ += Σ du·n, dβ += Σ du, db_c += Σ da.
+// Column sums over slots, two stages so that many slots do not serialize
+// on H threads, with a fixed order (deterministic):
+//   stage 1: block (column tile, chunk c) sums slots [c·kChunk, (c+1)·kChunk)
+//            in order into part[c][q][j] for the 5 sums q:
+//            0 dw_g: dl·h, 1 dw_d: de·h, 2 dγ: du·n, 3 dβ: du, 4 db_c: da;
+//   stage 2: thread per column adds the chunks in order into the grads.
+constexpr int kChunk = 32;
+constexpr int kColSums = 5;
+
 template <typename T>
-__global__ void ColumnGradKernel(const T* h, const float* dl, const float* de, const float* du,
-                                 const float* nrm, const float* da, float* dwg, float* dwd,
-                                 float* dgam, float* dbet, float* dbc, int nslots, int H,
-                                 bool det, bool cand_on, bool gated) {
+__global__ void ColumnPartialKernel(float* part, const T* h, const float* dl, const float* de,
+                                    const float* du, const float* nrm, const float* da, int nslots,
+                                    int H, bool det, bool cand_on, bool gated) {
   const int j = blockIdx.x * blockDim.x + threadIdx.x;
+  const int c = blockIdx.y;
   if (j >= H) return;
+  const int t0 = c * kChunk, t1 = min(nslots, t0 + kChunk);
   float gw = 0.0f, dw = 0.0f, gg = 0.0f, bb = 0.0f, bc = 0.0f;
-  for (int t = 0; t < nslots; ++t) {
+  for (int t = t0; t < t1; ++t) {
     const int64_t o = int64_t(t) * H + j;
     if (gated || det) {
       const float hv = ToF(h[o]);
@@ -554,12 +566,24 @@ __global__ void ColumnGradKernel(const T* h, const float* dl, const float* de, c
       bc += da[o];
     }
   }
-  if (gated) dwg[j] += gw;
-  if (det) dwd[j] += dw;
-  if (cand_on) {
-    dgam[j] += gg;
-    dbet[j] += bb;
-    dbc[j] += bc;
+  float* p = part + int64_t(c) * kColSums * H + j;
+  p[0 * H] = gw;
+  p[1 * H] = dw;
+  p[2 * H] = gg;
+  p[3 * H] = bb;
+  p[4 * H] = bc;
+}
+
+__global__ void ColumnFinishKernel(const float* part, int nchunks, int H, float* dwg, float* dwd,
+                                   float* dgam, float* dbet, float* dbc) {
+  const int j = blockIdx.x * blockDim.x + threadIdx.x;
+  if (j >= H) return;
+  float* dst[kColSums] = {dwg, dwd, dgam, dbet, dbc};
+  for (int q = 0; q < kColSums; ++q) {
+    if (dst[q] == nullptr) continue;
+    float s = 0.0f;
+    for (int c = 0; c < nchunks; ++c) s += part[(int64_t(c) * kColSums + q) * H + j];
+    dst[q][j] += s;
   }
 }
 
@@ -587,19 +611,31 @@ __global__ void ScalarGradKernel(const float* dl, const float* de, const float* 
   }
 }
 
-// dE[c_tk] += ds_tk·u_t. Deterministic: thread per column, (t, k) in order.
-__global__ void CandEmbGradDetKernel(float* dE, const int32_t* cand, const float* ds,
-                                     const float* u, int nslots, int K, int H) {
-  const int j = blockIdx.x * blockDim.x + threadIdx.x;
-  if (j >= H) return;
-  for (int t = 0; t < nslots; ++t) {
-    const float ut = u[int64_t(t) * H + j];
-    for (int k = 0; k < K; ++k) {
-      const int c = cand[int64_t(t) * K + k];
-      const float d = ds[int64_t(t) * K + k];
-      if (c < 0 || d == 0.0f) continue;
-      dE[int64_t(c) * H + j] += d * ut;
+// dE[c_tk] += ds_tk·u_t, deterministic: the (t, k) entries are sorted by
+// id with a STABLE radix sort (so each id's entries keep their (t, k)
+// order, the CPU's order), then the block at the start of each id's run
+// sums the run in order, column per thread, and adds once into dE.
+// Entries that add nothing (padding, ds = 0) get key INT_MAX and sort last.
+__global__ void CandSortKeysKernel(int32_t* keys, int32_t* vals, const int32_t* cand,
+                                   const float* ds, int n) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    const int c = cand[i];
+    keys[i] = (c >= 0 && ds[i] != 0.0f) ? c : INT_MAX;
+    vals[i] = i;
+  }
+}
+__global__ void CandRunSumKernel(float* dE, const int32_t* keys, const int32_t* vals,
+                                 const float* ds, const float* u, int n, int K, int H) {
+  const int i = blockIdx.x;
+  const int key = keys[i];
+  if (key == INT_MAX || (i > 0 && keys[i - 1] == key)) return;  // not the start of a run
+  for (int j = threadIdx.x; j < H; j += blockDim.x) {
+    float acc = 0.0f;
+    for (int p = i; p < n && keys[p] == key; ++p) {
+      const int tk = vals[p];
+      acc += ds[tk] * u[int64_t(tk / K) * H + j];
     }
+    dE[int64_t(key) * H + j] += acc;
   }
 }
 // Fast: block per (t, k), atomicAdd (order-dependent rounding).
@@ -711,6 +747,23 @@ Status CudaHeads<T>::Bind(const ParamStore& layout, DeviceParams* params, const 
     DGCA_RETURN_IF_ERROR(du_.Allocate(TH));
     DGCA_RETURN_IF_ERROR(da_.Allocate(TH));
     if (std::is_same_v<T, bf16>) DGCA_RETURN_IF_ERROR(da_t_.Allocate(TH));
+    DGCA_RETURN_IF_ERROR(sort_keys_.Allocate(TK));
+    DGCA_RETURN_IF_ERROR(sort_vals_.Allocate(TK));
+    DGCA_RETURN_IF_ERROR(sort_keys_out_.Allocate(TK));
+    DGCA_RETURN_IF_ERROR(sort_vals_out_.Allocate(TK));
+    size_t bytes = 0;
+    if (TK > 0) {
+      DGCA_RETURN_IF_ERROR(CudaStatus(
+          cub::DeviceRadixSort::SortPairs(nullptr, bytes, sort_keys_.get(), sort_keys_out_.get(),
+                                          sort_vals_.get(), sort_vals_out_.get(),
+                                          static_cast<int>(TK), 0, 32, ctx->stream()),
+          "CudaHeads::Bind: radix sort size"));
+    }
+    DGCA_RETURN_IF_ERROR(sort_temp_.Allocate(bytes));
+  }
+  if (detector_ || candidate_) {
+    const size_t nchunks = (Tn + kChunk - 1) / kChunk;
+    DGCA_RETURN_IF_ERROR(col_part_.Allocate(nchunks * kColSums * static_cast<size_t>(H_)));
   }
   if (host_losses_ == nullptr) {
     void* p = nullptr;
@@ -732,6 +785,9 @@ Status CudaHeads<T>::PoisonScratch() {
                                 &zsum_, &loss_t_, &wA_, &wB_, &dl_, &de_, &ds_, &du_, &da_})
     DGCA_RETURN_IF_ERROR(a->Poison());
   DGCA_RETURN_IF_ERROR(da_t_.Poison());
+  DGCA_RETURN_IF_ERROR(col_part_.Poison());
+  for (DeviceArray<int32_t>* a : {&sort_keys_, &sort_vals_, &sort_keys_out_, &sort_vals_out_})
+    DGCA_RETURN_IF_ERROR(a->Poison());
   DGCA_RETURN_IF_ERROR(losses_.Poison());
   return CudaStatus(cudaDeviceSynchronize(), "CudaHeads::PoisonScratch");
 }
@@ -913,12 +969,17 @@ Status CudaHeads<T>::Backward(float scale, T* dh, T* dz, float* dE) {
   SlotBackwardKernel<T><<<Tn, kThreads, shmem, stream>>>(a);
   DGCA_RETURN_IF_ERROR(Launched("CudaHeads: SlotBackwardKernel"));
 
-  ColumnGradKernel<T><<<(H + kColThreads - 1) / kColThreads, kColThreads, 0, stream>>>(
-      h_, dl_.get(), de_.get(), du_.get(), nrm_.get(), da_.get(),
-      gated_ ? params_->grad(g_w_) : nullptr, detector_ ? params_->grad(det_w_) : nullptr,
-      candidate_ ? params_->grad(ln_w_) : nullptr, candidate_ ? params_->grad(ln_b_) : nullptr,
-      candidate_ ? params_->grad(cd_b_) : nullptr, Tn, H, detector_, candidate_, gated_);
-  DGCA_RETURN_IF_ERROR(Launched("CudaHeads: ColumnGradKernel"));
+  const int nchunks = (Tn + kChunk - 1) / kChunk;
+  const int col_blocks = (H + kColThreads - 1) / kColThreads;
+  ColumnPartialKernel<T><<<dim3(col_blocks, nchunks), kColThreads, 0, stream>>>(
+      col_part_.get(), h_, dl_.get(), de_.get(), du_.get(), nrm_.get(), da_.get(), Tn, H,
+      detector_, candidate_, gated_);
+  DGCA_RETURN_IF_ERROR(Launched("CudaHeads: ColumnPartialKernel"));
+  ColumnFinishKernel<<<col_blocks, kColThreads, 0, stream>>>(
+      col_part_.get(), nchunks, H, gated_ ? params_->grad(g_w_) : nullptr,
+      detector_ ? params_->grad(det_w_) : nullptr, candidate_ ? params_->grad(ln_w_) : nullptr,
+      candidate_ ? params_->grad(ln_b_) : nullptr, candidate_ ? params_->grad(cd_b_) : nullptr);
+  DGCA_RETURN_IF_ERROR(Launched("CudaHeads: ColumnFinishKernel"));
   if (gated_ || detector_) {
     ScalarGradKernel<<<1, kThreads, 0, stream>>>(
         dl_.get(), de_.get(), e_.get(), gated_ ? params_->grad(g_b_) : nullptr,
@@ -928,12 +989,30 @@ Status CudaHeads<T>::Backward(float scale, T* dh, T* dz, float* dE) {
   }
   if (!candidate_) return OkStatus();
 
+  const int n = Tn * K;
   if (deterministic_) {
-    CandEmbGradDetKernel<<<(H + kColThreads - 1) / kColThreads, kColThreads, 0, stream>>>(
-        dE, cand_.get(), ds_.get(), u_.get(), Tn, K, H);
+    CandSortKeysKernel<<<(n + kThreads - 1) / kThreads, kThreads, 0, stream>>>(
+        sort_keys_.get(), sort_vals_.get(), cand_.get(), ds_.get(), n);
+    DGCA_RETURN_IF_ERROR(Launched("CudaHeads: CandSortKeysKernel"));
+    size_t bytes = 0;
+    DGCA_RETURN_IF_ERROR(CudaStatus(
+        cub::DeviceRadixSort::SortPairs(nullptr, bytes, sort_keys_.get(), sort_keys_out_.get(),
+                                        sort_vals_.get(), sort_vals_out_.get(), n, 0, 32, stream),
+        "CudaHeads: radix sort size"));
+    if (bytes > sort_temp_.size())
+      return InternalError("CudaHeads: radix sort needs " + std::to_string(bytes) +
+                           " bytes of scratch, Bind() allocated " + std::to_string(sort_temp_.size()));
+    bytes = sort_temp_.size();
+    DGCA_RETURN_IF_ERROR(CudaStatus(
+        cub::DeviceRadixSort::SortPairs(sort_temp_.get(), bytes, sort_keys_.get(),
+                                        sort_keys_out_.get(), sort_vals_.get(),
+                                        sort_vals_out_.get(), n, 0, 32, stream),
+        "CudaHeads: radix sort"));
+    CandRunSumKernel<<<n, kColThreads, 0, stream>>>(dE, sort_keys_out_.get(), sort_vals_out_.get(),
+                                                   ds_.get(), u_.get(), n, K, H);
   } else {
-    CandEmbGradAtomicKernel<<<Tn * K, kColThreads, 0, stream>>>(dE, cand_.get(), ds_.get(),
-                                                               u_.get(), K, H);
+    CandEmbGradAtomicKernel<<<n, kColThreads, 0, stream>>>(dE, cand_.get(), ds_.get(), u_.get(),
+                                                          K, H);
   }
   DGCA_RETURN_IF_ERROR(Launched("CudaHeads: CandEmbGrad"));
 

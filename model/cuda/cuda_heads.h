@@ -47,10 +47,13 @@
 // no one-hot term (its loss is then meaningless, but memory is safe). Host
 // arguments (T, V, null pointers) are checked like the CPU version.
 //
-// Determinism: every kernel is bit-reproducible run to run. The one
-// scatter with repeated rows, dE[c_tk] += ds_tk·u_t, gives each column of
-// dE to one thread that walks (t, k) in order (exact, as the CPU; slow for
-// very many slots) unless set_deterministic(false), which uses atomicAdd.
+// Determinism: every kernel is bit-reproducible run to run. Sums over
+// slots (parameter gradients) run in two fixed-order stages (chunks of 32
+// slots, then the chunks in order). The one scatter with repeated rows,
+// dE[c_tk] += ds_tk·u_t, sorts the (t, k) entries by id with a stable
+// radix sort (CUB, part of the CUDA toolkit) and sums each id's run in
+// (t, k) order, adding once per id, unless set_deterministic(false), which
+// uses atomicAdd (order-dependent rounding).
 //
 // Usage: ctor(cfg, max_slots) -> Bind(layout, params, ctx, gemm) -> per
 // micro-batch Forward(...) then Backward(...). All buffers for max_slots
@@ -185,6 +188,10 @@ class CudaHeads {
   DeviceArray<float> ds_;                  // [T,K]
   DeviceArray<float> du_, da_;             // [T,H]
   DeviceArray<T> da_t_;                    // [T,H] da in T for the GEMMs (bf16 only)
+  DeviceArray<float> col_part_;            // [ceil(T/32), 5, H] column partial sums
+  // Deterministic dE scatter: (id, t*K+k) pairs, stable radix sort, scratch.
+  DeviceArray<int32_t> sort_keys_, sort_vals_, sort_keys_out_, sort_vals_out_;  // [T*K]
+  DeviceArray<uint8_t> sort_temp_;
 };
 
 }  // namespace cuda
