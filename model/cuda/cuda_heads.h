@@ -13,8 +13,10 @@
 // CPU uses double): the candidate-head activations a, n, u, the scores,
 // log q, the gate, the per-slot losses and every parameter gradient. Head
 // weights are read from the fp32 master copy (DeviceParams::master), except
-// candidate.dense.weight, which the two cuBLASLt GEMMs read as
-// DeviceParams::weight<T> (GEMM inputs must share one type); for T = bf16
+// candidate.dense.weight, which the cuBLASLt GEMMs read as
+// DeviceParams::weight<T> (GEMM inputs must share one type), through an
+// aligned copy made at each Forward/Predict (the flat buffers put the head
+// tensors at odd offsets); for T = bf16
 // the dense-layer gradient da is rounded to bf16 for those GEMMs (fp32
 // accumulation, fp32 dW_c). dE is the fp32 gradient of the word embeddings
 // (DeviceParams::grad), as every parameter gradient.
@@ -149,6 +151,8 @@ class CudaHeads {
   Status PoisonScratch();
 
  private:
+  // Copies W_c (weight<T>) into the aligned wc_ the GEMMs read.
+  Status CopyDenseWeight();
   Status CheckHost(const void* cand, const void* x, const void* y, int slots, int V, bool need_y) const;
 
   int H_, K_;
@@ -188,6 +192,8 @@ class CudaHeads {
   DeviceArray<float> ds_;                  // [T,K]
   DeviceArray<float> du_, da_;             // [T,H]
   DeviceArray<T> da_t_;                    // [T,H] da in T for the GEMMs (bf16 only)
+  DeviceArray<T> wc_;                      // [H,H] aligned copy of W_c (GEMM input)
+  DeviceArray<float> dwc_;                 // [H,H] dW_c GEMM output, then added to the grad
   DeviceArray<float> col_part_;            // [ceil(T/32), 5, H] column partial sums
   // Deterministic dE scatter: (id, t*K+k) pairs, stable radix sort, scratch.
   DeviceArray<int32_t> sort_keys_, sort_vals_, sort_keys_out_, sort_vals_out_;  // [T*K]
