@@ -160,7 +160,7 @@ Status CheckHeads(const HeadsCase& hc, const CudaContext& ctx, GemmRunner* gemm,
     if (kBf16 && p.name == "candidate.dense.weight") RoundBf16(&v);
     std::copy(v.begin(), v.end(), store.value(i));
   }
-  std::vector<float> grads0 = Rand(store.total_numel(), rng, -0.1f, 0.1f);
+  std::vector<float> grads0 = Rand(store.total_numel(), rng, -0.01f, 0.01f);
   std::copy(grads0.begin(), grads0.end(), store.grads());
 
   // Inputs (rounded to bf16 for a bf16 check, the same values for both sides).
@@ -169,7 +169,7 @@ Status CheckHeads(const HeadsCase& hc, const CudaContext& ctx, GemmRunner* gemm,
   std::vector<float> E = Rand(size_t(V) * H, rng, -0.5f, 0.5f);
   const float dh_amp = kBf16 ? 1e-3f : 1e-2f;  // small for bf16: its rounding is relative
   std::vector<float> dh0 = Rand(size_t(Tn) * H, rng, -dh_amp, dh_amp);
-  std::vector<float> dE0 = Rand(size_t(V) * H, rng, -0.1f, 0.1f);
+  std::vector<float> dE0 = Rand(size_t(V) * H, rng, -0.01f, 0.01f);
   if (kBf16) {
     RoundBf16(&h);
     RoundBf16(&z);
@@ -301,7 +301,7 @@ Status CheckPrompt(PromptEncoderKind kind, const CudaContext& ctx, GemmRunner* g
   store.Finalize();
   DGCA_RETURN_IF_ERROR(cpu.Bind(&store));
   cpu.InitParams((*rng)());
-  std::vector<float> grads0 = Rand(store.total_numel(), rng, -0.1f, 0.1f);
+  std::vector<float> grads0 = Rand(store.total_numel(), rng, -0.01f, 0.01f);
   std::copy(grads0.begin(), grads0.end(), store.grads());
   const int S = cpu.rows(), H = cpu.hidden();
   std::vector<float> dout = Rand(size_t(S) * H, rng, -1.0f, 1.0f);
