@@ -290,6 +290,32 @@ int CmdStatus(const GlobalOptions& g, Io io, const std::string& job_id, bool jso
                               plan.accumulation(), plan.precision());
   }
   if (j.ranks_size() > 0) io.out << "\n" << RankRows(j, {});
+  if (j.plan_check().samples() > 0) {
+    const v1::PlanCheck& c = j.plan_check();
+    auto pred = [](double v, const char* fmt) {
+      return v > 0 ? absl::StrFormat(fmt, v) : std::string("-");
+    };
+    auto err = [](double p, double m) {
+      return p > 0 && m > 0 ? absl::StrFormat("%+.1f%%", 100 * (p - m) / m) : std::string("-");
+    };
+    std::vector<std::vector<std::string>> t = {{"", "PREDICTED", "MEASURED", "ERROR"}};
+    t.push_back({"step seconds", pred(c.predicted_step_seconds(), "%.4f"),
+                 absl::StrFormat("%.4f", c.measured_step_seconds()),
+                 err(c.predicted_step_seconds(), c.measured_step_seconds())});
+    t.push_back({"comm share", pred(100 * c.predicted_comm_share(), "%.1f%%"),
+                 absl::StrFormat("%.1f%%", 100 * c.measured_comm_share()),
+                 c.predicted_step_seconds() > 0
+                     ? err(c.predicted_comm_share(), c.measured_comm_share())
+                     : std::string("-")});
+    t.push_back({"all-reduce seconds", pred(c.predicted_allreduce_seconds(), "%.4f"),
+                 absl::StrFormat("%.4f", c.measured_allreduce_seconds()),
+                 err(c.predicted_allreduce_seconds(), c.measured_allreduce_seconds())});
+    io.out << absl::StrFormat(
+                  "\nplan check (medians of %d rank-steps; compute %.4f s per micro-step "
+                  "of %d):\n",
+                  c.samples(), c.measured_compute_seconds(), c.micro_batch())
+           << Table(t);
+  }
   if (!j.eval().empty()) io.out << "\nevaluation:\n" << EvalTable(EvalOf(j));
   if (resp.events_size() > 0) {
     io.out << "\nevents:\n";

@@ -57,5 +57,62 @@ TEST(CommMeasurementsTest, LatestPerKeyByJobAndSize) {
   std::system(("rm -rf " + dir).c_str());
 }
 
+// Step measurements (finished jobs' compute per micro-step): the newest of
+// each micro-batch per key; skews = (measured - probe all-reduce) / compute,
+// newest first, only for jobs with a probe prediction.
+TEST(CommMeasurementsTest, StepMeasurementsNewestPerMicroBatchAndSkews) {
+  char tmpl[] = "/tmp/step_measurements_test.XXXXXX";
+  std::string dir = mkdtemp(tmpl);
+  std::string db = dir + "/dgca.db";
+  auto add = [](JobStore& st, const std::string& job, const std::string& key, int m, double c,
+                int64_t t, double probe, double measured) {
+    StepMeasurement x;
+    x.job_id = job;
+    x.key = key;
+    x.micro_batch = m;
+    x.compute_seconds = c;
+    x.samples = 20;
+    x.time_unix_ms = t;
+    x.comm_key = "vm|gloo|2";
+    x.allreduce_probe_seconds = probe;
+    x.allreduce_measured_seconds = measured;
+    return st.AddStepMeasurement(x);
+  };
+  {
+    auto s = JobStore::Open(db);
+    ASSERT_TRUE(s.ok()) << s.status();
+    JobStore& st = **s;
+    auto none = st.StepMeasurements("k", 6);
+    ASSERT_TRUE(none.ok());
+    EXPECT_TRUE(none->empty());
+    ASSERT_TRUE(add(st, "j-1", "k", 4, 0.05, 1000, 0.010, 0.012).ok());
+    ASSERT_TRUE(add(st, "j-2", "k", 12, 0.12, 2000, 0.010, 0.016).ok());
+    ASSERT_TRUE(add(st, "j-3", "k", 4, 0.06, 3000, 0, 0.02).ok());  // no probe prediction
+    ASSERT_TRUE(add(st, "j-4", "other", 8, 1.0, 4000, 0.010, 0.011).ok());
+  }
+  auto s = JobStore::Open(db);  // durable
+  ASSERT_TRUE(s.ok());
+  auto m = (*s)->StepMeasurements("k", 6);
+  ASSERT_TRUE(m.ok()) << m.status();
+  ASSERT_EQ(m->size(), 2u);
+  EXPECT_EQ((*m)[0].job_id, "j-3");  // newest, and it replaces j-1's m=4
+  EXPECT_EQ((*m)[0].micro_batch, 4);
+  EXPECT_DOUBLE_EQ((*m)[0].compute_seconds, 0.06);
+  EXPECT_EQ((*m)[1].job_id, "j-2");
+  EXPECT_EQ((*m)[1].micro_batch, 12);
+  auto one = (*s)->StepMeasurements("k", 1);
+  ASSERT_TRUE(one.ok());
+  EXPECT_EQ(one->size(), 1u);
+  auto sk = (*s)->AllReduceSkews("vm|gloo|2", 5);
+  ASSERT_TRUE(sk.ok()) << sk.status();
+  ASSERT_EQ(sk->size(), 3u);  // j-3 has no probe prediction
+  EXPECT_EQ((*sk)[0].job_id, "j-4");
+  EXPECT_NEAR((*sk)[0].skew, 0.001 / 1.0, 1e-12);
+  EXPECT_EQ((*sk)[1].job_id, "j-2");
+  EXPECT_NEAR((*sk)[1].skew, 0.006 / 0.12, 1e-12);
+  EXPECT_NEAR((*sk)[2].skew, 0.002 / 0.05, 1e-12);
+  std::system(("rm -rf " + dir).c_str());
+}
+
 }  // namespace
 }  // namespace dgca

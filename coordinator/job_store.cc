@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <random>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -38,6 +39,11 @@ class Stmt {
     sqlite3_bind_int64(st_, i, v);
     return *this;
   }
+  Stmt& BindDouble(int i, double v) {
+    sqlite3_bind_double(st_, i, v);
+    return *this;
+  }
+  double Double(int c) { return sqlite3_column_double(st_, c); }
   // SQLITE_ROW or SQLITE_DONE or an error.
   int Step() { return sqlite3_step(st_); }
   int64_t Int(int c) { return sqlite3_column_int64(st_, c); }
@@ -96,6 +102,7 @@ void ReadJobRow(Stmt& s, StoredJob* out) {
   j.set_loss(eval_holder.loss());
   j.set_samples_per_second(eval_holder.samples_per_second());
   j.set_eta_seconds(eval_holder.eta_seconds());
+  if (eval_holder.has_plan_check()) *j.mutable_plan_check() = eval_holder.plan_check();
   j.set_step(s.Int(10));
   j.set_total_steps(j.spec().train().steps());
   std::string plan = s.Str(11);
@@ -172,6 +179,15 @@ absl::Status JobStore::Init() {
            " row BLOB NOT NULL /* v1::CommProbeRow */, PRIMARY KEY (job_id, bytes))",
            "CREATE INDEX IF NOT EXISTS comm_measurements_key"
            " ON comm_measurements(node_set, backend, ranks, time_ms)",
+           // Compute time per micro-step measured by finished jobs (the
+           // planner's c(m) for the next job of the same key).
+           "CREATE TABLE IF NOT EXISTS step_measurements ("
+           " job_id TEXT PRIMARY KEY, key TEXT NOT NULL, micro_batch INTEGER NOT NULL,"
+           " compute_s REAL NOT NULL, samples INTEGER NOT NULL, time_ms INTEGER NOT NULL,"
+           " comm_key TEXT NOT NULL DEFAULT '', allreduce_probe_s REAL NOT NULL DEFAULT 0,"
+           " allreduce_measured_s REAL NOT NULL DEFAULT 0)",
+           "CREATE INDEX IF NOT EXISTS step_measurements_key"
+           " ON step_measurements(key, time_ms)",
        }) {
     s = Exec(sql);
     if (!s.ok()) return s;
@@ -312,6 +328,7 @@ absl::Status JobStore::SetProgress(const std::string& id, const v1::Job& progres
   holder.set_loss(progress.loss());
   holder.set_samples_per_second(progress.samples_per_second());
   holder.set_eta_seconds(progress.eta_seconds());
+  if (progress.has_plan_check()) *holder.mutable_plan_check() = progress.plan_check();
   Stmt upd(db_, "UPDATE jobs SET last_step=?, eval=?, updated_ms=? WHERE id=?");
   upd.Bind(1, progress.step()).Bind(2, holder.SerializeAsString()).Bind(3, NowUnixMs()).BindText(4, id);
   if (upd.Step() != SQLITE_DONE) return Error("storing progress");
@@ -484,6 +501,60 @@ absl::StatusOr<CommMeasurement> JobStore::LatestCommMeasurement(const std::strin
   }
   if (rc != SQLITE_DONE) return Error("reading comm measurement rows");
   return m;
+}
+
+absl::Status JobStore::AddStepMeasurement(const StepMeasurement& m) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt q(db_, "INSERT OR REPLACE INTO step_measurements"
+              " (job_id, key, micro_batch, compute_s, samples, time_ms, comm_key,"
+              " allreduce_probe_s, allreduce_measured_s) VALUES (?,?,?,?,?,?,?,?,?)");
+  q.BindText(1, m.job_id).BindText(2, m.key).Bind(3, int64_t{m.micro_batch});
+  q.BindDouble(4, m.compute_seconds).Bind(5, m.samples).Bind(6, m.time_unix_ms > 0 ? m.time_unix_ms : NowUnixMs());
+  q.BindText(7, m.comm_key).BindDouble(8, m.allreduce_probe_seconds);
+  q.BindDouble(9, m.allreduce_measured_seconds);
+  if (q.Step() != SQLITE_DONE) return Error("storing a step measurement");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<StepMeasurement>> JobStore::StepMeasurements(const std::string& key,
+                                                                        int limit) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt q(db_, "SELECT job_id, micro_batch, compute_s, samples, time_ms FROM step_measurements"
+              " WHERE key=? ORDER BY time_ms DESC, rowid DESC");
+  if (!q.ok()) return Error("preparing step measurement query");
+  q.BindText(1, key);
+  std::vector<StepMeasurement> out;
+  std::set<int32_t> seen;
+  int rc;
+  while ((rc = q.Step()) == SQLITE_ROW && static_cast<int>(out.size()) < limit) {
+    StepMeasurement m;
+    m.job_id = q.Str(0);
+    m.key = key;
+    m.micro_batch = static_cast<int32_t>(q.Int(1));
+    m.compute_seconds = q.Double(2);
+    m.samples = q.Int(3);
+    m.time_unix_ms = q.Int(4);
+    if (!seen.insert(m.micro_batch).second) continue;
+    out.push_back(std::move(m));
+  }
+  if (rc != SQLITE_ROW && rc != SQLITE_DONE) return Error("reading step measurements");
+  return out;
+}
+
+absl::StatusOr<std::vector<AllReduceSkew>> JobStore::AllReduceSkews(const std::string& comm_key,
+                                                                    int limit) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt q(db_, "SELECT job_id, (allreduce_measured_s - allreduce_probe_s) / compute_s, time_ms"
+              " FROM step_measurements WHERE comm_key=? AND allreduce_probe_s > 0"
+              " AND allreduce_measured_s > 0 AND compute_s > 0"
+              " ORDER BY time_ms DESC, rowid DESC LIMIT ?");
+  if (!q.ok()) return Error("preparing all-reduce skew query");
+  q.BindText(1, comm_key).Bind(2, int64_t{limit});
+  std::vector<AllReduceSkew> out;
+  int rc;
+  while ((rc = q.Step()) == SQLITE_ROW) out.push_back({q.Str(0), q.Double(1), q.Int(2)});
+  if (rc != SQLITE_DONE) return Error("reading all-reduce skews");
+  return out;
 }
 
 }  // namespace dgca

@@ -54,6 +54,32 @@ struct StoredRank {
 
 // Added by R2-A: the all-reduce sweep of one `dgca diagnose comm` job, keyed by
 // the node set (sorted node names joined by ","), backend and rank count.
+// A job's measured compute time per micro-step (table step_measurements),
+// the planner's c(m). `key` names everything the timing depends on besides
+// the micro-batch (Scheduler::StepKey: nodes, device, ranks, threads,
+// precision, sequence length, model).
+struct StepMeasurement {
+  std::string job_id;
+  std::string key;
+  int32_t micro_batch = 0;
+  double compute_seconds = 0;  // per micro-step, exposed communication excluded
+  int64_t samples = 0;         // (rank, step) pairs behind the median
+  int64_t time_unix_ms = 0;
+  // The job's all-reduce per step: what the probe predicted (without any
+  // in-job factor; 0 = no measured link) and what the ranks measured.
+  // comm_key = "node_set|backend|ranks".
+  std::string comm_key;
+  double allreduce_probe_seconds = 0;
+  double allreduce_measured_seconds = 0;
+};
+
+// (measured - probe-predicted all-reduce time) / measured compute, of one job.
+struct AllReduceSkew {
+  std::string job_id;
+  double skew = 0;
+  int64_t time_unix_ms = 0;
+};
+
 struct CommMeasurement {
   std::string job_id;
   std::string node_set;
@@ -117,6 +143,17 @@ class JobStore {
   absl::StatusOr<CommMeasurement> LatestCommMeasurement(const std::string& node_set,
                                                         const std::string& backend,
                                                         int32_t ranks);
+
+  // Step-time measurements (table step_measurements). One row per job; a
+  // second row for the same job replaces the first.
+  absl::Status AddStepMeasurement(const StepMeasurement& m);
+  // The newest measurement of each micro-batch for `key`, newest first, at
+  // most `limit` rows (empty when there is none).
+  absl::StatusOr<std::vector<StepMeasurement>> StepMeasurements(const std::string& key,
+                                                                int limit);
+  // The newest jobs' all-reduce skews for comm_key, newest first.
+  absl::StatusOr<std::vector<AllReduceSkew>> AllReduceSkews(const std::string& comm_key,
+                                                            int limit);
 
  private:
   explicit JobStore(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}

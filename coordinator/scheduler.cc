@@ -23,6 +23,14 @@ namespace {
 
 // Finished jobs whose per-rank progress and /metrics series are kept.
 constexpr size_t kRememberFinished = 64;
+// Plan check: at most this many (rank, step) samples per job are kept (the
+// medians need no more); fewer than kMinStepSamples make no check.
+constexpr size_t kMaxStepSamples = 20000;
+constexpr size_t kMinStepSamples = 5;
+// Step measurements (distinct micro-batches) fed to one plan.
+constexpr int kMaxStepPoints = 6;
+// Jobs whose all-reduce skew is taken into a plan (median).
+constexpr int kMaxSkewJobs = 5;
 
 std::string ReadFileOrEmpty(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -260,6 +268,7 @@ void Scheduler::FillProgress(const JobRt& rt, v1::Job* job) {
   job->set_restarts(rt.restarts);
   job->clear_eval();
   for (const auto& [k, v] : rt.eval) (*job->mutable_eval())[k] = v;
+  if (rt.plan_check.samples() > 0) *job->mutable_plan_check() = rt.plan_check;
 }
 
 v1::Job Scheduler::Snapshot(const JobRt& rt) {
@@ -285,6 +294,7 @@ void Scheduler::Persist(JobRt* rt) {
 }
 
 void Scheduler::Finish(JobRt* rt, v1::JobState state, const std::string& message) {
+  if (rt->planned && rt->spec.kind() != "comm_probe") CheckPlan(rt, state);
   Persist(rt);
   Event(rt, state, "state", message, true);
   rendezvous_.ClearJob(rt->id);
@@ -359,16 +369,69 @@ std::string Scheduler::NodeSetKey(const JobRt& rt) {
   return absl::StrJoin(nodes, ",");
 }
 
+namespace {
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+}  // namespace
+
 absl::StatusOr<v1::Plan> Scheduler::PlanMeasured(const v1::JobSpec& spec,
                                                  const std::vector<v1::Topology>& topo) {
   auto plan = MakePlan(spec, topo, PlannerMeasurements{});
-  if (!plan.ok() || spec.kind() == "comm_probe" || plan->ranks() < 2) return plan;
+  if (!plan.ok() || spec.kind() == "comm_probe") return plan;
   std::set<std::string> nodes(plan->rank_nodes().begin(), plan->rank_nodes().end());
   nodes.erase("");
   if (nodes.empty() && !topo.empty()) nodes.insert(topo[0].node());
-  auto m = store_->LatestCommMeasurement(absl::StrJoin(nodes, ","), plan->backend(),
-                                         plan->ranks());
-  if (!m.ok() || m->rows.empty()) return plan;
+  const std::string node_set = absl::StrJoin(nodes, ",");
+  PlannerMeasurements meas;
+  bool measured = false;
+  if (plan->ranks() >= 2 && AddCommMeasurement(node_set, *plan, &meas)) {
+    measured = true;
+    // How much longer the all-reduce took inside earlier jobs than the
+    // probe predicted, per second of compute (median of the newest few).
+    auto skews = store_->AllReduceSkews(CommKey(node_set, *plan), kMaxSkewJobs);
+    if (skews.ok() && !skews->empty()) {
+      std::vector<double> r;
+      std::vector<std::string> from;
+      for (const AllReduceSkew& x : *skews) {
+        r.push_back(x.skew);
+        from.push_back(absl::StrFormat("%s %.3f", x.job_id, x.skew));
+      }
+      meas.allreduce_skew_per_compute = std::max(0.0, Median(r));
+      meas.allreduce_skew_source = absl::StrCat(
+          "the median of (measured all-reduce - probe) / compute over the newest ", r.size(),
+          " job(s) on these nodes: ", absl::StrJoin(from, ", "));
+    }
+  }
+  // Compute time per micro-step from earlier jobs of the same key (newest
+  // of each micro-batch).
+  auto steps = store_->StepMeasurements(StepKey(spec, *plan, node_set), kMaxStepPoints);
+  if (steps.ok() && !steps->empty()) {
+    std::vector<std::string> from;
+    for (const StepMeasurement& m : *steps) {
+      meas.step_points.emplace_back(m.micro_batch, m.compute_seconds);
+      from.push_back(absl::StrFormat("job %s m=%d %.1f ms (median of %d steps)", m.job_id,
+                                     m.micro_batch, m.compute_seconds * 1e3, m.samples));
+    }
+    absl::Time t = absl::FromUnixMillis((*steps)[0].time_unix_ms);
+    meas.step_source = absl::StrCat(
+        "compute per micro-step measured by earlier jobs of this model on these nodes, newest ",
+        absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", t, absl::UTCTimeZone()), ": ",
+        absl::StrJoin(from, "; "));
+    measured = true;
+  }
+  if (!measured) return plan;
+  auto again = MakePlan(spec, topo, meas);
+  return again.ok() ? again : plan;
+}
+
+bool Scheduler::AddCommMeasurement(const std::string& node_set, const v1::Plan& plan,
+                                   PlannerMeasurements* meas) {
+  auto m = store_->LatestCommMeasurement(node_set, plan.backend(), plan.ranks());
+  if (!m.ok() || m->rows.empty()) return false;
   // Bandwidth from the largest size (bandwidth-bound, like the buckets the
   // planner sizes) and latency from the smallest (latency-bound). A least-
   // squares fit over all sizes is dominated by the largest points and gave a
@@ -380,23 +443,105 @@ absl::StatusOr<v1::Plan> Scheduler::PlanMeasured(const v1::JobSpec& spec,
     if (!big || r.bytes() > big->bytes()) big = &r;
     if (!small || r.bytes() < small->bytes()) small = &r;
   }
-  if (!big) return plan;
-  PlannerMeasurements meas;
-  meas.allreduce_bus_bandwidth = big->busbw_bytes_per_second();
-  if (small != big) meas.allreduce_latency_s = small->seconds_per_op();
+  if (!big) return false;
+  meas->allreduce_bus_bandwidth = big->busbw_bytes_per_second();
+  if (small != big) meas->allreduce_latency_s = small->seconds_per_op();
   for (const auto& r : m->rows) {
     if (r.bytes() > 0 && r.seconds_per_op() > 0) {
-      meas.allreduce_points.emplace_back(static_cast<double>(r.bytes()), r.seconds_per_op());
+      meas->allreduce_points.emplace_back(static_cast<double>(r.bytes()), r.seconds_per_op());
     }
   }
   absl::Time t = absl::FromUnixMillis(m->time_unix_ms);
-  meas.allreduce_source =
+  meas->allreduce_source =
       absl::StrCat("measured by dgca diagnose comm at ",
                    absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", t, absl::UTCTimeZone()),
                    " (job ", m->job_id, "; busbw at ", big->bytes(), " B",
                    small != big ? absl::StrCat(", latency at ", small->bytes(), " B") : "", ")");
-  auto measured = MakePlan(spec, topo, meas);
-  return measured.ok() ? measured : plan;
+  return true;
+}
+
+std::string Scheduler::CommKey(const std::string& node_set, const v1::Plan& plan) {
+  return absl::StrCat(node_set, "|", plan.backend(), "|", plan.ranks());
+}
+
+std::string Scheduler::StepKey(const v1::JobSpec& spec, const v1::Plan& plan,
+                               const std::string& node_set) {
+  v1::ModelSpec model = spec.model();
+  model.clear_init_from();  // the starting weights do not change the timing
+  return absl::StrCat("nodes=", node_set, " device=", plan.device(), " ranks=", plan.ranks(),
+                      " threads=", plan.threads_per_rank(), " precision=", plan.precision(),
+                      " seq=", spec.data().max_seq_len(), " mft=",
+                      spec.data().mft().ShortDebugString(), " model=", model.ShortDebugString());
+}
+
+namespace {
+double RelativeError(double predicted, double measured) {
+  return measured > 0 ? (predicted - measured) / measured : 0;
+}
+}  // namespace
+
+void Scheduler::CheckPlan(JobRt* rt, v1::JobState final_state) {
+  const auto& ss = rt->step_samples;
+  if (ss.size() < kMinStepSamples) return;
+  const int k = std::max(1, rt->plan.accumulation());
+  std::vector<double> step, share, allreduce, compute;
+  for (const StepSample& x : ss) {
+    step.push_back(x.step_seconds);
+    share.push_back(x.exposed_seconds / x.step_seconds);
+    allreduce.push_back(x.allreduce_seconds);
+    compute.push_back(std::max(0.0, x.step_seconds - x.exposed_seconds) / k);
+  }
+  v1::PlanCheck& c = rt->plan_check;
+  c.set_samples(static_cast<int64_t>(ss.size()));
+  c.set_micro_batch(rt->plan.micro_batch());
+  c.set_accumulation(k);
+  c.set_predicted_step_seconds(rt->plan.predicted_step_seconds());
+  c.set_predicted_comm_share(rt->plan.predicted_comm_share());
+  c.set_predicted_allreduce_seconds(rt->plan.predicted_allreduce_seconds());
+  c.set_measured_step_seconds(Median(step));
+  c.set_measured_comm_share(Median(share));
+  c.set_measured_allreduce_seconds(Median(allreduce));
+  c.set_measured_compute_seconds(Median(compute));
+  std::string text;
+  if (c.predicted_step_seconds() > 0) {
+    text = absl::StrFormat(
+        "predicted vs measured (median of %d rank-steps): step %.4f s vs %.4f s (%+.1f%%), "
+        "comm share %.1f%% vs %.1f%% (%+.1f%%), all-reduce %.4f s vs %.4f s",
+        c.samples(), c.predicted_step_seconds(), c.measured_step_seconds(),
+        100 * RelativeError(c.predicted_step_seconds(), c.measured_step_seconds()),
+        100 * c.predicted_comm_share(), 100 * c.measured_comm_share(),
+        100 * RelativeError(c.predicted_comm_share(), c.measured_comm_share()),
+        c.predicted_allreduce_seconds(), c.measured_allreduce_seconds());
+  } else {
+    text = absl::StrFormat(
+        "measured (median of %d rank-steps): step %.4f s, comm share %.1f%%; the plan had no "
+        "step-time measurement to predict from",
+        c.samples(), c.measured_step_seconds(), 100 * c.measured_comm_share());
+  }
+  // A cancelled or failed job's steps are still real steps; keep them when
+  // there are enough of them.
+  if (final_state == v1::SUCCEEDED || ss.size() >= 4 * kMinStepSamples) {
+    StepMeasurement m;
+    m.job_id = rt->id;
+    m.key = StepKey(rt->spec, rt->plan, NodeSetKey(*rt));
+    m.micro_batch = rt->plan.micro_batch();
+    m.compute_seconds = c.measured_compute_seconds();
+    m.samples = c.samples();
+    m.time_unix_ms = NowUnixMs();
+    m.comm_key = CommKey(NodeSetKey(*rt), rt->plan);
+    if (rt->plan.allreduce_measured() && rt->plan.predicted_allreduce_probe_seconds() > 0) {
+      m.allreduce_probe_seconds = rt->plan.predicted_allreduce_probe_seconds();
+      m.allreduce_measured_seconds = c.measured_allreduce_seconds();
+    }
+    absl::Status st = store_->AddStepMeasurement(m);
+    if (st.ok()) {
+      text += absl::StrFormat("; stored compute %.4f s per micro-step of %d for later plans",
+                              m.compute_seconds, m.micro_batch);
+    } else {
+      text += absl::StrCat("; cannot store the measurement: ", st.message());
+    }
+  }
+  Event(rt, rt->state, "plan", text, false);
 }
 
 absl::StatusOr<v1::PlanJobResponse> Scheduler::PlanJob(const v1::PlanJobRequest& req) {
@@ -1043,6 +1188,13 @@ std::string Scheduler::IngestSample(const v1::MetricSample& s, const std::string
     p.set_samples_per_second(m.samples_per_second());
     p.set_step_seconds(m.step_seconds());
     rt->dirty = true;
+    // The plan check skips each rank's first two steps of an attempt
+    // (allocation, first-touch, loader warm-up).
+    if (++rr.step_samples > 2 && m.step_seconds() > 0 &&
+        rt->step_samples.size() < kMaxStepSamples) {
+      rt->step_samples.push_back(
+          {m.step_seconds(), m.exposed_comm_seconds(), m.allreduce_seconds()});
+    }
     hub_->IngestStep(m, rr.node, rr.local_device);
   } else if (s.has_probe_row()) {
     // dgca diagnose comm: rank 0's rows are the measurement (every rank

@@ -83,6 +83,7 @@
 #include "absl/status/statusor.h"
 #include "coordinator/job_store.h"
 #include "coordinator/metrics_hub.h"
+#include "coordinator/planner/planner.h"
 #include "coordinator/rendezvous_store.h"
 #include "dgca/v1/agent.pb.h"
 #include "dgca/v1/coordinator.pb.h"
@@ -186,6 +187,11 @@ class Scheduler {
     v1::RankProgress progress;
     bool exited = false;
     Clock::time_point last_progress;
+    int step_samples = 0;  // step metrics received from this rank (this attempt)
+  };
+  // One rank's step, kept for the plan check (predicted vs measured).
+  struct StepSample {
+    double step_seconds = 0, exposed_seconds = 0, allreduce_seconds = 0;
   };
   enum class StopAction { kNone, kRestart, kFail, kCancel };
   struct JobRt {
@@ -208,6 +214,8 @@ class Scheduler {
     Clock::time_point stop_deadline;
     Clock::time_point launched;
     std::map<std::string, double> eval;
+    std::vector<StepSample> step_samples;  // steady-state steps, every rank
+    v1::PlanCheck plan_check;
     Clock::time_point last_persist;
     Clock::time_point last_snapshot;
     bool dirty = false;
@@ -246,7 +254,21 @@ class Scheduler {
   // reasons then cite it). Added by R2-A.
   absl::StatusOr<v1::Plan> PlanMeasured(const v1::JobSpec& spec,
                                         const std::vector<v1::Topology>& topo);
+  // Adds the newest `dgca diagnose comm` rows for (node_set, backend,
+  // ranks) to *meas; false when there are none.
+  bool AddCommMeasurement(const std::string& node_set, const v1::Plan& plan,
+                          PlannerMeasurements* meas);
   static std::string NodeSetKey(const JobRt& rt);
+  // "node_set|backend|ranks": the all-reduce measurements' key.
+  static std::string CommKey(const std::string& node_set, const v1::Plan& plan);
+  // What a compute-time measurement depends on besides the micro-batch:
+  // node set, device, ranks, threads per rank, precision, sequence length,
+  // MFT and the model (init_from excluded). Jobs with equal keys share c(m).
+  static std::string StepKey(const v1::JobSpec& spec, const v1::Plan& plan,
+                             const std::string& node_set);
+  // Medians of the job's steady-state steps against its plan; stores the
+  // compute time for later plans and logs a "plan" event. mu_ held.
+  void CheckPlan(JobRt* rt, v1::JobState final_state);
   std::string CheckpointDir(const std::string& id) const;
 
   SchedulerOptions opt_;

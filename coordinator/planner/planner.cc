@@ -1,7 +1,10 @@
 // The planner. Cost model (all per rank, seconds and bytes):
 //
-//   c(m)      = step_seconds * m / step_micro_batch      forward+backward of
-//               a micro-batch of m samples (measured on one rank, linear in m)
+//   c(m)      = a + b m                                  forward+backward
+//               (+optimizer) of a micro-batch of m samples on one rank,
+//               measured: b = step_seconds / step_micro_batch, a = 0 from one
+//               point; a least-squares line through step_points of two or
+//               more micro-batches (a >= 0)
 //   G         = 4 * parameters                           fp32 gradient bytes
 //               (the communicators all-reduce floats)
 //   f         = 2(n-1)/n                                 ring all-reduce factor
@@ -154,11 +157,36 @@ struct LinkModel {
   std::string path;    // worst path among the ranks ("NV18", "SYS", "net", ...)
   std::string why;     // how busbw/latency were obtained
   bool measured = false;
+  // Measured (bytes, seconds) of one all-reduce among the job's ranks, by
+  // size; when there are two or more, a bucket's time is interpolated
+  // between them instead of latency + bytes f / busbw (small sizes on a
+  // shared host are far from that line).
+  std::vector<std::pair<double, double>> points;
 };
+
+// Seconds of one all-reduce of `bytes` among n ranks.
+double AllReduceSeconds(const LinkModel& link, double bytes, int n) {
+  const double f = 2.0 * (n - 1) / n;
+  const auto& pts = link.points;
+  if (pts.size() >= 2) {
+    if (bytes <= pts.front().first) return pts.front().second;
+    for (size_t i = 1; i < pts.size(); ++i) {
+      if (bytes <= pts[i].first) {
+        const auto& a = pts[i - 1];
+        const auto& b = pts[i];
+        return a.second + (b.second - a.second) * (bytes - a.first) / (b.first - a.first);
+      }
+    }
+    return pts.back().second + (link.busbw > 0 ? (bytes - pts.back().first) * f / link.busbw : 0);
+  }
+  return link.latency + (link.busbw > 0 ? bytes * f / link.busbw : 0);
+}
 
 // Everything the predictions need for one candidate rank count.
 struct Inputs {
-  double per_sample = 0;  // seconds per sample per rank (0 = unknown)
+  double per_sample = 0;  // b: seconds per sample per rank (0 = unknown)
+  double fixed = 0;       // a: seconds per micro-step independent of m
+  double skew = 0;        // in-job extra all-reduce time per second of c(m)
   bool can_overlap = true;  // false: CPU ranks use every core, Gloo cannot progress
   double grad_bytes = 0;
   int max_micro = 0;      // from memory (0 = unknown)
@@ -169,6 +197,7 @@ struct Prediction {
   int n = 1, m = 1, k = 1;
   double bucket = 0;
   double compute = 0, comm = 0, overlap = 0, exposed = 0, step = 0;
+  double comm_probe = 0;  // comm without the learned peer wait
   double buckets = 1;
   double sps = 0, share = 0;
   bool known = false;
@@ -181,15 +210,21 @@ Prediction Predict(int n, int m, int k, double bucket, const Inputs& in,
   p.m = m;
   p.k = k;
   p.bucket = bucket;
-  if (in.per_sample <= 0) return p;
-  p.known = true;
-  p.compute = in.per_sample * m;
   const double nb = bucket > 0 ? std::max(1.0, std::ceil(in.grad_bytes / bucket)) : 1;
   p.buckets = nb;
   if (n > 1 && link.busbw > 0) {
-    const double f = 2.0 * (n - 1) / n;
-    p.comm = nb * link.latency + in.grad_bytes * f / link.busbw;
+    // nb - 1 full buckets and the rest.
+    const double full = bucket > 0 ? std::min(bucket, in.grad_bytes) : in.grad_bytes;
+    p.comm = (nb - 1) * AllReduceSeconds(link, full, n) +
+             AllReduceSeconds(link, in.grad_bytes - (nb - 1) * full, n);
   }
+  p.comm_probe = p.comm;
+  if (in.per_sample <= 0) return p;
+  p.known = true;
+  p.compute = in.fixed + in.per_sample * m;
+  // Waiting for the slower peer inside the all-reduce (learned from earlier
+  // jobs; see PlannerMeasurements::allreduce_skew_per_compute).
+  if (n > 1) p.comm += in.skew * p.compute;
   if (in.can_overlap) {
     const double backward = kBackwardShare * p.compute;
     p.exposed = std::max(p.comm / nb, p.comm - backward * (1 - 1 / nb));
@@ -244,6 +279,13 @@ class Planner {
   void Link(int n, LinkModel* link);
   void ApplyMeasurements(int n, LinkModel* link);
   void BatchAndBuckets();
+  // in_.per_sample and in_.fixed from the measurements; step_why_ says how.
+  void FitStepTime();
+  int LargestMeasuredMicroBatch() const {
+    int m = meas_.step_micro_batch;
+    for (const auto& [pm, sec] : meas_.step_points) m = std::max(m, pm);
+    return m;
+  }
   void Precision();
   void Threads();
   void Env();
@@ -274,6 +316,7 @@ class Planner {
   LinkModel link_;
   std::vector<int> ranks_per_node_;
   std::string mem_why_;
+  std::string step_why_;
   double device_memory_ = 0;
   MemoryEstimate est_;
 };
@@ -497,6 +540,13 @@ void Planner::ApplyMeasurements(int n, LinkModel* link) {
                                ", latency ", Sec(link->latency));
     }
   }
+  if (link->measured && n > 1 && meas_.allreduce_points.size() >= 2) {
+    link->points.clear();
+    for (const auto& p : meas_.allreduce_points)
+      if (p.first > 0 && p.second > 0) link->points.push_back(p);
+    std::sort(link->points.begin(), link->points.end());
+    if (link->points.size() < 2) link->points.clear();
+  }
   if (link->measured && !meas_.allreduce_source.empty()) {
     link->why = absl::StrCat(meas_.allreduce_source, ": ", link->why);
   }
@@ -655,10 +705,10 @@ void Planner::Memory() {
       Warn(absl::StrCat("the model state alone does not fit the memory budget (",
                         mem_why_, "); the job will likely run out of memory"));
   } else {
-    if (meas_.step_micro_batch > 0) {
-      in_.max_micro = meas_.step_micro_batch;
+    if (LargestMeasuredMicroBatch() > 0) {
+      in_.max_micro = LargestMeasuredMicroBatch();
       mem_why_ = absl::StrCat("device memory unknown; the measured micro-batch of ",
-                              meas_.step_micro_batch, " ran, so it fits");
+                              in_.max_micro, " ran, so it fits");
     } else {
       mem_why_ = "device memory unknown and no micro-batch measured: no memory bound";
     }
@@ -713,10 +763,58 @@ double Planner::BucketFor(int n, const Prediction& at, const LinkModel& link,
   return s;
 }
 
-void Planner::BatchAndBuckets() {
-  if (meas_.step_seconds > 0 && meas_.step_micro_batch > 0) {
-    in_.per_sample = meas_.step_seconds / meas_.step_micro_batch;
+void Planner::FitStepTime() {
+  if (meas_.allreduce_skew_per_compute > 0) {
+    in_.skew = meas_.allreduce_skew_per_compute;
+    plan_.set_allreduce_skew_per_compute(in_.skew);
   }
+  // Distinct micro-batches (the first point of each m wins: callers list the
+  // newest first).
+  std::vector<std::pair<int, double>> pts;
+  std::set<int> seen;
+  for (const auto& [m, sec] : meas_.step_points)
+    if (m > 0 && sec > 0 && seen.insert(m).second) pts.push_back({m, sec});
+  if (pts.empty() && meas_.step_seconds > 0 && meas_.step_micro_batch > 0)
+    pts.push_back({meas_.step_micro_batch, meas_.step_seconds});
+  if (pts.empty()) return;
+  const std::string src = meas_.step_source.empty() ? "measured" : meas_.step_source;
+  if (pts.size() == 1) {
+    in_.per_sample = pts[0].second / pts[0].first;
+    step_why_ = absl::StrFormat("c(m) = %s x m / %d (%s)", Sec(pts[0].second),
+                                pts[0].first, src);
+    return;
+  }
+  // Least squares c = a + b m.
+  double sm = 0, sc = 0, smm = 0, smc = 0;
+  const double n = static_cast<double>(pts.size());
+  for (const auto& [m, c] : pts) {
+    sm += m;
+    sc += c;
+    smm += static_cast<double>(m) * m;
+    smc += m * c;
+  }
+  const double den = n * smm - sm * sm;
+  double b = den > 0 ? (n * smc - sm * sc) / den : 0;
+  double a = (sc - b * sm) / n;
+  std::string how;
+  if (b <= 0 || a < 0) {
+    // Through the origin: b = sum(m c) / sum(m^2).
+    a = 0;
+    b = smc / smm;
+    how = "a line through the origin (a free fit had a < 0 or b <= 0)";
+  } else {
+    how = "least squares";
+  }
+  in_.fixed = a;
+  in_.per_sample = b;
+  std::vector<std::string> shown;
+  for (const auto& [m, c] : pts) shown.push_back(absl::StrFormat("c(%d) = %s", m, Sec(c)));
+  step_why_ = absl::StrFormat("c(m) = %s + %s x m, %s over %s (%s)", Sec(a), Sec(b), how,
+                              absl::StrJoin(shown, ", "), src);
+}
+
+void Planner::BatchAndBuckets() {
+  FitStepTime();
   if (!cuda_) {
     // Gloo progresses on a thread of its own; with every core computing it
     // only runs between GEMMs (measured here: exposed share == all-reduce
@@ -810,9 +908,11 @@ void Planner::BatchAndBuckets() {
         int k_need = static_cast<int>(std::min(1e9, std::ceil(k_real - 1e-9)));
         b.k_needed_global = static_cast<int64_t>(std::max(1, k_need)) * b.p.m * n;
         b.k_why = absl::StrFormat(
-            "step(k) = k x c + exposed with c = %s x %d = %s, all-reduce C = %s in "
+            "%sstep(k) = k x c + exposed with c = %s%s x %d = %s, all-reduce C = %s in "
             "%.0f buckets, %s, exposed = %s: %s",
-            Sec(in_.per_sample), b.p.m, Sec(b.p.compute), Sec(b.p.comm), b.p.buckets,
+            step_why_.empty() ? "" : step_why_ + "; ",
+            in_.fixed > 0 ? Sec(in_.fixed) + " + " : "", Sec(in_.per_sample), b.p.m,
+            Sec(b.p.compute), Sec(b.p.comm), b.p.buckets,
             in_.can_overlap
                 ? absl::StrFormat("exposed = max(C/nb, C - 2/3 c (1 - 1/nb)) (only the "
                                   "last micro-step's backward overlaps)")
@@ -917,6 +1017,7 @@ void Planner::BatchAndBuckets() {
     }
   }
   link_ = chosen.link;
+  plan_.set_allreduce_measured(link_.measured);
 
   // Placement.
   plan_.clear_rank_nodes();
@@ -1014,8 +1115,40 @@ void Planner::BatchAndBuckets() {
     plan_.set_predicted_step_seconds(p.step);
     plan_.set_predicted_comm_share(p.share);
     plan_.set_predicted_samples_per_second(p.sps);
-    plan_.set_predicted_allreduce_seconds(p.comm);
-    plan_.set_predicted_single_rank_samples_per_second(1.0 / in_.per_sample);
+    plan_.set_predicted_single_rank_samples_per_second(p.m / p.compute);
+  }
+  plan_.set_predicted_allreduce_seconds(p.comm);  // known from the link alone
+  plan_.set_predicted_allreduce_probe_seconds(p.comm_probe);
+  if (p.known) {
+    // The prediction's arithmetic in one place (the decisions above may be
+    // the user's, whose reasons are just "set in the spec").
+    std::string comm_why = "one rank: no gradient all-reduce";
+    if (n > 1 && link_.busbw > 0) {
+      const double f = 2.0 * (n - 1) / n;
+      const double full = std::min(p.bucket > 0 ? p.bucket : in_.grad_bytes, in_.grad_bytes);
+      const double rest = in_.grad_bytes - (p.buckets - 1) * full;
+      comm_why = absl::StrFormat(
+          "all-reduce C = %st(%s)%s = %s (t: %s)%s",
+          p.buckets > 1 ? absl::StrFormat("%.0f x t(%s) + ", p.buckets - 1, Bytes(full)) : "",
+          Bytes(rest), in_.skew > 0 ? absl::StrFormat(" + %.3f x c", in_.skew) : "",
+          Sec(p.comm),
+          link_.points.size() >= 2
+              ? absl::StrFormat("interpolated between %d measured sizes",
+                                static_cast<int>(link_.points.size()))
+              : absl::StrFormat("latency %s + bytes x %.2f / %s", Sec(link_.latency), f,
+                                Rate(link_.busbw)),
+          in_.skew > 0 ? absl::StrCat("; ", absl::StrFormat("%.3f", in_.skew),
+                                      " x c = waiting for the slower peer, ",
+                                      meas_.allreduce_skew_source)
+                       : "");
+    }
+    Decide(&plan_, "predicted.step_seconds", Sec(p.step), v1::PLANNER,
+           absl::StrFormat("%s; c(%d) = %s; %s; exposed = %s (%s); step = %d x %s + %s = %s, "
+                           "comm share %s",
+                           step_why_, p.m, Sec(p.compute), comm_why, Sec(p.exposed),
+                           in_.can_overlap ? "max(C/nb, C - 2/3 c (1 - 1/nb))"
+                                           : "= C: CPU ranks use every core, no overlap",
+                           p.k, Sec(p.compute), Sec(p.exposed), Sec(p.step), Pct(p.share)));
   }
   if (device_memory_ > 0 && plan_.predicted_memory_bytes() > 0.85 * device_memory_)
     Warn(absl::StrFormat("predicted memory %s is above 85%% of %s",
@@ -1297,7 +1430,7 @@ absl::StatusOr<v1::Plan> Planner::Run() {
   Threads();
   Env();
   Trials();
-  if (meas_.step_seconds <= 0)
+  if (in_.per_sample <= 0)
     plan_.set_predicted_single_rank_samples_per_second(0);
   return plan_;
 }

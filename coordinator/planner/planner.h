@@ -3,7 +3,9 @@
 // reason (DESIGN.md "Planner"). Values the user set win, and the plan says so.
 //
 // Cost model (per rank; coordinator/planner/planner.cc has the details):
-//   c(m)    = step_seconds * m / step_micro_batch   (forward+backward, measured)
+//   c(m)    = a + b m  (forward+backward+optimizer of one micro-step, measured:
+//             b = step_seconds / step_micro_batch and a = 0 from one point,
+//             a least-squares line from step_points of two or more m)
 //   G       = 4 * parameters (fp32 gradients), f = 2(n-1)/n
 //   t(S)    = latency + S * f / busbw               (one all-reduce of S bytes)
 //   C       = ceil(G/S) * latency + G * f / busbw   (all gradients)
@@ -66,6 +68,25 @@ struct PlannerMeasurements {
   // dgca diagnose comm at 2026-11-22 04:40:00 UTC (job j-000003-ab12)";
   // prefixed to the link's reason when a measurement is used.
   std::string allreduce_source;
+  // Step-time points (micro-batch, seconds per micro-step of forward+
+  // backward+optimizer, communication excluded), e.g. what earlier jobs of
+  // the same model measured. With two or more distinct micro-batches they
+  // replace step_seconds/step_micro_batch: c(m) = a + b m is fitted (least
+  // squares; a >= 0, else the fit through the origin) so a fixed per-step
+  // cost (optimizer, launch, loader hand-off) is not scaled with m. One
+  // point acts as step_seconds/step_micro_batch.
+  std::vector<std::pair<int, double>> step_points;
+  // Where the step time comes from, e.g. "measured by job j-000004-ab12 at
+  // 2026-11-22 05:10:00 UTC (micro-batch 16, median of 40 steps)"; cited in
+  // the accumulation decision's reason.
+  std::string step_source;
+  // Extra all-reduce time inside a job, per second of compute c(m): the
+  // ranks' steps jitter, so each all-reduce also waits for the slower peer,
+  // which a probe that only communicates never sees. Learned from earlier
+  // jobs on these nodes as (measured all-reduce - the probe's prediction) /
+  // measured compute; 0 = none. Added to C as skew * c(m).
+  double allreduce_skew_per_compute = 0;
+  std::string allreduce_skew_source;
 };
 
 // Tuning trials (`tuning.mode: trial`, or `auto` when a runner is given):

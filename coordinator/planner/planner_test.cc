@@ -145,6 +145,68 @@ TEST(Planner, CpuPredictionsFromMeasurement) {
   EXPECT_LT(spare->predicted_comm_share(), plan->predicted_comm_share());
 }
 
+// Two or more measured micro-batches: c(m) = a + b m by least squares, so
+// a fixed per-step cost is not scaled with m; measured all-reduce sizes are
+// interpolated; the learned peer wait adds skew x c(m) to the all-reduce.
+TEST(Planner, StepPointsFitInterpolatedAllReduceAndSkew) {
+  v1::JobSpec spec = DefaultJobSpec();
+  spec.mutable_model()->set_preset("tiny");
+  spec.mutable_train()->set_global_batch(16);
+  spec.mutable_train()->set_micro_batch(8);
+  spec.mutable_comm()->set_bucket_mb(1);
+  spec.mutable_resources()->set_ranks(2);
+  spec.mutable_resources()->set_threads_per_rank(1);
+  v1::Topology t = Fixture("cpu-only");
+  PlannerMeasurements m;
+  // c(4) = 0.05, c(12) = 0.13: a = 0.01, b = 0.01 -> c(8) = 0.09 (a line
+  // through the origin from c(4) alone would say 0.10).
+  m.step_points = {{4, 0.05}, {12, 0.13}};
+  m.step_source = "measured by job j-test";
+  m.allreduce_bus_bandwidth = 1e9;
+  m.allreduce_latency_s = 1e-3;
+  m.allreduce_points = {{4096, 1e-3}, {1048576, 2e-3}, {16777216, 17e-3}};
+  auto plan = MakePlan(spec, {t}, m);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ModelConfig cfg = *ApplyPreset("tiny", ModelConfig());
+  const double G = 4.0 * CountParameters(cfg);
+  const double S = 1024.0 * 1024;
+  const double nb = std::ceil(G / S);
+  const double rest = G - (nb - 1) * S;
+  // t(1 MiB) = 2 ms exactly; the rest is interpolated between 4 KiB and 1 MiB.
+  const double t_rest = 1e-3 + (2e-3 - 1e-3) * (rest - 4096) / (1048576 - 4096);
+  const double C = (nb - 1) * 2e-3 + t_rest;
+  EXPECT_NEAR(plan->predicted_allreduce_probe_seconds(), C, 1e-12);
+  EXPECT_NEAR(plan->predicted_allreduce_seconds(), C, 1e-12);
+  // 2 ranks x 1 thread on the fixture's CPUs: see whether backward overlaps.
+  const double c8 = 0.09;
+  EXPECT_NEAR(plan->predicted_single_rank_samples_per_second(), 8 / c8, 1e-9);
+  EXPECT_GE(plan->predicted_step_seconds(), c8 - 1e-12);
+  const auto& why = Find(*plan, "predicted.step_seconds").reason();
+  EXPECT_TRUE(absl::StrContains(why, "least squares")) << why;
+  EXPECT_TRUE(absl::StrContains(why, "j-test")) << why;
+  EXPECT_TRUE(absl::StrContains(why, "interpolated between 3 measured sizes")) << why;
+
+  // A learned peer wait of 0.1 x c adds 0.009 s to the all-reduce.
+  m.allreduce_skew_per_compute = 0.1;
+  m.allreduce_skew_source = "from job j-skew";
+  auto skewed = MakePlan(spec, {t}, m);
+  ASSERT_TRUE(skewed.ok());
+  EXPECT_NEAR(skewed->predicted_allreduce_probe_seconds(), C, 1e-12);
+  EXPECT_NEAR(skewed->predicted_allreduce_seconds(), C + 0.1 * c8, 1e-12);
+  EXPECT_NEAR(skewed->allreduce_skew_per_compute(), 0.1, 0);
+  EXPECT_TRUE(absl::StrContains(Find(*skewed, "predicted.step_seconds").reason(), "j-skew"));
+
+  // A fit with a negative intercept falls back to a line through the origin.
+  m.allreduce_skew_per_compute = 0;
+  m.step_points = {{4, 0.02}, {12, 0.13}};
+  auto origin = MakePlan(spec, {t}, m);
+  ASSERT_TRUE(origin.ok());
+  const double b = (4 * 0.02 + 12 * 0.13) / (16.0 + 144.0);
+  EXPECT_NEAR(origin->predicted_single_rank_samples_per_second(), 1 / b, 1e-6);
+  EXPECT_TRUE(absl::StrContains(Find(*origin, "predicted.step_seconds").reason(),
+                                "through the origin"));
+}
+
 TEST(Planner, UserValuesWin) {
   v1::JobSpec spec = DefaultJobSpec();
   spec.mutable_train()->set_global_batch(32);

@@ -1,0 +1,150 @@
+// The planner learns step times from the jobs it ran (issue 5, Must show 3's
+// machinery), with the real programs over loopback gRPC and a real SQLite
+// file: a finished 2-rank CPU job stores its plan check (medians over every
+// rank's steady-state steps from the streamed step metrics) and its compute
+// per micro-step; the next `dgca plan` of the same model cites that job and
+// predicts a step time; the next job's plan check compares that prediction
+// with what it measured, in `dgca status` and in a "plan" event. A job of
+// another model gets no prediction from it. How close the predictions are
+// is a benchmark (bench/planner/run.sh), not asserted here.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "tests/integration/harness.h"
+
+namespace dgca {
+namespace itest {
+namespace {
+
+class PlanCheckTest : public CoordinatorSuite<PlanCheckTest, true> {
+ public:
+  static constexpr const char* kName = "plancheck";
+};
+
+std::string Spec(const std::string& dir, const std::string& name, int micro, int hidden) {
+  std::string path = dir + "/" + name + ".yaml";
+  WriteFile(path,
+            "name: " + name + "\n"
+            "model: {preset: tiny, hidden: " + std::to_string(hidden) + "}\n"
+            "data:\n"
+            "  train: " + SharedData() + "/ecspell/train_law.txt\n"
+            "  eval: " + SharedData() + "/ecspell/test_law.txt\n"
+            "  max_seq_len: 32\n"
+            "train: {steps: 10, global_batch: " + std::to_string(2 * micro) +
+            ", micro_batch: " + std::to_string(micro) +
+            ", accumulation: 1, eval_every: 0, checkpoint_every: 0}\n"
+            "resources: {ranks: 2, device: cpu, threads_per_rank: 1}\n"
+            "comm: {backend: gloo, bucket_mb: 25}\n"
+            "tuning: {mode: model}\n");
+  return path;
+}
+
+double Num(const JsonValue* v) {
+  if (v == nullptr) return 0;  // proto3 JSON omits zeros
+  if (v->is_number()) return v->number;
+  if (v->is_string()) return std::atof(v->string.c_str());
+  return 0;
+}
+
+struct Check {
+  double samples = 0, pred_step = 0, meas_step = 0, pred_share = 0, meas_share = 0,
+         meas_compute = 0, meas_allreduce = 0;
+};
+
+Check PlanCheckOf(const CoordinatorProcess& c, const std::string& job, std::string* raw) {
+  Result r = Dgca(c, {"status", "--json", job}, 20s);
+  *raw = r.out + r.err;
+  Check out;
+  auto j = Json(r.out);
+  if (!j.ok() || !j->Find("job")) return out;
+  const JsonValue* pc = j->Find("job")->Find("plan_check");
+  if (!pc) return out;
+  out.samples = Num(pc->Find("samples"));
+  out.pred_step = Num(pc->Find("predicted_step_seconds"));
+  out.meas_step = Num(pc->Find("measured_step_seconds"));
+  out.pred_share = Num(pc->Find("predicted_comm_share"));
+  out.meas_share = Num(pc->Find("measured_comm_share"));
+  out.meas_compute = Num(pc->Find("measured_compute_seconds"));
+  out.meas_allreduce = Num(pc->Find("measured_allreduce_seconds"));
+  return out;
+}
+
+std::string Submit(const CoordinatorProcess& c, const std::string& spec) {
+  Result r = Dgca(c, {"submit", spec, "--wait"}, 180s);
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  return r.out.substr(0, r.out.find('\n'));
+}
+
+TEST_F(PlanCheckTest, FinishedJobsTeachThePlannerTheStepTime) {
+  // 1. Nothing measured yet: no prediction; the job measures and stores.
+  std::string a_spec = Spec(*dir_, "calib-m4", 4, 64);
+  Result before = Dgca(*coord_, {"plan", a_spec, "--json"}, 60s);
+  ASSERT_EQ(before.code, 0) << before.out << before.err;
+  auto bj = Json(before.out);
+  ASSERT_TRUE(bj.ok()) << before.out;
+  EXPECT_EQ(Num(bj->Find("predicted_step_seconds")), 0) << before.out;
+
+  std::string a = Submit(*coord_, a_spec);
+  ASSERT_FALSE(a.empty());
+  std::string raw;
+  Check ca = PlanCheckOf(*coord_, a, &raw);
+  // 2 ranks x (10 steps - 2 warm-up steps each).
+  EXPECT_EQ(ca.samples, 16) << raw;
+  EXPECT_EQ(ca.pred_step, 0) << raw;
+  EXPECT_GT(ca.meas_step, 0) << raw;
+  EXPECT_GT(ca.meas_compute, 0) << raw;
+  EXPECT_LE(ca.meas_compute, ca.meas_step) << raw;
+  EXPECT_GT(ca.meas_allreduce, 0) << raw;  // 2 ranks all-reduce every step
+  EXPECT_GE(ca.meas_share, 0) << raw;
+  EXPECT_LT(ca.meas_share, 1) << raw;
+  Result sa = Dgca(*coord_, {"status", a}, 20s);
+  EXPECT_NE(sa.out.find("had no step-time measurement"), std::string::npos) << sa.out;
+  EXPECT_NE(sa.out.find("stored compute"), std::string::npos) << sa.out;
+
+  // 2. The same model at micro-batch 8: the plan predicts from job a, and
+  // says so. One point: c(8) = c_a x 8 / 4.
+  std::string b_spec = Spec(*dir_, "test-m8", 8, 64);
+  Result plan = Dgca(*coord_, {"plan", b_spec, "--json"}, 60s);
+  ASSERT_EQ(plan.code, 0) << plan.out << plan.err;
+  auto pj = Json(plan.out);
+  ASSERT_TRUE(pj.ok()) << plan.out;
+  const double predicted = Num(pj->Find("predicted_step_seconds"));
+  EXPECT_GT(predicted, 0) << plan.out;
+  EXPECT_NEAR(Num(pj->Find("predicted_single_rank_samples_per_second")),
+              8 / (2 * ca.meas_compute), 1e-6 * 8 / (2 * ca.meas_compute))
+      << plan.out;
+  EXPECT_GE(predicted, 2 * ca.meas_compute * (1 - 1e-9)) << plan.out;
+  EXPECT_NE(plan.out.find("job " + a + " m=4"), std::string::npos) << plan.out;
+  EXPECT_NE(plan.out.find("predicted.step_seconds"), std::string::npos) << plan.out;
+
+  // 3. That job's plan check holds the same prediction and its measurement.
+  std::string b = Submit(*coord_, b_spec);
+  ASSERT_FALSE(b.empty());
+  Check cb = PlanCheckOf(*coord_, b, &raw);
+  EXPECT_EQ(cb.samples, 16) << raw;
+  EXPECT_NEAR(cb.pred_step, predicted, 1e-9 * predicted) << raw;
+  EXPECT_GT(cb.pred_share, 0) << raw;
+  EXPECT_GT(cb.meas_step, 0) << raw;
+  Result sb = Dgca(*coord_, {"status", b}, 20s);
+  EXPECT_NE(sb.out.find("plan check (medians of 16 rank-steps"), std::string::npos) << sb.out;
+  EXPECT_NE(sb.out.find("PREDICTED"), std::string::npos) << sb.out;
+  EXPECT_NE(sb.out.find("predicted vs measured"), std::string::npos) << sb.out;
+
+  // 4. Two micro-batches measured now: the next plan fits a line through both.
+  Result fit = Dgca(*coord_, {"plan", Spec(*dir_, "test-m6", 6, 64)}, 60s);
+  ASSERT_EQ(fit.code, 0) << fit.out << fit.err;
+  EXPECT_NE(fit.out.find("job " + b + " m=8"), std::string::npos) << fit.out;
+  EXPECT_NE(fit.out.find("job " + a + " m=4"), std::string::npos) << fit.out;
+
+  // 5. Another model (hidden 32): its timing is not this model's.
+  Result other = Dgca(*coord_, {"plan", Spec(*dir_, "other", 8, 32), "--json"}, 60s);
+  ASSERT_EQ(other.code, 0) << other.out << other.err;
+  auto oj = Json(other.out);
+  ASSERT_TRUE(oj.ok());
+  EXPECT_EQ(Num(oj->Find("predicted_step_seconds")), 0) << other.out;
+}
+
+}  // namespace
+}  // namespace itest
+}  // namespace dgca
