@@ -16,9 +16,8 @@
 // candidate.dense.weight, which the cuBLASLt GEMMs read as
 // DeviceParams::weight<T> (GEMM inputs must share one type), through an
 // aligned copy made at each Forward/Predict (the flat buffers put the head
-// tensors at odd offsets); for T = bf16
-// the dense-layer gradient da is rounded to bf16 for those GEMMs (fp32
-// accumulation, fp32 dW_c). dE is the fp32 gradient of the word embeddings
+// tensors at odd offsets); for T = bf16 the dense-layer gradient da is
+// rounded to bf16 for those GEMMs (fp32 accumulation, fp32 dW_c). dE is the fp32 gradient of the word embeddings
 // (DeviceParams::grad), as every parameter gradient.
 //
 // The fused vocabulary path: no [T,V] tensor exists besides z (and dz,
