@@ -1,0 +1,698 @@
+// CudaDgcaModel (cuda_model.h): the GPU assembly of the DGCA-ReLM model,
+// step for step the order of model/nn/model.cc. Compiled only; NOT YET RUN
+// ON A GPU.
+#include "model/cuda/cuda_model.h"
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "model/cuda/cuda_bert.h"
+#include "model/cuda/cuda_heads.h"
+#include "model/cuda/cuda_prompt_encoder.h"
+#include "model/cuda/gemm.h"
+#include "model/cuda/kernels.h"
+
+namespace dgca {
+namespace cuda {
+
+const char* PrecisionName(Precision p) { return p == Precision::kBf16 ? "bf16" : "fp32"; }
+
+StatusOr<Precision> ParsePrecision(const std::string& s) {
+  if (s == "fp32" || s == "float32" || s == "float") return Precision::kFloat32;
+  if (s == "bf16" || s == "bfloat16") return Precision::kBf16;
+  return InvalidArgumentError("unknown precision '" + s + "' (valid: fp32, bf16)");
+}
+
+namespace {
+
+std::string Where(const char* field, int64_t i, int L) {
+  return std::string("batch.") + field + "[" + std::to_string(i) + "] (row " +
+         std::to_string(L > 0 ? i / L : 0) + ", position " + std::to_string(L > 0 ? i % L : 0) +
+         ")";
+}
+
+// Pinned host memory, freed on destruction.
+template <typename E>
+class PinnedArray {
+ public:
+  PinnedArray() = default;
+  ~PinnedArray() {
+    if (p_ != nullptr) cudaFreeHost(p_);
+  }
+  PinnedArray(const PinnedArray&) = delete;
+  PinnedArray& operator=(const PinnedArray&) = delete;
+  Status Allocate(size_t n) {
+    void* p = nullptr;
+    DGCA_RETURN_IF_ERROR(CudaStatus(cudaMallocHost(&p, std::max<size_t>(1, n) * sizeof(E)),
+                                    "cudaMallocHost " + std::to_string(n * sizeof(E)) + " bytes"));
+    p_ = static_cast<E*>(p);
+    n_ = n;
+    return OkStatus();
+  }
+  E* get() const { return p_; }
+  size_t size() const { return n_; }
+
+ private:
+  E* p_ = nullptr;
+  size_t n_ = 0;
+};
+
+class Event {
+ public:
+  Event() = default;
+  ~Event() {
+    if (e_ != nullptr) cudaEventDestroy(e_);
+  }
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  Status Create() {
+    return CudaStatus(cudaEventCreateWithFlags(&e_, cudaEventDisableTiming), "cudaEventCreate");
+  }
+  cudaEvent_t get() const { return e_; }
+
+ private:
+  cudaEvent_t e_ = nullptr;
+};
+
+template <typename T>
+class CudaDgcaModelImpl final : public CudaDgcaModel {
+ public:
+  CudaDgcaModelImpl(const ModelConfig& cfg, int max_batch, int seq_len, Precision precision,
+                    const CudaContext* ctx)
+      : cfg_(cfg),
+        max_batch_(max_batch),
+        seq_len_(seq_len),
+        // As the CPU model: target slots and MFT positions are distinct
+        // non-special positions, at most L - 2 - 2P per row.
+        max_rows_(max_batch * std::max(1, seq_len - 2 - 2 * cfg.prompt_length)),
+        precision_(precision),
+        ctx_(ctx),
+        gemm_(ctx),
+        bert_(cfg, max_batch, seq_len, max_rows_),
+        prompt_(cfg),
+        heads_(cfg, max_rows_),
+        heads_on_(cfg.detector || cfg.candidate) {}
+
+  ~CudaDgcaModelImpl() override {
+    // Nothing may still read the staging buffers or write the device arrays.
+    if (ctx_ != nullptr) cudaStreamSynchronize(ctx_->stream());
+    if (copy_stream_ != nullptr) {
+      cudaStreamSynchronize(copy_stream_);
+      cudaStreamDestroy(copy_stream_);
+    }
+  }
+
+  Status Init(uint64_t seed) {
+    // The layout and initial values: the CPU model's own ParamStore.
+    {
+      DGCA_ASSIGN_OR_RETURN(std::unique_ptr<DgcaModel> cpu,
+                            DgcaModel::Create(cfg_, 1, seq_len_, seed, /*threads=*/1));
+      host_ = cpu->params();
+    }
+    host_.ZeroGrads();
+    DGCA_ASSIGN_OR_RETURN(dp_, DeviceParams::Create(&host_, precision_ == Precision::kBf16));
+    DGCA_RETURN_IF_ERROR(dp_->Upload(host_));
+    DGCA_RETURN_IF_ERROR(dp_->ZeroGrads(stream()));
+    DGCA_RETURN_IF_ERROR(bert_.Bind(host_, dp_.get(), ctx_, &gemm_));
+    DGCA_RETURN_IF_ERROR(prompt_.Bind(host_, dp_.get(), ctx_, &gemm_));
+    if (heads_on_) DGCA_RETURN_IF_ERROR(heads_.Bind(host_, dp_.get(), ctx_, &gemm_));
+    wte_ = bert_.word_embeddings_index();
+
+    const size_t N = static_cast<size_t>(max_batch_) * seq_len_;
+    const size_t R = static_cast<size_t>(max_rows_);
+    const int K = heads_on_ && heads_.candidate_enabled() ? heads_.top_k() : 0;
+    types_.assign(N, 0);
+    slots_.assign(N, -1);
+    rows_.reserve(N);
+    targets_.reserve(N);
+    // One staging layout for every int32 input (offsets in elements).
+    off_ids_ = 0;
+    off_mask_ = off_ids_ + N;
+    off_types_ = off_mask_ + N;
+    off_slots_ = off_types_ + N;
+    off_rows_ = off_slots_ + N;
+    off_targets_ = off_rows_ + R;
+    off_src_ = off_targets_ + R;
+    off_cand_ = off_src_ + R;
+    staging_n_ = off_cand_ + R * static_cast<size_t>(K);
+    DGCA_RETURN_IF_ERROR(staging_.Allocate(staging_n_));
+    DGCA_RETURN_IF_ERROR(d_in_.Allocate(staging_n_));
+    DGCA_RETURN_IF_ERROR(host_row_loss_.Allocate(R));
+    DGCA_RETURN_IF_ERROR(host_heads_loss_.Allocate(1));
+    DGCA_RETURN_IF_ERROR(row_loss_.Allocate(R));
+    DGCA_RETURN_IF_ERROR(pred_.Allocate(R));
+    DGCA_RETURN_IF_ERROR(dh_heads_.Allocate(R * cfg_.hidden));
+    DGCA_RETURN_IF_ERROR(
+        dprompt_.Allocate(static_cast<size_t>(std::max(1, 2 * cfg_.prompt_length)) * cfg_.hidden));
+    DGCA_RETURN_IF_ERROR(CudaStatus(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking),
+                                    "cudaStreamCreate (copy stream)"));
+    DGCA_RETURN_IF_ERROR(copied_.Create());
+    DGCA_RETURN_IF_ERROR(consumed_.Create());
+    DGCA_RETURN_IF_ERROR(stage_.Create());
+    // consumed_ must have been recorded once before the first copy waits on it.
+    DGCA_RETURN_IF_ERROR(CudaStatus(cudaEventRecord(consumed_.get(), stream()), "cudaEventRecord"));
+    return Synchronize();
+  }
+
+  // ---- DgcaModel
+  const ModelConfig& config() const override { return cfg_; }
+  ParamStore& params() override { return host_; }
+
+  StatusOr<LossBreakdown> ForwardBackward(const Batch& batch, float grad_scale,
+                                          const GradReadyFn& on_grad_ready) override {
+    return Run(batch, /*backward=*/true, grad_scale, on_grad_ready);
+  }
+
+  StatusOr<LossBreakdown> Forward(const Batch& batch) override {
+    return Run(batch, /*backward=*/false, 1.0f, GradReadyFn());
+  }
+
+  StatusOr<std::vector<int32_t>> Predict(const Batch& batch) override {
+    DGCA_RETURN_IF_ERROR(Validate(batch, /*need_labels=*/false));
+    DGCA_RETURN_IF_ERROR(UploadBatch(batch));
+    DGCA_RETURN_IF_ERROR(RunEncoder(batch));
+    const int NS = batch.num_slots();
+    const int V = cfg_.vocab_size;
+    std::vector<int32_t> pred(static_cast<size_t>(NS), 0);
+    if (NS == 0) return pred;
+    DGCA_ASSIGN_OR_RETURN(T* z, bert_.MlmHeadForward(d_in_.get() + off_rows_, NS));
+    if (heads_on_) {
+      DGCA_RETURN_IF_ERROR(heads_.Predict(
+          bert_.gathered(), z, dp_->weight<T>(wte_),
+          heads_.candidate_enabled() ? d_in_.get() + off_cand_ : nullptr,
+          d_in_.get() + off_src_, NS, V, pred_.get()));
+      DGCA_RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(pred.data(), pred_.get(), sizeof(int32_t) * NS,
+                                                      cudaMemcpyDeviceToHost, stream()),
+                                      "cudaMemcpyAsync predictions"));
+      DGCA_RETURN_IF_ERROR(Synchronize());
+    } else {
+      // ReLM-only config: argmax on the host (ties to the smallest id, as
+      // cpu::ArgmaxRows).
+      std::vector<T> zh(static_cast<size_t>(NS) * V);
+      DGCA_RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(zh.data(), z, sizeof(T) * zh.size(),
+                                                      cudaMemcpyDeviceToHost, stream()),
+                                      "cudaMemcpyAsync logits"));
+      DGCA_RETURN_IF_ERROR(Synchronize());
+      for (int t = 0; t < NS; ++t) {
+        int best = 0;
+        float bv = ToFloat(zh[static_cast<size_t>(t) * V]);
+        for (int v = 1; v < V; ++v) {
+          const float x = ToFloat(zh[static_cast<size_t>(t) * V + v]);
+          if (x > bv) bv = x, best = v;
+        }
+        pred[t] = best;
+      }
+    }
+    return pred;
+  }
+
+  // ---- CudaDgcaModel
+  Precision precision() const override { return precision_; }
+  DeviceParams* device_params() override { return dp_.get(); }
+
+  Status DownloadGrads() override {
+    DGCA_RETURN_IF_ERROR(Synchronize());
+    return dp_->DownloadGrads(&host_);
+  }
+  Status UploadGrads() override {
+    DGCA_RETURN_IF_ERROR(Synchronize());
+    const size_t n = static_cast<size_t>(host_.total_numel());
+    DGCA_RETURN_IF_ERROR(CudaStatus(
+        cudaMemcpy(dp_->grad(), host_.grads(), sizeof(float) * n, cudaMemcpyHostToDevice),
+        "CudaDgcaModel::UploadGrads cudaMemcpy"));
+    return CudaStatus(cudaDeviceSynchronize(), "cudaDeviceSynchronize (UploadGrads)");
+  }
+  Status DownloadValues() override {
+    DGCA_RETURN_IF_ERROR(Synchronize());
+    return dp_->DownloadValues(&host_);
+  }
+  Status UploadValues() override {
+    DGCA_RETURN_IF_ERROR(Synchronize());
+    return dp_->Upload(host_);
+  }
+  Status ZeroGrads() override { return dp_->ZeroGrads(stream()); }
+
+  Status Step(float lr, const AdamWOptions& o) override {
+    const int64_t n = host_.total_numel();
+    if (m_.size() == 0 && n > 0) {
+      DGCA_RETURN_IF_ERROR(m_.Allocate(static_cast<size_t>(n)));
+      DGCA_RETURN_IF_ERROR(v_.Allocate(static_cast<size_t>(n)));
+      DGCA_RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(m_.get(), 0, sizeof(float) * n, stream()),
+                                      "cudaMemsetAsync adam m"));
+      DGCA_RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(v_.get(), 0, sizeof(float) * n, stream()),
+                                      "cudaMemsetAsync adam v"));
+    }
+    ++step_;
+    // One launch per maximal run of consecutive tensors with the same decay
+    // flag (the layout is flat and contiguous: each run is one slice).
+    const bool bf16 = precision_ == Precision::kBf16;
+    int i = 0;
+    while (i < host_.size()) {
+      const bool decay = host_.info(i).weight_decay;
+      const int64_t begin = host_.info(i).offset;
+      int64_t end = begin + host_.info(i).numel;
+      int j = i + 1;
+      while (j < host_.size() && host_.info(j).weight_decay == decay &&
+             host_.info(j).offset == end) {
+        end += host_.info(j).numel;
+        ++j;
+      }
+      if (end > begin) {
+        DGCA_RETURN_IF_ERROR(AdamW(stream(), dp_->master() + begin, m_.get() + begin,
+                                   v_.get() + begin, dp_->grad() + begin,
+                                   bf16 ? dp_->half() + begin : nullptr, end - begin, lr,
+                                   o.beta1, o.beta2, o.eps, decay ? o.weight_decay : 0.0f, step_,
+                                   /*grad_scale=*/1.0f));
+      }
+      i = j;
+    }
+    return OkStatus();
+  }
+  int64_t optimizer_step() const override { return step_; }
+  Status Synchronize() override { return ctx_->Synchronize(); }
+
+ private:
+  cudaStream_t stream() const { return ctx_->stream(); }
+
+  static float ToFloat(float x) { return x; }
+  static float ToFloat(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+  // A copy of CpuDgcaModel::Validate (model/nn/model.cc; not reachable from
+  // here: it is a private member in an anonymous namespace). Same rules and
+  // messages; fills rows_/targets_ (target slots, then MFT rows) and, via
+  // Trim, the [B, L_eff] input arrays in the staging buffer.
+  Status Validate(const Batch& b, bool need_labels) {
+    const int B = b.batch_size, L = b.seq_len;
+    if (B < 0 || B > max_batch_)
+      return InvalidArgumentError("DgcaModel: batch_size " + std::to_string(B) +
+                                  " outside [0, max_batch=" + std::to_string(max_batch_) + "]");
+    if (L < 1 || L > seq_len_)
+      return InvalidArgumentError("DgcaModel: batch.seq_len " + std::to_string(L) +
+                                  " outside [1, " + std::to_string(seq_len_) +
+                                  "] (the model's seq_len)");
+    const size_t N = static_cast<size_t>(B) * L;
+    auto size_err = [&](const char* f, size_t got) {
+      return InvalidArgumentError("DgcaModel: batch." + std::string(f) + " has " +
+                                  std::to_string(got) + " entries; expected batch_size*seq_len = " +
+                                  std::to_string(N));
+    };
+    if (b.input_ids.size() != N) return size_err("input_ids", b.input_ids.size());
+    if (b.attention_mask.size() != N) return size_err("attention_mask", b.attention_mask.size());
+    if (!b.token_type_ids.empty() && b.token_type_ids.size() != N)
+      return size_err("token_type_ids", b.token_type_ids.size());
+    if (!b.prompt_slot.empty() && b.prompt_slot.size() != N)
+      return size_err("prompt_slot", b.prompt_slot.size());
+    if (!b.labels.empty() && b.labels.size() != N) return size_err("labels", b.labels.size());
+    if (!b.mft_labels.empty() && b.mft_labels.size() != N)
+      return size_err("mft_labels", b.mft_labels.size());
+    const int V = cfg_.vocab_size, S = 2 * cfg_.prompt_length;
+    for (size_t i = 0; i < N; ++i) {
+      if (b.input_ids[i] < 0 || b.input_ids[i] >= V)
+        return InvalidArgumentError("DgcaModel: " + Where("input_ids", i, L) + " = " +
+                                    std::to_string(b.input_ids[i]) + " outside [0, vocab_size=" +
+                                    std::to_string(V) + ")");
+      const int32_t tt = b.token_type_ids.empty() ? 0 : b.token_type_ids[i];
+      if (tt < 0 || tt >= cfg_.type_vocab)
+        return InvalidArgumentError("DgcaModel: " + Where("token_type_ids", i, L) + " = " +
+                                    std::to_string(tt) + " outside [0, " +
+                                    std::to_string(cfg_.type_vocab) + ")");
+      types_[i] = tt;
+      const int32_t ps = b.prompt_slot.empty() ? -1 : b.prompt_slot[i];
+      if (ps < -1 || ps >= S)
+        return InvalidArgumentError("DgcaModel: " + Where("prompt_slot", i, L) + " = " +
+                                    std::to_string(ps) + "; valid is -1 or [0, 2P=" +
+                                    std::to_string(S) + ")");
+      slots_[i] = ps;
+      if (!b.mft_labels.empty() && b.mft_labels[i] != -100 &&
+          (b.mft_labels[i] < 0 || b.mft_labels[i] >= V))
+        return InvalidArgumentError("DgcaModel: " + Where("mft_labels", i, L) + " = " +
+                                    std::to_string(b.mft_labels[i]) +
+                                    "; valid is -100 or [0, vocab_size)");
+    }
+    const int NS = b.num_slots();
+    rows_.clear();
+    targets_.clear();
+    mark_.assign(N, 0);
+    for (int t = 0; t < NS; ++t) {
+      const int32_t r = b.slot_index[t];
+      if (r < 0 || static_cast<size_t>(r) >= N)
+        return InvalidArgumentError("DgcaModel: batch.slot_index[" + std::to_string(t) + "] = " +
+                                    std::to_string(r) + " outside [0, " + std::to_string(N) + ")");
+      if (mark_[r])
+        return InvalidArgumentError("DgcaModel: batch.slot_index[" + std::to_string(t) +
+                                    "] repeats position " + std::to_string(r));
+      mark_[r] = 1;
+      rows_.push_back(r);
+      int32_t y = -100;
+      if (!b.slot_target_id.empty()) {
+        if (b.slot_target_id.size() != static_cast<size_t>(NS))
+          return InvalidArgumentError("DgcaModel: batch.slot_target_id has " +
+                                      std::to_string(b.slot_target_id.size()) +
+                                      " entries; expected one per slot (" + std::to_string(NS) + ")");
+        y = b.slot_target_id[t];
+      } else if (!b.labels.empty()) {
+        y = b.labels[r];
+      }
+      if (need_labels && (y < 0 || y >= V))
+        return InvalidArgumentError("DgcaModel: target of slot " + std::to_string(t) + " (" +
+                                    Where("labels", r, L) + ") = " + std::to_string(y) +
+                                    " outside [0, vocab_size=" + std::to_string(V) + ")");
+      targets_.push_back(y);
+    }
+    if (heads_on_) {
+      if (b.slot_source_id.size() != static_cast<size_t>(NS))
+        return InvalidArgumentError("DgcaModel: batch.slot_source_id has " +
+                                    std::to_string(b.slot_source_id.size()) +
+                                    " entries; the DGCA heads need one per slot (" +
+                                    std::to_string(NS) + ")");
+      if (heads_.candidate_enabled() &&
+          (b.top_k != heads_.top_k() ||
+           b.candidates.size() != static_cast<size_t>(NS) * heads_.top_k()))
+        return InvalidArgumentError("DgcaModel: batch.candidates has " +
+                                    std::to_string(b.candidates.size()) + " entries with top_k " +
+                                    std::to_string(b.top_k) + "; the model needs top_k " +
+                                    std::to_string(heads_.top_k()) + " and slots*top_k = " +
+                                    std::to_string(static_cast<int64_t>(NS) * heads_.top_k()));
+      // The GPU heads trust the ids (cuda_heads.h): check them here, as
+      // DgcaHeads::CheckInputs does on the CPU.
+      for (int t = 0; t < NS; ++t)
+        if (b.slot_source_id[t] < 0 || b.slot_source_id[t] >= V)
+          return InvalidArgumentError("DgcaModel: batch.slot_source_id[" + std::to_string(t) +
+                                      "] = " + std::to_string(b.slot_source_id[t]) +
+                                      " outside [0, vocab_size=" + std::to_string(V) + ")");
+      if (heads_.candidate_enabled())
+        for (size_t i = 0; i < b.candidates.size(); ++i)
+          if (b.candidates[i] < -1 || b.candidates[i] >= V)
+            return InvalidArgumentError("DgcaModel: batch.candidates[" + std::to_string(i) +
+                                        "] = " + std::to_string(b.candidates[i]) +
+                                        "; valid is -1 (padding) or [0, vocab_size=" +
+                                        std::to_string(V) + ")");
+    }
+    if (!b.mft_labels.empty()) {
+      for (size_t i = 0; i < N; ++i) {
+        if (b.mft_labels[i] == -100) continue;
+        if (mark_[i])
+          return InvalidArgumentError("DgcaModel: " + Where("mft_labels", i, L) +
+                                      " is set on a target slot");
+        rows_.push_back(static_cast<int32_t>(i));
+        targets_.push_back(b.mft_labels[i]);
+      }
+    }
+    if (rows_.size() > static_cast<size_t>(max_rows_))
+      return InvalidArgumentError(
+          "DgcaModel: " + std::to_string(rows_.size()) +
+          " labelled positions (target slots + MFT) exceed the model's limit of " +
+          std::to_string(max_rows_) + " (max_batch * (seq_len - 2 - 2P))");
+    return OkStatus();
+  }
+
+  // As CpuDgcaModel::Trim, writing the [B, L_eff] arrays, the remapped rows,
+  // the targets, source ids and candidates into the pinned staging buffer,
+  // then one H2D copy on the copy stream. The model stream waits for it
+  // (copied_), and the copy waits for the previous batch's consumers
+  // (consumed_, recorded at the end of every Run/Predict's enqueue).
+  Status UploadBatch(const Batch& b) {
+    const int B = b.batch_size, L = b.seq_len;
+    int le = 1;
+    for (int r = 0; r < B; ++r)
+      for (int pos = L - 1; pos >= le; --pos)
+        if (b.attention_mask[static_cast<size_t>(r) * L + pos] != 0) {
+          le = pos + 1;
+          break;
+        }
+    for (int32_t row : rows_) le = std::max(le, row % L + 1);
+    L_eff_ = le;
+    // The staging buffer may still be read by the previous copy.
+    DGCA_RETURN_IF_ERROR(CudaStatus(cudaEventSynchronize(copied_.get()), "cudaEventSynchronize"));
+    int32_t* s = staging_.get();
+    for (int r = 0; r < B; ++r)
+      for (int pos = 0; pos < le; ++pos) {
+        const size_t src = static_cast<size_t>(r) * L + pos, dst = static_cast<size_t>(r) * le + pos;
+        s[off_ids_ + dst] = b.input_ids[src];
+        s[off_mask_ + dst] = b.attention_mask[src];
+        s[off_types_ + dst] = types_[src];
+        s[off_slots_ + dst] = slots_[src];
+      }
+    const int R = static_cast<int>(rows_.size());
+    for (int i = 0; i < R; ++i) {
+      const int32_t row = rows_[i];
+      s[off_rows_ + i] = (row / L) * le + row % L;
+      s[off_targets_ + i] = targets_[i];
+    }
+    const int NS = b.num_slots();
+    const bool src_ids = heads_on_ && static_cast<int>(b.slot_source_id.size()) == NS;
+    for (int t = 0; t < NS; ++t) s[off_src_ + t] = src_ids ? b.slot_source_id[t] : 0;
+    const bool cand = heads_on_ && heads_.candidate_enabled();
+    if (cand) std::memcpy(s + off_cand_, b.candidates.data(), sizeof(int32_t) * b.candidates.size());
+    // Copy only what is used: the four [B*le] arrays are at fixed offsets
+    // (stride N), so copy each prefix; the row arrays likewise.
+    const size_t n_in = static_cast<size_t>(B) * le;
+    DGCA_RETURN_IF_ERROR(CudaStatus(cudaStreamWaitEvent(copy_stream_, consumed_.get(), 0),
+                                    "cudaStreamWaitEvent (copy waits for the previous step)"));
+    auto copy = [&](size_t off, size_t n) -> Status {
+      if (n == 0) return OkStatus();
+      return CudaStatus(cudaMemcpyAsync(d_in_.get() + off, s + off, sizeof(int32_t) * n,
+                                        cudaMemcpyHostToDevice, copy_stream_),
+                        "cudaMemcpyAsync batch");
+    };
+    DGCA_RETURN_IF_ERROR(copy(off_ids_, n_in));
+    DGCA_RETURN_IF_ERROR(copy(off_mask_, n_in));
+    DGCA_RETURN_IF_ERROR(copy(off_types_, n_in));
+    DGCA_RETURN_IF_ERROR(copy(off_slots_, n_in));
+    DGCA_RETURN_IF_ERROR(copy(off_rows_, static_cast<size_t>(R)));
+    DGCA_RETURN_IF_ERROR(copy(off_targets_, static_cast<size_t>(R)));
+    DGCA_RETURN_IF_ERROR(copy(off_src_, static_cast<size_t>(NS)));
+    if (cand) DGCA_RETURN_IF_ERROR(copy(off_cand_, b.candidates.size()));
+    DGCA_RETURN_IF_ERROR(CudaStatus(cudaEventRecord(copied_.get(), copy_stream_), "cudaEventRecord"));
+    return CudaStatus(cudaStreamWaitEvent(stream(), copied_.get(), 0),
+                      "cudaStreamWaitEvent (model waits for the batch copy)");
+  }
+
+  Status MarkConsumed() {
+    return CudaStatus(cudaEventRecord(consumed_.get(), stream()), "cudaEventRecord");
+  }
+
+  Status RunEncoder(const Batch& b) {
+    const T* prompt_rows = nullptr;
+    if (prompt_.enabled()) {
+      if constexpr (std::is_same_v<T, float>) {
+        const float* p = nullptr;
+        DGCA_RETURN_IF_ERROR(prompt_.Forward(&p));
+        prompt_rows = p;
+      } else {
+        const __nv_bfloat16* p = nullptr;
+        DGCA_RETURN_IF_ERROR(prompt_.ForwardBf16(&p));
+        prompt_rows = p;
+      }
+    }
+    const int32_t* in = d_in_.get();
+    DGCA_RETURN_IF_ERROR(bert_.EmbedForward(in + off_ids_, in + off_types_,
+                                            prompt_rows != nullptr ? in + off_slots_ : nullptr,
+                                            prompt_rows, b.batch_size, L_eff_));
+    return bert_.EncoderForward(in + off_mask_, b.batch_size, L_eff_);
+  }
+
+  // Waits for the backward up to this point, then tells the caller.
+  Status Ready(const GradReadyFn& ready, int first) {
+    if (!ready) return OkStatus();
+    DGCA_RETURN_IF_ERROR(CudaStatus(cudaEventRecord(stage_.get(), stream()), "cudaEventRecord"));
+    DGCA_RETURN_IF_ERROR(CudaStatus(cudaEventSynchronize(stage_.get()), "cudaEventSynchronize"));
+    ready(first);
+    return OkStatus();
+  }
+
+  StatusOr<LossBreakdown> Run(const Batch& b, bool backward, float grad_scale,
+                              const GradReadyFn& ready) {
+    const int NS = b.num_slots();
+    const bool have_labels = !b.slot_target_id.empty() || !b.labels.empty();
+    if (backward && !have_labels && NS > 0)
+      return InvalidArgumentError("DgcaModel: ForwardBackward needs batch.labels or slot_target_id");
+    DGCA_RETURN_IF_ERROR(Validate(b, /*need_labels=*/have_labels));
+    DGCA_RETURN_IF_ERROR(UploadBatch(b));
+    Status s = RunForwardBackward(b, backward, grad_scale, ready, NS, have_labels);
+    // Whatever happened, later copies must not overwrite inputs still in use.
+    Status m = MarkConsumed();
+    if (!s.ok()) return s;
+    DGCA_RETURN_IF_ERROR(m);
+    return lb_;
+  }
+
+  Status RunForwardBackward(const Batch& b, bool backward, float grad_scale,
+                            const GradReadyFn& ready, int NS, bool have_labels) {
+    DGCA_RETURN_IF_ERROR(RunEncoder(b));
+    LossBreakdown lb;
+    lb.target_slots = NS;
+    const int R = static_cast<int>(rows_.size());
+    const int M = R - NS;
+    const int V = cfg_.vocab_size, H = cfg_.hidden;
+    const bool compute_loss = have_labels || M > 0;
+    const int32_t* in = d_in_.get();
+    T* z = nullptr;
+    if (compute_loss || backward) {
+      DGCA_ASSIGN_OR_RETURN(z, bert_.MlmHeadForward(in + off_rows_, R));
+    }
+    T* dz = backward ? z : nullptr;  // gradients overwrite the logits in place
+
+    // Fusion / ReLM term on the target slots.
+    const bool fusion_term = have_labels && NS > 0;
+    if (fusion_term) {
+      if (heads_on_) {
+        DGCA_RETURN_IF_ERROR(heads_.Forward(
+            bert_.gathered(), z, dp_->weight<T>(wte_),
+            heads_.candidate_enabled() ? in + off_cand_ : nullptr, in + off_src_,
+            in + off_targets_, NS, V, /*out=*/nullptr));
+        DGCA_RETURN_IF_ERROR(CudaStatus(
+            cudaMemcpyAsync(host_heads_loss_.get(), heads_.device_losses(),
+                            sizeof(DeviceHeadLosses), cudaMemcpyDeviceToHost, stream()),
+            "cudaMemcpyAsync head losses"));
+      } else {
+        DGCA_RETURN_IF_ERROR(CrossEntropy(stream(), row_loss_.get(), dz, z, in + off_targets_, NS,
+                                          V, grad_scale / static_cast<float>(NS)));
+      }
+    }
+    // MFT term on the masked source positions (rows NS..R).
+    if (M > 0) {
+      const size_t off = static_cast<size_t>(NS) * V;
+      DGCA_RETURN_IF_ERROR(CrossEntropy(stream(), row_loss_.get() + NS,
+                                        dz != nullptr ? dz + off : nullptr, z + off,
+                                        in + off_targets_ + NS, M, V,
+                                        grad_scale / static_cast<float>(M)));
+    }
+    const int first_row = fusion_term && !heads_on_ ? 0 : NS;
+    const int n_rows = R - first_row;
+    if (n_rows > 0) {
+      DGCA_RETURN_IF_ERROR(CudaStatus(
+          cudaMemcpyAsync(host_row_loss_.get() + first_row, row_loss_.get() + first_row,
+                          sizeof(float) * n_rows, cudaMemcpyDeviceToHost, stream()),
+          "cudaMemcpyAsync row losses"));
+    }
+    // One host synchronization: the loss decides whether the backward runs.
+    if (compute_loss) {
+      DGCA_RETURN_IF_ERROR(Synchronize());
+      if (fusion_term) {
+        if (heads_on_) {
+          const DeviceHeadLosses& hl = *host_heads_loss_.get();
+          lb.fusion = hl.fusion;
+          lb.detector = hl.detector;
+          lb.candidate = hl.candidate;
+          lb.total = hl.total;
+        } else {
+          double sum = 0;
+          for (int t = 0; t < NS; ++t) sum += host_row_loss_.get()[t];
+          lb.fusion = sum / NS;
+          lb.total = lb.fusion;
+        }
+      }
+      if (M > 0) {
+        double sum = 0;
+        for (int i = NS; i < R; ++i) sum += host_row_loss_.get()[i];
+        lb.mft = sum / M;
+        lb.total += lb.mft;
+      }
+    }
+    if (!std::isfinite(lb.total))
+      return InternalError("DgcaModel: the loss is not finite (" + std::to_string(lb.total) + ")");
+    lb_ = lb;
+    if (!backward) return OkStatus();
+
+    // ---- backward, in reverse declaration order (as model.cc).
+    const T* extra = nullptr;
+    if (heads_on_ && NS > 0) {
+      DGCA_RETURN_IF_ERROR(CudaStatus(
+          cudaMemsetAsync(dh_heads_.get(), 0, sizeof(T) * static_cast<size_t>(NS) * H, stream()),
+          "cudaMemsetAsync dh_heads"));
+      DGCA_RETURN_IF_ERROR(heads_.Backward(grad_scale, dh_heads_.get(), dz, dp_->grad(wte_)));
+      extra = dh_heads_.get();
+    }
+    DGCA_RETURN_IF_ERROR(bert_.MlmHeadBackward(dz, extra, NS));
+    DGCA_RETURN_IF_ERROR(Ready(ready, bert_.head_first_index()));
+    DGCA_RETURN_IF_ERROR(bert_.EncoderBackward(
+        [&](int l) -> Status { return Ready(ready, bert_.layer_first_index(l)); }));
+    float* dprompt = nullptr;
+    if (prompt_.enabled()) {
+      DGCA_RETURN_IF_ERROR(CudaStatus(
+          cudaMemsetAsync(dprompt_.get(), 0, sizeof(float) * dprompt_.size(), stream()),
+          "cudaMemsetAsync dprompt"));
+      dprompt = dprompt_.get();
+    }
+    DGCA_RETURN_IF_ERROR(bert_.EmbedBackward(dprompt));
+    DGCA_RETURN_IF_ERROR(Ready(ready, bert_.body_first_index()));
+    if (prompt_.enabled()) DGCA_RETURN_IF_ERROR(prompt_.Backward(dprompt));
+    DGCA_RETURN_IF_ERROR(Ready(ready, 0));
+    return OkStatus();
+  }
+
+  ModelConfig cfg_;
+  int max_batch_, seq_len_, max_rows_;
+  Precision precision_;
+  const CudaContext* ctx_;
+  GemmRunner gemm_;
+  ParamStore host_;  // layout + host copy; must outlive dp_ and the modules
+  std::unique_ptr<DeviceParams> dp_;
+  CudaBert<T> bert_;
+  CudaPromptEncoder prompt_;
+  CudaHeads<T> heads_;
+  bool heads_on_;
+  int wte_ = 0;
+
+  // Host per-batch scratch (allocated once).
+  std::vector<int32_t> types_, slots_, rows_, targets_;
+  std::vector<uint8_t> mark_;
+  int L_eff_ = 1;
+  LossBreakdown lb_;
+
+  // Inputs: pinned staging -> d_in_ (same offsets).
+  size_t off_ids_ = 0, off_mask_ = 0, off_types_ = 0, off_slots_ = 0, off_rows_ = 0,
+         off_targets_ = 0, off_src_ = 0, off_cand_ = 0, staging_n_ = 0;
+  PinnedArray<int32_t> staging_;
+  DeviceArray<int32_t> d_in_;
+  cudaStream_t copy_stream_ = nullptr;
+  Event copied_, consumed_, stage_;
+
+  // Losses.
+  DeviceArray<float> row_loss_;  // [max_rows] per-row CE (fusion-none slots, MFT rows)
+  PinnedArray<float> host_row_loss_;
+  PinnedArray<DeviceHeadLosses> host_heads_loss_;
+  DeviceArray<int32_t> pred_;
+  // Backward scratch.
+  DeviceArray<T> dh_heads_;     // [max_rows, H]
+  DeviceArray<float> dprompt_;  // [2P, H]
+
+  // AdamW state (fp32, flat like the params).
+  DeviceArray<float> m_, v_;
+  int64_t step_ = 0;
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<CudaDgcaModel>> CudaDgcaModel::Create(const ModelConfig& cfg,
+                                                               int max_batch, int seq_len,
+                                                               uint64_t seed, Precision precision,
+                                                               const CudaContext* ctx) {
+  if (ctx == nullptr) return InvalidArgumentError("CudaDgcaModel: no CUDA context");
+  // The config rules are the CPU model's (checked again by its Create).
+  if (max_batch < 1) return InvalidArgumentError("CudaDgcaModel: max_batch must be >= 1");
+  if (seq_len < 1 || seq_len > cfg.max_position)
+    return InvalidArgumentError("CudaDgcaModel: seq_len " + std::to_string(seq_len) +
+                                " must be in [1, max_position=" +
+                                std::to_string(cfg.max_position) + "]");
+  if (precision == Precision::kBf16) {
+    auto m = std::make_unique<CudaDgcaModelImpl<__nv_bfloat16>>(cfg, max_batch, seq_len,
+                                                                 precision, ctx);
+    DGCA_RETURN_IF_ERROR(m->Init(seed));
+    return std::unique_ptr<CudaDgcaModel>(std::move(m));
+  }
+  auto m = std::make_unique<CudaDgcaModelImpl<float>>(cfg, max_batch, seq_len, precision, ctx);
+  DGCA_RETURN_IF_ERROR(m->Init(seed));
+  return std::unique_ptr<CudaDgcaModel>(std::move(m));
+}
+
+}  // namespace cuda
+}  // namespace dgca

@@ -1,0 +1,108 @@
+// CudaDgcaModel: the DGCA-ReLM model (model/nn/model.h) on one GPU — the
+// assembly of CudaPromptEncoder, CudaBert<T> and CudaHeads<T> in exactly the
+// order of the CPU model (model/nn/model.cc), for T = float or bf16.
+//
+// Status: compiled only; NOT YET RUN ON A GPU. model/cuda/model_check.h
+// (dgca-model-check "cuda_model") compares a whole training step against
+// the CPU model.
+//
+// Parameters: Create() builds the CPU model (dgca::DgcaModel::Create with
+// max_batch 1, the same seq_len, seed, one thread) and copies its ParamStore:
+// the GPU model's layout (names, order, offsets, weight-decay flags) and
+// initial values are the CPU model's BY CONSTRUCTION (the CPU init does not
+// depend on max_batch). The CPU model is then destroyed. The values live on
+// the device in a DeviceParams (fp32 master, bf16 copy for bf16, fp32 grad).
+//
+// params(): a HOST ParamStore (the layout and a host copy). On this model
+// its values and grads are NOT kept in sync with the device:
+//   - params().grads() are valid only after DownloadGrads();
+//   - params().values() are valid after Create() and after DownloadValues();
+//     edits to them reach the device only through UploadValues().
+// The trainer integration (buckets on DeviceParams::grad()) is not done yet.
+//
+// ForwardBackward / Forward / Predict: same contract as DgcaModel. The batch
+// is validated on the host with the CPU model's rules (the code is a copy of
+// model.cc's Validate/Trim, which is in an anonymous namespace there), the
+// trimmed index arrays are packed into one pinned staging buffer and copied
+// on a separate copy stream; the model stream waits for that copy with an
+// event. Gradients are ADDED into DeviceParams::grad() (zero them with
+// ZeroGrads()). The loss needs one host synchronization after the forward
+// (the LossBreakdown is returned, and a non-finite loss stops before the
+// backward touches any gradient, as on the CPU); the backward is then
+// enqueued without host synchronization unless on_grad_ready is given: then
+// before each callback the host waits on an event recorded after that
+// stage, so at the callback the DEVICE gradients of [first, size()) are
+// complete (the host params().grads() are not updated). The indices are the
+// CPU model's: head_first, each layer's first from the last layer down,
+// body_first, 0. ForwardBackward returns with the backward possibly still
+// running on the device (Synchronize() waits).
+//
+// Predict with fusion none and no heads takes the argmax of the logits on
+// the host (a download of [T, V]; only for ReLM-only configs).
+//
+// Step(lr, options): AdamW (model/cuda/kernels.h; PyTorch semantics, as
+// model/train/optimizer.h) over all parameters on the device from
+// DeviceParams::grad(): decay only where ParamInfo::weight_decay, moments
+// allocated (zeroed) on the first Step, the bf16 copy refreshed by the same
+// kernel (bf16_out). Does not zero the gradients. Enqueued, no host sync.
+//
+// Thread-safety: not thread-safe; one host thread, work ordered on the
+// context's stream.
+#ifndef DGCA_MODEL_CUDA_CUDA_MODEL_H_
+#define DGCA_MODEL_CUDA_CUDA_MODEL_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "model/core/config.h"
+#include "model/core/status.h"
+#include "model/cuda/cuda_context.h"
+#include "model/cuda/device_params.h"
+#include "model/nn/model.h"
+#include "model/train/optimizer.h"
+
+namespace dgca {
+namespace cuda {
+
+enum class Precision { kFloat32, kBf16 };
+const char* PrecisionName(Precision p);  // "fp32", "bf16"
+// "fp32"/"float32"/"float" or "bf16"/"bfloat16"; INVALID_ARGUMENT otherwise.
+StatusOr<Precision> ParsePrecision(const std::string& s);
+
+class CudaDgcaModel : public DgcaModel {
+ public:
+  // Validates the config like DgcaModel::Create, declares and initialises
+  // the parameters as the CPU model does for `seed`, uploads them and binds
+  // the GPU modules (all activations allocated here for max_batch x
+  // seq_len). ctx is not owned and must outlive the model.
+  static StatusOr<std::unique_ptr<CudaDgcaModel>> Create(const ModelConfig& cfg, int max_batch,
+                                                         int seq_len, uint64_t seed,
+                                                         Precision precision, const CudaContext* ctx);
+  ~CudaDgcaModel() override = default;
+
+  virtual Precision precision() const = 0;
+  virtual DeviceParams* device_params() = 0;
+
+  // Device grads -> params().grads() (waits for the device first).
+  virtual Status DownloadGrads() = 0;
+  // params().grads() -> device grads (tests: both optimizers from the same
+  // gradients). Synchronous.
+  virtual Status UploadGrads() = 0;
+  // Device fp32 master -> params().values() (waits for the device first).
+  virtual Status DownloadValues() = 0;
+  // params().values() -> device master (and the bf16 copy). Synchronous.
+  virtual Status UploadValues() = 0;
+  // Device grads = 0 (enqueued).
+  virtual Status ZeroGrads() = 0;
+  // One AdamW update (see the header comment); increments optimizer_step().
+  virtual Status Step(float lr, const AdamWOptions& options) = 0;
+  virtual int64_t optimizer_step() const = 0;
+  // Waits for all of the model's work; reports asynchronous faults.
+  virtual Status Synchronize() = 0;
+};
+
+}  // namespace cuda
+}  // namespace dgca
+
+#endif  // DGCA_MODEL_CUDA_CUDA_MODEL_H_
