@@ -18,6 +18,7 @@
 
 #include "model/cuda/bert_check.h"
 #include "model/cuda/heads_check.h"
+#include "model/cuda/model_check.h"
 #include "model/cuda/cuda_context.h"
 #include "model/cuda/gemm.h"
 #include "model/cuda/op_check.h"
@@ -75,6 +76,7 @@ int main(int argc, char** argv) {
   std::vector<OpCheck> checks = AllOpChecks();
   for (const OpCheck& c : BertChecks()) checks.push_back(c);  // CudaBert vs dgca::Bert
   for (const OpCheck& c : HeadsChecks()) checks.push_back(c);  // CudaHeads, CudaPromptEncoder vs CPU
+  for (const OpCheck& c : ModelChecks()) checks.push_back(c);  // whole step: CudaDgcaModel vs DgcaModel
   for (const OpCheck& check : checks) {
     if (!only.empty() && check.name.find(only) == std::string::npos) continue;
     std::vector<CheckRow> rows;
@@ -91,7 +93,5 @@ int main(int argc, char** argv) {
     }
   }
   std::printf("\n%d rows, %d failures\n", rows_total, failures);
-  std::printf("not yet checked: a whole training step (forward + backward + AdamW) on the GPU against the CPU\n"
-              "model; it needs the CUDA model (model/nn on the CUDA ops), the next session's work.\n");
   return failures == 0 ? 0 : 1;
 }

@@ -1,0 +1,320 @@
+// The whole-training-step check (model_check.h): CudaDgcaModel against the
+// CPU DgcaModel + AdamW. Compiled only; NOT YET RUN ON A GPU.
+#include "model/cuda/model_check.h"
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "model/core/batch.h"
+#include "model/core/config.h"
+#include "model/cuda/cuda_model.h"
+#include "model/nn/model.h"
+#include "model/nn/params.h"
+#include "model/train/optimizer.h"
+
+namespace dgca {
+namespace cuda {
+namespace {
+
+using Rng = std::mt19937_64;
+using Rows = std::vector<CheckRow>;
+
+constexpr int kCls = 2, kSep = 3, kMask = 4, kPad = 0;
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+ModelConfig CheckConfig() {
+  ModelConfig c;
+  c.vocab_size = 300;
+  c.hidden = 64;
+  c.layers = 2;
+  c.heads = 4;
+  c.ffn = 128;
+  c.max_position = 64;
+  c.prompt_length = 2;
+  c.prompt_encoder = PromptEncoderKind::kLstm;
+  c.detector = true;
+  c.candidate = true;
+  c.candidate_top_k = 4;
+  c.fusion = FusionKind::kGated;
+  c.lambda_detector = 0.7f;
+  c.lambda_candidate = 0.4f;
+  return c;
+}
+
+// A ReLM batch as model_test.cc's MakeBatch: rows of `lengths` characters,
+// one or two errors per row, MFT masks on some correct characters,
+// candidates that contain the target for some slots and padding for others.
+Batch MakeBatch(const ModelConfig& c, int L, const std::vector<int>& lengths, uint32_t seed) {
+  std::mt19937 rng(seed);
+  auto tok = [&]() { return 5 + static_cast<int>(rng() % (c.vocab_size - 5)); };
+  const int P = c.prompt_length, B = static_cast<int>(lengths.size());
+  Batch b;
+  b.batch_size = B;
+  b.seq_len = L;
+  b.input_ids.assign(B * L, kPad);
+  b.attention_mask.assign(B * L, 0);
+  b.token_type_ids.assign(B * L, 0);
+  b.prompt_slot.assign(B * L, -1);
+  b.labels.assign(B * L, -100);
+  b.mft_labels.assign(B * L, -100);
+  b.top_k = c.candidate_top_k;
+  for (int r = 0; r < B; ++r) {
+    const int n = lengths[r];
+    int32_t* ids = &b.input_ids[r * L];
+    std::vector<int> src(n), trg(n);
+    for (int i = 0; i < n; ++i) src[i] = trg[i] = tok();
+    trg[r % n] = tok();
+    if (n > 3) trg[n - 1] = tok();
+    int pos = 0;
+    ids[pos++] = kCls;
+    for (int k = 0; k < P; ++k) b.prompt_slot[r * L + pos] = k, ids[pos++] = kCls;
+    for (int i = 0; i < n; ++i) {
+      ids[pos] = src[i];
+      if (src[i] == trg[i] && i % 2 == 1) {
+        ids[pos] = kMask;
+        b.mft_labels[r * L + pos] = src[i];
+      }
+      ++pos;
+    }
+    for (int k = 0; k < P; ++k) b.prompt_slot[r * L + pos] = P + k, ids[pos++] = kSep;
+    for (int i = 0; i < n; ++i) {
+      ids[pos] = kMask;
+      b.labels[r * L + pos] = trg[i];
+      b.slot_index.push_back(r * L + pos);
+      b.slot_source_id.push_back(src[i]);
+      b.slot_target_id.push_back(trg[i]);
+      const int K = c.candidate_top_k;
+      b.candidates.push_back(src[i]);
+      for (int k = 1; k < K; ++k) {
+        if (k == 1 && i % 2 == 0) b.candidates.push_back(trg[i]);        // y in C
+        else if (k == K - 1 && i % 3 == 0) b.candidates.push_back(-1);  // padding
+        else b.candidates.push_back(tok());
+      }
+      ++pos;
+    }
+    ids[pos++] = kSep;
+    for (int j = 0; j < pos; ++j) b.attention_mask[r * L + j] = 1;
+    b.row_length.push_back(n);
+    b.sample_index.push_back(r);
+  }
+  return b;
+}
+
+float RoundBf16(float x) { return __bfloat162float(__float2bfloat16(x)); }
+
+bool EndsWith(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+double MaxAbs(const float* p, int64_t n) {
+  double m = 0;
+  for (int64_t i = 0; i < n; ++i) m = std::max(m, std::fabs(static_cast<double>(p[i])));
+  return m;
+}
+
+// max|got - want| / scale; scale = max|want| (for the key bias also the
+// value bias' scale); an all-zero reference compares absolutely. NaN -> inf.
+double TensorErr(const ParamStore& layout, int i, const float* got, const float* want,
+                 const float* want_base) {
+  const ParamInfo& info = layout.info(i);
+  double diff = 0;
+  for (int64_t j = 0; j < info.numel; ++j) {
+    const double d = std::fabs(static_cast<double>(got[j]) - want[j]);
+    if (std::isnan(d)) return kInf;
+    diff = std::max(diff, d);
+  }
+  double scale = MaxAbs(want, info.numel);
+  if (EndsWith(info.name, "attention.self.key.bias")) {
+    const std::string vname = info.name.substr(0, info.name.size() - std::string("key.bias").size()) +
+                              "value.bias";
+    const int v = layout.Find(vname);
+    if (v >= 0) scale = std::max(scale, MaxAbs(want_base + layout.info(v).offset, layout.info(v).numel));
+  }
+  return scale > 0 ? diff / scale : diff;
+}
+
+double ScalarErr(double got, double want) {
+  if (std::isnan(got) || std::isnan(want)) return kInf;
+  if (want == 0) return std::fabs(got);
+  return std::fabs(got - want) / std::fabs(want);
+}
+
+void LossRows(const std::string& prefix, const std::string& dt, double tol, const LossBreakdown& g,
+              const LossBreakdown& c, Rows* rows) {
+  rows->push_back({prefix + " loss.total", dt, ScalarErr(g.total, c.total), tol});
+  rows->push_back({prefix + " loss.fusion", dt, ScalarErr(g.fusion, c.fusion), tol});
+  rows->push_back({prefix + " loss.mft", dt, ScalarErr(g.mft, c.mft), tol});
+  rows->push_back({prefix + " loss.detector", dt, ScalarErr(g.detector, c.detector), tol});
+  rows->push_back({prefix + " loss.candidate", dt, ScalarErr(g.candidate, c.candidate), tol});
+  rows->push_back({prefix + " target_slots", dt, g.target_slots == c.target_slots ? 0.0 : kInf, 0.0});
+}
+
+// One row per tensor (all = true) or one row for the worst tensor.
+// `got`/`want` are flat buffers in the layout; `base` the reference the
+// scales come from (want itself, or the update).
+void TensorRows(const std::string& prefix, const std::string& dt, double tol,
+                const ParamStore& layout, const float* got, const float* want, bool all,
+                Rows* rows) {
+  double worst = -1;
+  std::string worst_name;
+  for (int i = 0; i < layout.size(); ++i) {
+    const ParamInfo& info = layout.info(i);
+    const double e = TensorErr(layout, i, got + info.offset, want + info.offset, want);
+    if (all) rows->push_back({prefix + " " + info.name, dt, e, tol});
+    if (e > worst || std::isnan(e)) worst = e, worst_name = info.name;
+  }
+  if (!all) rows->push_back({prefix + " (worst: " + worst_name + ")", dt, worst, tol});
+}
+
+Status CheckModel(Precision prec, const CudaContext& ctx, Rng* rng, Rows* rows) {
+  const ModelConfig cfg = CheckConfig();
+  const std::string dt = PrecisionName(prec);
+  const bool bf16 = prec == Precision::kBf16;
+  const double tol = bf16 ? kModelBf16Tol : kF32Tol;
+  const int max_batch = 4, L = 32;
+  const uint64_t seed = (*rng)();
+
+  DGCA_ASSIGN_OR_RETURN(std::unique_ptr<DgcaModel> cpu,
+                        DgcaModel::Create(cfg, max_batch, L, seed, /*threads=*/1));
+  DGCA_ASSIGN_OR_RETURN(std::unique_ptr<CudaDgcaModel> gpu,
+                        CudaDgcaModel::Create(cfg, max_batch, L, seed, prec, &ctx));
+  ParamStore& cp = cpu->params();
+  ParamStore& gp = gpu->params();
+  // Same layout (by construction; a mismatch would make every row meaningless).
+  bool same_layout = cp.size() == gp.size() && cp.total_numel() == gp.total_numel();
+  for (int i = 0; same_layout && i < cp.size(); ++i)
+    same_layout = cp.info(i).name == gp.info(i).name && cp.info(i).offset == gp.info(i).offset &&
+                  cp.info(i).numel == gp.info(i).numel &&
+                  cp.info(i).weight_decay == gp.info(i).weight_decay;
+  if (!same_layout) return InternalError("cuda_model check: the GPU model's layout differs from the CPU's");
+  const int64_t n = cp.total_numel();
+  // Same initial values from the same seed.
+  {
+    double e = 0;
+    for (int64_t j = 0; j < n; ++j) e = std::max(e, std::fabs(double(cp.values()[j]) - gp.values()[j]));
+    rows->push_back({"cuda_model init == cpu init (max abs diff)", dt, e, 0.0});
+  }
+  // Non-trivial biases / LayerNorm parameters; bf16-representable values
+  // for bf16. Then the GPU gets exactly the CPU's values.
+  {
+    std::uniform_real_distribution<float> u(-0.1f, 0.1f);
+    for (int i = 0; i < cp.size(); ++i) {
+      if (cp.info(i).weight_decay) continue;
+      float* p = cp.value(i);
+      for (int64_t j = 0; j < cp.info(i).numel; ++j) p[j] += u(*rng);
+    }
+    if (bf16)
+      for (int64_t j = 0; j < n; ++j) cp.values()[j] = RoundBf16(cp.values()[j]);
+    std::memcpy(gp.values(), cp.values(), sizeof(float) * n);
+    DGCA_RETURN_IF_ERROR(gpu->UploadValues());
+  }
+  cp.ZeroGrads();
+  DGCA_RETURN_IF_ERROR(gpu->ZeroGrads());
+
+  const uint32_t bseed = static_cast<uint32_t>((*rng)());
+  // Row lengths: 2n + 2P + 2 <= L = 32 -> n <= 13; batch 2 has trailing
+  // all-padding columns (Trim).
+  const Batch b1 = MakeBatch(cfg, L, {9, 12, 6, 13}, bseed);
+  const Batch b2 = MakeBatch(cfg, L, {7, 10, 5}, bseed + 1);
+
+  std::vector<float> grads_after_1;
+  for (int step = 1; step <= 2; ++step) {
+    const Batch& b = step == 1 ? b1 : b2;
+    std::vector<int> ready_c, ready_g;
+    DGCA_ASSIGN_OR_RETURN(LossBreakdown lc,
+                          cpu->ForwardBackward(b, 0.5f, [&](int i) { ready_c.push_back(i); }));
+    DGCA_ASSIGN_OR_RETURN(LossBreakdown lg,
+                          gpu->ForwardBackward(b, 0.5f, [&](int i) { ready_g.push_back(i); }));
+    const std::string pre = "cuda_model micro" + std::to_string(step);
+    LossRows(pre, dt, tol, lg, lc, rows);
+    rows->push_back({pre + " grad_ready order", dt, ready_c == ready_g ? 0.0 : kInf, 0.0});
+    DGCA_RETURN_IF_ERROR(gpu->DownloadGrads());
+    TensorRows(pre + (step == 1 ? " grads" : " accumulated grad"), dt, tol, cp, gp.grads(),
+               cp.grads(), /*all=*/step == 2, rows);
+  }
+
+  // AdamW from the same gradients (see model_check.h for why).
+  std::vector<float> before(cp.values(), cp.values() + n);
+  std::memcpy(gp.grads(), cp.grads(), sizeof(float) * n);
+  DGCA_RETURN_IF_ERROR(gpu->UploadGrads());
+  AdamWOptions opt;
+  opt.weight_decay = 0.01f;
+  const float lr = 1e-2f;
+  AdamW cpu_opt(&cp, opt);
+  cpu_opt.Step(lr);
+  DGCA_RETURN_IF_ERROR(gpu->Step(lr, opt));
+  DGCA_RETURN_IF_ERROR(gpu->DownloadValues());
+  {
+    std::vector<float> dg(n), dc(n);
+    for (int64_t j = 0; j < n; ++j) {
+      dg[j] = gp.values()[j] - before[j];
+      dc[j] = cp.values()[j] - before[j];
+    }
+    TensorRows("cuda_model adamw update", dt, kF32Tol, cp, dg.data(), dc.data(), /*all=*/false,
+               rows);
+  }
+  if (bf16) {
+    // AdamW's bf16_out: the copy the forward reads == bf16(master), exactly.
+    DeviceParams* dp = gpu->device_params();
+    std::vector<__nv_bfloat16> half(n);
+    std::vector<float> master(n);
+    DGCA_RETURN_IF_ERROR(CudaStatus(cudaDeviceSynchronize(), "cudaDeviceSynchronize"));
+    DGCA_RETURN_IF_ERROR(CudaStatus(
+        cudaMemcpy(half.data(), dp->half(), sizeof(__nv_bfloat16) * n, cudaMemcpyDeviceToHost),
+        "cudaMemcpy half"));
+    DGCA_RETURN_IF_ERROR(CudaStatus(
+        cudaMemcpy(master.data(), dp->master(), sizeof(float) * n, cudaMemcpyDeviceToHost),
+        "cudaMemcpy master"));
+    double e = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      const double d = std::fabs(double(__bfloat162float(half[j])) - RoundBf16(master[j]));
+      e = std::max(e, std::isnan(d) ? kInf : d);
+    }
+    rows->push_back({"cuda_model adamw bf16 copy == bf16(master)", dt, e, 0.0});
+  }
+
+  // A forward from the updated weights (the GPU reads its own updated
+  // master / bf16 copy; the CPU its updated values).
+  {
+    DGCA_ASSIGN_OR_RETURN(LossBreakdown lc, cpu->Forward(b1));
+    DGCA_ASSIGN_OR_RETURN(LossBreakdown lg, gpu->Forward(b1));
+    LossRows("cuda_model after adamw", dt, tol, lg, lc, rows);
+  }
+  {
+    DGCA_ASSIGN_OR_RETURN(std::vector<int32_t> pc, cpu->Predict(b2));
+    DGCA_ASSIGN_OR_RETURN(std::vector<int32_t> pg, gpu->Predict(b2));
+    double diff = pc.size() == pg.size() ? 0.0 : kInf;
+    for (size_t i = 0; i < std::min(pc.size(), pg.size()); ++i) diff += pc[i] != pg[i];
+    if (!pc.empty()) diff /= static_cast<double>(pc.size());
+    rows->push_back({"cuda_model predict (fraction differing)", dt, diff, bf16 ? 0.2 : 0.0});
+  }
+  return gpu->Synchronize();
+}
+
+}  // namespace
+
+const std::vector<OpCheck>& ModelChecks() {
+  static const std::vector<OpCheck>* checks = new std::vector<OpCheck>{
+      {"cuda_model fp32",
+       [](const CudaContext& ctx, GemmRunner*, Rng* rng, Rows* rows) {
+         return CheckModel(Precision::kFloat32, ctx, rng, rows);
+       }},
+      {"cuda_model bf16",
+       [](const CudaContext& ctx, GemmRunner*, Rng* rng, Rows* rows) {
+         return CheckModel(Precision::kBf16, ctx, rng, rows);
+       }},
+  };
+  return *checks;
+}
+
+}  // namespace cuda
+}  // namespace dgca

@@ -1,0 +1,60 @@
+// The whole-training-step check: CudaDgcaModel (cuda_model.h) against the
+// CPU dgca::DgcaModel (model/nn/model.h) and dgca::AdamW
+// (model/train/optimizer.h), in the table format of op_check.h.
+//
+// Per precision (fp32, bf16): a small config (vocab 300, hidden 64, 2
+// layers, 4 heads, ffn 128, P = 2, LSTM prompt encoder, detector +
+// candidate head (K = 4) + gated fusion), both models created from the same
+// seed (the GPU model copies the CPU model's layout and init, see
+// cuda_model.h); then biases and LayerNorm parameters redrawn so a dropped
+// bias shows, and for bf16 every value rounded to bf16 (so the comparison
+// measures activation/gradient rounding, not weight rounding); the same
+// values uploaded to the GPU. ReLM batches built like model_test.cc's
+// (prompt slots, target slots, MFT rows, candidates with padding and with
+// and without the target, padded rows so Trim drops columns).
+//   micro-step 1 (grad_scale 0.5): every loss part; GradReadyFn index
+//     sequence equal to the CPU's; all gradients (one row: the worst tensor);
+//   micro-step 2 (another batch, grad_scale 0.5, gradients ADD): every loss
+//     part; every parameter gradient, one row per tensor;
+//   AdamW (lr 1e-2, wd 0.01: large enough that the decay mask matters):
+//     both optimizers from the SAME gradients (the CPU's, uploaded), because
+//     at step 1 Adam's update is lr*g/(|g|+eps) ~ lr*sign(g), which turns
+//     rounding-level gradient differences on near-zero elements (the key
+//     bias is exactly zero in exact arithmetic) into full +-lr flips; the
+//     gradients themselves are compared above. Compared: the update
+//     (w_new - w_old) per tensor (worst row) and, for bf16, that the bf16
+//     copy equals bf16(master) exactly (AdamW's bf16_out);
+//   a forward after the step (losses), and Predict on batch 2 (fraction of
+//     slots whose prediction differs).
+// Relative error = max|gpu - cpu| / max|cpu| per tensor (the key bias uses
+// max(|key.bias grad|, |value.bias grad|) as scale, as bert_check does);
+// losses |gpu - cpu| / |cpu|.
+//
+// Tolerances: fp32 kF32Tol = 1e-4 (issue 6) for losses and gradients; the
+// AdamW update 1e-4 for both precisions (fp32 master, same inputs);
+// bf16 losses and gradients kModelBf16Tol = 5e-2, PROVISIONAL until
+// calibrated against 2x PyTorch's own bf16-vs-fp32 error (the
+// flash-attention rule); predictions: fp32 0 mismatches, bf16 at most 20%
+// (provisional).
+//
+// Needs a GPU. Compiled only; NOT YET RUN ON A GPU.
+// Thread-safety: each call uses the given context; nothing shared.
+#ifndef DGCA_MODEL_CUDA_MODEL_CHECK_H_
+#define DGCA_MODEL_CUDA_MODEL_CHECK_H_
+
+#include <vector>
+
+#include "model/cuda/op_check.h"
+
+namespace dgca {
+namespace cuda {
+
+constexpr double kModelBf16Tol = 5e-2;
+
+// "cuda_model fp32", "cuda_model bf16".
+const std::vector<OpCheck>& ModelChecks();
+
+}  // namespace cuda
+}  // namespace dgca
+
+#endif  // DGCA_MODEL_CUDA_MODEL_CHECK_H_
