@@ -1,0 +1,328 @@
+// dgca-bench: training throughput and memory of the CUDA model
+// (model/cuda/cuda_model.h) on one GPU — the dgca row of issue 6's table,
+// next to bench/gpu/torch_reference.py's PyTorch eager / torch.compile rows.
+//
+// Status: compiled only; NOT YET RUN ON A GPU.
+//
+// What a step is: ZeroGrads, then batch/micro-batch micro-steps of
+// ForwardBackward (grad_scale 1/accumulation), then one AdamW Step (lr
+// 1e-4, weight decay 0.01) — forward + backward + optimizer, as the PyTorch
+// script times it. The model is randomly initialised (seed 1). The batches
+// are synthetic with the layout of bench/torch_dgca.py's make_batch (the
+// same sizes, not the same random numbers): every row [CLS] P prompts, n =
+// (seq-2-2P)/2 source characters (ids in [670, 8000), 10% errors, 30% of
+// the correct ones MFT-masked), P prompts, n [MASK] target slots, [SEP];
+// K candidates per slot with the source id first and the target second.
+//
+// Timing: cudaEvents on the model stream around each step (the model's
+// ForwardBackward synchronizes once per micro-step to read the loss; that
+// is part of the step), --warmup untimed steps first, a full
+// synchronization at the end. samples/s = batch / median step time.
+//
+// Memory: cudaMemGetInfo. peak_memory_bytes = device memory in use after
+// the timed steps minus in use just after the CUDA context was created
+// (the model allocates all its buffers once, so after the steps is its
+// peak; cuBLASLt's workspace is in the context part). device_used_bytes
+// is the total in use (context included). Not directly the same measure
+// as PyTorch's max_memory_allocated (allocator bytes only), which is
+// smaller than what the caching allocator holds.
+//
+// MFU: flops_per_sample as bench/torch_dgca.py (about 73 GFLOP/sample for
+// bert-base, seq 128: 3 x forward, forward = layers x (2 T (4H^2 + 2HF) +
+// 4 T^2 H) + 2 head_rows (H^2 + H V), head_rows = (seq-8)/2), times
+// samples/s, over the device's dense bf16 peak: H100 SXM / H200 989e12,
+// H100 PCIe 756e12, A100 312e12 (by device name; --peak-tflops overrides),
+// else "n/a".
+//
+// Exit status: 0 ok, 1 a failure while running, 2 no usable GPU (the clean
+// FAILED_PRECONDITION message), 3 bad command line. With --json the result
+// (or {"error": ...}) is one JSON object on stdout.
+//
+// Usage: dgca-bench [--preset bert-base] [--batch 128] [--seq 128]
+//          [--micro-batch N] [--steps 30] [--warmup 5] [--precision bf16|fp32]
+//          [--device 0] [--peak-tflops X] [--json]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "model/core/batch.h"
+#include "model/core/config.h"
+#include "model/cuda/cuda_context.h"
+#include "model/cuda/cuda_model.h"
+#include "model/train/optimizer.h"
+
+namespace {
+
+using dgca::Batch;
+using dgca::ModelConfig;
+
+constexpr int kCls = 101, kSep = 102, kMask = 103;  // BERT-Chinese vocab ids, as torch_dgca.py
+
+struct Args {
+  std::string preset = "bert-base";
+  int batch = 128, seq = 128, micro = 0, steps = 30, warmup = 5, device = 0;
+  std::string precision = "bf16";
+  double peak_tflops = 0;  // 0 = from the device name
+  bool json = false;
+};
+
+int Usage(const std::string& msg) {
+  std::fprintf(stderr,
+               "dgca-bench: %s\nusage: dgca-bench [--preset tiny|small|bert-base] [--batch N] "
+               "[--seq N] [--micro-batch N] [--steps N] [--warmup N] [--precision bf16|fp32] "
+               "[--device N] [--peak-tflops X] [--json]\n",
+               msg.c_str());
+  return 3;
+}
+
+bool ParseInt(const char* s, int* out) {
+  char* end = nullptr;
+  const long v = std::strtol(s, &end, 10);
+  if (end == s || *end != '\0' || v < 0 || v > (1 << 30)) return false;
+  *out = static_cast<int>(v);
+  return true;
+}
+
+std::string JsonEscape(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    if (c == '"' || c == '\\') o += '\\', o += c;
+    else if (c == '\n') o += "\\n";
+    else if (static_cast<unsigned char>(c) < 0x20) o += ' ';
+    else o += c;
+  }
+  return o;
+}
+
+int Fail(const Args& a, int code, const std::string& msg) {
+  std::fprintf(stderr, "dgca-bench: %s\n", msg.c_str());
+  if (a.json) std::printf("{\"impl\": \"dgca\", \"error\": \"%s\"}\n", JsonEscape(msg).c_str());
+  return code;
+}
+
+// As bench/torch_dgca.py make_batch (layout and sizes; own random numbers).
+Batch MakeBatch(const ModelConfig& c, int B, int L, uint32_t seed) {
+  std::mt19937 rng(seed);
+  const int P = c.prompt_length, K = c.candidate_top_k;
+  const int n = std::max(0, (L - 2 - 2 * P) / 2);
+  const int lo = std::min(670, c.vocab_size - 1), hi = std::min(8000, c.vocab_size);
+  std::uniform_int_distribution<int> tok(lo, std::max(lo, hi - 1));
+  std::uniform_real_distribution<float> u(0.0f, 1.0f);
+  Batch b;
+  b.batch_size = B;
+  b.seq_len = L;
+  b.input_ids.assign(static_cast<size_t>(B) * L, 0);
+  b.attention_mask.assign(static_cast<size_t>(B) * L, 0);
+  b.prompt_slot.assign(static_cast<size_t>(B) * L, -1);
+  b.mft_labels.assign(static_cast<size_t>(B) * L, -100);
+  b.top_k = K;
+  for (int r = 0; r < B; ++r) {
+    const size_t row = static_cast<size_t>(r) * L;
+    std::vector<int> src(n), trg(n);
+    std::vector<bool> mft(n);
+    for (int i = 0; i < n; ++i) {
+      src[i] = tok(rng);
+      const bool err = u(rng) < 0.1f;
+      trg[i] = err ? tok(rng) : src[i];
+      mft[i] = !err && u(rng) < 0.3f;
+    }
+    int32_t* ids = &b.input_ids[row];
+    ids[0] = kCls;
+    for (int k = 0; k < P; ++k) ids[1 + k] = kCls, b.prompt_slot[row + 1 + k] = k;
+    for (int i = 0; i < n; ++i) {
+      const int pos = 1 + P + i;
+      ids[pos] = mft[i] ? kMask : src[i];
+      if (mft[i]) b.mft_labels[row + pos] = src[i];
+    }
+    for (int k = 0; k < P; ++k) ids[1 + P + n + k] = kSep, b.prompt_slot[row + 1 + P + n + k] = P + k;
+    for (int i = 0; i < n; ++i) {
+      const int pos = 1 + 2 * P + n + i;
+      ids[pos] = kMask;
+      b.slot_index.push_back(static_cast<int32_t>(row + pos));
+      b.slot_source_id.push_back(src[i]);
+      b.slot_target_id.push_back(trg[i]);
+      for (int k = 0; k < K; ++k) b.candidates.push_back(k == 0 ? src[i] : k == 1 ? trg[i] : tok(rng));
+    }
+    ids[1 + 2 * P + 2 * n] = kSep;
+    for (int j = 0; j < std::min(L, 2 + 2 * P + 2 * n); ++j) b.attention_mask[row + j] = 1;
+    b.row_length.push_back(n);
+    b.sample_index.push_back(r);
+  }
+  return b;
+}
+
+// bench/torch_dgca.py flops_per_sample.
+double FlopsPerSample(const ModelConfig& c, int seq) {
+  const double H = c.hidden, F = c.ffn, T = seq, V = c.vocab_size;
+  const double per_layer = 2 * T * (4 * H * H + 2 * H * F) + 2 * 2 * T * T * H;
+  const double head_rows = (seq - 8) / 2;
+  const double head = 2 * head_rows * (H * H + H * V);
+  return 3 * (c.layers * per_layer + head);
+}
+
+double PeakFlops(const std::string& name) {
+  auto has = [&](const char* s) { return name.find(s) != std::string::npos; };
+  if (has("H100") && has("PCIe")) return 756e12;
+  if (has("H100") || has("H200") || has("GH200")) return 989e12;
+  if (has("A100")) return 312e12;
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string k = argv[i];
+    if (k == "--json") {
+      a.json = true;
+      continue;
+    }
+    if (k == "-h" || k == "--help") {
+      Usage("help");
+      return 0;
+    }
+    if (i + 1 >= argc) return Usage("missing value after " + k);
+    const char* v = argv[++i];
+    int* target = k == "--batch" ? &a.batch : k == "--seq" ? &a.seq : k == "--micro-batch" ? &a.micro
+                  : k == "--steps" ? &a.steps : k == "--warmup" ? &a.warmup
+                  : k == "--device" ? &a.device : nullptr;
+    if (target != nullptr) {
+      if (!ParseInt(v, target)) return Usage(k + " takes a non-negative integer, got '" + v + "'");
+    } else if (k == "--preset") {
+      a.preset = v;
+    } else if (k == "--precision") {
+      a.precision = v;
+    } else if (k == "--peak-tflops") {
+      char* end = nullptr;
+      a.peak_tflops = std::strtod(v, &end);
+      if (end == v || *end != '\0' || a.peak_tflops <= 0) return Usage("--peak-tflops takes a positive number");
+    } else {
+      return Usage("unknown argument '" + k + "'");
+    }
+  }
+  if (a.micro == 0) a.micro = a.batch;
+  if (a.batch < 1 || a.seq < 1 || a.steps < 1) return Usage("--batch, --seq and --steps must be >= 1");
+  if (a.batch % a.micro != 0)
+    return Usage("--batch " + std::to_string(a.batch) + " is not a multiple of --micro-batch " +
+                 std::to_string(a.micro));
+  auto prec = dgca::cuda::ParsePrecision(a.precision);
+  if (!prec.ok()) return Usage(prec.status().message());
+  auto cfg = dgca::ApplyPreset(a.preset, ModelConfig());
+  if (!cfg.ok()) return Usage(cfg.status().message());
+  if (a.seq > cfg->max_position)
+    return Usage("--seq " + std::to_string(a.seq) + " exceeds max_position " +
+                 std::to_string(cfg->max_position));
+
+  auto ctx = dgca::cuda::CudaContext::Create(a.device);
+  if (!ctx.ok()) return Fail(a, 2, ctx.status().ToString());
+  size_t free0 = 0, total = 0;
+  if (cudaMemGetInfo(&free0, &total) != cudaSuccess) return Fail(a, 1, "cudaMemGetInfo failed");
+
+  auto model = dgca::cuda::CudaDgcaModel::Create(*cfg, a.micro, a.seq, /*seed=*/1, *prec, ctx->get());
+  if (!model.ok()) return Fail(a, 1, "creating the model: " + model.status().ToString());
+  dgca::cuda::CudaDgcaModel& m = **model;
+  const int accum = a.batch / a.micro;
+  std::vector<Batch> batches;
+  for (int i = 0; i < accum; ++i) batches.push_back(MakeBatch(*cfg, a.micro, a.seq, 1000u + i));
+  dgca::AdamWOptions opt;
+  opt.weight_decay = 0.01f;
+  const float lr = 1e-4f;
+  const cudaStream_t stream = (*ctx)->stream();
+
+  double first_loss = 0, last_loss = 0;
+  auto step = [&]() -> dgca::Status {
+    DGCA_RETURN_IF_ERROR(m.ZeroGrads());
+    double loss = 0;
+    for (const Batch& b : batches) {
+      DGCA_ASSIGN_OR_RETURN(dgca::LossBreakdown lb,
+                            m.ForwardBackward(b, 1.0f / static_cast<float>(accum), dgca::GradReadyFn()));
+      loss += lb.total / accum;
+    }
+    last_loss = loss;
+    return m.Step(lr, opt);
+  };
+  for (int i = 0; i < a.warmup; ++i) {
+    dgca::Status s = step();
+    if (!s.ok()) return Fail(a, 1, "warmup step " + std::to_string(i) + ": " + s.ToString());
+    if (i == 0) first_loss = last_loss;
+  }
+  std::vector<cudaEvent_t> ev(static_cast<size_t>(a.steps) + 1);
+  for (cudaEvent_t& e : ev)
+    if (cudaEventCreate(&e) != cudaSuccess) return Fail(a, 1, "cudaEventCreate failed");
+  if (cudaEventRecord(ev[0], stream) != cudaSuccess) return Fail(a, 1, "cudaEventRecord failed");
+  for (int i = 0; i < a.steps; ++i) {
+    dgca::Status s = step();
+    if (!s.ok()) return Fail(a, 1, "step " + std::to_string(i) + ": " + s.ToString());
+    if (a.warmup == 0 && i == 0) first_loss = last_loss;
+    if (cudaEventRecord(ev[i + 1], stream) != cudaSuccess) return Fail(a, 1, "cudaEventRecord failed");
+  }
+  dgca::Status sync = m.Synchronize();
+  if (!sync.ok()) return Fail(a, 1, "synchronize: " + sync.ToString());
+  std::vector<double> secs;
+  for (int i = 0; i < a.steps; ++i) {
+    float ms = 0;
+    if (cudaEventElapsedTime(&ms, ev[i], ev[i + 1]) != cudaSuccess) return Fail(a, 1, "cudaEventElapsedTime failed");
+    secs.push_back(ms / 1e3);
+  }
+  for (cudaEvent_t e : ev) cudaEventDestroy(e);
+  size_t free1 = 0;
+  if (cudaMemGetInfo(&free1, &total) != cudaSuccess) return Fail(a, 1, "cudaMemGetInfo failed");
+
+  std::vector<double> sorted = secs;
+  std::sort(sorted.begin(), sorted.end());
+  const double med = sorted.size() % 2 ? sorted[sorted.size() / 2]
+                                       : 0.5 * (sorted[sorted.size() / 2 - 1] + sorted[sorted.size() / 2]);
+  double mean = 0;
+  for (double s : secs) mean += s / secs.size();
+  const double sps = a.batch / med;
+  const double fps = FlopsPerSample(*cfg, a.seq);
+  const double tflops = sps * fps / 1e12;
+  const double peak = a.peak_tflops > 0 ? a.peak_tflops * 1e12 : PeakFlops((*ctx)->description());
+  const double model_bytes = static_cast<double>(free0) - static_cast<double>(free1);
+  const double used_bytes = static_cast<double>(total) - static_cast<double>(free1);
+  const int64_t nparams = m.params().total_numel();
+
+  if (a.json) {
+    std::printf("{\"impl\": \"dgca\", \"precision\": \"%s\", \"preset\": \"%s\", \"seq\": %d, \"batch\": %d, "
+                "\"micro_batch\": %d, \"steps\": %d, \"warmup\": %d, \"device\": \"%s\", \"params\": %lld, "
+                "\"samples_per_second\": %.3f, \"step_seconds_median\": %.6f, \"step_seconds_mean\": %.6f, "
+                "\"step_seconds\": [",
+                dgca::cuda::PrecisionName(*prec), JsonEscape(a.preset).c_str(), a.seq, a.batch, a.micro, a.steps,
+                a.warmup, JsonEscape((*ctx)->description()).c_str(), static_cast<long long>(nparams), sps, med,
+                mean);
+    for (size_t i = 0; i < secs.size(); ++i) std::printf("%s%.6f", i ? ", " : "", secs[i]);
+    std::printf("], \"peak_memory_bytes\": %.0f, \"device_used_bytes\": %.0f, \"flops_per_sample\": %.6e, "
+                "\"achieved_tflops\": %.3f, ",
+                model_bytes, used_bytes, fps, tflops);
+    if (peak > 0) {
+      std::printf("\"peak_tflops\": %.1f, \"mfu\": %.4f, ", peak / 1e12, tflops * 1e12 / peak);
+    } else {
+      std::printf("\"peak_tflops\": null, \"mfu\": null, ");
+    }
+    std::printf("\"loss_first\": %.6f, \"loss_last\": %.6f}\n", first_loss, last_loss);
+  } else {
+    std::printf("dgca-bench: %s, preset %s (%lld params), seq %d, batch %d (micro %d), %s\n",
+                (*ctx)->description().c_str(), a.preset.c_str(), static_cast<long long>(nparams), a.seq, a.batch,
+                a.micro, dgca::cuda::PrecisionName(*prec));
+    std::printf("  samples/s        %.1f\n", sps);
+    std::printf("  step ms          median %.2f, mean %.2f (%d steps after %d warmup)\n", med * 1e3, mean * 1e3,
+                a.steps, a.warmup);
+    std::printf("  memory           %.2f GiB for the model (%.2f GiB in use on the device)\n", model_bytes / (1 << 30),
+                used_bytes / (1 << 30));
+    std::printf("  flops/sample     %.1f GFLOP; achieved %.1f TFLOP/s\n", fps / 1e9, tflops);
+    if (peak > 0) {
+      std::printf("  MFU              %.3f (peak %.0f TFLOP/s)\n", tflops * 1e12 / peak, peak / 1e12);
+    } else {
+      std::printf("  MFU              n/a (unknown device peak; --peak-tflops)\n");
+    }
+    std::printf("  loss             first %.4f, last %.4f\n", first_loss, last_loss);
+  }
+  return 0;
+}
