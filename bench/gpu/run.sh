@@ -8,9 +8,11 @@
 # PyTorch peer (bench/gpu/torch_reference.py): bert-base, seq 128, global
 # batch 128, bf16 autocast, eager and torch.compile, plus PyTorch's own bf16
 # op errors (the tolerance rule of issue 6). Everything goes under $OUT
-# (at most 8 files come back: env.txt build.log model_check.txt
-# cuda_ops_test.txt torch_eager.json torch_compile.json torch_op_errors.json
-# torch.log); a summary is printed last.
+# (at most 8 files come back: env.txt build.log model_check.txt (with
+# cuda_ops_test and dgca-bench stderr appended) dgca_bench.json
+# torch_eager.json torch_compile.json torch_op_errors.json torch.log); a
+# summary is printed last. dgca-bench
+# (bert-base, seq 128, batch 128, bf16) runs after the model check.
 #
 # Environment: OUT (default: a new temp dir), BUILD_DIR (default
 # build-gpu), STEPS/WARMUP for the PyTorch runs (default 20/5), ARCH
@@ -40,7 +42,7 @@ t0=$(date +%s)
 build_ok=1
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDGCA_MODEL_ONLY=ON -DDGCA_WITH_CUDA=ON \
   -DCMAKE_CUDA_ARCHITECTURES="$ARCH" > "$OUT/build.log" 2>&1 || build_ok=0
-targets="dgca-model-check"
+targets="dgca-model-check dgca-bench"
 if [ $build_ok = 1 ] && ninja -C "$BUILD" -t targets all 2>/dev/null | grep -q '^cuda_ops_test:'; then
   targets="$targets cuda_ops_test"
 fi
@@ -56,9 +58,17 @@ fi
 check_rc=$?
 tests_line="cuda_ops_test: not built (no GoogleTest on this machine)"
 if [ -x "$BUILD/model/cuda_ops_test" ]; then
-  "$BUILD/model/cuda_ops_test" > "$OUT/cuda_ops_test.txt" 2>&1
-  tests_line="cuda_ops_test: rc=$? ($(grep -E '^\[ +(PASSED|FAILED|SKIPPED) +\] [0-9]+ test' "$OUT/cuda_ops_test.txt" | tr '\n' ' '))"
+  echo "==================== cuda_ops_test" >> "$OUT/model_check.txt"
+  "$BUILD/model/cuda_ops_test" > "$OUT/cuda_ops_test.out" 2>&1
+  tests_line="cuda_ops_test: rc=$? ($(grep -E '^\[ +(PASSED|FAILED|SKIPPED) +\] [0-9]+ test' "$OUT/cuda_ops_test.out" | tr '\n' ' '))"
+  cat "$OUT/cuda_ops_test.out" >> "$OUT/model_check.txt" && rm -f "$OUT/cuda_ops_test.out"
 fi
+# dgca's own throughput row (the same shape as the PyTorch runs below).
+"$BUILD/model/dgca-bench" --preset bert-base --batch 128 --seq 128 --precision bf16 --json \
+  > "$OUT/dgca_bench.json" 2> "$OUT/dgca_bench.err"
+bench_rc=$?
+{ echo "==================== dgca-bench stderr (rc=$bench_rc)"; cat "$OUT/dgca_bench.err"; } >> "$OUT/model_check.txt"
+rm -f "$OUT/dgca_bench.err"
 
 if [ "${SKIP_TORCH:-0}" != 1 ]; then
   : > "$OUT/torch.log"
@@ -82,6 +92,15 @@ import json, sys, os
 out = sys.argv[1]
 print("| impl | samples/s | step s (median) | peak GiB | TFLOP/s | MFU |")
 print("|---|---|---|---|---|---|")
+try:
+    d = json.load(open(os.path.join(out, "dgca_bench.json")))
+    if "samples_per_second" not in d:
+        raise RuntimeError(d.get("error", "no samples_per_second"))
+    mfu = "n/a" if d.get("mfu") is None else f"{d['mfu']:.3f}"
+    print(f"| dgca {d['precision']} | {d['samples_per_second']:.1f} | {d['step_seconds_median']:.4f} | "
+          f"{d['peak_memory_bytes'] / 2**30:.2f} | {d['achieved_tflops']:.1f} | {mfu} |")
+except Exception as e:  # noqa: BLE001
+    print(f"| dgca bf16 | failed: {e} (see the end of model_check.txt) |||||")
 for mode in ("eager", "compile"):
     try:
         d = json.load(open(os.path.join(out, f"torch_{mode}.json")))
@@ -105,6 +124,6 @@ except Exception as ex:  # noqa: BLE001
     print(f"op errors: failed: {ex}")
 PYEOF
 fi
-echo "dgca (CUDA model) throughput: not yet (needs the CUDA model and dgca-bench, issue 6)"
+echo "dgca-bench exit: $bench_rc (0 ok, 1 fail, 2 no GPU): $(head -c 1500 "$OUT/dgca_bench.json")"
 [ $check_rc = 0 ] || exit 1
 exit 0
