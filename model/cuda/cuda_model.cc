@@ -177,11 +177,21 @@ class CudaDgcaModelImpl final : public CudaDgcaModel {
   StatusOr<std::vector<int32_t>> Predict(const Batch& batch) override {
     DGCA_RETURN_IF_ERROR(Validate(batch, /*need_labels=*/false));
     DGCA_RETURN_IF_ERROR(UploadBatch(batch));
+    Status s = RunPredict(batch);
+    Status m = MarkConsumed();
+    if (!s.ok()) return s;
+    DGCA_RETURN_IF_ERROR(m);
+    return pred_host_;
+  }
+
+ private:
+  Status RunPredict(const Batch& batch) {
     DGCA_RETURN_IF_ERROR(RunEncoder(batch));
     const int NS = batch.num_slots();
     const int V = cfg_.vocab_size;
-    std::vector<int32_t> pred(static_cast<size_t>(NS), 0);
-    if (NS == 0) return pred;
+    std::vector<int32_t>& pred = pred_host_;
+    pred.assign(static_cast<size_t>(NS), 0);
+    if (NS == 0) return OkStatus();
     DGCA_ASSIGN_OR_RETURN(T* z, bert_.MlmHeadForward(d_in_.get() + off_rows_, NS));
     if (heads_on_) {
       DGCA_RETURN_IF_ERROR(heads_.Predict(
@@ -210,9 +220,10 @@ class CudaDgcaModelImpl final : public CudaDgcaModel {
         pred[t] = best;
       }
     }
-    return pred;
+    return OkStatus();
   }
 
+ public:
   // ---- CudaDgcaModel
   Precision precision() const override { return precision_; }
   DeviceParams* device_params() override { return dp_.get(); }
@@ -647,6 +658,7 @@ class CudaDgcaModelImpl final : public CudaDgcaModel {
   std::vector<uint8_t> mark_;
   int L_eff_ = 1;
   LossBreakdown lb_;
+  std::vector<int32_t> pred_host_;
 
   // Inputs: pinned staging -> d_in_ (same offsets).
   size_t off_ids_ = 0, off_mask_ = 0, off_types_ = 0, off_slots_ = 0, off_rows_ = 0,

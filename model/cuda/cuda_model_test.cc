@@ -1,0 +1,92 @@
+// Tests of CudaDgcaModel (cuda_model.h). Host-side checks run everywhere;
+// the whole-step GPU-vs-CPU comparison (model_check.h) and the batch
+// validation on a real model skip without a visible device, saying why.
+// NOT YET RUN ON A GPU.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "model/core/batch.h"
+#include "model/core/config.h"
+#include "model/cuda/cuda_context.h"
+#include "model/cuda/cuda_model.h"
+#include "model/cuda/gemm.h"
+#include "model/cuda/model_check.h"
+
+namespace dgca {
+namespace cuda {
+namespace {
+
+TEST(CudaModelTest, ParsePrecision) {
+  auto f = ParsePrecision("fp32");
+  ASSERT_TRUE(f.ok());
+  EXPECT_EQ(*f, Precision::kFloat32);
+  auto b = ParsePrecision("bf16");
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(*b, Precision::kBf16);
+  auto bad = ParsePrecision("fp8");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("fp8"), std::string::npos) << bad.status().ToString();
+  EXPECT_STREQ(PrecisionName(Precision::kBf16), "bf16");
+}
+
+TEST(CudaModelTest, CreateRejectsBadArgumentsWithoutTouchingTheDevice) {
+  ModelConfig cfg;
+  auto no_ctx = CudaDgcaModel::Create(cfg, 2, 16, 1, Precision::kFloat32, nullptr);
+  ASSERT_FALSE(no_ctx.ok());
+  EXPECT_EQ(no_ctx.status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(CudaModelTest, WholeStepMatchesCpu) {
+  std::string why;
+  if (VisibleDeviceCount(&why) == 0) GTEST_SKIP() << "no CUDA device visible: " << why;
+  auto ctx = CudaContext::Create(0);
+  ASSERT_TRUE(ctx.ok()) << ctx.status().ToString();
+  GemmRunner gemm(ctx->get());
+  std::mt19937_64 rng(12345);
+  for (const OpCheck& c : ModelChecks()) {
+    std::vector<CheckRow> rows;
+    Status s = c.run(**ctx, &gemm, &rng, &rows);
+    EXPECT_TRUE(s.ok()) << c.name << ": " << s.ToString();
+    EXPECT_FALSE(rows.empty()) << c.name;
+    for (const CheckRow& r : rows)
+      EXPECT_TRUE(r.pass()) << r.op << " " << r.dtype << ": " << r.max_rel_err << " > " << r.tolerance;
+  }
+}
+
+TEST(CudaModelTest, BadBatchIsRejectedNamingTheField) {
+  std::string why;
+  if (VisibleDeviceCount(&why) == 0) GTEST_SKIP() << "no CUDA device visible: " << why;
+  auto ctx = CudaContext::Create(0);
+  ASSERT_TRUE(ctx.ok()) << ctx.status().ToString();
+  ModelConfig cfg;
+  cfg.vocab_size = 40;
+  cfg.hidden = 16;
+  cfg.layers = 1;
+  cfg.heads = 2;
+  cfg.ffn = 32;
+  cfg.max_position = 16;
+  cfg.prompt_length = 1;
+  cfg.candidate_top_k = 2;
+  auto m = CudaDgcaModel::Create(cfg, 2, 16, 3, Precision::kFloat32, ctx->get());
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  Batch b;
+  b.batch_size = 1;
+  b.seq_len = 8;
+  b.input_ids.assign(8, 5);
+  b.attention_mask.assign(8, 1);
+  b.input_ids[3] = 40;  // == vocab_size: out of range
+  auto r = (*m)->Forward(b);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("input_ids[3]"), std::string::npos) << r.status().ToString();
+  b.input_ids[3] = 5;
+  b.batch_size = 3;  // > max_batch
+  EXPECT_FALSE((*m)->Forward(b).ok());
+}
+
+}  // namespace
+}  // namespace cuda
+}  // namespace dgca
