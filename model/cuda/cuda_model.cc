@@ -186,6 +186,8 @@ class CudaDgcaModelImpl final : public CudaDgcaModel {
 
  private:
   Status RunPredict(const Batch& batch) {
+    pred_host_.clear();
+    if (batch.batch_size == 0) return OkStatus();  // no slots either (Validate)
     DGCA_RETURN_IF_ERROR(RunEncoder(batch));
     const int NS = batch.num_slots();
     const int V = cfg_.vocab_size;
@@ -537,6 +539,18 @@ class CudaDgcaModelImpl final : public CudaDgcaModel {
 
   Status RunForwardBackward(const Batch& b, bool backward, float grad_scale,
                             const GradReadyFn& ready, int NS, bool have_labels) {
+    if (b.batch_size == 0) {
+      // An empty batch (Validate allows it; it has no slots or MFT rows):
+      // no device work, zero loss, gradients unchanged; the callbacks in
+      // the CPU model's order.
+      lb_ = LossBreakdown();
+      if (!backward || !ready) return OkStatus();
+      ready(bert_.head_first_index());
+      for (int l = cfg_.layers - 1; l >= 0; --l) ready(bert_.layer_first_index(l));
+      ready(bert_.body_first_index());
+      ready(0);
+      return OkStatus();
+    }
     DGCA_RETURN_IF_ERROR(RunEncoder(b));
     LossBreakdown lb;
     lb.target_slots = NS;
