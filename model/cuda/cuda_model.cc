@@ -120,6 +120,7 @@ class CudaDgcaModelImpl final : public CudaDgcaModel {
     DGCA_ASSIGN_OR_RETURN(dp_, DeviceParams::Create(&host_, precision_ == Precision::kBf16));
     DGCA_RETURN_IF_ERROR(dp_->Upload(host_));
     DGCA_RETURN_IF_ERROR(dp_->ZeroGrads(stream()));
+    DGCA_RETURN_IF_ERROR(AllocateMoments());
     DGCA_RETURN_IF_ERROR(bert_.Bind(host_, dp_.get(), ctx_, &gemm_));
     DGCA_RETURN_IF_ERROR(prompt_.Bind(host_, dp_.get(), ctx_, &gemm_));
     if (heads_on_) DGCA_RETURN_IF_ERROR(heads_.Bind(host_, dp_.get(), ctx_, &gemm_));
@@ -252,16 +253,69 @@ class CudaDgcaModelImpl final : public CudaDgcaModel {
   }
   Status ZeroGrads() override { return dp_->ZeroGrads(stream()); }
 
-  Status Step(float lr, const AdamWOptions& o) override {
+  Status AllocateMoments() {
     const int64_t n = host_.total_numel();
-    if (m_.size() == 0 && n > 0) {
-      DGCA_RETURN_IF_ERROR(m_.Allocate(static_cast<size_t>(n)));
-      DGCA_RETURN_IF_ERROR(v_.Allocate(static_cast<size_t>(n)));
-      DGCA_RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(m_.get(), 0, sizeof(float) * n, stream()),
-                                      "cudaMemsetAsync adam m"));
-      DGCA_RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(v_.get(), 0, sizeof(float) * n, stream()),
-                                      "cudaMemsetAsync adam v"));
+    if (m_.size() != 0 || n == 0) return OkStatus();
+    DGCA_RETURN_IF_ERROR(m_.Allocate(static_cast<size_t>(n)));
+    DGCA_RETURN_IF_ERROR(v_.Allocate(static_cast<size_t>(n)));
+    DGCA_RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(m_.get(), 0, sizeof(float) * n, stream()),
+                                    "cudaMemsetAsync adam m"));
+    DGCA_RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(v_.get(), 0, sizeof(float) * n, stream()),
+                                    "cudaMemsetAsync adam v"));
+    return norm_sq_.Allocate(1);
+  }
+  float* adam_m() override { return m_.get(); }
+  float* adam_v() override { return v_.get(); }
+
+  Status DownloadMoments(std::vector<float>* m, std::vector<float>* v) override {
+    const size_t n = static_cast<size_t>(host_.total_numel());
+    if (m->size() != n || v->size() != n)
+      return InvalidArgumentError("CudaDgcaModel::DownloadMoments: host vectors have " +
+                                  std::to_string(m->size()) + "/" + std::to_string(v->size()) +
+                                  " elements, expected " + std::to_string(n));
+    DGCA_RETURN_IF_ERROR(Synchronize());
+    if (n == 0) return OkStatus();
+    DGCA_RETURN_IF_ERROR(CudaStatus(cudaMemcpy(m->data(), m_.get(), n * sizeof(float), cudaMemcpyDeviceToHost),
+                                    "cudaMemcpy adam m"));
+    return CudaStatus(cudaMemcpy(v->data(), v_.get(), n * sizeof(float), cudaMemcpyDeviceToHost),
+                      "cudaMemcpy adam v");
+  }
+  Status UploadMoments(const std::vector<float>& m, const std::vector<float>& v,
+                       int64_t optimizer_step) override {
+    const size_t n = static_cast<size_t>(host_.total_numel());
+    if (m.size() != n || v.size() != n)
+      return InvalidArgumentError("CudaDgcaModel::UploadMoments: host vectors have " +
+                                  std::to_string(m.size()) + "/" + std::to_string(v.size()) +
+                                  " elements, expected " + std::to_string(n));
+    DGCA_RETURN_IF_ERROR(Synchronize());
+    if (n > 0) {
+      DGCA_RETURN_IF_ERROR(CudaStatus(cudaMemcpy(m_.get(), m.data(), n * sizeof(float), cudaMemcpyHostToDevice),
+                                      "cudaMemcpy adam m"));
+      DGCA_RETURN_IF_ERROR(CudaStatus(cudaMemcpy(v_.get(), v.data(), n * sizeof(float), cudaMemcpyHostToDevice),
+                                      "cudaMemcpy adam v"));
     }
+    step_ = optimizer_step;
+    return OkStatus();
+  }
+  StatusOr<double> GradSquaredNorm() override {
+    const int64_t n = host_.total_numel();
+    if (n == 0) return 0.0;
+    DGCA_RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(norm_sq_.get(), 0, sizeof(double), stream()),
+                                    "cudaMemsetAsync norm"));
+    DGCA_RETURN_IF_ERROR(SumSquares(stream(), norm_sq_.get(), dp_->grad(), n));
+    double out = 0;
+    DGCA_RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(&out, norm_sq_.get(), sizeof(double),
+                                                    cudaMemcpyDeviceToHost, stream()),
+                                    "cudaMemcpyAsync norm"));
+    DGCA_RETURN_IF_ERROR(Synchronize());
+    return out;
+  }
+  Status MasterChanged() override {
+    if (precision_ != Precision::kBf16) return OkStatus();
+    return dp_->RefreshHalf(stream());
+  }
+
+  Status Step(float lr, const AdamWOptions& o, float grad_scale) override {
     ++step_;
     // One launch per maximal run of consecutive tensors with the same decay
     // flag (the layout is flat and contiguous: each run is one slice).
@@ -282,7 +336,7 @@ class CudaDgcaModelImpl final : public CudaDgcaModel {
                                    v_.get() + begin, dp_->grad() + begin,
                                    bf16 ? dp_->half() + begin : nullptr, end - begin, lr,
                                    o.beta1, o.beta2, o.eps, decay ? o.weight_decay : 0.0f, step_,
-                                   /*grad_scale=*/1.0f));
+                                   grad_scale));
       }
       i = j;
     }
@@ -694,6 +748,7 @@ class CudaDgcaModelImpl final : public CudaDgcaModel {
   // AdamW state (fp32, flat like the params).
   DeviceArray<float> m_, v_;
   int64_t step_ = 0;
+  DeviceArray<double> norm_sq_;  // GradSquaredNorm's accumulator
 };
 
 }  // namespace

@@ -45,6 +45,7 @@
 // DeviceParams::grad(): decay only where ParamInfo::weight_decay, moments
 // allocated (zeroed) on the first Step, the bf16 copy refreshed by the same
 // kernel (bf16_out). Does not zero the gradients. Enqueued, no host sync.
+// The moments are allocated (and zeroed) by Create.
 //
 // Thread-safety: not thread-safe; one host thread, work ordered on the
 // context's stream.
@@ -54,6 +55,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "model/core/config.h"
 #include "model/core/status.h"
@@ -96,8 +98,25 @@ class CudaDgcaModel : public DgcaModel {
   // Device grads = 0 (enqueued).
   virtual Status ZeroGrads() = 0;
   // One AdamW update (see the header comment); increments optimizer_step().
-  virtual Status Step(float lr, const AdamWOptions& options) = 0;
+  // The update uses grad x grad_scale (gradient clipping's coefficient; the
+  // stored gradients are not changed).
+  virtual Status Step(float lr, const AdamWOptions& options, float grad_scale = 1.0f) = 0;
   virtual int64_t optimizer_step() const = 0;
+  // AdamW moments on the device (flat, the ParamStore layout; zero until the
+  // first Step). Allocated by Create, so a broadcast can address them.
+  virtual float* adam_m() = 0;
+  virtual float* adam_v() = 0;
+  // Moments and step count to / from the host (checkpoints). Synchronous;
+  // the vectors must have total_numel() elements (INVALID_ARGUMENT).
+  virtual Status DownloadMoments(std::vector<float>* m, std::vector<float>* v) = 0;
+  virtual Status UploadMoments(const std::vector<float>& m, const std::vector<float>& v,
+                               int64_t optimizer_step) = 0;
+  // Sum of squares of every device gradient (the global L2 norm squared);
+  // waits for the device.
+  virtual StatusOr<double> GradSquaredNorm() = 0;
+  // The fp32 master was written on the device by someone else (a
+  // broadcast): refreshes the bf16 copy. Enqueued.
+  virtual Status MasterChanged() = 0;
   // Waits for all of the model's work; reports asynchronous faults.
   virtual Status Synchronize() = 0;
 };

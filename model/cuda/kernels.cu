@@ -260,6 +260,16 @@ __global__ void AdamWKernel(float* param, float* m, float* v, const float* grad,
   }
 }
 
+__global__ void SumSquaresKernel(double* out, const float* x, int64_t n) {
+  __shared__ float sh[32];
+  float acc = 0.0f;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    acc += x[i] * x[i];
+  }
+  acc = BlockReduce<false>(acc, sh);
+  if (threadIdx.x == 0) atomicAdd(out, double(acc));
+}
+
 __global__ void UnscaleCheckKernel(float* grad, int64_t n, const float* inv_scale, int32_t* found_inf) {
   const float s = *inv_scale;
   bool bad = false;
@@ -501,6 +511,17 @@ Status AdamW(cudaStream_t stream, float* param, float* m, float* v, const float*
   AdamWKernel<<<Blocks(n, 256), 256, 0, stream>>>(param, m, v, grad, bf16_out, n, lr, beta1, beta2, eps,
                                                    lr * weight_decay, step_size, inv_sqrt_bc2, grad_scale);
   return Launched("AdamW");
+}
+
+Status SumSquares(cudaStream_t stream, double* out, const float* x, int64_t n) {
+  if (n <= 0) return OkStatus();
+  // One block per 1024 elements, at most 1024 blocks; each thread's fp32
+  // partial covers n / (blocks x 256) elements (about 400 for bert-base's
+  // 110M parameters), and the block sums meet in double.
+  const int64_t want = (n + 1023) / 1024;
+  const int blocks = static_cast<int>(want < 1024 ? want : 1024);
+  SumSquaresKernel<<<blocks, 256, 0, stream>>>(out, x, n);
+  return Launched("SumSquares");
 }
 
 Status UnscaleCheck(cudaStream_t stream, float* grad, int64_t n, const float* inv_scale, int32_t* found_inf) {

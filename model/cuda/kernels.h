@@ -102,6 +102,11 @@ Status AdamW(cudaStream_t stream, float* param, float* m, float* v, const float*
              bf16* bf16_out, int64_t n, float lr, float beta1, float beta2, float eps,
              float weight_decay, int64_t step, float grad_scale);
 
+// *out += sum of x[i]^2 over n floats (fp32 per-thread and per-block
+// partials, one double atomicAdd per block). For the global gradient norm:
+// zero *out first (cudaMemsetAsync). Order-dependent in the last bits.
+Status SumSquares(cudaStream_t stream, double* out, const float* x, int64_t n);
+
 // fp16 dynamic loss scaling, as torch.cuda.amp.GradScaler:
 // UnscaleCheck: grad *= inv_scale in place; *found_inf = 1 if any result is
 // inf or nan (found_inf is only ever set, never cleared: zero it per step).

@@ -459,6 +459,29 @@ Status CheckAdamW(const CudaContext& ctx, GemmRunner*, Rng* rng, Rows* rows) {
   return OkStatus();
 }
 
+// ---------------------------------------------------------------- SumSquares
+// The global gradient norm's reduction (trainer clipping and grad_norm).
+Status CheckSumSquares(const CudaContext& ctx, GemmRunner*, Rng* rng, Rows* rows) {
+  const int64_t n = 1234567;  // > 1024 blocks x 256 threads: the grid-stride path
+  std::vector<float> x = Rand(n, rng, -3.0f, 3.0f);
+  double want = 0;
+  for (float xi : x) want += double(xi) * xi;
+  DGCA_ASSIGN_OR_RETURN(Bytes dx, Up(DType::kF32, x));
+  DeviceArray<double> out;
+  DGCA_RETURN_IF_ERROR(out.Allocate(1));
+  const double poison = 1e30;  // SumSquares adds: the check zeroes first, as the trainer does
+  DGCA_RETURN_IF_ERROR(CudaStatus(cudaMemcpy(out.get(), &poison, sizeof(double), cudaMemcpyHostToDevice),
+                                  "cudaMemcpy poison"));
+  DGCA_RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(out.get(), 0, sizeof(double), ctx.stream()), "cudaMemsetAsync"));
+  DGCA_RETURN_IF_ERROR(SumSquares(ctx.stream(), out.get(), F(dx), n));
+  DGCA_RETURN_IF_ERROR(ctx.Synchronize());
+  double got = 0;
+  DGCA_RETURN_IF_ERROR(CudaStatus(cudaMemcpy(&got, out.get(), sizeof(double), cudaMemcpyDeviceToHost),
+                                  "cudaMemcpy result"));
+  Add(rows, "sum_squares", DType::kF32, {static_cast<float>(got)}, {static_cast<float>(want)}, kF32Tol);
+  return OkStatus();
+}
+
 // ---------------------------------------------------------------- loss scaler
 Status CheckLossScale(const CudaContext& ctx, GemmRunner*, Rng* rng, Rows* rows) {
   const int64_t n = 3000;
@@ -560,6 +583,7 @@ std::vector<OpCheck> BuildChecks() {
   v.push_back(Make<bf16>("cross_entropy", CheckCrossEntropy<bf16>));
   v.push_back(OpCheck{"adamw fp32 master + bf16 copy", CheckAdamW});
   v.push_back(OpCheck{"loss_scale fp32", CheckLossScale});
+  v.push_back(OpCheck{"sum_squares fp32 (gradient norm)", CheckSumSquares});
   return v;
 }
 

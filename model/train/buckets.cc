@@ -26,8 +26,11 @@ std::vector<Bucket> PlanBuckets(const ParamStore& params, double bucket_mb) {
   return out;
 }
 
-GradientBuckets::GradientBuckets(Communicator* comm, ParamStore* params, double bucket_mb)
-    : comm_(comm), params_(params), buckets_(PlanBuckets(*params, bucket_mb)) {}
+GradientBuckets::GradientBuckets(Communicator* comm, ParamStore* params, double bucket_mb,
+                                 float* grad_buffer)
+    : comm_(comm),
+      grads_(grad_buffer != nullptr ? grad_buffer : params->grads()),
+      buckets_(PlanBuckets(*params, bucket_mb)) {}
 
 void GradientBuckets::BeginStep(bool enabled) {
   enabled_ = enabled && comm_ != nullptr && comm_->world_size() > 1;
@@ -41,7 +44,7 @@ void GradientBuckets::BeginStep(bool enabled) {
 void GradientBuckets::StartBucket(int b) {
   const Bucket& bk = buckets_[b];
   issued_.push_back(comm_->Now());
-  auto h = comm_->StartAllReduce(params_->grads() + bk.offset, static_cast<size_t>(bk.numel),
+  auto h = comm_->StartAllReduce(grads_ + bk.offset, static_cast<size_t>(bk.numel),
                                  ReduceOp::kAverage);
   if (!h.ok()) {
     if (error_.ok()) error_ = h.status();

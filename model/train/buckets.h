@@ -59,8 +59,11 @@ struct CommStats {
 class GradientBuckets {
  public:
   // `comm` and `params` must outlive this object; comm may be a world of one
-  // (then nothing is communicated and WaitAll returns zeros).
-  GradientBuckets(Communicator* comm, ParamStore* params, double bucket_mb);
+  // (then nothing is communicated and WaitAll returns zeros). `grad_buffer`
+  // is the flat gradient buffer in params' layout that the communicator
+  // reduces (a GPU's, model/train/train_device.h); null = params->grads().
+  GradientBuckets(Communicator* comm, ParamStore* params, double bucket_mb,
+                  float* grad_buffer = nullptr);
 
   const std::vector<Bucket>& buckets() const { return buckets_; }
 
@@ -77,7 +80,7 @@ class GradientBuckets {
   void StartBucket(int b);
 
   Communicator* comm_;
-  ParamStore* params_;
+  float* grads_;
   std::vector<Bucket> buckets_;
   bool enabled_ = false;
   int next_ = 0;  // buckets_[0..next_) started this step

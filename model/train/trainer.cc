@@ -63,9 +63,6 @@ Status ValidateConfig(const TrainConfig& c) {
     return InvalidArgumentError("train: accumulation must be > 0, got " + std::to_string(c.accumulation));
   }
   if (c.bucket_mb <= 0) return InvalidArgumentError("train: bucket_mb must be > 0");
-  if (c.precision != Precision::kFp32) {
-    return UnimplementedError("train: the CPU trainer runs fp32 only (precision fp16/bf16 needs CUDA)");
-  }
   return OkStatus();
 }
 
@@ -125,6 +122,11 @@ std::string EvalLine(const EvalReport& r) {
 
 StatusOr<TrainResult> Train(const TrainConfig& config, Communicator* comm,
                             TrainObserver* observer) {
+  return Train(config, comm, observer, MakeCpuTrainDevice);
+}
+
+StatusOr<TrainResult> Train(const TrainConfig& config, Communicator* comm,
+                            TrainObserver* observer, const TrainDeviceFactory& make_device) {
   DGCA_RETURN_IF_ERROR(ValidateConfig(config));
   std::unique_ptr<Communicator> local;
   if (comm == nullptr) {
@@ -204,13 +206,19 @@ StatusOr<TrainResult> Train(const TrainConfig& config, Communicator* comm,
         std::to_string(es.truncated) + " truncated to " + std::to_string(max_chars) + " chars");
   }
 
-  DGCA_ASSIGN_OR_RETURN(std::unique_ptr<DgcaModel> model,
-                        DgcaModel::Create(mcfg, config.micro_batch, config.max_seq_len,
-                                          config.seed, config.threads));
-  ParamStore& params = model->params();
-  AdamWOptions aopt;
-  aopt.weight_decay = config.weight_decay;
-  AdamW adam(&params, aopt);
+  TrainDeviceSpec dspec;
+  dspec.model = mcfg;
+  dspec.micro_batch = config.micro_batch;
+  dspec.seq_len = config.max_seq_len;
+  dspec.seed = config.seed;
+  dspec.threads = config.threads;
+  dspec.precision = config.precision;
+  dspec.adam.weight_decay = config.weight_decay;
+  DGCA_ASSIGN_OR_RETURN(std::unique_ptr<TrainDevice> device, make_device(dspec));
+  DgcaModel* model = device->model();
+  ParamStore& params = device->params();
+  AdamW& adam = device->adam();
+  log("device: " + device->Describe());
 
   // Initial weights: resume > init_from > random (from the seed).
   std::string resume_dir;
@@ -233,6 +241,7 @@ StatusOr<TrainResult> Train(const TrainConfig& config, Communicator* comm,
   if (!resume_dir.empty()) {
     CheckpointState st;
     DGCA_RETURN_IF_ERROR(LoadCheckpoint(resume_dir, mcfg, &params, &adam, &st));
+    DGCA_RETURN_IF_ERROR(device->PushFromHost());
     start_step = st.step;
     loader_step = st.loader_step;
     if (st.seed != config.seed) {
@@ -242,6 +251,7 @@ StatusOr<TrainResult> Train(const TrainConfig& config, Communicator* comm,
     log("resumed from " + resume_dir + " at step " + std::to_string(start_step));
   } else if (!config.init_from.empty()) {
     DGCA_ASSIGN_OR_RETURN(HfLoadReport r, LoadHfInit(config.init_from, &params));
+    DGCA_RETURN_IF_ERROR(device->PushFromHost());
     log("init_from " + config.init_from + ": " + r.Summary());
   } else {
     log("random init (seed " + std::to_string(config.seed) + "), " +
@@ -250,9 +260,12 @@ StatusOr<TrainResult> Train(const TrainConfig& config, Communicator* comm,
   if (world > 1) {
     // Every rank starts from rank 0's weights (and optimizer state).
     const auto tb = Clock::now();
-    DGCA_RETURN_IF_ERROR(comm->Broadcast(params.values(), params.total_numel(), 0));
-    DGCA_RETURN_IF_ERROR(comm->Broadcast(adam.m().data(), adam.m().size(), 0));
-    DGCA_RETURN_IF_ERROR(comm->Broadcast(adam.v().data(), adam.v().size(), 0));
+    const size_t n = static_cast<size_t>(params.total_numel());
+    DGCA_RETURN_IF_ERROR(comm->Broadcast(device->value_buffer(), n, 0));
+    DGCA_RETURN_IF_ERROR(comm->Broadcast(device->moment1_buffer(), n, 0));
+    DGCA_RETURN_IF_ERROR(comm->Broadcast(device->moment2_buffer(), n, 0));
+    // The step count is every rank's own: all load the same checkpoint.
+    DGCA_RETURN_IF_ERROR(device->BuffersChanged(adam.step()));
     char buf[160];
     std::snprintf(buf, sizeof(buf), "weights and optimizer state broadcast from rank 0 (%.1f MB) in %.3f s",
                   3.0 * params.total_numel() * sizeof(float) / 1e6, Since(tb));
@@ -280,7 +293,7 @@ StatusOr<TrainResult> Train(const TrainConfig& config, Communicator* comm,
   DGCA_ASSIGN_OR_RETURN(std::unique_ptr<DataLoader> loader,
                         DataLoader::Create(train_examples, confusion, lopt, pos));
 
-  GradientBuckets buckets(comm, &params, config.bucket_mb);
+  GradientBuckets buckets(comm, &params, config.bucket_mb, device->grad_buffer());
   log("training: rank " + std::to_string(rank) + "/" + std::to_string(world) + ", steps " +
       std::to_string(start_step) + ".." + std::to_string(config.steps) + ", global batch " +
       std::to_string(static_cast<int64_t>(config.micro_batch) * config.accumulation * world) +
@@ -293,7 +306,7 @@ StatusOr<TrainResult> Train(const TrainConfig& config, Communicator* comm,
   auto run_eval = [&](int64_t step) -> Status {
     if (eval_examples.empty()) return OkStatus();
     DGCA_ASSIGN_OR_RETURN(EvalReport er,
-                          Evaluate(model.get(), eval_examples, confusion.get(), bopt,
+                          Evaluate(model, eval_examples, confusion.get(), bopt,
                                    config.micro_batch, config.max_eval_samples, step));
     log(EvalLine(er));
     if (observer) observer->OnEval(er);
@@ -305,6 +318,7 @@ StatusOr<TrainResult> Train(const TrainConfig& config, Communicator* comm,
     if (config.checkpoint_dir.empty() || last_ckpt == step) return OkStatus();
     std::string dir;
     if (rank == 0) {
+      DGCA_RETURN_IF_ERROR(device->PullToHost());
       CheckpointState st;
       st.step = step;
       st.loader_step = loader->position().step;
@@ -328,7 +342,7 @@ StatusOr<TrainResult> Train(const TrainConfig& config, Communicator* comm,
     StepReport rep;
     rep.step = step + 1;
     rep.total_steps = config.steps;
-    params.ZeroGrads();
+    DGCA_RETURN_IF_ERROR(device->ZeroGrads());
     LossBreakdown sum;
     CommStats cs;
     for (int a = 0; a < acc; ++a) {
@@ -337,6 +351,7 @@ StatusOr<TrainResult> Train(const TrainConfig& config, Communicator* comm,
       DGCA_ASSIGN_OR_RETURN(Batch batch, loader->Next(&wait));
       rep.data_wait_seconds += wait;
       rep.samples += batch.batch_size;
+      if (observer) observer->OnBatch(batch, step + 1, a);
       buckets.BeginStep(last);
       GradReadyFn ready;
       if (last && config.overlap && world > 1) {
@@ -367,10 +382,11 @@ StatusOr<TrainResult> Train(const TrainConfig& config, Communicator* comm,
                         {"mft", sum.mft / acc},
                         {"detector", sum.detector / acc},
                         {"candidate", sum.candidate / acc}};
-    rep.grad_norm = ClipGradNorm(params.grads(), params.total_numel(), config.clip_norm);
+    DGCA_ASSIGN_OR_RETURN(rep.grad_norm, device->ClipGradNorm(config.clip_norm));
     rep.learning_rate =
         ScheduledLr(config.schedule, config.lr, step, config.warmup_steps, config.steps);
-    adam.Step(static_cast<float>(rep.learning_rate));
+    DGCA_RETURN_IF_ERROR(device->OptimizerStep(static_cast<float>(rep.learning_rate)));
+    DGCA_RETURN_IF_ERROR(device->FinishStep());
     rep.step_seconds = Since(t0);
     rep.allreduce_seconds = cs.allreduce_seconds;
     rep.exposed_comm_seconds = cs.exposed_seconds;

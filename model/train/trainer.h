@@ -14,8 +14,10 @@
 #include <vector>
 
 #include "model/comm/communicator.h"
+#include "model/core/batch.h"
 #include "model/core/config.h"
 #include "model/core/status.h"
+#include "model/train/train_device.h"
 
 namespace dgca {
 
@@ -54,6 +56,10 @@ class TrainObserver {
   virtual void OnStep(const StepReport&) {}
   virtual void OnEval(const EvalReport&) {}
   virtual void OnLog(const std::string& /*line*/) {}
+  // Every training micro-batch, before it runs: `step` is the 1-based
+  // optimizer step, `micro` the 0-based index within its accumulation. Lets
+  // a tool record the data order (model/core/batch_io.h) for a peer.
+  virtual void OnBatch(const Batch& /*batch*/, int64_t /*step*/, int /*micro*/) {}
   virtual void OnCheckpoint(const std::string& /*dir*/, int64_t /*step*/) {}
   // Polled once per step; true stops training with CANCELLED.
   virtual bool StopRequested() { return false; }
@@ -93,6 +99,7 @@ struct TrainResult {
 //   .. cand ..) lr .. gnorm .. X samples/s data D% comm C% exposed E% eta
 //   1m05s"), "eval step s (...)", "checkpoint DIR", "done: ...".
 // - TrainResult.final_loss is the mean of the last (up to) 10 step losses.
+// - Device: the factory's (CPU by default); its Describe() is logged.
 // Errors: bad config (INVALID_ARGUMENT naming the field), data and
 // checkpoint errors as their readers report them, a non-finite loss
 // (INTERNAL, naming the step), collective failures ("train: gradient
@@ -100,6 +107,12 @@ struct TrainResult {
 // rank p, ...)").
 StatusOr<TrainResult> Train(const TrainConfig& config, Communicator* comm,
                             TrainObserver* observer);
+
+// The same on the device `make_device` builds (model/train/train_device.h;
+// the overload above uses MakeCpuTrainDevice). With a GPU device the
+// communicator must work on device memory (NCCL) or be a world of one.
+StatusOr<TrainResult> Train(const TrainConfig& config, Communicator* comm,
+                            TrainObserver* observer, const TrainDeviceFactory& make_device);
 
 }  // namespace dgca
 

@@ -22,6 +22,10 @@
 #include "model/comm/gloo_communicator.h"
 #include "model/comm/gloo_kv_store.h"
 #include "model/comm/nccl_communicator.h"
+#ifdef DGCA_HAVE_CUDA_TRAINER
+#include "model/cuda/cuda_context.h"
+#include "model/cuda/cuda_train_device.h"
+#endif
 #include "model/train/trainer.h"
 #include "proto/rpc/rpc_util.h"
 #include "worker/rank/gpu_metrics.h"
@@ -474,6 +478,35 @@ int RunRank(const RankArgs& a) {
   }
   RankObserver observer(a, &sender, &stop, &step, gpu.get());
 
+  // The CUDA trainer's context comes first: NCCL orders its collectives
+  // after the model's stream (NcclOptions::compute_stream).
+  const bool cuda = !probe && asg.plan().device() == "cuda";
+  int cuda_device = a.rank < asg.plan().rank_local_devices_size()
+                        ? asg.plan().rank_local_devices(a.rank)
+                        : -1;
+  if (const char* v = getenv("CUDA_VISIBLE_DEVICES"); v && *v) cuda_device = -1;  // agent pinned it
+#ifdef DGCA_HAVE_CUDA_TRAINER
+  std::shared_ptr<const cuda::CudaContext> cuda_ctx;
+  if (cuda) {
+    auto ctx = cuda::CudaContext::Create(cuda_device < 0 ? 0 : cuda_device);
+    if (!ctx.ok()) {
+      Log(a.rank, "error: device cuda: %s", ctx.status().ToString());
+      finish_heartbeat();
+      sender.Close(std::chrono::seconds(5));
+      return 1;
+    }
+    cuda_ctx = std::shared_ptr<const cuda::CudaContext>(std::move(*ctx));
+    Log(a.rank, "CUDA trainer on %s", cuda_ctx->description());
+  }
+#endif
+  if (cuda && !nccl && world > 1) {
+    Log(a.rank, "error: device cuda with %d ranks needs backend nccl (got %s): the gradients "
+                "live in GPU memory", world, asg.plan().backend());
+    finish_heartbeat();
+    sender.Close(std::chrono::seconds(5));
+    return 1;
+  }
+
   // Communicator.
   std::unique_ptr<Communicator> comm;
   if (nccl) {
@@ -483,10 +516,13 @@ int RunRank(const RankArgs& a) {
     auto store = std::make_shared<GrpcStore>(channel, *token, a.job_id, a.attempt, timeout);
     NcclOptions no;
     no.timeout = timeout;
-    int dev = a.rank < asg.plan().rank_local_devices_size() ? asg.plan().rank_local_devices(a.rank)
-                                                            : -1;
-    if (const char* v = getenv("CUDA_VISIBLE_DEVICES"); v && *v) dev = -1;  // agent pinned it
-    no.device = dev;
+    no.device = cuda_device;
+#ifdef DGCA_HAVE_CUDA_TRAINER
+    if (cuda_ctx) {
+      no.device = cuda_ctx->device();
+      no.compute_stream = cuda_ctx->stream();
+    }
+#endif
     Log(a.rank, "joining the NCCL rendezvous (%d ranks, timeout %.0f s)", world,
         cfg->comm_timeout_s);
     auto c = MakeNcclCommunicator(MakeGlooKeyValueStore(store), a.rank, world, no);
@@ -545,19 +581,35 @@ int RunRank(const RankArgs& a) {
     }
     return code;
   }
-  if (nccl) {
+  TrainDeviceFactory make_device = MakeCpuTrainDevice;
+#ifdef DGCA_HAVE_CUDA_TRAINER
+  if (cuda_ctx) make_device = cuda::CudaTrainDeviceFactory(cuda_ctx);
+#endif
+#ifndef DGCA_HAVE_CUDA_TRAINER
+  if (nccl || cuda) {
     // The trainer here is the CPU one: its gradients live in host memory,
     // which NCCL cannot reduce.
-    Log(a.rank, "error: backend nccl needs the CUDA trainer, which this build of dgca-worker "
-                "does not include; use device cpu with backend gloo");
+    Log(a.rank, "error: device cuda / backend nccl need the CUDA trainer, which this build of "
+                "dgca-worker does not include (built without DGCA_WITH_CUDA); use device cpu "
+                "with backend gloo");
     finish_heartbeat();
     (void)comm.release();
     sender.Close(std::chrono::seconds(5));
     return 1;
   }
+#else
+  if (nccl && !cuda) {
+    Log(a.rank, "error: backend nccl needs device cuda (the CPU trainer's gradients live in "
+                "host memory); plan says device %s", asg.plan().device());
+    finish_heartbeat();
+    (void)comm.release();
+    sender.Close(std::chrono::seconds(5));
+    return 1;
+  }
+#endif
 
   auto t0 = Clock::now();
-  StatusOr<TrainResult> result = Train(*cfg, comm.get(), &observer);
+  StatusOr<TrainResult> result = Train(*cfg, comm.get(), &observer, make_device);
   double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   int code = 0;
   if (result.ok()) {

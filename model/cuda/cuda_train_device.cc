@@ -1,0 +1,99 @@
+#include "model/cuda/cuda_train_device.h"
+
+#include <cmath>
+#include <string>
+#include <utility>
+
+#include "model/cuda/cuda_model.h"
+
+namespace dgca {
+namespace cuda {
+namespace {
+
+class CudaTrainDevice : public TrainDevice {
+ public:
+  CudaTrainDevice(std::shared_ptr<const CudaContext> ctx, std::unique_ptr<CudaDgcaModel> model,
+                  const AdamWOptions& aopt)
+      : ctx_(std::move(ctx)),
+        model_(std::move(model)),
+        aopt_(aopt),
+        adam_(&model_->params(), aopt) {}
+
+  std::string Describe() const override {
+    return "cuda:" + std::to_string(ctx_->device()) + " " + ctx_->description() + ", " +
+           PrecisionName(model_->precision());
+  }
+  DgcaModel* model() override { return model_.get(); }
+  ParamStore& params() override { return model_->params(); }
+  AdamW& adam() override { return adam_; }
+  float* grad_buffer() override { return model_->device_params()->grad(); }
+  float* value_buffer() override { return model_->device_params()->master(); }
+  float* moment1_buffer() override { return model_->adam_m(); }
+  float* moment2_buffer() override { return model_->adam_v(); }
+  Status BuffersChanged(int64_t optimizer_step) override {
+    // Moments written in place keep the device's step count in line.
+    DGCA_RETURN_IF_ERROR(model_->MasterChanged());
+    adam_.set_step(optimizer_step);
+    if (optimizer_step != model_->optimizer_step()) {
+      DGCA_RETURN_IF_ERROR(model_->DownloadMoments(&adam_.m(), &adam_.v()));
+      DGCA_RETURN_IF_ERROR(model_->UploadMoments(adam_.m(), adam_.v(), optimizer_step));
+    }
+    return OkStatus();
+  }
+  Status ZeroGrads() override {
+    clip_scale_ = 1.0f;
+    return model_->ZeroGrads();
+  }
+  StatusOr<double> ClipGradNorm(double max_norm) override {
+    DGCA_ASSIGN_OR_RETURN(double sq, model_->GradSquaredNorm());
+    const double norm = std::sqrt(sq);
+    clip_scale_ = max_norm > 0 && norm > max_norm ? static_cast<float>(max_norm / (norm + 1e-6)) : 1.0f;
+    return norm;
+  }
+  Status OptimizerStep(float lr) override {
+    DGCA_RETURN_IF_ERROR(model_->Step(lr, aopt_, clip_scale_));
+    adam_.set_step(model_->optimizer_step());
+    return OkStatus();
+  }
+  Status FinishStep() override { return model_->Synchronize(); }
+  Status PullToHost() override {
+    DGCA_RETURN_IF_ERROR(model_->DownloadValues());
+    DGCA_RETURN_IF_ERROR(model_->DownloadMoments(&adam_.m(), &adam_.v()));
+    adam_.set_step(model_->optimizer_step());
+    return OkStatus();
+  }
+  Status PushFromHost() override {
+    DGCA_RETURN_IF_ERROR(model_->UploadValues());
+    return model_->UploadMoments(adam_.m(), adam_.v(), adam_.step());
+  }
+
+ private:
+  std::shared_ptr<const CudaContext> ctx_;
+  std::unique_ptr<CudaDgcaModel> model_;
+  AdamWOptions aopt_;
+  AdamW adam_;  // host copy of the moments (checkpoints); not used to step
+  float clip_scale_ = 1.0f;
+};
+
+}  // namespace
+
+TrainDeviceFactory CudaTrainDeviceFactory(std::shared_ptr<const CudaContext> ctx) {
+  return [ctx](const TrainDeviceSpec& spec) -> StatusOr<std::unique_ptr<TrainDevice>> {
+    if (ctx == nullptr) return InvalidArgumentError("cuda train device: no CUDA context");
+    Precision p;
+    switch (spec.precision) {
+      case dgca::Precision::kFp32: p = Precision::kFloat32; break;
+      case dgca::Precision::kBf16: p = Precision::kBf16; break;
+      default:
+        return UnimplementedError(
+            "train: precision fp16 is not implemented on CUDA yet (valid: bf16, fp32)");
+    }
+    DGCA_ASSIGN_OR_RETURN(std::unique_ptr<CudaDgcaModel> model,
+                          CudaDgcaModel::Create(spec.model, spec.micro_batch, spec.seq_len,
+                                                spec.seed, p, ctx.get()));
+    return std::unique_ptr<TrainDevice>(new CudaTrainDevice(ctx, std::move(model), spec.adam));
+  };
+}
+
+}  // namespace cuda
+}  // namespace dgca

@@ -1,0 +1,43 @@
+// The GPU TrainDevice (model/train/train_device.h): CudaDgcaModel with its
+// fp32 master weights, gradients and AdamW moments on one device, driven by
+// Train() through the same steps as the CPU.
+//
+// Status: compiled only; NOT YET RUN ON A GPU.
+//
+// - Precision: fp32 (the CPU arithmetic, for checks) or bf16 (bf16
+//   activations and weight copies, fp32 accumulation, master and moments).
+//   fp16 is UNIMPLEMENTED here (the loss-scaler kernels exist; the model
+//   has no fp16 instantiation yet).
+// - Buffers: grad_buffer/value_buffer/moments are DEVICE pointers: data
+//   parallel needs a communicator on device memory (NCCL). Train() with
+//   Gloo and this device would hand device pointers to Gloo: the factory
+//   cannot see the communicator, so the caller (the rank) must pair them.
+// - ClipGradNorm: one reduction on the device and one host sync; clipping
+//   is applied inside the AdamW kernel (grad_scale), gradients unchanged.
+// - FinishStep synchronizes the stream: step times include the device work.
+// - PullToHost / PushFromHost: values (master), moments and the step count
+//   to / from params()/adam() (checkpoints, init_from, resume).
+//
+// Thread-safety: the training thread only.
+#ifndef DGCA_MODEL_CUDA_CUDA_TRAIN_DEVICE_H_
+#define DGCA_MODEL_CUDA_CUDA_TRAIN_DEVICE_H_
+
+#include <memory>
+
+#include "model/core/status.h"
+#include "model/cuda/cuda_context.h"
+#include "model/train/train_device.h"
+
+namespace dgca {
+namespace cuda {
+
+// A factory for Train(): builds the model on `ctx`'s device and stream.
+// `ctx` is shared so the caller can give the same stream to the NCCL
+// communicator (NcclOptions::compute_stream) before training starts; it
+// must stay alive as long as the device.
+TrainDeviceFactory CudaTrainDeviceFactory(std::shared_ptr<const CudaContext> ctx);
+
+}  // namespace cuda
+}  // namespace dgca
+
+#endif  // DGCA_MODEL_CUDA_CUDA_TRAIN_DEVICE_H_

@@ -1,0 +1,91 @@
+// TrainDevice: where one rank's model, gradients and optimizer state live —
+// host memory (MakeCpuTrainDevice, here) or one GPU (model/cuda/
+// cuda_train_device.h). Train() (trainer.h) creates one through a
+// TrainDeviceFactory and drives every step through it:
+//
+//   ZeroGrads -> model()->ForwardBackward (GradientBuckets all-reduce the
+//   slices of grad_buffer()) -> ClipGradNorm -> OptimizerStep -> FinishStep
+//
+// The flat buffers (grad_buffer, value_buffer, moment buffers) have the
+// ParamStore layout and live in the memory the data-parallel communicator
+// works on: host for Gloo, device for NCCL. So the trainer's bucketing,
+// broadcast and averaging are the same code for both.
+//
+// Host views: params() is always the layout (names, offsets, weight-decay
+// flags). Its values and the adam() moments are the live state on the CPU;
+// on a GPU they are a copy that is current only after PullToHost(), and
+// PushFromHost() copies them to the device (checkpoints, init_from).
+//
+// Thread-safety: not thread-safe; the training thread only.
+#ifndef DGCA_MODEL_TRAIN_TRAIN_DEVICE_H_
+#define DGCA_MODEL_TRAIN_TRAIN_DEVICE_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "model/core/config.h"
+#include "model/core/status.h"
+#include "model/nn/model.h"
+#include "model/nn/params.h"
+#include "model/train/optimizer.h"
+
+namespace dgca {
+
+class TrainDevice {
+ public:
+  virtual ~TrainDevice() = default;
+
+  // "cpu (2 threads)", "cuda:0 NVIDIA H100 80GB HBM3 (sm_90, 132 SMs), bf16".
+  virtual std::string Describe() const = 0;
+  virtual DgcaModel* model() = 0;
+  virtual ParamStore& params() = 0;
+  virtual AdamW& adam() = 0;
+
+  // Flat fp32 buffers of total_numel() floats (see the header comment).
+  virtual float* grad_buffer() = 0;
+  virtual float* value_buffer() = 0;
+  virtual float* moment1_buffer() = 0;
+  virtual float* moment2_buffer() = 0;
+  // value_buffer()/moment buffers were overwritten in place (a broadcast)
+  // and the optimizer step count set: refresh whatever derives from them.
+  virtual Status BuffersChanged(int64_t optimizer_step) = 0;
+
+  virtual Status ZeroGrads() = 0;
+  // The global L2 norm of the gradients (after the all-reduce). When
+  // max_norm > 0 and the norm exceeds it, the next OptimizerStep uses the
+  // gradients scaled by max_norm / (norm + 1e-6), as torch's
+  // clip_grad_norm_ (the CPU scales them in place).
+  virtual StatusOr<double> ClipGradNorm(double max_norm) = 0;
+  // AdamW at learning rate `lr`; increments adam().step() (after PullToHost
+  // on a GPU).
+  virtual Status OptimizerStep(float lr) = 0;
+  // Waits for the step's device work (so step times are honest) and reports
+  // asynchronous device errors. No-op on the CPU.
+  virtual Status FinishStep() = 0;
+
+  virtual Status PullToHost() = 0;   // device values + moments + step -> params()/adam()
+  virtual Status PushFromHost() = 0; // params()/adam() -> device
+};
+
+// Everything a device needs to build the rank's model.
+struct TrainDeviceSpec {
+  ModelConfig model;       // vocab_size already set from the vocabulary
+  int micro_batch = 1;     // the model's max batch
+  int seq_len = 128;
+  uint64_t seed = 42;      // random init
+  int threads = 1;         // CPU compute threads
+  Precision precision = Precision::kFp32;
+  AdamWOptions adam;
+};
+
+using TrainDeviceFactory =
+    std::function<StatusOr<std::unique_ptr<TrainDevice>>(const TrainDeviceSpec&)>;
+
+// The CPU device: DgcaModel::Create + AdamW in host memory. Precision must
+// be fp32 (INVALID_ARGUMENT naming the valid value otherwise).
+StatusOr<std::unique_ptr<TrainDevice>> MakeCpuTrainDevice(const TrainDeviceSpec& spec);
+
+}  // namespace dgca
+
+#endif  // DGCA_MODEL_TRAIN_TRAIN_DEVICE_H_
