@@ -42,7 +42,7 @@ t0=$(date +%s)
 build_ok=1
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDGCA_MODEL_ONLY=ON -DDGCA_WITH_CUDA=ON \
   -DCMAKE_CUDA_ARCHITECTURES="$ARCH" > "$OUT/build.log" 2>&1 || build_ok=0
-targets="dgca-model-check dgca-bench"
+targets="dgca-model-check dgca-bench dgca-train"
 if [ $build_ok = 1 ] && ninja -C "$BUILD" -t targets all 2>/dev/null | grep -q '^cuda_ops_test:'; then
   targets="$targets cuda_ops_test"
 fi

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Issue 6, Must show 3: dgca's loss curve on the GPU against PyTorch's, from
+# the same initial weights and the same data order. The second device call
+# of a GPU session, after bench/gpu/run.sh (it reuses run.sh's build dir
+# when the machine is still warm; else it builds dgca-train first):
+#   bash bench/gpu/curve.sh
+#  1. bench/gpu/loss_curve.py init: the PyTorch model (bench/torch_dgca.py)
+#     at a seed, saved under dgca's parameter names;
+#  2. dgca-train --device cuda --precision bf16 --init-from that file on
+#     train_law.txt, writing every micro-batch it trains on
+#     (--dump-batches, model/core/batch_io.h) and its per-step losses;
+#  3. loss_curve.py train on exactly those batches, bf16 autocast and fp32
+#     (the fp32 run measures what "bf16 noise" is);
+#  4. loss_curve.py compare: the table, the bf16-noise verdict.
+# Returned files (under $OUT, at most 8): curve.md dgca_curve.json
+# torch_bf16.json torch_fp32.json curve.log (+ build.log when it built).
+# Environment: OUT, BUILD_DIR (build-gpu), ARCH (90), PRESET (bert-base),
+# SEQ (128), BATCH (32), STEPS (300), LR (5e-5), DATA (../shared/data, or
+# .gpu-data: the device call does not send ../shared, so
+# bench/gpu/stage_data.sh copies the two files it needs into the ignored
+# .gpu-data/ and the call carries it: run with carry [".gpu-data"]).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-$(mktemp -d)}
+mkdir -p "$OUT"
+BUILD=${BUILD_DIR:-build-gpu}
+ARCH=${ARCH:-90}
+PRESET=${PRESET:-bert-base}
+SEQ=${SEQ:-128}
+BATCH=${BATCH:-32}
+STEPS=${STEPS:-300}
+LR=${LR:-5e-5}
+PY=${PYTHON:-python3}
+DATA=${DATA:-}
+if [ -z "$DATA" ]; then
+  for d in ../shared/data shared/data .gpu-data; do [ -f "$d/ecspell/train_law.txt" ] && DATA=$d && break; done
+fi
+if [ -z "$DATA" ] || [ ! -f "$DATA/ecspell/train_law.txt" ]; then
+  echo "curve.sh: no ECSpell data (set DATA=DIR holding ecspell/train_law.txt and vocab/vocab.txt)"
+  exit 2
+fi
+W=$(mktemp -d)
+LOG="$OUT/curve.log"
+: > "$LOG"
+
+if [ ! -x "$BUILD/model/dgca-train" ]; then
+  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDGCA_MODEL_ONLY=ON -DDGCA_WITH_CUDA=ON \
+    -DCMAKE_CUDA_ARCHITECTURES="$ARCH" > "$OUT/build.log" 2>&1 &&
+    ninja -C "$BUILD" -j "$(nproc)" dgca-train >> "$OUT/build.log" 2>&1 ||
+    { echo "BUILD FAILED"; tail -30 "$OUT/build.log"; exit 1; }
+fi
+
+step() { echo "== $*" | tee -a "$LOG"; }
+step "init ($PRESET)"
+"$PY" bench/gpu/loss_curve.py init --preset "$PRESET" --out "$W/init.safetensors" >> "$LOG" 2>&1 ||
+  { tail -20 "$LOG"; exit 1; }
+step "dgca-train cuda bf16, $STEPS steps x $BATCH, seq $SEQ"
+"$BUILD/model/dgca-train" --device cuda --precision bf16 --preset "$PRESET" \
+  --train "$DATA/ecspell/train_law.txt" --vocab "$DATA/vocab/vocab.txt" \
+  --seq "$SEQ" --micro-batch "$BATCH" --steps "$STEPS" --lr "$LR" \
+  --init-from "$W/init.safetensors" --dump-batches "$W/batches.bin" \
+  --json "$OUT/dgca_curve.json" >> "$LOG" 2>&1
+dgca_rc=$?
+echo "dgca-train exit $dgca_rc" | tee -a "$LOG"
+for prec in bf16 fp32; do
+  step "torch $prec"
+  "$PY" bench/gpu/loss_curve.py train --preset "$PRESET" --init "$W/init.safetensors" \
+    --batches "$W/batches.bin" --precision $prec --lr "$LR" --device cuda \
+    --json "$OUT/torch_$prec.json" >> "$LOG" 2>&1 || echo "torch $prec failed" | tee -a "$LOG"
+done
+step "compare"
+"$PY" bench/gpu/loss_curve.py compare "$OUT/dgca_curve.json" "$OUT/torch_bf16.json" \
+  "$OUT/torch_fp32.json" --out "$OUT/curve.md" 2>&1 | tee -a "$LOG"
+rm -rf "$W"
+[ $dgca_rc = 0 ] || { echo "dgca-train failed; last lines:"; grep -v '^step ' "$LOG" | tail -15; exit 1; }

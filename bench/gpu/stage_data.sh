@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Copies the two data files bench/gpu/curve.sh needs (train_law.txt, the
+# BERT-Chinese vocab) from ../shared/data into .gpu-data/, which
+# .git/info/exclude ignores, so a device call can carry it (the device tool
+# sends the checkout only; ../shared stays behind). Nothing is committed.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+SRC=${DGCA_SHARED_DATA:-../shared/data}
+mkdir -p .gpu-data/ecspell .gpu-data/vocab
+cp "$SRC/ecspell/train_law.txt" .gpu-data/ecspell/
+cp "$SRC/vocab/vocab.txt" .gpu-data/vocab/
+EXCLUDE="$(git rev-parse --git-path info/exclude)"
+mkdir -p "$(dirname "$EXCLUDE")"
+grep -qx '.gpu-data' "$EXCLUDE" 2>/dev/null || echo '.gpu-data' >> "$EXCLUDE"
+du -sh .gpu-data
