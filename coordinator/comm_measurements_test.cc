@@ -95,17 +95,39 @@ TEST(CommMeasurementsTest, StepMeasurementsNewestPerMicroBatchAndSkews) {
   auto m = (*s)->StepMeasurements("k", 6);
   ASSERT_TRUE(m.ok()) << m.status();
   ASSERT_EQ(m->size(), 2u);
-  EXPECT_EQ((*m)[0].job_id, "j-3");  // newest, and it replaces j-1's m=4
+  EXPECT_EQ((*m)[0].job_id, "j-3");  // the newest job's micro-batch first
   EXPECT_EQ((*m)[0].micro_batch, 4);
-  EXPECT_DOUBLE_EQ((*m)[0].compute_seconds, 0.06);
+  // Two jobs of m=4: their median (the mean of the middle pair).
+  EXPECT_DOUBLE_EQ((*m)[0].compute_seconds, 0.055);
+  ASSERT_EQ((*m)[0].jobs.size(), 2u);
+  EXPECT_EQ((*m)[0].jobs[0].first, "j-3");
+  EXPECT_EQ((*m)[0].jobs[1].first, "j-1");
   EXPECT_EQ((*m)[1].job_id, "j-2");
   EXPECT_EQ((*m)[1].micro_batch, 12);
+  EXPECT_DOUBLE_EQ((*m)[1].compute_seconds, 0.12);
   auto one = (*s)->StepMeasurements("k", 1);
   ASSERT_TRUE(one.ok());
   EXPECT_EQ(one->size(), 1u);
+  // Only the newest of each micro-batch when asked so.
+  auto newest = (*s)->StepMeasurements("k", 6, 1);
+  ASSERT_TRUE(newest.ok());
+  EXPECT_DOUBLE_EQ((*newest)[0].compute_seconds, 0.06);
+  {
+    JobStore& st = **s;
+    ASSERT_TRUE(add(st, "j-5", "k", 4, 0.30, 5000, 0, 0).ok());  // disturbed: 5x
+    auto d = st.StepMeasurements("k", 6);
+    ASSERT_TRUE(d.ok());
+    EXPECT_EQ((*d)[0].job_id, "j-5");
+    EXPECT_DOUBLE_EQ((*d)[0].compute_seconds, 0.06);  // median of 0.30, 0.06, 0.05
+    ASSERT_TRUE(add(st, "j-6", "k", 4, 0.07, 6000, 0, 0).ok());
+    d = st.StepMeasurements("k", 6);
+    ASSERT_TRUE(d.ok());
+    ASSERT_EQ((*d)[0].jobs.size(), 3u);  // j-1 has aged out
+    EXPECT_DOUBLE_EQ((*d)[0].compute_seconds, 0.07);  // median of 0.07, 0.30, 0.06
+  }
   auto sk = (*s)->AllReduceSkews("vm|gloo|2", 5);
   ASSERT_TRUE(sk.ok()) << sk.status();
-  ASSERT_EQ(sk->size(), 3u);  // j-3 has no probe prediction
+  ASSERT_EQ(sk->size(), 3u);  // j-3, j-5, j-6 have no probe prediction
   EXPECT_EQ((*sk)[0].job_id, "j-4");
   EXPECT_NEAR((*sk)[0].skew, 0.001 / 1.0, 1e-12);
   EXPECT_EQ((*sk)[1].job_id, "j-2");

@@ -2,7 +2,9 @@
 
 #include <sqlite3.h>
 
+#include <algorithm>
 #include <chrono>
+#include <map>
 #include <random>
 #include <set>
 
@@ -517,27 +519,42 @@ absl::Status JobStore::AddStepMeasurement(const StepMeasurement& m) {
 }
 
 absl::StatusOr<std::vector<StepMeasurement>> JobStore::StepMeasurements(const std::string& key,
-                                                                        int limit) {
+                                                                        int limit,
+                                                                        int per_micro_batch) {
   std::lock_guard<std::mutex> lock(mu_);
   Stmt q(db_, "SELECT job_id, micro_batch, compute_s, samples, time_ms FROM step_measurements"
               " WHERE key=? ORDER BY time_ms DESC, rowid DESC");
   if (!q.ok()) return Error("preparing step measurement query");
   q.BindText(1, key);
   std::vector<StepMeasurement> out;
-  std::set<int32_t> seen;
+  std::map<int32_t, size_t> index;  // micro-batch -> row of `out`
   int rc;
-  while ((rc = q.Step()) == SQLITE_ROW && static_cast<int>(out.size()) < limit) {
-    StepMeasurement m;
-    m.job_id = q.Str(0);
-    m.key = key;
-    m.micro_batch = static_cast<int32_t>(q.Int(1));
-    m.compute_seconds = q.Double(2);
-    m.samples = q.Int(3);
-    m.time_unix_ms = q.Int(4);
-    if (!seen.insert(m.micro_batch).second) continue;
-    out.push_back(std::move(m));
+  while ((rc = q.Step()) == SQLITE_ROW) {
+    const int32_t micro = static_cast<int32_t>(q.Int(1));
+    auto it = index.find(micro);
+    if (it == index.end()) {
+      if (static_cast<int>(out.size()) >= limit) continue;  // older micro-batches: not wanted
+      StepMeasurement m;
+      m.job_id = q.Str(0);
+      m.key = key;
+      m.micro_batch = micro;
+      m.samples = q.Int(3);
+      m.time_unix_ms = q.Int(4);
+      m.jobs.emplace_back(m.job_id, q.Double(2));
+      index[micro] = out.size();
+      out.push_back(std::move(m));
+    } else if (static_cast<int>(out[it->second].jobs.size()) < std::max(1, per_micro_batch)) {
+      out[it->second].jobs.emplace_back(q.Str(0), q.Double(2));
+    }
   }
-  if (rc != SQLITE_ROW && rc != SQLITE_DONE) return Error("reading step measurements");
+  if (rc != SQLITE_DONE) return Error("reading step measurements");
+  for (StepMeasurement& m : out) {
+    std::vector<double> c;
+    for (const auto& j : m.jobs) c.push_back(j.second);
+    std::sort(c.begin(), c.end());
+    const size_t n = c.size();
+    m.compute_seconds = n % 2 ? c[n / 2] : 0.5 * (c[n / 2 - 1] + c[n / 2]);
+  }
   return out;
 }
 

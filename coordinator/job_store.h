@@ -24,6 +24,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -71,6 +72,9 @@ struct StepMeasurement {
   std::string comm_key;
   double allreduce_probe_seconds = 0;
   double allreduce_measured_seconds = 0;
+  // Filled by StepMeasurements: the jobs behind compute_seconds, newest
+  // first, with their own compute per micro-step.
+  std::vector<std::pair<std::string, double>> jobs;
 };
 
 // (measured - probe-predicted all-reduce time) / measured compute, of one job.
@@ -147,10 +151,14 @@ class JobStore {
   // Step-time measurements (table step_measurements). One row per job; a
   // second row for the same job replaces the first.
   absl::Status AddStepMeasurement(const StepMeasurement& m);
-  // The newest measurement of each micro-batch for `key`, newest first, at
-  // most `limit` rows (empty when there is none).
+  // One row per micro-batch for `key` (the micro-batch of the newest job
+  // first), at most `limit` rows (empty when there is none). Each row is the
+  // newest job's, except compute_seconds: the median over that micro-batch's
+  // newest `per_micro_batch` jobs, listed in `jobs` (so one disturbed job
+  // does not move the prediction once there are three).
   absl::StatusOr<std::vector<StepMeasurement>> StepMeasurements(const std::string& key,
-                                                                int limit);
+                                                                int limit,
+                                                                int per_micro_batch = 3);
   // The newest jobs' all-reduce skews for comm_key, newest first.
   absl::StatusOr<std::vector<AllReduceSkew>> AllReduceSkews(const std::string& comm_key,
                                                             int limit);

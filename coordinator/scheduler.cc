@@ -406,15 +406,23 @@ absl::StatusOr<v1::Plan> Scheduler::PlanMeasured(const v1::JobSpec& spec,
           " job(s) on these nodes: ", absl::StrJoin(from, ", "));
     }
   }
-  // Compute time per micro-step from earlier jobs of the same key (newest
-  // of each micro-batch).
+  // Compute time per micro-step from earlier jobs of the same key (per
+  // micro-batch, the median of its newest three jobs).
   auto steps = store_->StepMeasurements(StepKey(spec, *plan, node_set), kMaxStepPoints);
   if (steps.ok() && !steps->empty()) {
     std::vector<std::string> from;
     for (const StepMeasurement& m : *steps) {
       meas.step_points.emplace_back(m.micro_batch, m.compute_seconds);
-      from.push_back(absl::StrFormat("job %s m=%d %.1f ms (median of %d steps)", m.job_id,
-                                     m.micro_batch, m.compute_seconds * 1e3, m.samples));
+      if (m.jobs.size() <= 1) {
+        from.push_back(absl::StrFormat("job %s m=%d %.1f ms (median of %d steps)", m.job_id,
+                                       m.micro_batch, m.compute_seconds * 1e3, m.samples));
+      } else {
+        std::vector<std::string> js;
+        for (const auto& [job, c] : m.jobs) js.push_back(absl::StrFormat("%s %.1f", job, c * 1e3));
+        from.push_back(absl::StrFormat("m=%d %.1f ms (median of the newest %d jobs: %s ms)",
+                                       m.micro_batch, m.compute_seconds * 1e3, m.jobs.size(),
+                                       absl::StrJoin(js, ", ")));
+      }
     }
     absl::Time t = absl::FromUnixMillis((*steps)[0].time_unix_ms);
     meas.step_source = absl::StrCat(
