@@ -89,6 +89,9 @@ struct TrainConfig {
   int64_t checkpoint_every = 0;// 0 = never
   uint64_t seed = 42;
   int threads = 1;             // CPU compute threads of this rank
+  // GPU: every gradient reduction in a fixed order (bit-reproducible runs,
+  // slower embedding backward). The CPU trainer is always deterministic.
+  bool deterministic = false;
 
   // Data parallel.
   double bucket_mb = 25.0;

@@ -742,6 +742,8 @@ Status CudaHeads<T>::Bind(const ParamStore& layout, DeviceParams* params, const 
   DGCA_RETURN_IF_ERROR(de_.Allocate(Tn));
   DGCA_RETURN_IF_ERROR(losses_.Allocate(1));
   DGCA_RETURN_IF_ERROR(losses_.Zero());
+  // Zero() runs on the legacy stream; the model's stream does not wait for it.
+  DGCA_RETURN_IF_ERROR(CudaStatus(cudaDeviceSynchronize(), "cudaDeviceSynchronize (CudaHeads::Bind)"));
   if (candidate_) {
     DGCA_RETURN_IF_ERROR(cand_.Allocate(TK));
     DGCA_RETURN_IF_ERROR(act_.Allocate(TH));

@@ -122,6 +122,7 @@ class CudaDgcaModelImpl final : public CudaDgcaModel {
     DGCA_RETURN_IF_ERROR(dp_->ZeroGrads(stream()));
     DGCA_RETURN_IF_ERROR(AllocateMoments());
     DGCA_RETURN_IF_ERROR(bert_.Bind(host_, dp_.get(), ctx_, &gemm_));
+    set_deterministic(false);  // the fast default; see cuda_model.h
     DGCA_RETURN_IF_ERROR(prompt_.Bind(host_, dp_.get(), ctx_, &gemm_));
     if (heads_on_) DGCA_RETURN_IF_ERROR(heads_.Bind(host_, dp_.get(), ctx_, &gemm_));
     wte_ = bert_.word_embeddings_index();
@@ -289,10 +290,16 @@ class CudaDgcaModelImpl final : public CudaDgcaModel {
                                   " elements, expected " + std::to_string(n));
     DGCA_RETURN_IF_ERROR(Synchronize());
     if (n > 0) {
-      DGCA_RETURN_IF_ERROR(CudaStatus(cudaMemcpy(m_.get(), m.data(), n * sizeof(float), cudaMemcpyHostToDevice),
-                                      "cudaMemcpy adam m"));
-      DGCA_RETURN_IF_ERROR(CudaStatus(cudaMemcpy(v_.get(), v.data(), n * sizeof(float), cudaMemcpyHostToDevice),
-                                      "cudaMemcpy adam v"));
+      // On the model stream and waited for: a plain cudaMemcpy from pageable
+      // memory may return before the data lands, and the legacy stream does
+      // not order against the model's non-blocking stream.
+      DGCA_RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(m_.get(), m.data(), n * sizeof(float),
+                                                      cudaMemcpyHostToDevice, stream()),
+                                      "cudaMemcpyAsync adam m"));
+      DGCA_RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(v_.get(), v.data(), n * sizeof(float),
+                                                      cudaMemcpyHostToDevice, stream()),
+                                      "cudaMemcpyAsync adam v"));
+      DGCA_RETURN_IF_ERROR(Synchronize());
     }
     step_ = optimizer_step;
     return OkStatus();
@@ -344,6 +351,11 @@ class CudaDgcaModelImpl final : public CudaDgcaModel {
   }
   int64_t optimizer_step() const override { return step_; }
   Status Synchronize() override { return ctx_->Synchronize(); }
+  size_t gemm_fallback_plans() const override { return gemm_.fallback_plans(); }
+  void set_deterministic(bool d) override {
+    bert_.set_deterministic(d);
+    heads_.set_deterministic(d);
+  }
 
  private:
   cudaStream_t stream() const { return ctx_->stream(); }
@@ -495,6 +507,14 @@ class CudaDgcaModelImpl final : public CudaDgcaModel {
           break;
         }
     for (int32_t row : rows_) le = std::max(le, row % L + 1);
+    // Rounded up to a multiple of 8 (within L): the bf16 attention GEMMs use
+    // L_eff as the probabilities' leading dimension and L_eff^2 as their
+    // batch stride, and cuBLASLt's tensor-core kernels want 16-byte aligned
+    // rows (with an odd L_eff the alignment drops to 2 bytes). The extra
+    // positions are padding (mask 0): no real token attends to them and
+    // their gradients are exactly zero, so the result is the CPU model's,
+    // which trims to the exact length.
+    le = std::min(L, (le + 7) / 8 * 8);
     L_eff_ = le;
     // The staging buffer may still be read by the previous copy.
     DGCA_RETURN_IF_ERROR(CudaStatus(cudaEventSynchronize(copied_.get()), "cudaEventSynchronize"));

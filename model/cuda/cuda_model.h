@@ -119,6 +119,15 @@ class CudaDgcaModel : public DgcaModel {
   virtual Status MasterChanged() = 0;
   // Waits for all of the model's work; reports asynchronous faults.
   virtual Status Synchronize() = 0;
+  // Deterministic mode: every gradient reduction in a fixed order, so two
+  // runs give bit-identical weights (the embedding backward then sums each
+  // column's rows in order: slower). Off by default: the embedding
+  // gradients use atomicAdd (order-dependent last bits), as PyTorch does
+  // unless torch.use_deterministic_algorithms(True).
+  virtual void set_deterministic(bool deterministic) = 0;
+  // GEMM shapes cuBLASLt had no algorithm for (run by the slow
+  // FallbackGemm, model/cuda/gemm.h); dgca-bench reports it.
+  virtual size_t gemm_fallback_plans() const = 0;
 };
 
 }  // namespace cuda

@@ -13,15 +13,16 @@ namespace {
 class CudaTrainDevice : public TrainDevice {
  public:
   CudaTrainDevice(std::shared_ptr<const CudaContext> ctx, std::unique_ptr<CudaDgcaModel> model,
-                  const AdamWOptions& aopt)
+                  const AdamWOptions& aopt, bool deterministic)
       : ctx_(std::move(ctx)),
         model_(std::move(model)),
         aopt_(aopt),
-        adam_(&model_->params(), aopt) {}
+        adam_(&model_->params(), aopt),
+        deterministic_(deterministic) {}
 
   std::string Describe() const override {
     return "cuda:" + std::to_string(ctx_->device()) + " " + ctx_->description() + ", " +
-           PrecisionName(model_->precision());
+           PrecisionName(model_->precision()) + (deterministic_ ? ", deterministic" : "");
   }
   DgcaModel* model() override { return model_.get(); }
   ParamStore& params() override { return model_->params(); }
@@ -73,6 +74,7 @@ class CudaTrainDevice : public TrainDevice {
   AdamWOptions aopt_;
   AdamW adam_;  // host copy of the moments (checkpoints); not used to step
   float clip_scale_ = 1.0f;
+  bool deterministic_;
 };
 
 }  // namespace
@@ -91,7 +93,8 @@ TrainDeviceFactory CudaTrainDeviceFactory(std::shared_ptr<const CudaContext> ctx
     DGCA_ASSIGN_OR_RETURN(std::unique_ptr<CudaDgcaModel> model,
                           CudaDgcaModel::Create(spec.model, spec.micro_batch, spec.seq_len,
                                                 spec.seed, p, ctx.get()));
-    return std::unique_ptr<TrainDevice>(new CudaTrainDevice(ctx, std::move(model), spec.adam));
+    model->set_deterministic(spec.deterministic);
+    return std::unique_ptr<TrainDevice>(new CudaTrainDevice(ctx, std::move(model), spec.adam, spec.deterministic));
   };
 }
 

@@ -65,11 +65,16 @@ class GemmRunner {
   GemmRunner& operator=(const GemmRunner&) = delete;
 
   // Enqueues the GEMM on the context's stream. INVALID_ARGUMENT for bad
-  // shapes/types; INTERNAL when cuBLASLt has no algorithm or fails.
+  // shapes/types; INTERNAL when cuBLASLt fails. When cuBLASLt's heuristic
+  // has no algorithm for a shape (say bf16 operands only 2-byte aligned),
+  // the plan falls back to FallbackGemm (correct, slow) and counts it.
   Status Run(const GemmArgs& a);
 
-  // Number of cached plans (for tests).
+  // Number of cached plans (for tests), and how many of them fell back.
   size_t cached_plans() const { return plans_.size(); }
+  size_t fallback_plans() const { return fallback_plans_; }
+  // Tests: every new plan uses FallbackGemm.
+  void set_force_fallback(bool f) { force_fallback_ = f; }
 
  private:
   struct Plan;
@@ -79,7 +84,14 @@ class GemmRunner {
 
   const CudaContext* ctx_;
   std::map<Key, std::unique_ptr<Plan>> plans_;
+  size_t fallback_plans_ = 0;
+  bool force_fallback_ = false;
 };
+
+// A shared-memory tiled GEMM with GemmArgs' semantics (any alignment, any
+// leading dimension; fp32 accumulation), enqueued on `stream`. GemmRunner's
+// fallback; model/cuda/gemm_fallback.cu.
+Status FallbackGemm(cudaStream_t stream, const GemmArgs& a);
 
 }  // namespace cuda
 }  // namespace dgca

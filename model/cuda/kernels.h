@@ -9,11 +9,12 @@
 // and master weights are fp32.
 //
 // Determinism: every kernel here is bit-reproducible run to run except
-// EmbeddingBackward with deterministic=false (atomicAdd). Row reductions
-// (LayerNorm dgamma/dbeta, ColumnSumAdd, deterministic EmbeddingBackward)
-// give each column to one thread that sums the rows in order, as the CPU
-// kernels do: exact, simple, and not yet fast for many rows (a two-stage
-// split is the next step).
+// EmbeddingBackward with deterministic=false (atomicAdd). LayerNorm's
+// dgamma/dbeta and ColumnSumAdd sum each column over 16 row lanes (rows
+// r, r+16, ...), then the lanes in order: a fixed order, not the CPU's.
+// The deterministic EmbeddingBackward gives each column to one thread that
+// sums the rows in order, as the CPU does: exact and slow for many rows
+// (CudaDgcaModel uses the atomic path unless set_deterministic(true)).
 //
 // Thread-safety: launchers are stateless; ordering is the stream's.
 #ifndef DGCA_MODEL_CUDA_KERNELS_H_

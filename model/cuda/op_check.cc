@@ -560,11 +560,36 @@ std::vector<OpCheck> BuildChecks() {
       {"gemm_nt_batched", false, true, 40, 40, 16, false, b16, b16, 3},
       {"gemm_nn_bias", false, false, 128, 96, 64, true, f16, f32, 1},
       {"gemm_nt", false, true, 64, 64, 64, false, f16, f16, 1},
+      // Odd leading dimensions: bf16 rows only 2-byte aligned (cuBLASLt may
+      // have no algorithm: GemmRunner then falls back, correct either way).
+      {"gemm_nn_odd_ld", false, false, 37, 19, 21, false, b16, b16, 1},
   };
   for (const GemmCase& c : gemms) {
     v.push_back(OpCheck{std::string(c.name) + " " + DTypeName(c.in) + "->" + DTypeName(c.out),
                         [c](const CudaContext& ctx, GemmRunner* g, Rng* r, Rows* rows) {
                           return CheckGemm(c, ctx, g, r, rows);
+                        }});
+  }
+  // The same shapes through FallbackGemm (what GemmRunner uses when cuBLASLt
+  // has no algorithm for a shape), so the slow path is checked too.
+  static const std::vector<std::string>* fb_names = [&] {
+    auto* n = new std::vector<std::string>;
+    for (const GemmCase& c : gemms) n->push_back(std::string("fallback ") + c.name);
+    return n;
+  }();
+  for (size_t i = 0; i < std::size(gemms); ++i) {
+    GemmCase f = gemms[i];
+    f.name = (*fb_names)[i].c_str();
+    v.push_back(OpCheck{std::string(f.name) + " " + DTypeName(f.in) + "->" + DTypeName(f.out),
+                        [f](const CudaContext& ctx, GemmRunner*, Rng* r, Rows* rows) -> Status {
+                          GemmRunner fb(&ctx);
+                          fb.set_force_fallback(true);
+                          DGCA_RETURN_IF_ERROR(CheckGemm(f, ctx, &fb, r, rows));
+                          if (fb.fallback_plans() != 1) {
+                            return InternalError("fallback GEMM check: expected 1 fallback plan, got " +
+                                                 std::to_string(fb.fallback_plans()));
+                          }
+                          return OkStatus();
                         }});
   }
   v.push_back(Make<float>("layernorm", CheckLayerNorm<float>));

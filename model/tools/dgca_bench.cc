@@ -306,7 +306,8 @@ int main(int argc, char** argv) {
     } else {
       std::printf("\"peak_tflops\": null, \"mfu\": null, ");
     }
-    std::printf("\"loss_first\": %.6f, \"loss_last\": %.6f}\n", first_loss, last_loss);
+    std::printf("\"gemm_fallback_plans\": %zu, \"loss_first\": %.6f, \"loss_last\": %.6f}\n",
+                m.gemm_fallback_plans(), first_loss, last_loss);
   } else {
     std::printf("dgca-bench: %s, preset %s (%lld params), seq %d, batch %d (micro %d), %s\n",
                 (*ctx)->description().c_str(), a.preset.c_str(), static_cast<long long>(nparams), a.seq, a.batch,
@@ -323,6 +324,8 @@ int main(int argc, char** argv) {
       std::printf("  MFU              n/a (unknown device peak; --peak-tflops)\n");
     }
     std::printf("  loss             first %.4f, last %.4f\n", first_loss, last_loss);
+    std::printf("  GEMM fallbacks   %zu shapes without a cuBLASLt algorithm (slow path)\n",
+                m.gemm_fallback_plans());
   }
   return 0;
 }

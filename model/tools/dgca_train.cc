@@ -21,6 +21,7 @@
 //   [--seed 42] [--threads 1] [--device cpu|cuda] [--gpu 0]
 //   [--precision fp32|bf16] [--init-from FILE] [--dump-batches FILE]
 //   [--json FILE] [--checkpoint-dir DIR] [--max-eval-samples N]
+//   [--deterministic]   (GPU: bit-reproducible gradient reductions, slower)
 // Exit status: 0 done, 1 training failed (the error on stderr), 2 bad flags
 // or a device this build does not have.
 #include <cstdio>
@@ -51,7 +52,7 @@ int Usage(const std::string& msg) {
                "  [--steps N] [--lr X] [--warmup N] [--schedule constant|linear]\n"
                "  [--weight-decay X] [--clip X] [--seed N] [--threads N] [--device cpu|cuda]\n"
                "  [--gpu N] [--precision fp32|bf16] [--init-from FILE] [--dump-batches FILE]\n"
-               "  [--json FILE] [--checkpoint-dir DIR] [--max-eval-samples N]\n",
+               "  [--json FILE] [--checkpoint-dir DIR] [--max-eval-samples N] [--deterministic]\n",
                msg.c_str());
   return 2;
 }
@@ -97,6 +98,10 @@ int main(int argc, char** argv) {
   int gpu = 0;
   for (int i = 1; i < argc; ++i) {
     const std::string f = argv[i];
+    if (f == "--deterministic") {  // the one flag without a value
+      cfg.deterministic = true;
+      continue;
+    }
     if (f == "--help" || f == "-h") {
       Usage("train the DGCA-ReLM model on one device");
       return 0;

@@ -76,6 +76,7 @@ struct TrainDeviceSpec {
   uint64_t seed = 42;      // random init
   int threads = 1;         // CPU compute threads
   Precision precision = Precision::kFp32;
+  bool deterministic = false;  // TrainConfig::deterministic
   AdamWOptions adam;
 };
 

@@ -213,6 +213,7 @@ StatusOr<TrainResult> Train(const TrainConfig& config, Communicator* comm,
   dspec.seed = config.seed;
   dspec.threads = config.threads;
   dspec.precision = config.precision;
+  dspec.deterministic = config.deterministic;
   dspec.adam.weight_decay = config.weight_decay;
   DGCA_ASSIGN_OR_RETURN(std::unique_ptr<TrainDevice> device, make_device(dspec));
   DgcaModel* model = device->model();
