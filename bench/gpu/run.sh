@@ -70,6 +70,41 @@ bench_rc=$?
 { echo "==================== dgca-bench stderr (rc=$bench_rc)"; cat "$OUT/dgca_bench.err"; } >> "$OUT/model_check.txt"
 rm -f "$OUT/dgca_bench.err"
 
+# The trainer on the GPU (model/cuda/cuda_train_device.h) against the CPU
+# trainer: same flags, seed and data, fp32 on both, 20 steps of the tiny
+# preset; their step losses must agree (1e-3 relative; the GPU's reductions
+# run in another order). Needs train_law.txt and the vocab: ../shared/data,
+# or .gpu-data/ carried by the call (bench/gpu/stage_data.sh).
+trainer_line="trainer check: skipped (no data: run bench/gpu/stage_data.sh and carry .gpu-data)"
+for d in ../shared/data shared/data .gpu-data; do [ -f "$d/ecspell/train_law.txt" ] && DATA=$d && break; done
+if [ -n "${DATA:-}" ]; then
+  tw=$(mktemp -d)
+  for dev in cpu cuda; do
+    "$BUILD/model/dgca-train" --device $dev --precision fp32 --preset tiny --seq 64 --micro-batch 16 \
+      --steps 20 --lr 1e-3 --train "$DATA/ecspell/train_law.txt" --vocab "$DATA/vocab/vocab.txt" \
+      --json "$tw/$dev.json" > "$tw/$dev.log" 2>&1
+    echo "dgca-train --device $dev exit $?" >> "$tw/summary"
+  done
+  trainer_line=$("$PY" - "$tw" <<'PYEOF'
+import json, os, sys
+w = sys.argv[1]
+try:
+    c = json.load(open(os.path.join(w, "cpu.json")))["steps"]
+    g = json.load(open(os.path.join(w, "cuda.json")))["steps"]
+    worst = max(abs(a["loss"] - b["loss"]) / abs(a["loss"]) for a, b in zip(c, g))
+    ok = len(c) == len(g) == 20 and worst <= 1e-3
+    print(f"trainer check: {'PASS' if ok else 'FAIL'}: 20 steps tiny fp32, worst step-loss relative "
+          f"difference cuda vs cpu {worst:.2e} (limit 1e-3); step 1 {c[0]['loss']:.6f} vs {g[0]['loss']:.6f}, "
+          f"step 20 {c[-1]['loss']:.6f} vs {g[-1]['loss']:.6f}")
+except Exception as e:  # noqa: BLE001
+    print(f"trainer check: FAIL: {e}")
+PYEOF
+)
+  { echo "==================== trainer check (dgca-train cpu vs cuda)"; cat "$tw/summary"; echo "$trainer_line";
+    echo "--- cuda log"; tail -25 "$tw/cuda.log"; } >> "$OUT/model_check.txt"
+  rm -rf "$tw"
+fi
+
 if [ "${SKIP_TORCH:-0}" != 1 ]; then
   : > "$OUT/torch.log"
   for mode in eager compile; do
@@ -86,6 +121,7 @@ echo "build: ${build_s}s, sm_$ARCH"
 cat "$OUT/model_check.txt"
 echo "dgca-model-check exit: $check_rc (0 pass, 1 fail, 2 no GPU)"
 echo "$tests_line"
+echo "$trainer_line"
 if [ "${SKIP_TORCH:-0}" != 1 ]; then
   "$PY" - "$OUT" <<'PYEOF'
 import json, sys, os
