@@ -14,6 +14,8 @@
 #  4. loss_curve.py compare: the table, the bf16-noise verdict.
 # Returned files (under $OUT, at most 8): curve.md dgca_curve.json
 # torch_bf16.json torch_fp32.json curve.log (+ build.log when it built).
+# CPU smoke test of the script (no GPU): DEVICE=cpu DGCA_PRECISION=fp32
+#   PRESET=tiny SEQ=64 BATCH=8 STEPS=5 LR=1e-3 BUILD_DIR=build PYTHON=<venv python>
 # Environment: OUT, BUILD_DIR (build-gpu), ARCH (90), PRESET (bert-base),
 # SEQ (128), BATCH (32), STEPS (300), LR (5e-5), DATA (../shared/data, or
 # .gpu-data: the device call does not send ../shared, so
@@ -31,6 +33,8 @@ BATCH=${BATCH:-32}
 STEPS=${STEPS:-300}
 LR=${LR:-5e-5}
 PY=${PYTHON:-python3}
+DEVICE=${DEVICE:-cuda}          # cpu: a smoke test of this script without a GPU
+DGCA_PRECISION=${DGCA_PRECISION:-bf16}  # the CPU trainer is fp32 only
 DATA=${DATA:-}
 if [ -z "$DATA" ]; then
   for d in ../shared/data shared/data .gpu-data; do [ -f "$d/ecspell/train_law.txt" ] && DATA=$d && break; done
@@ -54,8 +58,8 @@ step() { echo "== $*" | tee -a "$LOG"; }
 step "init ($PRESET)"
 "$PY" bench/gpu/loss_curve.py init --preset "$PRESET" --out "$W/init.safetensors" >> "$LOG" 2>&1 ||
   { tail -20 "$LOG"; exit 1; }
-step "dgca-train cuda bf16, $STEPS steps x $BATCH, seq $SEQ"
-"$BUILD/model/dgca-train" --device cuda --precision bf16 --preset "$PRESET" \
+step "dgca-train $DEVICE $DGCA_PRECISION, $STEPS steps x $BATCH, seq $SEQ"
+"$BUILD/model/dgca-train" --device "$DEVICE" --precision "$DGCA_PRECISION" --preset "$PRESET" \
   --train "$DATA/ecspell/train_law.txt" --vocab "$DATA/vocab/vocab.txt" \
   --seq "$SEQ" --micro-batch "$BATCH" --steps "$STEPS" --lr "$LR" \
   --init-from "$W/init.safetensors" --dump-batches "$W/batches.bin" \
@@ -65,7 +69,7 @@ echo "dgca-train exit $dgca_rc" | tee -a "$LOG"
 for prec in bf16 fp32; do
   step "torch $prec"
   "$PY" bench/gpu/loss_curve.py train --preset "$PRESET" --init "$W/init.safetensors" \
-    --batches "$W/batches.bin" --precision $prec --lr "$LR" --device cuda \
+    --batches "$W/batches.bin" --precision $prec --lr "$LR" --device "$DEVICE" \
     --json "$OUT/torch_$prec.json" >> "$LOG" 2>&1 || echo "torch $prec failed" | tee -a "$LOG"
 done
 step "compare"
