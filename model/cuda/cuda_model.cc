@@ -157,7 +157,6 @@ class CudaDgcaModelImpl final : public CudaDgcaModel {
                                     "cudaStreamCreate (copy stream)"));
     DGCA_RETURN_IF_ERROR(copied_.Create());
     DGCA_RETURN_IF_ERROR(consumed_.Create());
-    DGCA_RETURN_IF_ERROR(stage_.Create());
     // consumed_ must have been recorded once before the first copy waits on it.
     DGCA_RETURN_IF_ERROR(CudaStatus(cudaEventRecord(consumed_.get(), stream()), "cudaEventRecord"));
     return Synchronize();
@@ -586,12 +585,11 @@ class CudaDgcaModelImpl final : public CudaDgcaModel {
     return bert_.EncoderForward(in + off_mask_, b.batch_size, L_eff_);
   }
 
-  // Waits for the backward up to this point, then tells the caller.
+  // Tells the caller that the backward up to this point is enqueued (see
+  // cuda_model.h: consumers order themselves after the stream; a host wait
+  // here would idle the GPU between layers).
   Status Ready(const GradReadyFn& ready, int first) {
-    if (!ready) return OkStatus();
-    DGCA_RETURN_IF_ERROR(CudaStatus(cudaEventRecord(stage_.get(), stream()), "cudaEventRecord"));
-    DGCA_RETURN_IF_ERROR(CudaStatus(cudaEventSynchronize(stage_.get()), "cudaEventSynchronize"));
-    ready(first);
+    if (ready) ready(first);
     return OkStatus();
   }
 
@@ -754,7 +752,7 @@ class CudaDgcaModelImpl final : public CudaDgcaModel {
   PinnedArray<int32_t> staging_;
   DeviceArray<int32_t> d_in_;
   cudaStream_t copy_stream_ = nullptr;
-  Event copied_, consumed_, stage_;
+  Event copied_, consumed_;
 
   // Losses.
   DeviceArray<float> row_loss_;  // [max_rows] per-row CE (fusion-none slots, MFT rows)

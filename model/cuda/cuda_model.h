@@ -29,13 +29,17 @@
 // ZeroGrads()). The loss needs one host synchronization after the forward
 // (the LossBreakdown is returned, and a non-finite loss stops before the
 // backward touches any gradient, as on the CPU); the backward is then
-// enqueued without host synchronization unless on_grad_ready is given: then
-// before each callback the host waits on an event recorded after that
-// stage, so at the callback the DEVICE gradients of [first, size()) are
-// complete (the host params().grads() are not updated). The indices are the
-// CPU model's: head_first, each layer's first from the last layer down,
-// body_first, 0. ForwardBackward returns with the backward possibly still
-// running on the device (Synchronize() waits).
+// enqueued without host synchronization. on_grad_ready is called right
+// after the work producing the gradients of [first, size()) has been
+// ENQUEUED on the model stream (context's stream): they are complete for
+// anything ordered after that stream's current point — the NCCL
+// communicator records an event on it at StartAllReduce
+// (NcclOptions::compute_stream) — but not yet for the host (host
+// params().grads() are never updated here). So the GPU never idles
+// between layers while buckets start. The indices are the CPU model's:
+// head_first, each layer's first from the last layer down, body_first, 0.
+// ForwardBackward returns with the backward possibly still running on the
+// device (Synchronize() waits).
 //
 // Predict with fusion none and no heads takes the argmax of the logits on
 // the host (a download of [T, V]; only for ReLM-only configs).

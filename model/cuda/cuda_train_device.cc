@@ -27,6 +27,7 @@ class CudaTrainDevice : public TrainDevice {
   DgcaModel* model() override { return model_.get(); }
   ParamStore& params() override { return model_->params(); }
   AdamW& adam() override { return adam_; }
+  bool device_memory() const override { return true; }
   float* grad_buffer() override { return model_->device_params()->grad(); }
   float* value_buffer() override { return model_->device_params()->master(); }
   float* moment1_buffer() override { return model_->adam_m(); }

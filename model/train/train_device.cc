@@ -17,6 +17,7 @@ class CpuTrainDevice : public TrainDevice {
   DgcaModel* model() override { return model_.get(); }
   ParamStore& params() override { return model_->params(); }
   AdamW& adam() override { return adam_; }
+  bool device_memory() const override { return false; }
   float* grad_buffer() override { return params().grads(); }
   float* value_buffer() override { return params().values(); }
   float* moment1_buffer() override { return adam_.m().data(); }

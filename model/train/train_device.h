@@ -42,6 +42,9 @@ class TrainDevice {
   virtual ParamStore& params() = 0;
   virtual AdamW& adam() = 0;
 
+  // True when the flat buffers below are GPU memory (data parallel then
+  // needs a communicator that works on device memory: NCCL).
+  virtual bool device_memory() const = 0;
   // Flat fp32 buffers of total_numel() floats (see the header comment).
   virtual float* grad_buffer() = 0;
   virtual float* value_buffer() = 0;
@@ -61,7 +64,9 @@ class TrainDevice {
   // on a GPU).
   virtual Status OptimizerStep(float lr) = 0;
   // Waits for the step's device work (so step times are honest) and reports
-  // asynchronous device errors. No-op on the CPU.
+  // asynchronous device errors. No-op on the CPU. Train() also calls it
+  // after the last micro-step's backward, so exposed communication is timed
+  // from the end of the backward, not from its enqueueing.
   virtual Status FinishStep() = 0;
 
   virtual Status PullToHost() = 0;   // device values + moments + step -> params()/adam()

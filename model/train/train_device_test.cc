@@ -30,12 +30,14 @@ using testutil::TinyConfig;
 // Forwards to the CPU device and records the calls in order.
 class RecordingDevice : public TrainDevice {
  public:
-  RecordingDevice(std::unique_ptr<TrainDevice> inner, std::vector<std::string>* calls)
-      : inner_(std::move(inner)), calls_(calls) {}
+  RecordingDevice(std::unique_ptr<TrainDevice> inner, std::vector<std::string>* calls,
+                  bool pretend_gpu = false)
+      : inner_(std::move(inner)), calls_(calls), pretend_gpu_(pretend_gpu) {}
   std::string Describe() const override { return "recording " + inner_->Describe(); }
   DgcaModel* model() override { return inner_->model(); }
   ParamStore& params() override { return inner_->params(); }
   AdamW& adam() override { return inner_->adam(); }
+  bool device_memory() const override { return pretend_gpu_ || inner_->device_memory(); }
   float* grad_buffer() override {
     calls_->push_back("grad_buffer");
     return inner_->grad_buffer();
@@ -75,6 +77,22 @@ class RecordingDevice : public TrainDevice {
  private:
   std::unique_ptr<TrainDevice> inner_;
   std::vector<std::string>* calls_;
+  bool pretend_gpu_;
+};
+
+// A world of two whose collectives all fail: Train() must refuse a GPU
+// device with it before any collective runs.
+class GlooLikeWorld : public Communicator {
+ public:
+  int rank() const override { return 0; }
+  int world_size() const override { return 2; }
+  std::string backend() const override { return "gloo"; }
+  StatusOr<std::unique_ptr<CollectiveHandle>> StartAllReduce(float*, size_t, ReduceOp) override {
+    return InternalError("no collectives in this test");
+  }
+  Status Broadcast(float*, size_t, int) override { return InternalError("no collectives in this test"); }
+  Status Barrier() override { return InternalError("no collectives in this test"); }
+  double Now() const override { return 0; }
 };
 
 class BatchLog : public testutil::Recorder {
@@ -126,6 +144,35 @@ TEST(TrainDeviceTest, TrainerDrivesTheDeviceInContractOrder) {
   for (const auto& l : obs.logs) logged |= l == "device: recording cpu (1 thread)";
   EXPECT_TRUE(logged);
   std::filesystem::remove_all(dir);
+}
+
+TEST(TrainDeviceTest, GpuDevicesWaitForTheBackwardAndNeedNccl) {
+  if (!HaveData()) GTEST_SKIP() << "no ECSpell data under " << DataDir();
+  TrainConfig c = TinyConfig();
+  c.steps = 1;
+  c.accumulation = 2;
+  c.micro_batch = 4;
+  std::vector<std::string> calls;
+  TrainDeviceFactory gpu_like = [&](const TrainDeviceSpec& spec) -> StatusOr<std::unique_ptr<TrainDevice>> {
+    DGCA_ASSIGN_OR_RETURN(std::unique_ptr<TrainDevice> cpu, MakeCpuTrainDevice(spec));
+    return std::unique_ptr<TrainDevice>(new RecordingDevice(std::move(cpu), &calls, /*pretend_gpu=*/true));
+  };
+  // World of one: the last micro-step's backward is waited for (finish)
+  // before the communication is timed, then the step ends as usual.
+  BatchLog obs;
+  obs.calls = &calls;
+  auto r = Train(c, nullptr, &obs, gpu_like);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(Join(calls), "grad_buffer,zero,batch 1.0,batch 1.1,finish,clip,step,finish") << Join(calls);
+  // Gradients in GPU memory cannot go through Gloo.
+  GlooLikeWorld gloo;
+  calls.clear();
+  auto bad = Train(c, &gloo, nullptr, gpu_like);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(bad.status().message().find("needs the nccl backend, got gloo"), std::string::npos)
+      << bad.status().ToString();
+  EXPECT_EQ(calls.size(), 0u) << Join(calls);
 }
 
 TEST(TrainDeviceTest, InitFromIsPushedToTheDevice) {

@@ -220,6 +220,11 @@ StatusOr<TrainResult> Train(const TrainConfig& config, Communicator* comm,
   ParamStore& params = device->params();
   AdamW& adam = device->adam();
   log("device: " + device->Describe());
+  if (device->device_memory() && world > 1 && comm->backend() != "nccl") {
+    return FailedPreconditionError("train: device " + device->Describe() + " keeps gradients in GPU "
+                                   "memory; data parallel over it needs the nccl backend, got " +
+                                   comm->backend());
+  }
 
   // Initial weights: resume > init_from > random (from the seed).
   std::string resume_dir;
@@ -369,6 +374,9 @@ StatusOr<TrainResult> Train(const TrainConfig& config, Communicator* comm,
       sum.detector += lb.detector;
       sum.candidate += lb.candidate;
       if (last) {
+        // A GPU's backward may still be running: wait for it, so the
+        // exposed communication below starts at the backward's real end.
+        if (device->device_memory()) DGCA_RETURN_IF_ERROR(device->FinishStep());
         buckets.MarkBackwardEnd();
         auto w = buckets.WaitAll();
         if (!w.ok()) {
