@@ -126,28 +126,34 @@ if [ "${SKIP_TORCH:-0}" != 1 ]; then
   "$PY" - "$OUT" <<'PYEOF'
 import json, sys, os
 out = sys.argv[1]
-print("| impl | samples/s | step s (median) | peak GiB | TFLOP/s | MFU |")
-print("|---|---|---|---|---|---|")
+print("| impl | samples/s | dgca / this | step s (median) | peak GiB | TFLOP/s | MFU |")
+print("|---|---|---|---|---|---|---|")
+dgca_sps = None
 try:
     d = json.load(open(os.path.join(out, "dgca_bench.json")))
     if "samples_per_second" not in d:
         raise RuntimeError(d.get("error", "no samples_per_second"))
+    dgca_sps = d["samples_per_second"]
     mfu = "n/a" if d.get("mfu") is None else f"{d['mfu']:.3f}"
-    print(f"| dgca {d['precision']} | {d['samples_per_second']:.1f} | {d['step_seconds_median']:.4f} | "
+    print(f"| dgca {d['precision']} | {d['samples_per_second']:.1f} | 1.00 | {d['step_seconds_median']:.4f} | "
           f"{d['peak_memory_bytes'] / 2**30:.2f} | {d['achieved_tflops']:.1f} | {mfu} |")
+    if d.get("gemm_fallback_plans"):
+        print(f"(dgca: {d['gemm_fallback_plans']} GEMM shapes ran the slow fallback kernel)")
 except Exception as e:  # noqa: BLE001
-    print(f"| dgca bf16 | failed: {e} (see the end of model_check.txt) |||||")
+    print(f"| dgca bf16 | failed: {e} (see the end of model_check.txt) ||||||")
 for mode in ("eager", "compile"):
     try:
         d = json.load(open(os.path.join(out, f"torch_{mode}.json")))
     except Exception as e:  # noqa: BLE001
-        print(f"| pytorch {mode} | failed: {e} (see torch.log) |||||")
+        print(f"| pytorch {mode} | failed: {e} (see torch.log) ||||||")
         continue
     if "error" in d and "samples_per_second" not in d:
-        print(f"| pytorch {mode} | {d['error']} |||||")
+        print(f"| pytorch {mode} | {d['error']} ||||||")
         continue
-    print(f"| pytorch {mode} bf16 | {d['samples_per_second']:.1f} | {d['step_seconds_median']:.4f} | "
+    ratio = f"{dgca_sps / d['samples_per_second']:.2f}" if dgca_sps else "-"
+    print(f"| pytorch {mode} bf16 | {d['samples_per_second']:.1f} | {ratio} | {d['step_seconds_median']:.4f} | "
           f"{d['peak_memory_bytes'] / 2**30:.2f} | {d['achieved_tflops']:.1f} | {d['mfu']:.3f} |")
+print("Goal (issue 6): dgca / eager >= 1.3, dgca / compile >= 1.0.")
 try:
     d = json.load(open(os.path.join(out, "torch_op_errors.json")))
     if "errors" not in d:
