@@ -184,6 +184,23 @@ def cmd_train(a):
     print(f"train: {len(out_steps)} steps, last loss {out_steps[-1]['loss']:.4f} -> {a.json}")
 
 
+def ascii_plot(steps, dg, tb, tf, rows=20, width=64):
+    """One text line per sampled step, the loss as a column between the min and max."""
+    srcs = [("d", dg), ("t", tb)] + ([("f", tf)] if tf else [])
+    vals = [src[s]["loss"] for _, src in srcs for s in steps]
+    lo, hi = min(vals), max(vals)
+    span = (hi - lo) or 1.0
+    pick = sorted({steps[round(i * (len(steps) - 1) / max(rows - 1, 1))] for i in range(rows)})
+    out = [f"{'step':>5}  {lo:<10.4f}{'':{width - 20}}{hi:>10.4f}"]
+    for s in pick:
+        line = [" "] * (width + 1)
+        for ch, src in srcs:
+            c = round((src[s]["loss"] - lo) / span * width)
+            line[c] = "*" if line[c] not in (" ", ch) else ch
+        out.append(f"{s:>5} |" + "".join(line))
+    return out
+
+
 def cmd_compare(a):
     dg = {s["step"]: s for s in json.load(open(a.dgca))["steps"]}
     tb = {s["step"]: s for s in json.load(open(a.torch))["steps"]}
@@ -200,9 +217,9 @@ def cmd_compare(a):
     lines += [hdr, sep]
     marks = [s for s in (1, 2, 5, 10, 20, 50, 100, 150, 200, 250, 300) if s in common]
     for s in marks:
-        row = f"| {s} | {dg[s]['loss']:.4f} | {tb[s]['loss']:.4f} | {abs(dg[s]['loss'] - tb[s]['loss']):.4f} |"
+        row = f"| {s} | {dg[s]['loss']:.6f} | {tb[s]['loss']:.6f} | {abs(dg[s]['loss'] - tb[s]['loss']):.2e} |"
         if tf:
-            row += f" {tf[s]['loss']:.4f} | {abs(tb[s]['loss'] - tf[s]['loss']):.4f} |"
+            row += f" {tf[s]['loss']:.6f} | {abs(tb[s]['loss'] - tf[s]['loss']):.2e} |"
         lines.append(row)
     lines += ["", "Means over 25-step windows:", "", hdr.replace("| step |", "| steps |"), sep]
     for w0 in range(common[0], common[-1] + 1, 25):
@@ -210,9 +227,9 @@ def cmd_compare(a):
         if not ws:
             continue
         m = lambda src: statistics.mean(src[s]["loss"] for s in ws)  # noqa: E731
-        row = f"| {ws[0]}-{ws[-1]} | {m(dg):.4f} | {m(tb):.4f} | {abs(m(dg) - m(tb)):.4f} |"
+        row = f"| {ws[0]}-{ws[-1]} | {m(dg):.6f} | {m(tb):.6f} | {abs(m(dg) - m(tb)):.2e} |"
         if tf:
-            row += f" {m(tf):.4f} | {abs(m(tb) - m(tf)):.4f} |"
+            row += f" {m(tf):.6f} | {abs(m(tb) - m(tf)):.2e} |"
         lines.append(row)
 
     def stats(x, y, ss):
@@ -222,10 +239,10 @@ def cmd_compare(a):
     lines.append("")
     for label, ss in (("all steps", common), (f"last {len(last)} steps", last)):
         mx, mn = stats(dg, tb, ss)
-        txt = f"- {label}: |dgca - PyTorch| max {mx:.4f}, mean {mn:.4f}"
+        txt = f"- {label}: |dgca - PyTorch| max {mx:.3e}, mean {mn:.3e}"
         if tf:
             nx, nn = stats(tb, tf, ss)
-            txt += f"; bf16 noise |PyTorch bf16 - fp32| max {nx:.4f}, mean {nn:.4f}"
+            txt += f"; bf16 noise |PyTorch bf16 - fp32| max {nx:.3e}, mean {nn:.3e}"
         lines.append(txt)
     if tf:
         mn_all = stats(dg, tb, common)[1]
@@ -234,8 +251,10 @@ def cmd_compare(a):
         nn_last = stats(tb, tf, last)[1]
         ok = mn_all <= 2 * nn_all and mn_last <= 2 * nn_last
         lines.append(f"- verdict: {'WITHIN' if ok else 'NOT within'} bf16 noise (rule: mean |dgca - PyTorch bf16| "
-                     f"<= 2 x mean |PyTorch bf16 - PyTorch fp32|, over all steps ({mn_all:.4f} vs "
-                     f"2 x {nn_all:.4f}) and over the last {len(last)} ({mn_last:.4f} vs 2 x {nn_last:.4f}))")
+                     f"<= 2 x mean |PyTorch bf16 - PyTorch fp32|, over all steps ({mn_all:.3e} vs "
+                     f"2 x {nn_all:.3e}) and over the last {len(last)} ({mn_last:.3e} vs 2 x {nn_last:.3e}))")
+    lines += ["", "Coarse plot (loss vs step; d = dgca, t = PyTorch, f = PyTorch fp32, * = same column):",
+              "", "```"] + ascii_plot(common, dg, tb, tf) + ["```"]
     text = "\n".join(lines)
     print(text)
     if a.out:
