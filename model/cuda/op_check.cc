@@ -472,6 +472,11 @@ Status CheckSumSquares(const CudaContext& ctx, GemmRunner*, Rng* rng, Rows* rows
   const double poison = 1e30;  // SumSquares adds: the check zeroes first, as the trainer does
   DGCA_RETURN_IF_ERROR(CudaStatus(cudaMemcpy(out.get(), &poison, sizeof(double), cudaMemcpyHostToDevice),
                                   "cudaMemcpy poison"));
+  // A pageable host-to-device cudaMemcpy may return before its DMA lands
+  // (CUDA's "API synchronization behavior"), and the context's stream does
+  // not wait for the legacy stream: without this the poison could land
+  // after the zeroing below (the CUDA emulator's lazy streams showed it).
+  DGCA_RETURN_IF_ERROR(SyncDevice());
   DGCA_RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(out.get(), 0, sizeof(double), ctx.stream()), "cudaMemsetAsync"));
   DGCA_RETURN_IF_ERROR(SumSquares(ctx.stream(), out.get(), F(dx), n));
   DGCA_RETURN_IF_ERROR(ctx.Synchronize());
