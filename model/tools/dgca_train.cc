@@ -20,7 +20,8 @@
 //   [--warmup 0] [--schedule constant|linear] [--weight-decay 0] [--clip 0]
 //   [--seed 42] [--threads 1] [--device cpu|cuda] [--gpu 0]
 //   [--precision fp32|bf16] [--init-from FILE] [--dump-batches FILE]
-//   [--json FILE] [--checkpoint-dir DIR] [--max-eval-samples N]
+//   [--json FILE] [--checkpoint-dir DIR [--checkpoint-every N]]
+//   [--max-eval-samples N]
 //   [--deterministic]   (GPU: bit-reproducible gradient reductions, slower)
 // Exit status: 0 done, 1 training failed (the error on stderr), 2 bad flags
 // or a device this build does not have.
@@ -52,7 +53,10 @@ int Usage(const std::string& msg) {
                "  [--steps N] [--lr X] [--warmup N] [--schedule constant|linear]\n"
                "  [--weight-decay X] [--clip X] [--seed N] [--threads N] [--device cpu|cuda]\n"
                "  [--gpu N] [--precision fp32|bf16] [--init-from FILE] [--dump-batches FILE]\n"
-               "  [--json FILE] [--checkpoint-dir DIR] [--max-eval-samples N] [--deterministic]\n",
+               "  [--json FILE] [--checkpoint-dir DIR [--checkpoint-every N]] [--max-eval-samples N]\n"
+               "  [--deterministic]\n"
+               "A --checkpoint-dir holding a checkpoint is resumed from; without --checkpoint-every\n"
+               "the run writes one checkpoint there at the end.\n",
                msg.c_str());
   return 2;
 }
@@ -144,10 +148,15 @@ int main(int argc, char** argv) {
     else if (f == "--dump-batches") dump = v;
     else if (f == "--json") json = v;
     else if (f == "--checkpoint-dir") cfg.checkpoint_dir = v;
+    else if (f == "--checkpoint-every") cfg.checkpoint_every = static_cast<int64_t>(num(1, 1e9));
     else if (f == "--max-eval-samples") cfg.max_eval_samples = static_cast<int64_t>(num(0, 1e12));
     else return Usage("unknown flag " + f);
   }
   if (cfg.train_path.empty()) return Usage("--train is required");
+  // A checkpoint directory without a period: one checkpoint, at the end
+  // (and a run given the same directory resumes from it).
+  if (!cfg.checkpoint_dir.empty() && cfg.checkpoint_every == 0) cfg.checkpoint_every = cfg.steps;
+  if (cfg.checkpoint_dir.empty() && cfg.checkpoint_every > 0) return Usage("--checkpoint-every needs --checkpoint-dir");
   auto model = ApplyPreset(preset, cfg.model);
   if (!model.ok()) return Usage(model.status().message());
   cfg.model = *model;
