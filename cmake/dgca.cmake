@@ -10,18 +10,22 @@ function(dgca_glob_sources var dir)
   set(${var} ${srcs} PARENT_SCOPE)
 endfunction()
 
-# dgca_add_tests(DIR LIBS...): one GoogleTest executable per DIR/*_test.cc,
-# named after the file, registered with ctest. Tests run from the repository
-# root and find ../shared/data through DGCA_SHARED_DATA.
+# dgca_add_tests(DIR [SUFFIX S] LIBS...): one GoogleTest executable per
+# DIR/*_test.cc, named after the file (plus S: the CUDA emulator builds
+# model/cuda's tests again as foo_test_emu), registered with ctest. Tests
+# run from the repository root and find ../shared/data through
+# DGCA_SHARED_DATA.
 function(dgca_add_tests dir)
   if(NOT DGCA_BUILD_TESTS OR NOT GTest_FOUND)
     return()
   endif()
+  cmake_parse_arguments(ARG "" "SUFFIX" "" ${ARGN})
   file(GLOB tests CONFIGURE_DEPENDS ${dir}/*_test.cc)
   foreach(t ${tests})
     get_filename_component(name ${t} NAME_WE)
+    set(name ${name}${ARG_SUFFIX})
     add_executable(${name} ${t})
-    target_link_libraries(${name} PRIVATE ${ARGN} GTest::gtest GTest::gtest_main)
+    target_link_libraries(${name} PRIVATE ${ARG_UNPARSED_ARGUMENTS} GTest::gtest GTest::gtest_main)
     add_test(NAME ${name} COMMAND ${name})
     set_tests_properties(${name} PROPERTIES
       WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}

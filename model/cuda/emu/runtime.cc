@@ -1,0 +1,517 @@
+// The emulator's CUDA runtime API (emulator.h): the cudart entry points the
+// project calls, over lazy streams. Work runs only when the host must see
+// its effect; the order respects each stream's order, event waits, and the
+// legacy default stream's implicit synchronization with blocking streams.
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "model/cuda/emu/internal.h"
+
+namespace dgca {
+namespace cuda {
+namespace emu {
+namespace internal {
+
+struct StreamImpl;
+
+struct Dep {
+  StreamImpl* stream;
+  uint64_t seq;  // that stream's work up to and including its seq-th item
+};
+
+struct Op {
+  Work work;
+  std::string what;
+  std::vector<Dep> deps;
+};
+
+struct StreamImpl {
+  bool blocking = true;
+  bool legacy = false;
+  bool destroyed = false;
+  std::deque<Op> pending;
+  uint64_t enqueued = 0;
+  uint64_t executed = 0;
+};
+
+}  // namespace internal
+}  // namespace emu
+}  // namespace cuda
+}  // namespace dgca
+
+// The runtime's opaque handle types, defined here.
+struct CUstream_st {
+  dgca::cuda::emu::internal::StreamImpl impl;
+};
+struct CUevent_st {
+  bool timing = true;
+  dgca::cuda::emu::internal::StreamImpl* stream = nullptr;
+  uint64_t seq = 0;
+  bool happened = false;
+  std::chrono::steady_clock::time_point when;
+};
+
+namespace dgca {
+namespace cuda {
+namespace emu {
+namespace internal {
+namespace {
+
+constexpr size_t kMaxPending = 100000;  // run everything beyond this many queued items
+constexpr size_t kTotalMemory = size_t{80} << 30;
+
+cudaError_t g_sticky = cudaSuccess;
+cudaError_t g_last = cudaSuccess;
+size_t g_pending = 0;
+
+StreamImpl& Legacy() {
+  static auto* s = [] {
+    auto* l = new StreamImpl;
+    l->legacy = true;
+    return l;
+  }();
+  return *s;
+}
+// Every stream ever created (destroyed ones are kept: dependencies may
+// still name them).
+std::set<StreamImpl*>& Streams() {
+  static auto* s = new std::set<StreamImpl*>{&Legacy()};
+  return *s;
+}
+
+StreamImpl* Resolve(cudaStream_t s) {
+  if (s == nullptr || s == cudaStreamLegacy || s == cudaStreamPerThread) return &Legacy();
+  StreamImpl* impl = &s->impl;
+  if (Streams().count(impl) == 0 || impl->destroyed) return nullptr;
+  return impl;
+}
+
+void DropAll() {
+  for (StreamImpl* s : Streams()) {
+    s->executed = s->enqueued;
+    s->pending.clear();
+  }
+  g_pending = 0;
+}
+
+void ExecuteUntil(StreamImpl* s, uint64_t seq) {
+  if (s->executed >= seq || s->pending.empty()) return;
+  DeviceAccessScope access;  // one protection flip for the whole run
+  while (s->executed < seq && g_sticky == cudaSuccess && !s->pending.empty()) {
+    Op op = std::move(s->pending.front());
+    s->pending.pop_front();
+    --g_pending;
+    for (const Dep& d : op.deps) ExecuteUntil(d.stream, d.seq);
+    if (g_sticky != cudaSuccess) break;
+    SetCurrentWork(op.what);
+    op.work();
+    SetCurrentWork("");
+    ++s->executed;
+  }
+  if (g_sticky != cudaSuccess) DropAll();
+}
+
+cudaError_t EnqueueOp(StreamImpl* s, std::string what, Work work, std::vector<Dep> deps) {
+  if (g_sticky != cudaSuccess) return g_sticky;
+  if (s->legacy) {
+    // The legacy stream waits for all prior work of blocking streams.
+    for (StreamImpl* b : Streams())
+      if (b != s && b->blocking && !b->destroyed && b->enqueued > b->executed) deps.push_back({b, b->enqueued});
+  } else if (s->blocking) {
+    StreamImpl& l = Legacy();
+    if (l.enqueued > l.executed) deps.push_back({&l, l.enqueued});
+  }
+  s->pending.push_back(Op{std::move(work), std::move(what), std::move(deps)});
+  ++s->enqueued;
+  if (++g_pending > kMaxPending) DrainAll();
+  return g_sticky;
+}
+
+// Returns the sticky error if set, else `e`.
+cudaError_t Result(cudaError_t e = cudaSuccess) { return g_sticky != cudaSuccess ? g_sticky : e; }
+
+enum class Space { kPageable, kPinned, kDevice };
+Space SpaceOf(const void* p) {
+  AllocationInfo a;
+  if (FindAllocation(p, 0, &a)) return a.kind == MemKind::kDevice ? Space::kDevice : Space::kPinned;
+  return Space::kPageable;
+}
+const char* SpaceName(Space s) {
+  return s == Space::kDevice ? "device" : s == Space::kPinned ? "pinned host" : "pageable host";
+}
+
+cudaError_t CheckRange(const void* p, size_t bytes, Space space, const char* role, const std::string& call) {
+  if (space == Space::kPageable) return cudaSuccess;
+  if (FindAllocation(p, bytes, nullptr)) return cudaSuccess;
+  AllocationInfo a;
+  FindAllocation(p, 0, &a);
+  return ApiError(cudaErrorInvalidValue, call + ": the " + role + " range of " + std::to_string(bytes) +
+                                             " bytes at offset " +
+                                             std::to_string(reinterpret_cast<uintptr_t>(p) - a.begin) +
+                                             " overruns its " + SpaceName(space) + " allocation of " +
+                                             std::to_string(a.size) + " bytes");
+}
+
+cudaError_t Copy(void* dst, const void* src, size_t count, cudaMemcpyKind kind, cudaStream_t stream, bool async) {
+  std::lock_guard<std::recursive_mutex> lock(Lock());
+  const std::string call = async ? "cudaMemcpyAsync" : "cudaMemcpy";
+  if (g_sticky != cudaSuccess) return g_sticky;
+  if (count == 0) return cudaSuccess;
+  StreamImpl* s = Resolve(async ? stream : nullptr);
+  if (s == nullptr) return ApiError(cudaErrorInvalidResourceHandle, call + ": unknown or destroyed stream");
+  const Space sd = SpaceOf(dst), ss = SpaceOf(src);
+  const bool dst_dev = sd == Space::kDevice, src_dev = ss == Space::kDevice;
+  bool kind_ok = true;
+  switch (kind) {
+    case cudaMemcpyHostToDevice: kind_ok = !src_dev && dst_dev; break;
+    case cudaMemcpyDeviceToHost: kind_ok = src_dev && !dst_dev; break;
+    case cudaMemcpyDeviceToDevice: kind_ok = src_dev && dst_dev; break;
+    case cudaMemcpyHostToHost: kind_ok = !src_dev && !dst_dev; break;
+    case cudaMemcpyDefault: break;
+    default: return ApiError(cudaErrorInvalidMemcpyDirection, call + ": unknown direction");
+  }
+  if (!kind_ok) {
+    return ApiError(cudaErrorInvalidValue, call + ": direction " + std::to_string(int(kind)) + " but the source is " +
+                                               SpaceName(ss) + " memory and the destination " + SpaceName(sd) +
+                                               " memory");
+  }
+  if (cudaError_t e = CheckRange(dst, count, sd, "destination", call); e != cudaSuccess) return e;
+  if (cudaError_t e = CheckRange(src, count, ss, "source", call); e != cudaSuccess) return e;
+  const std::string what = call + " of " + std::to_string(count) + " bytes " + SpaceName(ss) + " -> " + SpaceName(sd);
+  if (ss == Space::kPageable && dst_dev) {
+    // Staged at the call; the DMA happens in stream order.
+    auto staged = std::make_shared<std::vector<char>>(static_cast<const char*>(src),
+                                                      static_cast<const char*>(src) + count);
+    return EnqueueOp(s, what, [dst, staged] { std::memcpy(dst, staged->data(), staged->size()); }, {});
+  }
+  EnqueueOp(s, what, [dst, src, count] { std::memcpy(dst, src, count); }, {});
+  // Returns only once complete: to pageable host memory (both forms), any
+  // host-host copy, and the synchronous form of copies to or from pinned
+  // memory. Device-to-device and the async pinned forms stay queued.
+  const bool wait = (src_dev && sd == Space::kPageable) || (!src_dev && !dst_dev) ||
+                    (!async && (sd == Space::kPinned || ss == Space::kPinned));
+  if (wait) ExecuteUntil(s, s->enqueued);
+  return Result();
+}
+
+cudaError_t Set(void* p, int value, size_t count, cudaStream_t stream, bool async) {
+  std::lock_guard<std::recursive_mutex> lock(Lock());
+  const std::string call = async ? "cudaMemsetAsync" : "cudaMemset";
+  if (g_sticky != cudaSuccess) return g_sticky;
+  if (count == 0) return cudaSuccess;
+  StreamImpl* s = Resolve(async ? stream : nullptr);
+  if (s == nullptr) return ApiError(cudaErrorInvalidResourceHandle, call + ": unknown or destroyed stream");
+  const Space sp = SpaceOf(p);
+  if (sp == Space::kPageable) {
+    return ApiError(cudaErrorInvalidValue, call + ": the pointer is pageable host memory, not device memory");
+  }
+  if (cudaError_t e = CheckRange(p, count, sp, "destination", call); e != cudaSuccess) return e;
+  EnqueueOp(s, call + " of " + std::to_string(count) + " bytes", [p, value, count] { std::memset(p, value, count); },
+            {});
+  if (sp == Space::kPinned) ExecuteUntil(s, s->enqueued);
+  return Result();
+}
+
+}  // namespace
+
+std::recursive_mutex& Lock() {
+  static auto* m = new std::recursive_mutex;
+  return *m;
+}
+
+void DrainAll() {
+  for (StreamImpl* s : Streams()) ExecuteUntil(s, s->enqueued);
+}
+
+}  // namespace internal
+
+cudaError_t Enqueue(cudaStream_t stream, std::string what, Work work) {
+  std::lock_guard<std::recursive_mutex> lock(internal::Lock());
+  internal::StreamImpl* s = internal::Resolve(stream);
+  if (s == nullptr) return ApiError(cudaErrorInvalidResourceHandle, what + ": unknown or destroyed stream");
+  return internal::EnqueueOp(s, std::move(what), std::move(work), {});
+}
+
+cudaError_t SyncStream(cudaStream_t stream) {
+  std::lock_guard<std::recursive_mutex> lock(internal::Lock());
+  internal::StreamImpl* s = internal::Resolve(stream);
+  if (s == nullptr) return ApiError(cudaErrorInvalidResourceHandle, "cudaStreamSynchronize: unknown or destroyed stream");
+  internal::ExecuteUntil(s, s->enqueued);
+  return internal::Result();
+}
+
+void DeviceFault(cudaError_t code, const std::string& message) {
+  std::lock_guard<std::recursive_mutex> lock(internal::Lock());
+  std::fprintf(stderr, "dgca CUDA emulator: device fault (%s): %s\n", cudaGetErrorName(code), message.c_str());
+  if (internal::g_sticky == cudaSuccess) internal::g_sticky = code;
+}
+
+cudaError_t ApiError(cudaError_t code, const std::string& message) {
+  std::lock_guard<std::recursive_mutex> lock(internal::Lock());
+  std::fprintf(stderr, "dgca CUDA emulator: %s: %s\n", cudaGetErrorName(code), message.c_str());
+  internal::g_last = code;
+  return code;
+}
+
+}  // namespace emu
+}  // namespace cuda
+}  // namespace dgca
+
+// ====================================================================== cudart
+namespace emu = dgca::cuda::emu;
+namespace ei = dgca::cuda::emu::internal;
+using Guard = std::lock_guard<std::recursive_mutex>;
+
+const char* cudaGetErrorName(cudaError_t e) {
+  switch (e) {
+#define DGCA_EMU_NAME(x) case x: return #x;
+    DGCA_EMU_NAME(cudaSuccess)
+    DGCA_EMU_NAME(cudaErrorInvalidValue)
+    DGCA_EMU_NAME(cudaErrorMemoryAllocation)
+    DGCA_EMU_NAME(cudaErrorInitializationError)
+    DGCA_EMU_NAME(cudaErrorInvalidConfiguration)
+    DGCA_EMU_NAME(cudaErrorInvalidDevice)
+    DGCA_EMU_NAME(cudaErrorInvalidMemcpyDirection)
+    DGCA_EMU_NAME(cudaErrorInvalidResourceHandle)
+    DGCA_EMU_NAME(cudaErrorNotReady)
+    DGCA_EMU_NAME(cudaErrorIllegalAddress)
+    DGCA_EMU_NAME(cudaErrorLaunchFailure)
+    DGCA_EMU_NAME(cudaErrorNoDevice)
+    DGCA_EMU_NAME(cudaErrorInvalidDevicePointer)
+    DGCA_EMU_NAME(cudaErrorNotSupported)
+#undef DGCA_EMU_NAME
+    default: return "cudaErrorUnknown";
+  }
+}
+
+const char* cudaGetErrorString(cudaError_t e) {
+  switch (e) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorInvalidDevice: return "invalid device ordinal";
+    case cudaErrorInvalidResourceHandle: return "invalid resource handle";
+    case cudaErrorNotReady: return "device not ready";
+    case cudaErrorIllegalAddress: return "an illegal memory access was encountered (CUDA emulator)";
+    case cudaErrorLaunchFailure: return "unspecified launch failure (CUDA emulator: see its message on stderr)";
+    default: return "error (CUDA emulator)";
+  }
+}
+
+cudaError_t cudaGetLastError() {
+  Guard g(ei::Lock());
+  if (ei::g_sticky != cudaSuccess) return ei::g_sticky;
+  cudaError_t e = ei::g_last;
+  ei::g_last = cudaSuccess;
+  return e;
+}
+cudaError_t cudaPeekAtLastError() {
+  Guard g(ei::Lock());
+  return ei::g_sticky != cudaSuccess ? ei::g_sticky : ei::g_last;
+}
+
+cudaError_t cudaGetDeviceCount(int* count) {
+  *count = 1;
+  return cudaSuccess;
+}
+cudaError_t cudaSetDevice(int device) {
+  if (device != 0) return emu::ApiError(cudaErrorInvalidDevice, "cudaSetDevice(" + std::to_string(device) + "): the emulator has one device");
+  return ei::Result();
+}
+cudaError_t cudaGetDevice(int* device) {
+  *device = 0;
+  return cudaSuccess;
+}
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
+  if (device != 0) return emu::ApiError(cudaErrorInvalidDevice, "cudaGetDeviceProperties: the emulator has one device");
+  std::memset(prop, 0, sizeof(*prop));
+  std::snprintf(prop->name, sizeof(prop->name), "dgca CUDA emulator (CPU, H100 limits)");
+  prop->totalGlobalMem = ei::kTotalMemory;
+  prop->sharedMemPerBlock = 48 * 1024;
+  prop->sharedMemPerBlockOptin = 227 * 1024;
+  prop->regsPerBlock = 65536;
+  prop->warpSize = 32;
+  prop->maxThreadsPerBlock = 1024;
+  prop->maxThreadsDim[0] = 1024;
+  prop->maxThreadsDim[1] = 1024;
+  prop->maxThreadsDim[2] = 64;
+  prop->maxGridSize[0] = 2147483647;
+  prop->maxGridSize[1] = 65535;
+  prop->maxGridSize[2] = 65535;
+  prop->major = 9;
+  prop->minor = 0;
+  prop->multiProcessorCount = 132;
+  prop->l2CacheSize = 50 * 1024 * 1024;
+  prop->maxThreadsPerMultiProcessor = 2048;
+  prop->memoryBusWidth = 5120;
+  prop->unifiedAddressing = 1;
+  return cudaSuccess;
+}
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) {
+  cudaDeviceProp p;
+  if (cudaError_t e = cudaGetDeviceProperties(&p, device); e != cudaSuccess) return e;
+  switch (attr) {
+    case cudaDevAttrMultiProcessorCount: *value = p.multiProcessorCount; break;
+    case cudaDevAttrComputeCapabilityMajor: *value = p.major; break;
+    case cudaDevAttrComputeCapabilityMinor: *value = p.minor; break;
+    case cudaDevAttrMaxThreadsPerBlock: *value = p.maxThreadsPerBlock; break;
+    case cudaDevAttrMaxSharedMemoryPerBlock: *value = int(p.sharedMemPerBlock); break;
+    case cudaDevAttrWarpSize: *value = 32; break;
+    default: return emu::ApiError(cudaErrorNotSupported, "cudaDeviceGetAttribute: attribute " + std::to_string(int(attr)) + " not emulated");
+  }
+  return cudaSuccess;
+}
+cudaError_t cudaRuntimeGetVersion(int* v) {
+  *v = CUDART_VERSION;
+  return cudaSuccess;
+}
+cudaError_t cudaDriverGetVersion(int* v) {
+  *v = CUDART_VERSION;
+  return cudaSuccess;
+}
+cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total) {
+  Guard g(ei::Lock());
+  *total = ei::kTotalMemory;
+  *free_bytes = ei::kTotalMemory - ei::BytesInUse(emu::MemKind::kDevice);
+  return ei::Result();
+}
+
+cudaError_t cudaMalloc(void** p, size_t bytes) {
+  Guard g(ei::Lock());
+  *p = nullptr;
+  if (ei::g_sticky != cudaSuccess) return ei::g_sticky;
+  if (bytes == 0) return cudaSuccess;
+  if (ei::BytesInUse(emu::MemKind::kDevice) + bytes > ei::kTotalMemory) {
+    return emu::ApiError(cudaErrorMemoryAllocation, "cudaMalloc of " + std::to_string(bytes) + " bytes: the emulated 80 GiB are used up");
+  }
+  *p = ei::Allocate(bytes, emu::MemKind::kDevice);
+  if (*p == nullptr) return emu::ApiError(cudaErrorMemoryAllocation, "cudaMalloc of " + std::to_string(bytes) + " bytes: mmap failed");
+  return cudaSuccess;
+}
+cudaError_t cudaFree(void* p) {
+  Guard g(ei::Lock());
+  if (p == nullptr) return ei::Result();
+  ei::DrainAll();  // cudaFree synchronizes the device
+  std::string overrun;
+  if (!ei::Free(p, emu::MemKind::kDevice, &overrun)) {
+    return emu::ApiError(cudaErrorInvalidValue, "cudaFree: not the start of a live device allocation");
+  }
+  if (!overrun.empty()) emu::DeviceFault(cudaErrorIllegalAddress, "cudaFree: " + overrun);
+  return ei::Result();
+}
+cudaError_t cudaMallocHost(void** p, size_t bytes) {
+  Guard g(ei::Lock());
+  *p = nullptr;
+  if (ei::g_sticky != cudaSuccess) return ei::g_sticky;
+  *p = ei::Allocate(bytes, emu::MemKind::kPinnedHost);
+  if (*p == nullptr) return emu::ApiError(cudaErrorMemoryAllocation, "cudaMallocHost: mmap failed");
+  return cudaSuccess;
+}
+cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned int) { return cudaMallocHost(p, bytes); }
+cudaError_t cudaFreeHost(void* p) {
+  Guard g(ei::Lock());
+  if (p == nullptr) return ei::Result();
+  ei::DrainAll();
+  std::string overrun;
+  if (!ei::Free(p, emu::MemKind::kPinnedHost, &overrun)) {
+    return emu::ApiError(cudaErrorInvalidValue, "cudaFreeHost: not the start of a live pinned allocation");
+  }
+  if (!overrun.empty()) emu::DeviceFault(cudaErrorIllegalAddress, "cudaFreeHost: " + overrun);
+  return ei::Result();
+}
+
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind kind) {
+  return ei::Copy(dst, src, count, kind, nullptr, false);
+}
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpyKind kind, cudaStream_t stream) {
+  return ei::Copy(dst, src, count, kind, stream, true);
+}
+cudaError_t cudaMemset(void* p, int value, size_t count) { return ei::Set(p, value, count, nullptr, false); }
+cudaError_t cudaMemsetAsync(void* p, int value, size_t count, cudaStream_t stream) {
+  return ei::Set(p, value, count, stream, true);
+}
+
+cudaError_t cudaStreamCreate(cudaStream_t* s) { return cudaStreamCreateWithFlags(s, cudaStreamDefault); }
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned int flags) {
+  Guard g(ei::Lock());
+  auto* st = new CUstream_st;
+  st->impl.blocking = (flags & cudaStreamNonBlocking) == 0;
+  ei::Streams().insert(&st->impl);
+  *s = st;
+  return ei::Result();
+}
+cudaError_t cudaStreamCreateWithPriority(cudaStream_t* s, unsigned int flags, int) {
+  return cudaStreamCreateWithFlags(s, flags);
+}
+cudaError_t cudaStreamDestroy(cudaStream_t s) {
+  Guard g(ei::Lock());
+  ei::StreamImpl* impl = ei::Resolve(s);
+  if (impl == nullptr || impl->legacy) return emu::ApiError(cudaErrorInvalidResourceHandle, "cudaStreamDestroy: unknown stream");
+  ei::ExecuteUntil(impl, impl->enqueued);
+  impl->destroyed = true;  // kept: queued dependencies may name it
+  return ei::Result();
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t s) { return emu::SyncStream(s); }
+cudaError_t cudaStreamQuery(cudaStream_t s) { return emu::SyncStream(s); }
+cudaError_t cudaDeviceSynchronize() {
+  Guard g(ei::Lock());
+  ei::DrainAll();
+  return ei::Result();
+}
+
+cudaError_t cudaEventCreate(cudaEvent_t* e) { return cudaEventCreateWithFlags(e, cudaEventDefault); }
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned int flags) {
+  Guard g(ei::Lock());
+  *e = new CUevent_st;
+  (*e)->timing = (flags & cudaEventDisableTiming) == 0;
+  return ei::Result();
+}
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+  Guard g(ei::Lock());
+  if (e == nullptr) return emu::ApiError(cudaErrorInvalidResourceHandle, "cudaEventDestroy(null)");
+  if (e->stream != nullptr) ei::ExecuteUntil(e->stream, e->seq);  // its record must not outlive it
+  delete e;
+  return ei::Result();
+}
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t stream) {
+  Guard g(ei::Lock());
+  ei::StreamImpl* s = ei::Resolve(stream);
+  if (s == nullptr || e == nullptr) return emu::ApiError(cudaErrorInvalidResourceHandle, "cudaEventRecord: unknown stream or event");
+  e->happened = false;
+  cudaError_t r = ei::EnqueueOp(s, "event record", [e] {
+    e->happened = true;
+    e->when = std::chrono::steady_clock::now();
+  }, {});
+  e->stream = s;
+  e->seq = s->enqueued;
+  return r;
+}
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t e, unsigned int) {
+  Guard g(ei::Lock());
+  ei::StreamImpl* s = ei::Resolve(stream);
+  if (s == nullptr || e == nullptr) return emu::ApiError(cudaErrorInvalidResourceHandle, "cudaStreamWaitEvent: unknown stream or event");
+  if (e->stream == nullptr) return ei::Result();  // never recorded: nothing to wait for
+  return ei::EnqueueOp(s, "wait event", [] {}, {ei::Dep{e->stream, e->seq}});
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+  Guard g(ei::Lock());
+  if (e == nullptr) return emu::ApiError(cudaErrorInvalidResourceHandle, "cudaEventSynchronize(null)");
+  if (e->stream != nullptr) ei::ExecuteUntil(e->stream, e->seq);
+  return ei::Result();
+}
+cudaError_t cudaEventQuery(cudaEvent_t e) { return cudaEventSynchronize(e); }
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+  Guard g(ei::Lock());
+  if (start == nullptr || end == nullptr) return emu::ApiError(cudaErrorInvalidResourceHandle, "cudaEventElapsedTime: null event");
+  if (!start->timing || !end->timing) return emu::ApiError(cudaErrorInvalidResourceHandle, "cudaEventElapsedTime: an event was created with cudaEventDisableTiming");
+  if (!start->happened || !end->happened) return emu::ApiError(cudaErrorNotReady, "cudaEventElapsedTime: an event has not completed (synchronize first)");
+  *ms = std::chrono::duration<float, std::milli>(end->when - start->when).count();
+  return ei::Result();
+}
