@@ -80,6 +80,9 @@ struct TrainConfig {
   int micro_batch = 8;
   int accumulation = 1;
   Precision precision = Precision::kFp32;
+  // fp16: the first dynamic loss scale (then GradScaler's rules,
+  // model/train/loss_scaler.h).
+  double fp16_init_loss_scale = 65536.0;
   float lr = 5e-5f;
   float weight_decay = 0.0f;
   int64_t warmup_steps = 0;

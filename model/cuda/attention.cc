@@ -7,11 +7,6 @@
 
 namespace dgca {
 namespace cuda {
-namespace {
-template <typename T> constexpr DType kDType = DType::kF32;
-template <> constexpr DType kDType<bf16> = DType::kBF16;
-}  // namespace
-
 template <typename T>
 Status AttentionForward(const CudaContext& ctx, GemmRunner* gemm, T* out, T* probs, const T* qkv,
                         const int32_t* mask, int B, int L, int H, int nh, T* scratch) {
@@ -101,15 +96,15 @@ Status AttentionBackward(const CudaContext& ctx, GemmRunner* gemm, T* dqkv, cons
   return ScatterHeads<T>(s, dqkv, 3 * int64_t(H), 2 * int64_t(H), dv, B, L, H, nh);
 }
 
-template Status AttentionBackward<float>(const CudaContext&, GemmRunner*, float*, const float*, const float*,
-                                         const float*, int, int, int, int, float*);
-template Status AttentionBackward<bf16>(const CudaContext&, GemmRunner*, bf16*, const bf16*, const bf16*,
-                                        const bf16*, int, int, int, int, bf16*);
-
-template Status AttentionForward<float>(const CudaContext&, GemmRunner*, float*, float*, const float*,
-                                        const int32_t*, int, int, int, int, float*);
-template Status AttentionForward<bf16>(const CudaContext&, GemmRunner*, bf16*, bf16*, const bf16*,
-                                       const int32_t*, int, int, int, int, bf16*);
+#define DGCA_INSTANTIATE(T)                                                                            \
+  template Status AttentionForward<T>(const CudaContext&, GemmRunner*, T*, T*, const T*, const int32_t*, int, \
+                                      int, int, int, T*);                                                  \
+  template Status AttentionBackward<T>(const CudaContext&, GemmRunner*, T*, const T*, const T*, const T*,   \
+                                       int, int, int, int, T*);
+DGCA_INSTANTIATE(float)
+DGCA_INSTANTIATE(bf16)
+DGCA_INSTANTIATE(__half)
+#undef DGCA_INSTANTIATE
 
 }  // namespace cuda
 }  // namespace dgca

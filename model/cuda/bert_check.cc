@@ -1,8 +1,9 @@
-// CudaBert<T> against dgca::Bert (bert_check.h). Compiled only; NOT YET RUN
-// ON A GPU.
+// CudaBert<T> against dgca::Bert (bert_check.h). Run on the CUDA emulator;
+// not yet on a GPU.
 #include "model/cuda/bert_check.h"
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include <algorithm>
 #include <cmath>
@@ -16,6 +17,7 @@
 
 #include "model/core/config.h"
 #include "model/cpu/ops.h"
+#include "model/cuda/check_io.h"
 #include "model/cuda/cuda_bert.h"
 #include "model/cuda/device_params.h"
 #include "model/nn/bert.h"
@@ -29,10 +31,12 @@ using Rng = std::mt19937_64;
 using Rows = std::vector<CheckRow>;
 using bf16_t = __nv_bfloat16;
 
-template <typename T> constexpr DType kDT = DType::kF32;
-template <> constexpr DType kDT<bf16_t> = DType::kBF16;
 
-float RoundTo(DType t, float x) { return t == DType::kBF16 ? __bfloat162float(__float2bfloat16(x)) : x; }
+float RoundTo(DType t, float x) {
+  if (t == DType::kBF16) return __bfloat162float(__float2bfloat16(x));
+  if (t == DType::kF16) return __half2float(__float2half(x));
+  return x;
+}
 
 std::vector<float> RandVec(size_t n, Rng* rng, float lo, float hi, DType t) {
   std::uniform_real_distribution<float> u(lo, hi);
@@ -41,44 +45,10 @@ std::vector<float> RandVec(size_t n, Rng* rng, float lo, float hi, DType t) {
   return v;
 }
 
-template <typename T>
-StatusOr<DeviceArray<T>> UpT(const std::vector<float>& v) {
-  std::vector<T> h(v.size());
-  for (size_t i = 0; i < v.size(); ++i) {
-    if constexpr (std::is_same_v<T, float>) {
-      h[i] = v[i];
-    } else {
-      h[i] = __float2bfloat16(v[i]);
-    }
-  }
-  DeviceArray<T> d;
-  DGCA_RETURN_IF_ERROR(d.Upload(h));
-  return d;
-}
-
 StatusOr<DeviceArray<int32_t>> UpI(const std::vector<int32_t>& v) {
   DeviceArray<int32_t> d;
   DGCA_RETURN_IF_ERROR(d.Upload(v));
   return d;
-}
-
-// n elements of T at device pointer p, as floats. The caller synchronizes.
-template <typename T>
-StatusOr<std::vector<float>> DownT(const T* p, size_t n) {
-  std::vector<T> h(n);
-  if (n > 0) {
-    DGCA_RETURN_IF_ERROR(
-        CudaStatus(cudaMemcpy(h.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost), "cudaMemcpy D2H"));
-  }
-  std::vector<float> v(n);
-  for (size_t i = 0; i < n; ++i) {
-    if constexpr (std::is_same_v<T, float>) {
-      v[i] = h[i];
-    } else {
-      v[i] = __bfloat162float(h[i]);
-    }
-  }
-  return v;
 }
 
 Status SyncDevice() { return CudaStatus(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); }
@@ -138,8 +108,8 @@ void AddRow(Rows* rows, const std::string& op, DType t, const std::vector<float>
 
 template <typename T>
 Status CheckBert(const CudaContext& ctx, GemmRunner* gemm, Rng* rng, Rows* rows) {
-  const DType t = kDT<T>;
-  const double tol = t == DType::kF32 ? kF32Tol : kBertBf16Tol;
+  const DType t = kDType<T>;
+  const double tol = t == DType::kF32 ? kF32Tol : t == DType::kBF16 ? kBertBf16Tol : kBertF16Tol;
   ModelConfig cfg;
   cfg.vocab_size = 300;
   cfg.hidden = 64;
@@ -181,13 +151,13 @@ Status CheckBert(const CudaContext& ctx, GemmRunner* gemm, Rng* rng, Rows* rows)
   }
   store.ZeroGrads();
 
-  DGCA_ASSIGN_OR_RETURN(std::unique_ptr<DeviceParams> dparams, DeviceParams::Create(&store, t != DType::kF32));
+  DGCA_ASSIGN_OR_RETURN(std::unique_ptr<DeviceParams> dparams, DeviceParams::Create(&store, t));
   DGCA_RETURN_IF_ERROR(dparams->Upload(store));
   CudaBert<T> gbert(cfg, max_batch, seq_len, max_rows);
   DGCA_RETURN_IF_ERROR(gbert.Bind(store, dparams.get(), &ctx, gemm));
 
   const std::vector<float> prompt_rows = RandVec(size_t(S) * H, rng, -0.5f, 0.5f, t);
-  DGCA_ASSIGN_OR_RETURN(DeviceArray<T> d_prompt_rows, UpT<T>(prompt_rows));
+  DGCA_ASSIGN_OR_RETURN(DeviceArray<T> d_prompt_rows, UploadAs<T>(prompt_rows));
   std::vector<float> dprompt_cpu(size_t(S) * H, 0.0f);
   DeviceArray<float> d_dprompt;
   DGCA_RETURN_IF_ERROR(d_dprompt.Allocate(size_t(S) * H));
@@ -218,17 +188,17 @@ Status CheckBert(const CudaContext& ctx, GemmRunner* gemm, Rng* rng, Rows* rows)
     DGCA_ASSIGN_OR_RETURN(DeviceArray<int32_t> d_slot, UpI(in.slot));
     DGCA_ASSIGN_OR_RETURN(DeviceArray<int32_t> d_mask, UpI(in.mask));
     DGCA_ASSIGN_OR_RETURN(DeviceArray<int32_t> d_rows, UpI(in.rows));
-    DGCA_ASSIGN_OR_RETURN(DeviceArray<T> d_dlogits, UpT<T>(in.dlogits));
-    DGCA_ASSIGN_OR_RETURN(DeviceArray<T> d_extra, UpT<T>(in.extra));
+    DGCA_ASSIGN_OR_RETURN(DeviceArray<T> d_dlogits, UploadAs<T>(in.dlogits));
+    DGCA_ASSIGN_OR_RETURN(DeviceArray<T> d_extra, UploadAs<T>(in.extra));
     DGCA_RETURN_IF_ERROR(gbert.PoisonActivations());
     DGCA_RETURN_IF_ERROR(SyncDevice());  // uploads ran on the legacy stream
     DGCA_RETURN_IF_ERROR(gbert.EmbedForward(d_ids.get(), d_types.get(), d_slot.get(), d_prompt_rows.get(), B, L));
     DGCA_RETURN_IF_ERROR(gbert.EncoderForward(d_mask.get(), B, L));
     DGCA_ASSIGN_OR_RETURN(T * g_logits, gbert.MlmHeadForward(d_rows.get(), R));
     DGCA_RETURN_IF_ERROR(ctx.Synchronize());
-    DGCA_ASSIGN_OR_RETURN(std::vector<float> got_hidden, DownT<T>(gbert.hidden(), size_t(N) * H));
-    DGCA_ASSIGN_OR_RETURN(std::vector<float> got_logits, DownT<T>(g_logits, size_t(R) * V));
-    DGCA_ASSIGN_OR_RETURN(std::vector<float> got_gathered, DownT<T>(gbert.gathered(), size_t(R) * H));
+    DGCA_ASSIGN_OR_RETURN(std::vector<float> got_hidden, DownloadAsFloat<T>(gbert.hidden(), size_t(N) * H));
+    DGCA_ASSIGN_OR_RETURN(std::vector<float> got_logits, DownloadAsFloat<T>(g_logits, size_t(R) * V));
+    DGCA_ASSIGN_OR_RETURN(std::vector<float> got_gathered, DownloadAsFloat<T>(gbert.gathered(), size_t(R) * H));
     AddRow(rows, "bert.hidden" + tag, t, got_hidden, want_hidden, tol);
     AddRow(rows, "bert.gathered" + tag, t, got_gathered, want_gathered, tol);
     AddRow(rows, "bert.logits" + tag, t, got_logits, want_logits, tol);
@@ -271,7 +241,7 @@ Status CheckBert(const CudaContext& ctx, GemmRunner* gemm, Rng* rng, Rows* rows)
     const std::vector<float> got(gpu.grad(i), gpu.grad(i) + n);
     AddRow(rows, "bert.grad " + name, t, got, want, tol);
   }
-  DGCA_ASSIGN_OR_RETURN(std::vector<float> got_dprompt, DownT<float>(d_dprompt.get(), size_t(S) * H));
+  DGCA_ASSIGN_OR_RETURN(std::vector<float> got_dprompt, DownloadAsFloat<float>(d_dprompt.get(), size_t(S) * H));
   AddRow(rows, "bert.dprompt (ADDED over 2 steps)", t, got_dprompt, dprompt_cpu, tol);
   return OkStatus();
 }
@@ -282,6 +252,7 @@ const std::vector<OpCheck>& BertChecks() {
   static const std::vector<OpCheck>* checks = new std::vector<OpCheck>{
       OpCheck{"cuda_bert fp32", CheckBert<float>},
       OpCheck{"cuda_bert bf16", CheckBert<bf16_t>},
+      OpCheck{"cuda_bert fp16", CheckBert<__half>},
   };
   return *checks;
 }

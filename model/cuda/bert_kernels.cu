@@ -1,22 +1,15 @@
 // Kernels of CudaBert (bert_kernels.h). Straightforward grid-stride
-// versions, one thread per element; compiled only, not yet run on a GPU.
+// versions, one thread per element; checked on the CUDA emulator, not yet on a GPU.
 #include "model/cuda/bert_kernels.h"
 
 #include <cuda_bf16.h>
 
 #include "model/cuda/cuda_context.h"
+#include "model/cuda/dtype.h"
 
 namespace dgca {
 namespace cuda {
 namespace {
-
-using bf16 = __nv_bfloat16;
-
-__device__ __forceinline__ float ToF(float x) { return x; }
-__device__ __forceinline__ float ToF(bf16 x) { return __bfloat162float(x); }
-template <typename T> __device__ __forceinline__ T FromF(float x);
-template <> __device__ __forceinline__ float FromF<float>(float x) { return x; }
-template <> __device__ __forceinline__ bf16 FromF<bf16>(float x) { return __float2bfloat16(x); }
 
 int Blocks(int64_t n, int threads) {
   const int64_t b = (n + threads - 1) / threads;
@@ -98,6 +91,7 @@ Status ScatterRowsAdd(cudaStream_t stream, T* dst, const int32_t* rows, const T*
                                     int, int);
 DGCA_INSTANTIATE(float)
 DGCA_INSTANTIATE(bf16)
+DGCA_INSTANTIATE(__half)
 #undef DGCA_INSTANTIATE
 
 }  // namespace cuda

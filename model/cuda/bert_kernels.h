@@ -2,7 +2,8 @@
 // kernels.h: the embedding sum with the ReLM prompt scatter, and the
 // scatter of the MLM head's row gradients into dhidden. Same conventions
 // as kernels.h (T = float or bf16, fp32 arithmetic, launch status returned,
-// everything on `stream`). Compiled only; not yet run on a GPU.
+// everything on `stream`). Checked on the CUDA emulator; not yet
+// run on a GPU.
 //
 // Thread-safety: launchers are stateless; ordering is the stream's.
 #ifndef DGCA_MODEL_CUDA_BERT_KERNELS_H_

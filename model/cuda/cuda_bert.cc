@@ -1,7 +1,7 @@
 // CudaBert<T> (cuda_bert.h): dgca::Bert (model/nn/bert.cc) line by line on
 // the GPU. Each forward/backward step names the CPU step it mirrors.
 //
-// Compiled only; NOT YET RUN ON A GPU. model/cuda/bert_check.cc compares it
+// Checked on the CUDA emulator; not yet on a GPU. model/cuda/bert_check.cc compares it
 // with dgca::Bert (fp32 within 1e-4 relative; bf16 looser, see there).
 #include "model/cuda/cuda_bert.h"
 
@@ -39,9 +39,6 @@ void NvtxPop() {
 }
 
 namespace {
-
-template <typename T> constexpr DType kDT = DType::kF32;
-template <> constexpr DType kDT<__nv_bfloat16> = DType::kBF16;
 
 // Pops the range on every return path.
 class NvtxRange {
@@ -168,8 +165,9 @@ Status CudaBert<T>::Bind(const ParamStore& layout, DeviceParams* params, const C
                                 " floats, the ParamStore " + std::to_string(layout.total_numel()));
   }
   if constexpr (!std::is_same_v<T, float>) {
-    if (!params->has_half())
-      return FailedPreconditionError("CudaBert<bf16>::Bind: DeviceParams has no bf16 copy (create it with_half)");
+    if (params->copy_type() != kDType<T>)
+      return FailedPreconditionError(std::string("CudaBert<") + DTypeName(kDType<T>) + ">::Bind: DeviceParams has no " +
+                                     DTypeName(kDType<T>) + " copy");
   }
   params_ = params;
   ctx_ = ctx;
@@ -273,7 +271,7 @@ Status CudaBert<T>::Linear(T* out, const T* inp, int w, int b, int n, int ic, in
   g.A = inp; g.lda = ic;
   g.B = W(w); g.ldb = ic;
   g.C = out; g.ldc = oc;
-  g.in_type = g.out_type = kDT<T>;
+  g.in_type = g.out_type = kDType<T>;
   g.bias = epilogue ? bias : nullptr;
   DGCA_RETURN_IF_ERROR(gemm_->Run(g));
   if (bias != nullptr && !epilogue) return BiasAdd<T>(stream(), out, bias, n, oc);
@@ -291,7 +289,7 @@ Status CudaBert<T>::LinearBack(T* dinp, bool accumulate_dinp, int w, int b, cons
     g.A = dout; g.lda = oc;
     g.B = W(w); g.ldb = ic;
     g.C = dinp; g.ldc = ic;
-    g.in_type = g.out_type = kDT<T>;
+    g.in_type = g.out_type = kDType<T>;
     DGCA_RETURN_IF_ERROR(gemm_->Run(g));
   }
   {  // dW [oc, ic] += dout^T [oc, n] inp [n, ic], written fp32 into the grad.
@@ -302,7 +300,7 @@ Status CudaBert<T>::LinearBack(T* dinp, bool accumulate_dinp, int w, int b, cons
     g.A = dout; g.lda = oc;
     g.B = inp; g.ldb = ic;
     g.C = G(w); g.ldc = ic;
-    g.in_type = kDT<T>;
+    g.in_type = kDType<T>;
     g.out_type = DType::kF32;
     DGCA_RETURN_IF_ERROR(gemm_->Run(g));
   }
@@ -485,6 +483,7 @@ Status CudaBert<T>::EmbedBackward(float* dprompt) {
 
 template class CudaBert<float>;
 template class CudaBert<__nv_bfloat16>;
+template class CudaBert<__half>;
 
 }  // namespace cuda
 }  // namespace dgca

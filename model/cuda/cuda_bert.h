@@ -10,10 +10,10 @@
 // the tensors up BY NAME in that layout (the names dgca::Bert declares: HF
 // BertForMaskedLM's), checks their shapes and that q/k/v are contiguous
 // (one [3H,H] GEMM), and reads weights through DeviceParams::weight<T>():
-// the fp32 master for T = float, the bf16 copy for T = bf16. Gradients are
+// the fp32 master for T = float, the 16-bit copy for T = bf16 or fp16. Gradients are
 // ADDED (fp32) into DeviceParams::grad(i); the caller zeroes them.
 //
-// Precision (T = float or __nv_bfloat16):
+// Precision (T = float, __nv_bfloat16 or __half):
 //   - activations and the residual stream in T; LayerNorm mean/rstd fp32;
 //   - every matmul through GemmRunner (fp32 accumulation; for T = float the
 //     GEMMs are true fp32, CUBLAS_COMPUTE_32F, no TF32, so the fp32 model
@@ -36,7 +36,7 @@
 // NVTX: one range per embedding, per encoder layer (forward and backward)
 // and per MLM head call, when nvtx3 headers are available.
 //
-// Status: compiled only; NOT YET RUN ON A GPU. Checked against dgca::Bert by
+// Status: run by ctest on the CUDA emulator (model/cuda/emu); not yet on a GPU. Checked against dgca::Bert by
 // model/cuda/bert_check.{h,cc} (dgca-model-check) on the next GPU session.
 //
 // Thread-safety: not thread-safe; one CudaBert per model, used on one
@@ -45,6 +45,7 @@
 #define DGCA_MODEL_CUDA_CUDA_BERT_H_
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -74,8 +75,8 @@ class CudaBert {
   // Resolves the parameter indices by name in `layout` (a finalized
   // ParamStore declared by dgca::Bert's Declare*; only its layout is read),
   // checks shapes against the config, and allocates every activation
-  // buffer. params (its layout must have layout's total size; T = bf16
-  // needs params->has_half()), ctx and gemm are not owned and must outlive
+  // buffer. params (its layout must have layout's total size; a 16-bit T
+  // needs params->copy_type() == kDType<T>), ctx and gemm are not owned and must outlive
   // this object. NOT_FOUND for a missing tensor, INVALID_ARGUMENT for a
   // shape mismatch or a bad config, FAILED_PRECONDITION for a missing bf16
   // copy, INTERNAL for CUDA allocation failures.
@@ -231,6 +232,7 @@ Status CudaBert<T>::EncoderBackward(const Fn& on_layer) {
 
 extern template class CudaBert<float>;
 extern template class CudaBert<__nv_bfloat16>;
+extern template class CudaBert<__half>;
 
 }  // namespace cuda
 }  // namespace dgca

@@ -1,4 +1,4 @@
-// CudaHeads<T>: see cuda_heads.h. NOT YET RUN ON A GPU.
+// CudaHeads<T>: see cuda_heads.h. Checked on the CUDA emulator; not yet on a GPU.
 //
 // Kernels (one block per slot unless noted), in call order:
 //   Forward:  [GEMM act = h W_c^T]  SlotForwardKernel (detector, candidate
@@ -35,15 +35,6 @@ namespace {
 constexpr int kThreads = 256;       // per-slot kernels over H and K
 constexpr int kVocabThreads = 512;  // per-slot kernels over V
 constexpr int kColThreads = 128;    // column-owner kernels
-
-__device__ __forceinline__ float ToF(float x) { return x; }
-__device__ __forceinline__ float ToF(bf16 x) { return __bfloat162float(x); }
-template <typename T> __device__ __forceinline__ T FromF(float x);
-template <> __device__ __forceinline__ float FromF<float>(float x) { return x; }
-template <> __device__ __forceinline__ bf16 FromF<bf16>(float x) { return __float2bfloat16(x); }
-
-template <typename T> constexpr DType kDT = DType::kF32;
-template <> constexpr DType kDT<bf16> = DType::kBF16;
 
 Status Launched(const char* what) { return CudaStatus(cudaGetLastError(), what); }
 
@@ -446,7 +437,7 @@ struct BwdArgs {
   float* ds;
   float* du;
   float* da;
-  T* da_t;  // bf16 copy of da for the GEMMs (null for float)
+  T* da_t;  // 16-bit copy of da for the GEMMs (null for float)
 };
 
 // Dynamic shared memory: float s_ds[K], int s_c[K].
@@ -713,9 +704,9 @@ Status CudaHeads<T>::Bind(const ParamStore& layout, DeviceParams* params, const 
     DGCA_RETURN_IF_ERROR(BindOne(layout, "candidate.dense.bias", {H}, &cd_b_));
     DGCA_RETURN_IF_ERROR(BindOne(layout, "candidate.LayerNorm.weight", {H}, &ln_w_));
     DGCA_RETURN_IF_ERROR(BindOne(layout, "candidate.LayerNorm.bias", {H}, &ln_b_));
-    if (std::is_same_v<T, bf16> && !params->has_half())
-      return FailedPreconditionError(
-          "CudaHeads<bf16>::Bind: DeviceParams has no bf16 copy (create it with with_half)");
+    if (!std::is_same_v<T, float> && params->copy_type() != kDType<T>)
+      return FailedPreconditionError(std::string("CudaHeads<") + DTypeName(kDType<T>) +
+                                     ">::Bind: DeviceParams has no " + DTypeName(kDType<T>) + " copy");
   }
   if (gated_) {
     DGCA_RETURN_IF_ERROR(BindOne(layout, "fusion.gate.weight", {H}, &g_w_));
@@ -754,7 +745,7 @@ Status CudaHeads<T>::Bind(const ParamStore& layout, DeviceParams* params, const 
     DGCA_RETURN_IF_ERROR(ds_.Allocate(TK));
     DGCA_RETURN_IF_ERROR(du_.Allocate(TH));
     DGCA_RETURN_IF_ERROR(da_.Allocate(TH));
-    if (std::is_same_v<T, bf16>) DGCA_RETURN_IF_ERROR(da_t_.Allocate(TH));
+    if (!std::is_same_v<T, float>) DGCA_RETURN_IF_ERROR(da_t_.Allocate(TH));
     DGCA_RETURN_IF_ERROR(wc_.Allocate(static_cast<size_t>(H_) * H_));
     DGCA_RETURN_IF_ERROR(dwc_.Allocate(static_cast<size_t>(H_) * H_));
     DGCA_RETURN_IF_ERROR(sort_keys_.Allocate(TK));
@@ -864,7 +855,7 @@ Status CudaHeads<T>::Forward(const T* h, const T* z, const T* E, const int32_t* 
       g.ldb = H_;
       g.C = act_.get();
       g.ldc = H_;
-      g.in_type = kDT<T>;
+      g.in_type = kDType<T>;
       g.out_type = DType::kF32;
       DGCA_RETURN_IF_ERROR(gemm_->Run(g));
     }
@@ -991,7 +982,7 @@ Status CudaHeads<T>::Backward(float scale, T* dh, T* dz, float* dE) {
   a.ds = ds_.get();
   a.du = du_.get();
   a.da = da_.get();
-  a.da_t = std::is_same_v<T, bf16> ? da_t_.get() : nullptr;
+  a.da_t = !std::is_same_v<T, float> ? da_t_.get() : nullptr;
   const size_t shmem = static_cast<size_t>(K) * (sizeof(float) + sizeof(int));
   SlotBackwardKernel<T><<<Tn, kThreads, shmem, stream>>>(a);
   DGCA_RETURN_IF_ERROR(Launched("CudaHeads: SlotBackwardKernel"));
@@ -1044,8 +1035,8 @@ Status CudaHeads<T>::Backward(float scale, T* dh, T* dz, float* dE) {
   DGCA_RETURN_IF_ERROR(Launched("CudaHeads: CandEmbGrad"));
 
   // Dense layer: dW_c += da^T h; dh += da W_c.
-  const void* da_in = std::is_same_v<T, bf16> ? static_cast<const void*>(da_t_.get())
-                                              : static_cast<const void*>(da_.get());
+  const void* da_in = !std::is_same_v<T, float> ? static_cast<const void*>(da_t_.get())
+                                                : static_cast<const void*>(da_.get());
   GemmArgs gw;
   gw.trans_a = true;
   gw.trans_b = false;
@@ -1059,7 +1050,7 @@ Status CudaHeads<T>::Backward(float scale, T* dh, T* dz, float* dE) {
   gw.C = dwc_.get();  // aligned scratch (see CopyDenseWeight), then added
   gw.ldc = H;
   gw.beta = 0.0f;
-  gw.in_type = kDT<T>;
+  gw.in_type = kDType<T>;
   gw.out_type = DType::kF32;
   DGCA_RETURN_IF_ERROR(gemm_->Run(gw));
   const int64_t hh = int64_t(H) * H;
@@ -1079,8 +1070,8 @@ Status CudaHeads<T>::Backward(float scale, T* dh, T* dz, float* dE) {
   gh.C = dh;
   gh.ldc = H;
   gh.beta = 1.0f;
-  gh.in_type = kDT<T>;
-  gh.out_type = kDT<T>;
+  gh.in_type = kDType<T>;
+  gh.out_type = kDType<T>;
   return gemm_->Run(gh);
 }
 
@@ -1115,7 +1106,7 @@ Status CudaHeads<T>::Predict(const T* h, const T* z, const T* E, const int32_t* 
     g.ldb = H_;
     g.C = act_.get();
     g.ldc = H_;
-    g.in_type = kDT<T>;
+    g.in_type = kDType<T>;
     g.out_type = DType::kF32;
     DGCA_RETURN_IF_ERROR(gemm_->Run(g));
     a.cand = cand;
@@ -1147,6 +1138,7 @@ Status CudaHeads<T>::Predict(const T* h, const T* z, const T* E, const int32_t* 
 
 template class CudaHeads<float>;
 template class CudaHeads<bf16>;
+template class CudaHeads<__half>;
 
 }  // namespace cuda
 }  // namespace dgca

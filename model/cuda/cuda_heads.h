@@ -4,10 +4,10 @@
 // and Forward/Backward/Predict contract as the CPU reference. Read heads.h
 // for the maths; this header only states what differs.
 //
-// NOT YET RUN ON A GPU (written and compiled without one; the checks in
-// heads_check.h are the first thing the next GPU session runs).
+// Checked against the CPU by heads_check.h on the CUDA emulator
+// (model/cuda/emu, ctest); not yet run on a GPU.
 //
-// Precision: T (float or __nv_bfloat16) is the type of the activations the
+// Precision: T (float, __nv_bfloat16 or __half) is the type of the activations the
 // model hands over: h [T,H], z [T,V], E [V,H] and the gradients dh, dz.
 // Everything inside the heads is fp32 (per-slot scalars in double where the
 // CPU uses double): the candidate-head activations a, n, u, the scores,
@@ -16,8 +16,9 @@
 // candidate.dense.weight, which the cuBLASLt GEMMs read as
 // DeviceParams::weight<T> (GEMM inputs must share one type), through an
 // aligned copy made at each Forward/Predict (the flat buffers put the head
-// tensors at odd offsets); for T = bf16 the dense-layer gradient da is
-// rounded to bf16 for those GEMMs (fp32 accumulation, fp32 dW_c). dE is the fp32 gradient of the word embeddings
+// tensors at odd offsets); for a 16-bit T the dense-layer gradient da is
+// rounded to T for those GEMMs (fp32 accumulation, fp32 dW_c). dE is the
+// fp32 gradient of the word embeddings
 // (DeviceParams::grad), as every parameter gradient.
 //
 // The fused vocabulary path: no [T,V] tensor exists besides z (and dz,

@@ -1,7 +1,7 @@
 // Tests of CudaHeads and CudaPromptEncoder. The GPU-vs-CPU comparisons
 // (heads_check.h) run when a device is visible and skip with the reason
 // otherwise; the host-side argument checks run everywhere (they return
-// before any CUDA call). NOT YET RUN ON A GPU.
+// before any CUDA call). Runs on the CUDA emulator as cuda_heads_test_emu; not yet on a GPU.
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -96,7 +96,7 @@ TEST(CudaHeadsTest, BindRejectsMissingAndMisshapenTensors) {
   ParamStore other;
   other.Declare("something.else", {4}, true);
   other.Finalize();
-  auto dp = DeviceParams::Create(&other, false);
+  auto dp = DeviceParams::Create(&other, DType::kF32);
   ASSERT_TRUE(dp.ok()) << dp.status().ToString();
   CudaHeads<float> heads(cfg, 4);
   Status s = heads.Bind(other, dp->get(), ctx->get(), &gemm);
@@ -107,7 +107,7 @@ TEST(CudaHeadsTest, BindRejectsMissingAndMisshapenTensors) {
   DgcaHeads cpu(cfg, 4);
   ASSERT_TRUE(cpu.Declare(&store).ok());
   store.Finalize();
-  auto dp2 = DeviceParams::Create(&store, false);
+  auto dp2 = DeviceParams::Create(&store, DType::kF32);
   ASSERT_TRUE(dp2.ok()) << dp2.status().ToString();
   ModelConfig narrow = cfg;
   narrow.hidden = 8;

@@ -1,6 +1,6 @@
 // CudaDgcaModel (cuda_model.h): the GPU assembly of the DGCA-ReLM model,
-// step for step the order of model/nn/model.cc. Compiled only; NOT YET RUN
-// ON A GPU.
+// step for step the order of model/nn/model.cc. Checked on the CUDA
+// emulator (model/cuda/emu); not yet run on a GPU.
 #include "model/cuda/cuda_model.h"
 
 #include <cuda_bf16.h>
@@ -22,12 +22,20 @@
 namespace dgca {
 namespace cuda {
 
-const char* PrecisionName(Precision p) { return p == Precision::kBf16 ? "bf16" : "fp32"; }
+const char* PrecisionName(Precision p) {
+  switch (p) {
+    case Precision::kBf16: return "bf16";
+    case Precision::kFp16: return "fp16";
+    case Precision::kFloat32: break;
+  }
+  return "fp32";
+}
 
 StatusOr<Precision> ParsePrecision(const std::string& s) {
   if (s == "fp32" || s == "float32" || s == "float") return Precision::kFloat32;
   if (s == "bf16" || s == "bfloat16") return Precision::kBf16;
-  return InvalidArgumentError("unknown precision '" + s + "' (valid: fp32, bf16)");
+  if (s == "fp16" || s == "float16" || s == "half") return Precision::kFp16;
+  return InvalidArgumentError("unknown precision '" + s + "' (valid: fp32, bf16, fp16)");
 }
 
 namespace {
@@ -117,7 +125,7 @@ class CudaDgcaModelImpl final : public CudaDgcaModel {
       host_ = cpu->params();
     }
     host_.ZeroGrads();
-    DGCA_ASSIGN_OR_RETURN(dp_, DeviceParams::Create(&host_, precision_ == Precision::kBf16));
+    DGCA_ASSIGN_OR_RETURN(dp_, DeviceParams::Create(&host_, kDType<T>));
     DGCA_RETURN_IF_ERROR(dp_->Upload(host_));
     DGCA_RETURN_IF_ERROR(dp_->ZeroGrads(stream()));
     DGCA_RETURN_IF_ERROR(AllocateMoments());
@@ -168,7 +176,7 @@ class CudaDgcaModelImpl final : public CudaDgcaModel {
 
   StatusOr<LossBreakdown> ForwardBackward(const Batch& batch, float grad_scale,
                                           const GradReadyFn& on_grad_ready) override {
-    return Run(batch, /*backward=*/true, grad_scale, on_grad_ready);
+    return Run(batch, /*backward=*/true, grad_scale * loss_scale_, on_grad_ready);
   }
 
   StatusOr<LossBreakdown> Forward(const Batch& batch) override {
@@ -215,9 +223,9 @@ class CudaDgcaModelImpl final : public CudaDgcaModel {
       DGCA_RETURN_IF_ERROR(Synchronize());
       for (int t = 0; t < NS; ++t) {
         int best = 0;
-        float bv = ToFloat(zh[static_cast<size_t>(t) * V]);
+        float bv = ToF(zh[static_cast<size_t>(t) * V]);
         for (int v = 1; v < V; ++v) {
-          const float x = ToFloat(zh[static_cast<size_t>(t) * V + v]);
+          const float x = ToF(zh[static_cast<size_t>(t) * V + v]);
           if (x > bv) bv = x, best = v;
         }
         pred[t] = best;
@@ -262,6 +270,7 @@ class CudaDgcaModelImpl final : public CudaDgcaModel {
                                     "cudaMemsetAsync adam m"));
     DGCA_RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(v_.get(), 0, sizeof(float) * n, stream()),
                                     "cudaMemsetAsync adam v"));
+    DGCA_RETURN_IF_ERROR(found_inf_.Allocate(1));
     return norm_sq_.Allocate(1);
   }
   float* adam_m() override { return m_.get(); }
@@ -316,16 +325,33 @@ class CudaDgcaModelImpl final : public CudaDgcaModel {
     DGCA_RETURN_IF_ERROR(Synchronize());
     return out;
   }
+  void set_loss_scale(float scale) override { loss_scale_ = scale; }
+  StatusOr<bool> UnscaleGradsAndCheck(float inv_scale) override {
+    const int64_t n = host_.total_numel();
+    if (n == 0) return false;
+    DGCA_RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(found_inf_.get(), 0, sizeof(int32_t), stream()),
+                                    "cudaMemsetAsync found_inf"));
+    DGCA_RETURN_IF_ERROR(UnscaleCheck(stream(), dp_->grad(), n, inv_scale, found_inf_.get()));
+    int32_t found = 0;
+    DGCA_RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(&found, found_inf_.get(), sizeof(int32_t),
+                                                    cudaMemcpyDeviceToHost, stream()),
+                                    "cudaMemcpyAsync found_inf"));
+    DGCA_RETURN_IF_ERROR(Synchronize());
+    return found != 0;
+  }
   Status MasterChanged() override {
-    if (precision_ != Precision::kBf16) return OkStatus();
-    return dp_->RefreshHalf(stream());
+    if constexpr (std::is_same_v<T, float>) return OkStatus();
+    return dp_->RefreshCopy(stream());
   }
 
   Status Step(float lr, const AdamWOptions& o, float grad_scale) override {
     ++step_;
     // One launch per maximal run of consecutive tensors with the same decay
     // flag (the layout is flat and contiguous: each run is one slice).
-    const bool bf16 = precision_ == Precision::kBf16;
+    // The forward's 16-bit copy is refreshed by the same kernel.
+    using H = std::conditional_t<std::is_same_v<T, float>, bf16, T>;  // no copy for fp32
+    H* copy = nullptr;
+    if constexpr (!std::is_same_v<T, float>) copy = dp_->copy<T>();
     int i = 0;
     while (i < host_.size()) {
       const bool decay = host_.info(i).weight_decay;
@@ -340,7 +366,7 @@ class CudaDgcaModelImpl final : public CudaDgcaModel {
       if (end > begin) {
         DGCA_RETURN_IF_ERROR(AdamW(stream(), dp_->master() + begin, m_.get() + begin,
                                    v_.get() + begin, dp_->grad() + begin,
-                                   bf16 ? dp_->half() + begin : nullptr, end - begin, lr,
+                                   copy != nullptr ? copy + begin : nullptr, end - begin, lr,
                                    o.beta1, o.beta2, o.eps, decay ? o.weight_decay : 0.0f, step_,
                                    grad_scale));
       }
@@ -359,8 +385,6 @@ class CudaDgcaModelImpl final : public CudaDgcaModel {
  private:
   cudaStream_t stream() const { return ctx_->stream(); }
 
-  static float ToFloat(float x) { return x; }
-  static float ToFloat(__nv_bfloat16 x) { return __bfloat162float(x); }
 
   // A copy of CpuDgcaModel::Validate (model/nn/model.cc; not reachable from
   // here: it is a private member in an anonymous namespace). Same rules and
@@ -573,8 +597,8 @@ class CudaDgcaModelImpl final : public CudaDgcaModel {
         DGCA_RETURN_IF_ERROR(prompt_.Forward(&p));
         prompt_rows = p;
       } else {
-        const __nv_bfloat16* p = nullptr;
-        DGCA_RETURN_IF_ERROR(prompt_.ForwardBf16(&p));
+        const T* p = nullptr;
+        DGCA_RETURN_IF_ERROR(prompt_.ForwardAs<T>(&p));
         prompt_rows = p;
       }
     }
@@ -767,6 +791,8 @@ class CudaDgcaModelImpl final : public CudaDgcaModel {
   DeviceArray<float> m_, v_;
   int64_t step_ = 0;
   DeviceArray<double> norm_sq_;  // GradSquaredNorm's accumulator
+  DeviceArray<int32_t> found_inf_;  // UnscaleGradsAndCheck's flag
+  float loss_scale_ = 1.0f;
 };
 
 }  // namespace
@@ -782,15 +808,18 @@ StatusOr<std::unique_ptr<CudaDgcaModel>> CudaDgcaModel::Create(const ModelConfig
     return InvalidArgumentError("CudaDgcaModel: seq_len " + std::to_string(seq_len) +
                                 " must be in [1, max_position=" +
                                 std::to_string(cfg.max_position) + "]");
-  if (precision == Precision::kBf16) {
-    auto m = std::make_unique<CudaDgcaModelImpl<__nv_bfloat16>>(cfg, max_batch, seq_len,
-                                                                 precision, ctx);
+  auto make = [&](auto tag) -> StatusOr<std::unique_ptr<CudaDgcaModel>> {
+    using T = decltype(tag);
+    auto m = std::make_unique<CudaDgcaModelImpl<T>>(cfg, max_batch, seq_len, precision, ctx);
     DGCA_RETURN_IF_ERROR(m->Init(seed));
     return std::unique_ptr<CudaDgcaModel>(std::move(m));
+  };
+  switch (precision) {
+    case Precision::kBf16: return make(bf16());
+    case Precision::kFp16: return make(__half());
+    case Precision::kFloat32: break;
   }
-  auto m = std::make_unique<CudaDgcaModelImpl<float>>(cfg, max_batch, seq_len, precision, ctx);
-  DGCA_RETURN_IF_ERROR(m->Init(seed));
-  return std::unique_ptr<CudaDgcaModel>(std::move(m));
+  return make(float());
 }
 
 }  // namespace cuda

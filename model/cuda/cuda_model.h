@@ -2,7 +2,7 @@
 // assembly of CudaPromptEncoder, CudaBert<T> and CudaHeads<T> in exactly the
 // order of the CPU model (model/nn/model.cc), for T = float or bf16.
 //
-// Status: compiled only; NOT YET RUN ON A GPU. model/cuda/model_check.h
+// Status: run by ctest on the CUDA emulator (model/cuda/emu); not yet on a GPU. model/cuda/model_check.h
 // (dgca-model-check "cuda_model") compares a whole training step against
 // the CPU model.
 //
@@ -18,7 +18,8 @@
 //   - params().grads() are valid only after DownloadGrads();
 //   - params().values() are valid after Create() and after DownloadValues();
 //     edits to them reach the device only through UploadValues().
-// The trainer integration (buckets on DeviceParams::grad()) is not done yet.
+// The trainer's device (model/cuda/cuda_train_device.h) buckets the
+// gradients over DeviceParams::grad() itself.
 //
 // ForwardBackward / Forward / Predict: same contract as DgcaModel. The batch
 // is validated on the host with the CPU model's rules (the code is a copy of
@@ -71,9 +72,15 @@
 namespace dgca {
 namespace cuda {
 
-enum class Precision { kFloat32, kBf16 };
-const char* PrecisionName(Precision p);  // "fp32", "bf16"
-// "fp32"/"float32"/"float" or "bf16"/"bfloat16"; INVALID_ARGUMENT otherwise.
+// fp32: the CPU's arithmetic (checks). bf16 / fp16: activations and a
+// 16-bit weight copy in that type, fp32 accumulation, fp32 master weights,
+// gradients and moments. fp16 gradients need loss scaling against underflow:
+// the caller multiplies grad_scale by the loss scale (the CUDA train device
+// does, model/cuda/cuda_train_device.h) and unscales (UnscaleGrads).
+enum class Precision { kFloat32, kBf16, kFp16 };
+const char* PrecisionName(Precision p);  // "fp32", "bf16", "fp16"
+// "fp32"/"float32"/"float", "bf16"/"bfloat16" or "fp16"/"float16"/"half";
+// INVALID_ARGUMENT otherwise.
 StatusOr<Precision> ParsePrecision(const std::string& s);
 
 class CudaDgcaModel : public DgcaModel {
@@ -118,6 +125,12 @@ class CudaDgcaModel : public DgcaModel {
   // Sum of squares of every device gradient (the global L2 norm squared);
   // waits for the device.
   virtual StatusOr<double> GradSquaredNorm() = 0;
+  // fp16 loss scaling: ForwardBackward multiplies its grad_scale by
+  // `scale` (1 by default), so the gradients come out scaled.
+  virtual void set_loss_scale(float scale) = 0;
+  // Multiplies every device gradient by inv_scale and reports whether any
+  // result is inf or NaN (waits for the device).
+  virtual StatusOr<bool> UnscaleGradsAndCheck(float inv_scale) = 0;
   // The fp32 master was written on the device by someone else (a
   // broadcast): refreshes the bf16 copy. Enqueued.
   virtual Status MasterChanged() = 0;

@@ -1,7 +1,7 @@
 // Tests of CudaDgcaModel (cuda_model.h). Host-side checks run everywhere;
 // the whole-step GPU-vs-CPU comparison (model_check.h) and the batch
 // validation on a real model skip without a visible device, saying why.
-// NOT YET RUN ON A GPU.
+// Runs on the CUDA emulator as cuda_model_test_emu; not yet on a GPU.
 #include <gtest/gtest.h>
 
 #include <random>

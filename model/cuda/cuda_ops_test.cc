@@ -90,9 +90,11 @@ TEST(OpCheckTest, EveryOpHasACheckInBothPrecisions) {
   for (const char* op : {"layernorm", "gelu", "softmax", "attention", "embedding", "bias", "cross_entropy"}) {
     EXPECT_TRUE(names.count(std::string(op) + " fp32")) << op;
     EXPECT_TRUE(names.count(std::string(op) + " bf16")) << op;
+    EXPECT_TRUE(names.count(std::string(op) + " fp16")) << op;
   }
   for (const char* name : {"gemm_nn_bias fp32->fp32", "gemm_nn_bias bf16->bf16", "gemm_nn_bias fp16->fp32",
-                           "gemm_nt_batched fp32->fp32", "adamw fp32 master + bf16 copy", "loss_scale fp32"}) {
+                           "gemm_nt_batched fp32->fp32", "adamw fp32 master + bf16 copy",
+                           "adamw fp32 master + fp16 copy", "loss_scale fp32"}) {
     EXPECT_TRUE(names.count(name)) << name;
   }
 }

@@ -1,4 +1,4 @@
-// CudaPromptEncoder: see cuda_prompt_encoder.h. NOT YET RUN ON A GPU.
+// CudaPromptEncoder: see cuda_prompt_encoder.h. Checked on the CUDA emulator; not yet on a GPU.
 // Mirrors model/nn/prompt_encoder.cc step by step (same loop structure, so
 // the two can be read side by side).
 #include "model/cuda/cuda_prompt_encoder.h"
@@ -182,8 +182,7 @@ Status CudaPromptEncoder::Bind(const ParamStore& layout, DeviceParams* params,
   DGCA_RETURN_IF_ERROR(hid_.Allocate(static_cast<size_t>(S * H)));
   DGCA_RETURN_IF_ERROR(out_.Allocate(static_cast<size_t>(S * H)));
   DGCA_RETURN_IF_ERROR(d_hid_.Allocate(static_cast<size_t>(S * H)));
-  DGCA_RETURN_IF_ERROR(out_bf16_.Allocate(static_cast<size_t>(S * H)));
-  DGCA_RETURN_IF_ERROR(dout_f_.Allocate(static_cast<size_t>(S * H)));
+  DGCA_RETURN_IF_ERROR(out16_.Allocate(static_cast<size_t>(S * H)));
   bound_ = true;
   return OkStatus();
 }
@@ -195,10 +194,10 @@ Status CudaPromptEncoder::PoisonScratch() {
     DGCA_RETURN_IF_ERROR(D.c.Poison());
     DGCA_RETURN_IF_ERROR(D.tanh_c.Poison());
   }
-  for (DeviceArray<float>* a : {&out0_, &out1_, &hid_, &out_, &dout_f_, &d_out1_, &d_out0_, &d_hid_,
+  for (DeviceArray<float>* a : {&out0_, &out1_, &hid_, &out_, &d_out1_, &d_out0_, &d_hid_,
                                 &dgates_, &dh_, &dc_})
     DGCA_RETURN_IF_ERROR(a->Poison());
-  DGCA_RETURN_IF_ERROR(out_bf16_.Poison());
+  DGCA_RETURN_IF_ERROR(out16_.Poison());
   return CudaStatus(cudaDeviceSynchronize(), "CudaPromptEncoder::PoisonScratch");
 }
 
@@ -299,15 +298,20 @@ Status CudaPromptEncoder::Forward(const float** out) {
   return OkStatus();
 }
 
-Status CudaPromptEncoder::ForwardBf16(const __nv_bfloat16** out) {
+template <typename T>
+Status CudaPromptEncoder::ForwardAs(const T** out) {
+  static_assert(sizeof(T) == sizeof(uint16_t), "ForwardAs converts to bf16 or fp16");
   *out = nullptr;
   const float* f = nullptr;
   DGCA_RETURN_IF_ERROR(Forward(&f));
   if (f == nullptr) return OkStatus();
-  DGCA_RETURN_IF_ERROR(FloatToBf16(ctx_->stream(), out_bf16_.get(), f, int64_t(rows_) * hidden_));
-  *out = out_bf16_.get();
+  T* rows = reinterpret_cast<T*>(out16_.get());
+  DGCA_RETURN_IF_ERROR(CastFromFloat<T>(ctx_->stream(), rows, f, int64_t(rows_) * hidden_));
+  *out = rows;
   return OkStatus();
 }
+template Status CudaPromptEncoder::ForwardAs<bf16>(const bf16**);
+template Status CudaPromptEncoder::ForwardAs<__half>(const __half**);
 
 Status CudaPromptEncoder::Backward(const float* dout) {
   if (!bound_) return FailedPreconditionError("CudaPromptEncoder: Bind() was not called");
@@ -342,13 +346,6 @@ Status CudaPromptEncoder::Backward(const float* dout) {
   const float* emb = params_->master(emb_);
   DGCA_RETURN_IF_ERROR(DirBackward(&dirs_[0], emb, out0_.get(), d_out0_.get(), demb));
   return DirBackward(&dirs_[1], emb, out0_.get(), d_out0_.get(), demb);
-}
-
-Status CudaPromptEncoder::BackwardBf16(const __nv_bfloat16* dout) {
-  if (!bound_) return FailedPreconditionError("CudaPromptEncoder: Bind() was not called");
-  if (kind_ == PromptEncoderKind::kNone) return OkStatus();
-  DGCA_RETURN_IF_ERROR(Bf16ToFloat(ctx_->stream(), dout_f_.get(), dout, int64_t(rows_) * hidden_));
-  return Backward(dout_f_.get());
 }
 
 }  // namespace cuda

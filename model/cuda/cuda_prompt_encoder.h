@@ -4,13 +4,14 @@
 // kinds (lstm, mlp, none), parameter names, shapes, gate order (i, f, g, o)
 // and maths as the CPU reference; read that header.
 //
-// NOT YET RUN ON A GPU (written and compiled without one; heads_check.h
-// holds its GPU-vs-CPU check).
+// Checked against the CPU by heads_check.h on the CUDA emulator
+// (model/cuda/emu, ctest); not yet run on a GPU.
 //
 // Precision: fp32 throughout (the encoder is tiny: S = 2P rows, its cost is
 // launches, not FLOPs). It reads the fp32 master weights and ADDS into the
-// fp32 grads of DeviceParams. ForwardBf16/BackwardBf16 convert at the edge
-// for a bf16 model.
+// fp32 grads of DeviceParams. ForwardAs<T> converts the rows at the edge
+// for a bf16 or fp16 model (the backward takes the fp32 gradient the
+// embedding backward accumulates).
 //
 // Implementation: the input projections, the two Linears and every weight
 // gradient are cuBLASLt GEMMs (GemmRunner, fp32 compute, no TF32); the LSTM
@@ -64,15 +65,14 @@ class CudaPromptEncoder {
   // Enqueues the forward from the current master weights; *out = the [S,H]
   // fp32 rows (owned, valid until the next Forward); nullptr for kNone.
   Status Forward(const float** out);
-  // Forward, then a bf16 copy of the rows (owned) in *out.
-  Status ForwardBf16(const __nv_bfloat16** out);
+  // Forward, then a copy of the rows as T (bf16 or __half; owned) in *out.
+  template <typename T>
+  Status ForwardAs(const T** out);
 
   // dout [S,H] fp32 on the device: ADDS into every parameter grad of this
   // encoder (embedding included), from the activations of the last
   // Forward(). No-op for kNone.
   Status Backward(const float* dout);
-  // dout in bf16 (converted to fp32 first).
-  Status BackwardBf16(const __nv_bfloat16* dout);
 
   // Tests: fills every internal buffer (outputs and activations) with NaN.
   Status PoisonScratch();
@@ -103,8 +103,7 @@ class CudaPromptEncoder {
 
   DeviceArray<float> out0_, out1_;  // [S,2H] LSTM layer outputs
   DeviceArray<float> hid_, out_;    // [S,H]
-  DeviceArray<__nv_bfloat16> out_bf16_;  // [S,H] ForwardBf16's copy
-  DeviceArray<float> dout_f_;       // [S,H] BackwardBf16's fp32 copy
+  DeviceArray<uint16_t> out16_;  // [S,H] ForwardAs's 16-bit copy
   DeviceArray<float> d_out1_, d_out0_, d_hid_;
   DeviceArray<float> dgates_;       // [S,4H]
   DeviceArray<float> dh_, dc_;      // [H]

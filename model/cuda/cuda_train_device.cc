@@ -1,6 +1,8 @@
 #include "model/cuda/cuda_train_device.h"
 
 #include <cmath>
+#include <limits>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -12,13 +14,17 @@ namespace {
 
 class CudaTrainDevice : public TrainDevice {
  public:
+  // `scaler`: the fp16 loss scaler (empty for fp32 and bf16).
   CudaTrainDevice(std::shared_ptr<const CudaContext> ctx, std::unique_ptr<CudaDgcaModel> model,
-                  const AdamWOptions& aopt, bool deterministic)
+                  const AdamWOptions& aopt, bool deterministic, std::optional<LossScaler> scaler)
       : ctx_(std::move(ctx)),
         model_(std::move(model)),
         aopt_(aopt),
         adam_(&model_->params(), aopt),
-        deterministic_(deterministic) {}
+        deterministic_(deterministic),
+        scaler_(std::move(scaler)) {
+    if (scaler_) model_->set_loss_scale(static_cast<float>(scaler_->scale()));
+  }
 
   std::string Describe() const override {
     return "cuda:" + std::to_string(ctx_->device()) + " " + ctx_->description() + ", " +
@@ -44,19 +50,35 @@ class CudaTrainDevice : public TrainDevice {
   }
   Status ZeroGrads() override {
     clip_scale_ = 1.0f;
+    found_inf_ = false;
     return model_->ZeroGrads();
   }
   StatusOr<double> ClipGradNorm(double max_norm) override {
+    if (scaler_) {
+      // The all-reduced gradients are scale x the true ones: divide, check.
+      DGCA_ASSIGN_OR_RETURN(found_inf_,
+                            model_->UnscaleGradsAndCheck(static_cast<float>(1.0 / scaler_->scale())));
+      if (found_inf_) return std::numeric_limits<double>::infinity();
+    }
     DGCA_ASSIGN_OR_RETURN(double sq, model_->GradSquaredNorm());
     const double norm = std::sqrt(sq);
     clip_scale_ = max_norm > 0 && norm > max_norm ? static_cast<float>(max_norm / (norm + 1e-6)) : 1.0f;
     return norm;
   }
   Status OptimizerStep(float lr) override {
-    DGCA_RETURN_IF_ERROR(model_->Step(lr, aopt_, clip_scale_));
-    adam_.set_step(model_->optimizer_step());
+    skipped_ = found_inf_;
+    if (!skipped_) {
+      DGCA_RETURN_IF_ERROR(model_->Step(lr, aopt_, clip_scale_));
+      adam_.set_step(model_->optimizer_step());
+    }
+    if (scaler_) {
+      scaler_->Update(found_inf_);
+      model_->set_loss_scale(static_cast<float>(scaler_->scale()));
+    }
     return OkStatus();
   }
+  LossScaler* loss_scaler() override { return scaler_ ? &*scaler_ : nullptr; }
+  bool last_step_skipped() const override { return skipped_; }
   Status FinishStep() override { return model_->Synchronize(); }
   Status PullToHost() override {
     DGCA_RETURN_IF_ERROR(model_->DownloadValues());
@@ -76,6 +98,9 @@ class CudaTrainDevice : public TrainDevice {
   AdamW adam_;  // host copy of the moments (checkpoints); not used to step
   float clip_scale_ = 1.0f;
   bool deterministic_;
+  std::optional<LossScaler> scaler_;
+  bool found_inf_ = false;  // this step's gradients overflowed (fp16)
+  bool skipped_ = false;    // the last OptimizerStep skipped
 };
 
 }  // namespace
@@ -83,19 +108,24 @@ class CudaTrainDevice : public TrainDevice {
 TrainDeviceFactory CudaTrainDeviceFactory(std::shared_ptr<const CudaContext> ctx) {
   return [ctx](const TrainDeviceSpec& spec) -> StatusOr<std::unique_ptr<TrainDevice>> {
     if (ctx == nullptr) return InvalidArgumentError("cuda train device: no CUDA context");
-    Precision p;
+    Precision p = Precision::kFloat32;
+    std::optional<LossScaler> scaler;
     switch (spec.precision) {
       case dgca::Precision::kFp32: p = Precision::kFloat32; break;
       case dgca::Precision::kBf16: p = Precision::kBf16; break;
-      default:
-        return UnimplementedError(
-            "train: precision fp16 is not implemented on CUDA yet (valid: bf16, fp32)");
+      case dgca::Precision::kFp16: {
+        p = Precision::kFp16;
+        DGCA_ASSIGN_OR_RETURN(LossScaler s, LossScaler::Create(spec.loss_scaler));
+        scaler = s;
+        break;
+      }
     }
     DGCA_ASSIGN_OR_RETURN(std::unique_ptr<CudaDgcaModel> model,
                           CudaDgcaModel::Create(spec.model, spec.micro_batch, spec.seq_len,
                                                 spec.seed, p, ctx.get()));
     model->set_deterministic(spec.deterministic);
-    return std::unique_ptr<TrainDevice>(new CudaTrainDevice(ctx, std::move(model), spec.adam, spec.deterministic));
+    return std::unique_ptr<TrainDevice>(
+        new CudaTrainDevice(ctx, std::move(model), spec.adam, spec.deterministic, std::move(scaler)));
   };
 }
 

@@ -2,12 +2,15 @@
 // fp32 master weights, gradients and AdamW moments on one device, driven by
 // Train() through the same steps as the CPU.
 //
-// Status: compiled only; NOT YET RUN ON A GPU.
+// Status: run by ctest on the CUDA emulator (model/cuda/emu); not yet on a GPU.
 //
-// - Precision: fp32 (the CPU arithmetic, for checks) or bf16 (bf16
+// - Precision: fp32 (the CPU arithmetic, for checks), bf16 or fp16 (16-bit
 //   activations and weight copies, fp32 accumulation, master and moments).
-//   fp16 is UNIMPLEMENTED here (the loss-scaler kernels exist; the model
-//   has no fp16 instantiation yet).
+//   fp16 adds dynamic loss scaling (model/train/loss_scaler.h, options from
+//   TrainDeviceSpec::loss_scaler): the model's backward is seeded with
+//   grad_scale x scale; ClipGradNorm divides the all-reduced gradients by
+//   the scale and checks them (one reduction, the host sync it already
+//   had); an overflow skips the AdamW update and backs the scale off.
 // - Buffers: grad_buffer/value_buffer/moments are DEVICE pointers: data
 //   parallel needs a communicator on device memory (NCCL). Train() with
 //   Gloo and this device would hand device pointers to Gloo: the factory

@@ -1,4 +1,4 @@
-// DeviceParams (device_params.h). Compiled only; not yet run on a GPU.
+// DeviceParams (device_params.h). Checked on the CUDA emulator; not yet on a GPU.
 //
 // The synchronous transfers use cudaDeviceSynchronize around plain
 // cudaMemcpy: the model's stream is non-blocking (CudaContext), so the
@@ -35,7 +35,7 @@ Status SameLayout(const ParamStore& a, const ParamStore& b, const char* what) {
 
 }  // namespace
 
-StatusOr<std::unique_ptr<DeviceParams>> DeviceParams::Create(const ParamStore* layout, bool with_half) {
+StatusOr<std::unique_ptr<DeviceParams>> DeviceParams::Create(const ParamStore* layout, DType copy) {
   if (layout == nullptr) return InvalidArgumentError("DeviceParams::Create: null layout");
   if (!layout->finalized()) return FailedPreconditionError("DeviceParams::Create: the ParamStore is not finalized");
   std::unique_ptr<DeviceParams> p(new DeviceParams());
@@ -45,9 +45,10 @@ StatusOr<std::unique_ptr<DeviceParams>> DeviceParams::Create(const ParamStore* l
   DGCA_RETURN_IF_ERROR(p->grad_.Allocate(n).WithPrefix("DeviceParams grad"));
   DGCA_RETURN_IF_ERROR(p->master_.Zero());
   DGCA_RETURN_IF_ERROR(p->grad_.Zero());
-  if (with_half) {
-    DGCA_RETURN_IF_ERROR(p->half_.Allocate(n).WithPrefix("DeviceParams bf16 copy"));
-    DGCA_RETURN_IF_ERROR(p->half_.Zero());
+  p->copy_type_ = copy;
+  if (copy != DType::kF32) {
+    DGCA_RETURN_IF_ERROR(p->copy_.Allocate(n).WithPrefix(std::string("DeviceParams ") + DTypeName(copy) + " copy"));
+    DGCA_RETURN_IF_ERROR(p->copy_.Zero());
   }
   // cudaMemset may return before it is done; later work goes to a
   // non-blocking stream that would not wait for it.
@@ -63,7 +64,7 @@ Status DeviceParams::Upload(const ParamStore& host) {
   DGCA_RETURN_IF_ERROR(CudaStatus(cudaMemcpy(master_.get(), host.values(), sizeof(float) * n,
                                              cudaMemcpyHostToDevice),
                                   "DeviceParams::Upload cudaMemcpy"));
-  if (has_half()) DGCA_RETURN_IF_ERROR(FloatToBf16(nullptr, half_.get(), master_.get(), n));
+  DGCA_RETURN_IF_ERROR(CopyFromMaster(nullptr));
   return DeviceSync("DeviceParams::Upload");
 }
 
@@ -93,11 +94,20 @@ Status DeviceParams::ZeroGrads(cudaStream_t stream) {
   return CudaStatus(cudaMemsetAsync(grad_.get(), 0, sizeof(float) * n, stream), "DeviceParams::ZeroGrads");
 }
 
-Status DeviceParams::RefreshHalf(cudaStream_t stream) {
-  if (!has_half()) {
-    return FailedPreconditionError("DeviceParams::RefreshHalf: created without the bf16 copy (with_half=false)");
+Status DeviceParams::CopyFromMaster(cudaStream_t stream) {
+  switch (copy_type_) {
+    case DType::kBF16: return CastFromFloat(stream, copy<bf16>(), master_.get(), total_numel());
+    case DType::kF16: return CastFromFloat(stream, copy<__half>(), master_.get(), total_numel());
+    case DType::kF32: return OkStatus();
   }
-  return FloatToBf16(stream, half_.get(), master_.get(), total_numel());
+  return OkStatus();
+}
+
+Status DeviceParams::RefreshCopy(cudaStream_t stream) {
+  if (copy_type_ == DType::kF32) {
+    return FailedPreconditionError("DeviceParams::RefreshCopy: created without a 16-bit copy");
+  }
+  return CopyFromMaster(stream);
 }
 
 }  // namespace cuda

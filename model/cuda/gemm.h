@@ -32,12 +32,11 @@
 
 #include "model/core/status.h"
 #include "model/cuda/cuda_context.h"
+#include "model/cuda/dtype.h"
 
 namespace dgca {
 namespace cuda {
 
-enum class DType { kF32, kBF16, kF16 };
-const char* DTypeName(DType t);
 
 struct GemmArgs {
   bool trans_a = false, trans_b = false;

@@ -14,17 +14,6 @@ namespace {
 
 constexpr int kTile = 16;
 
-template <typename T> __device__ __forceinline__ float Ld(const T* p, int64_t i);
-template <> __device__ __forceinline__ float Ld<float>(const float* p, int64_t i) { return p[i]; }
-template <> __device__ __forceinline__ float Ld<__nv_bfloat16>(const __nv_bfloat16* p, int64_t i) {
-  return __bfloat162float(p[i]);
-}
-template <> __device__ __forceinline__ float Ld<__half>(const __half* p, int64_t i) { return __half2float(p[i]); }
-template <typename T> __device__ __forceinline__ T St(float x);
-template <> __device__ __forceinline__ float St<float>(float x) { return x; }
-template <> __device__ __forceinline__ __nv_bfloat16 St<__nv_bfloat16>(float x) { return __float2bfloat16(x); }
-template <> __device__ __forceinline__ __half St<__half>(float x) { return __float2half(x); }
-
 // One 16x16 tile of C per block; blockIdx.z = batch. fp32 accumulation.
 template <typename Tin, typename Tout>
 __global__ void TiledGemmKernel(bool ta, bool tb, int M, int N, int K, float alpha, float beta,
@@ -43,8 +32,8 @@ __global__ void TiledGemmKernel(bool ta, bool tb, int M, int N, int K, float alp
     // as[y][x] = op(A)[i][k0 + x]; bs[y][x] = op(B)[k0 + y][j].
     const int ka = k0 + threadIdx.x, kb = k0 + threadIdx.y;
     float a = 0.0f, b = 0.0f;
-    if (i < M && ka < K) a = ta ? Ld(A, int64_t(ka) * lda + i) : Ld(A, int64_t(i) * lda + ka);
-    if (j < N && kb < K) b = tb ? Ld(B, int64_t(j) * ldb + kb) : Ld(B, int64_t(kb) * ldb + j);
+    if (i < M && ka < K) a = ta ? ToF(A[int64_t(ka) * lda + i]) : ToF(A[int64_t(i) * lda + ka]);
+    if (j < N && kb < K) b = tb ? ToF(B[int64_t(j) * ldb + kb]) : ToF(B[int64_t(kb) * ldb + j]);
     as[threadIdx.y][threadIdx.x] = a;
     bs[threadIdx.y][threadIdx.x] = b;
     __syncthreads();
@@ -55,9 +44,9 @@ __global__ void TiledGemmKernel(bool ta, bool tb, int M, int N, int K, float alp
   if (i < M && j < N) {
     float out = alpha * acc;
     const int64_t o = int64_t(i) * ldc + j;
-    if (beta != 0.0f) out += beta * Ld(C, o);
-    if (bias != nullptr) out += Ld(bias, j);
-    C[o] = St<Tout>(out);
+    if (beta != 0.0f) out += beta * ToF(C[o]);
+    if (bias != nullptr) out += ToF(bias[j]);
+    C[o] = FromF<Tout>(out);
   }
 }
 

@@ -1,5 +1,5 @@
 // GPU-vs-CPU checks of CudaHeads and CudaPromptEncoder (heads_check.h).
-// NOT YET RUN ON A GPU.
+// Runs on the CUDA emulator in ctest (model/cuda/emu); not yet on a GPU.
 //
 // Gradients that the modules ADD into (dh, dE, parameter grads) start from
 // the same random values on both sides, and the rows compare the
@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "model/core/config.h"
+#include "model/cuda/check_io.h"
 #include "model/cuda/cuda_context.h"
 #include "model/cuda/cuda_heads.h"
 #include "model/cuda/cuda_prompt_encoder.h"
@@ -36,7 +37,7 @@ namespace {
 using Rng = std::mt19937_64;
 using Rows = std::vector<CheckRow>;
 
-constexpr double kBf16LossTol = 1e-3;
+constexpr double kHalfLossTol = 1e-3;  // bf16 and fp16 losses
 
 std::vector<float> Rand(size_t n, Rng* rng, float lo, float hi) {
   std::uniform_real_distribution<float> u(lo, hi);
@@ -47,46 +48,15 @@ std::vector<float> Rand(size_t n, Rng* rng, float lo, float hi) {
 int RandInt(Rng* rng, int lo, int hi) {  // [lo, hi)
   return std::uniform_int_distribution<int>(lo, hi - 1)(*rng);
 }
-float RoundBf16(float x) { return __bfloat162float(__float2bfloat16(x)); }
-void RoundBf16(std::vector<float>* v) {
-  for (float& x : *v) x = RoundBf16(x);
+// The values a T-typed GPU buffer holds.
+template <typename T>
+void RoundTo(std::vector<float>* v) {
+  for (float& x : *v) x = ToF(FromF<T>(x));
 }
 
-template <typename T>
-StatusOr<DeviceArray<T>> Up(const std::vector<float>& v) {
-  std::vector<T> t(v.size());
-  for (size_t i = 0; i < v.size(); ++i) {
-    if constexpr (std::is_same_v<T, float>) {
-      t[i] = v[i];
-    } else {
-      t[i] = __float2bfloat16(v[i]);
-    }
-  }
-  DeviceArray<T> d;
-  DGCA_RETURN_IF_ERROR(d.Upload(t));
-  return d;
-}
-template <typename T>
-StatusOr<std::vector<float>> Down(const DeviceArray<T>& d) {
-  std::vector<T> t;
-  DGCA_RETURN_IF_ERROR(d.Download(&t));
-  std::vector<float> v(t.size());
-  for (size_t i = 0; i < t.size(); ++i) {
-    if constexpr (std::is_same_v<T, float>) {
-      v[i] = t[i];
-    } else {
-      v[i] = __bfloat162float(t[i]);
-    }
-  }
-  return v;
-}
 StatusOr<std::vector<float>> DownFloats(const float* dev, size_t n) {
-  std::vector<float> v(n);
-  if (n == 0) return v;
   DGCA_RETURN_IF_ERROR(CudaStatus(cudaDeviceSynchronize(), "cudaDeviceSynchronize"));
-  DGCA_RETURN_IF_ERROR(
-      CudaStatus(cudaMemcpy(v.data(), dev, n * sizeof(float), cudaMemcpyDeviceToHost), "cudaMemcpy D2H"));
-  return v;
+  return DownloadAsFloat(dev, n);
 }
 // Uploads and poisons use the legacy default stream; the context's stream
 // is non-blocking: wait for them before launching.
@@ -129,10 +99,10 @@ constexpr int kH = 32, kV = 200, kK = 4, kSlots = 10, kMaxSlots = 16;
 template <typename T>
 Status CheckHeads(const HeadsCase& hc, const CudaContext& ctx, GemmRunner* gemm, Rng* rng,
                   Rows* rows) {
-  constexpr bool kBf16 = std::is_same_v<T, bf16>;
-  const char* dtype = kBf16 ? "bf16" : "fp32";
-  const double tol = kBf16 ? kBf16Tol : kF32Tol;
-  const double loss_tol = kBf16 ? kBf16LossTol : kF32Tol;
+  constexpr bool kHalf = !std::is_same_v<T, float>;
+  const char* dtype = DTypeName(kDType<T>);
+  const double tol = !kHalf ? kF32Tol : std::is_same_v<T, bf16> ? kBf16Tol : kF16Tol;
+  const double loss_tol = kHalf ? kHalfLossTol : kF32Tol;
   const std::string prefix = std::string("heads ") + hc.name + ": ";
   ModelConfig cfg;
   cfg.hidden = kH;
@@ -156,25 +126,25 @@ Status CheckHeads(const HeadsCase& hc, const CudaContext& ctx, GemmRunner* gemm,
     const ParamInfo& p = store.info(i);
     const bool gain = p.name == "candidate.LayerNorm.weight" || p.name == "fusion.gate.det_scale";
     std::vector<float> v = gain ? Rand(p.numel, rng, 0.5f, 1.5f) : Rand(p.numel, rng, -0.5f, 0.5f);
-    // The bf16 GEMMs read W_c in bf16: give the reference the same values.
-    if (kBf16 && p.name == "candidate.dense.weight") RoundBf16(&v);
+    // The 16-bit GEMMs read W_c as T: give the reference the same values.
+    if (kHalf && p.name == "candidate.dense.weight") RoundTo<T>(&v);
     std::copy(v.begin(), v.end(), store.value(i));
   }
   std::vector<float> grads0 = Rand(store.total_numel(), rng, -0.01f, 0.01f);
   std::copy(grads0.begin(), grads0.end(), store.grads());
 
-  // Inputs (rounded to bf16 for a bf16 check, the same values for both sides).
+  // Inputs (rounded to T for a 16-bit check, the same values for both sides).
   std::vector<float> h = Rand(size_t(Tn) * H, rng, -1.0f, 1.0f);
   std::vector<float> z = Rand(size_t(Tn) * V, rng, -4.0f, 4.0f);
   std::vector<float> E = Rand(size_t(V) * H, rng, -0.5f, 0.5f);
-  const float dh_amp = kBf16 ? 1e-3f : 1e-2f;  // small for bf16: its rounding is relative
+  const float dh_amp = kHalf ? 1e-3f : 1e-2f;  // small for 16 bits: their rounding is relative
   std::vector<float> dh0 = Rand(size_t(Tn) * H, rng, -dh_amp, dh_amp);
   std::vector<float> dE0 = Rand(size_t(V) * H, rng, -0.01f, 0.01f);
-  if (kBf16) {
-    RoundBf16(&h);
-    RoundBf16(&z);
-    RoundBf16(&E);
-    RoundBf16(&dh0);
+  if (kHalf) {
+    RoundTo<T>(&h);
+    RoundTo<T>(&z);
+    RoundTo<T>(&E);
+    RoundTo<T>(&dh0);
   }
   // Slot kinds by t % 5: 0 correct (y = x ∈ C); 1 error, y among the
   // candidates; 2 error, y outside the candidates; 3 y = a duplicated
@@ -219,7 +189,7 @@ Status CheckHeads(const HeadsCase& hc, const CudaContext& ctx, GemmRunner* gemm,
                                    pred_want.data()));
 
   // GPU.
-  DGCA_ASSIGN_OR_RETURN(std::unique_ptr<DeviceParams> dp, DeviceParams::Create(&store, kBf16));
+  DGCA_ASSIGN_OR_RETURN(std::unique_ptr<DeviceParams> dp, DeviceParams::Create(&store, kDType<T>));
   DGCA_RETURN_IF_ERROR(dp->Upload(store));
   DGCA_RETURN_IF_ERROR(CudaStatus(cudaMemcpy(dp->grad(), grads0.data(), grads0.size() * sizeof(float),
                                              cudaMemcpyHostToDevice),
@@ -227,11 +197,11 @@ Status CheckHeads(const HeadsCase& hc, const CudaContext& ctx, GemmRunner* gemm,
   CudaHeads<T> gpu(cfg, kMaxSlots);
   DGCA_RETURN_IF_ERROR(gpu.Bind(store, dp.get(), &ctx, gemm));
   DGCA_RETURN_IF_ERROR(gpu.PoisonScratch());
-  DGCA_ASSIGN_OR_RETURN(DeviceArray<T> d_h, Up<T>(h));
-  DGCA_ASSIGN_OR_RETURN(DeviceArray<T> d_z, Up<T>(z));
-  DGCA_ASSIGN_OR_RETURN(DeviceArray<T> d_E, Up<T>(E));
-  DGCA_ASSIGN_OR_RETURN(DeviceArray<T> d_dh, Up<T>(dh0));
-  DGCA_ASSIGN_OR_RETURN(DeviceArray<float> d_dE, Up<float>(dE0));
+  DGCA_ASSIGN_OR_RETURN(DeviceArray<T> d_h, UploadAs<T>(h));
+  DGCA_ASSIGN_OR_RETURN(DeviceArray<T> d_z, UploadAs<T>(z));
+  DGCA_ASSIGN_OR_RETURN(DeviceArray<T> d_E, UploadAs<T>(E));
+  DGCA_ASSIGN_OR_RETURN(DeviceArray<T> d_dh, UploadAs<T>(dh0));
+  DGCA_ASSIGN_OR_RETURN(DeviceArray<float> d_dE, UploadAs<float>(dE0));
   DeviceArray<int32_t> d_x, d_y, d_cand, d_pred;
   DGCA_RETURN_IF_ERROR(d_x.Upload(x));
   DGCA_RETURN_IF_ERROR(d_y.Upload(y));
@@ -250,14 +220,15 @@ Status CheckHeads(const HeadsCase& hc, const CudaContext& ctx, GemmRunner* gemm,
   T* dz_ptr = hc.alias_dz ? d_z.get() : d_dz.get();
   DGCA_RETURN_IF_ERROR(gpu.Backward(scale, d_dh.get(), dz_ptr, d_dE.get()));
   DGCA_RETURN_IF_ERROR(ctx.Synchronize());
-  DGCA_ASSIGN_OR_RETURN(std::vector<float> dz_got, Down<T>(hc.alias_dz ? d_z : d_dz));
-  DGCA_ASSIGN_OR_RETURN(std::vector<float> dh_got, Down<T>(d_dh));
-  DGCA_ASSIGN_OR_RETURN(std::vector<float> dE_got, Down<float>(d_dE));
+  const DeviceArray<T>& dz_out = hc.alias_dz ? d_z : d_dz;
+  DGCA_ASSIGN_OR_RETURN(std::vector<float> dz_got, DownloadAsFloat(dz_out.get(), dz_out.size()));
+  DGCA_ASSIGN_OR_RETURN(std::vector<float> dh_got, DownloadAsFloat(d_dh.get(), d_dh.size()));
+  DGCA_ASSIGN_OR_RETURN(std::vector<float> dE_got, DownloadAsFloat(d_dE.get(), d_dE.size()));
   DGCA_ASSIGN_OR_RETURN(std::vector<float> grads_got,
                         DownFloats(dp->grad(), static_cast<size_t>(store.total_numel())));
   // Predict needs the logits again when Backward overwrote them.
   if (hc.alias_dz) {
-    DGCA_ASSIGN_OR_RETURN(d_z, Up<T>(z));
+    DGCA_ASSIGN_OR_RETURN(d_z, UploadAs<T>(z));
     DGCA_RETURN_IF_ERROR(SyncDevice());
   }
   DGCA_RETURN_IF_ERROR(gpu.PoisonScratch());
@@ -311,7 +282,7 @@ Status CheckPrompt(PromptEncoderKind kind, const CudaContext& ctx, GemmRunner* g
   const std::vector<float> out_want(o, o + size_t(S) * H);
   cpu.Backward(dout.data());
 
-  DGCA_ASSIGN_OR_RETURN(std::unique_ptr<DeviceParams> dp, DeviceParams::Create(&store, false));
+  DGCA_ASSIGN_OR_RETURN(std::unique_ptr<DeviceParams> dp, DeviceParams::Create(&store, DType::kF32));
   DGCA_RETURN_IF_ERROR(dp->Upload(store));
   DGCA_RETURN_IF_ERROR(CudaStatus(cudaMemcpy(dp->grad(), grads0.data(), grads0.size() * sizeof(float),
                                              cudaMemcpyHostToDevice),
@@ -319,7 +290,7 @@ Status CheckPrompt(PromptEncoderKind kind, const CudaContext& ctx, GemmRunner* g
   CudaPromptEncoder gpu(cfg);
   DGCA_RETURN_IF_ERROR(gpu.Bind(store, dp.get(), &ctx, gemm));
   DGCA_RETURN_IF_ERROR(gpu.PoisonScratch());
-  DGCA_ASSIGN_OR_RETURN(DeviceArray<float> d_dout, Up<float>(dout));
+  DGCA_ASSIGN_OR_RETURN(DeviceArray<float> d_dout, UploadAs<float>(dout));
   DGCA_RETURN_IF_ERROR(SyncDevice());
   const float* d_out = nullptr;
   DGCA_RETURN_IF_ERROR(gpu.Forward(&d_out));
@@ -347,18 +318,24 @@ const std::vector<OpCheck>& HeadsChecks() {
     const HeadsCase gated_nodet{"gated no-detector", false, FusionKind::kGated, false};
     const HeadsCase none{"fusion none", true, FusionKind::kNone, false};
     const HeadsCase none_alias{"fusion none", true, FusionKind::kNone, true};
-    auto heads = [v](const HeadsCase& c, bool use_bf16) {
-      v->push_back(OpCheck{std::string("heads ") + c.name + (use_bf16 ? " bf16" : " fp32"),
-                           [c, use_bf16](const CudaContext& ctx, GemmRunner* g, Rng* r, Rows* rows) {
-                             return use_bf16 ? CheckHeads<bf16>(c, ctx, g, r, rows)
-                                             : CheckHeads<float>(c, ctx, g, r, rows);
+    auto heads = [v](const HeadsCase& c, DType t) {
+      v->push_back(OpCheck{std::string("heads ") + c.name + " " + DTypeName(t),
+                           [c, t](const CudaContext& ctx, GemmRunner* g, Rng* r, Rows* rows) {
+                             switch (t) {
+                               case DType::kBF16: return CheckHeads<bf16>(c, ctx, g, r, rows);
+                               case DType::kF16: return CheckHeads<__half>(c, ctx, g, r, rows);
+                               case DType::kF32: break;
+                             }
+                             return CheckHeads<float>(c, ctx, g, r, rows);
                            }});
     };
-    heads(gated, false);
-    heads(gated_alias, true);
-    heads(gated_nodet, false);
-    heads(none, false);
-    heads(none_alias, true);
+    heads(gated, DType::kF32);
+    heads(gated_alias, DType::kBF16);
+    heads(gated_alias, DType::kF16);
+    heads(gated_nodet, DType::kF32);
+    heads(none, DType::kF32);
+    heads(none_alias, DType::kBF16);
+    heads(none_alias, DType::kF16);
     v->push_back(OpCheck{"prompt lstm", [](const CudaContext& ctx, GemmRunner* g, Rng* r, Rows* rows) {
                            return CheckPrompt(PromptEncoderKind::kLstm, ctx, g, r, rows);
                          }});

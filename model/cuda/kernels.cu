@@ -13,12 +13,6 @@ namespace dgca {
 namespace cuda {
 namespace {
 
-__device__ __forceinline__ float ToF(float x) { return x; }
-__device__ __forceinline__ float ToF(bf16 x) { return __bfloat162float(x); }
-template <typename T> __device__ __forceinline__ T FromF(float x);
-template <> __device__ __forceinline__ float FromF<float>(float x) { return x; }
-template <> __device__ __forceinline__ bf16 FromF<bf16>(float x) { return __float2bfloat16(x); }
-
 Status Launched(const char* what) { return CudaStatus(cudaGetLastError(), what); }
 
 int Blocks(int64_t n, int threads) {
@@ -47,13 +41,15 @@ __device__ float BlockReduce(float x, float* sh) {
   return kMax ? WarpMax(y) : WarpSum(y);
 }
 
-__global__ void FloatToBf16Kernel(bf16* out, const float* inp, int64_t n) {
+template <typename T>
+__global__ void CastFromFloatKernel(T* out, const float* inp, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    out[i] = __float2bfloat16(inp[i]);
+    out[i] = FromF<T>(inp[i]);
 }
-__global__ void Bf16ToFloatKernel(float* out, const bf16* inp, int64_t n) {
+template <typename T>
+__global__ void CastToFloatKernel(float* out, const T* inp, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    out[i] = __bfloat162float(inp[i]);
+    out[i] = ToF(inp[i]);
 }
 
 // One warp per row. Two passes over the row (mean, then centered variance:
@@ -273,7 +269,8 @@ __global__ void CrossEntropyKernel(float* row_loss, T* dlogits, const T* logits,
   }
 }
 
-__global__ void AdamWKernel(float* param, float* m, float* v, const float* grad, bf16* out,
+template <typename H>
+__global__ void AdamWKernel(float* param, float* m, float* v, const float* grad, H* out,
                             int64_t n, float lr, float b1, float b2, float eps, float decay,
                             float step_size, float inv_sqrt_bc2, float grad_scale) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
@@ -286,7 +283,7 @@ __global__ void AdamWKernel(float* param, float* m, float* v, const float* grad,
     v[i] = vi;
     p -= step_size * mi / (sqrtf(vi) * inv_sqrt_bc2 + eps);
     param[i] = p;
-    if (out != nullptr) out[i] = __float2bfloat16(p);
+    if (out != nullptr) out[i] = FromF<H>(p);
   }
 }
 
@@ -300,8 +297,7 @@ __global__ void SumSquaresKernel(double* out, const float* x, int64_t n) {
   if (threadIdx.x == 0) atomicAdd(out, double(acc));
 }
 
-__global__ void UnscaleCheckKernel(float* grad, int64_t n, const float* inv_scale, int32_t* found_inf) {
-  const float s = *inv_scale;
+__global__ void UnscaleCheckKernel(float* grad, int64_t n, float s, int32_t* found_inf) {
   bool bad = false;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const float g = grad[i] * s;
@@ -309,24 +305,6 @@ __global__ void UnscaleCheckKernel(float* grad, int64_t n, const float* inv_scal
     bad |= !isfinite(g);
   }
   if (__any_sync(0xffffffffu, bad) && (threadIdx.x & 31) == 0) *found_inf = 1;
-}
-
-__global__ void UpdateLossScaleKernel(float* scale, float* inv_scale, int32_t* tracker,
-                                      const int32_t* found_inf, float growth, float backoff,
-                                      int interval) {
-  if (*found_inf != 0) {
-    *scale *= backoff;
-    *tracker = 0;
-  } else {
-    const int t = *tracker + 1;
-    if (t >= interval) {
-      *scale *= growth;
-      *tracker = 0;
-    } else {
-      *tracker = t;
-    }
-  }
-  *inv_scale = 1.0f / *scale;
 }
 
 template <typename T>
@@ -423,15 +401,17 @@ Status SoftmaxBackward(cudaStream_t stream, T* dscores, const T* probs, const T*
   return Launched("SoftmaxBackward");
 }
 
-Status FloatToBf16(cudaStream_t stream, bf16* out, const float* inp, int64_t n) {
+template <typename T>
+Status CastFromFloat(cudaStream_t stream, T* out, const float* inp, int64_t n) {
   if (n <= 0) return OkStatus();
-  FloatToBf16Kernel<<<Blocks(n, 256), 256, 0, stream>>>(out, inp, n);
-  return Launched("FloatToBf16");
+  CastFromFloatKernel<T><<<Blocks(n, 256), 256, 0, stream>>>(out, inp, n);
+  return Launched("CastFromFloat");
 }
-Status Bf16ToFloat(cudaStream_t stream, float* out, const bf16* inp, int64_t n) {
+template <typename T>
+Status CastToFloat(cudaStream_t stream, float* out, const T* inp, int64_t n) {
   if (n <= 0) return OkStatus();
-  Bf16ToFloatKernel<<<Blocks(n, 256), 256, 0, stream>>>(out, inp, n);
-  return Launched("Bf16ToFloat");
+  CastToFloatKernel<T><<<Blocks(n, 256), 256, 0, stream>>>(out, inp, n);
+  return Launched("CastToFloat");
 }
 
 template <typename T>
@@ -531,8 +511,9 @@ Status CrossEntropy(cudaStream_t stream, float* row_loss, T* dlogits, const T* l
   return Launched("CrossEntropy");
 }
 
+template <typename H>
 Status AdamW(cudaStream_t stream, float* param, float* m, float* v, const float* grad,
-             bf16* bf16_out, int64_t n, float lr, float beta1, float beta2, float eps,
+             H* half_out, int64_t n, float lr, float beta1, float beta2, float eps,
              float weight_decay, int64_t step, float grad_scale) {
   if (n <= 0) return OkStatus();
   // Bias corrections in double on the host, as model/train/optimizer.cc.
@@ -540,7 +521,7 @@ Status AdamW(cudaStream_t stream, float* param, float* m, float* v, const float*
   const double bc2 = 1.0 - std::pow(double(beta2), double(step));
   const float step_size = float(lr / bc1);
   const float inv_sqrt_bc2 = float(1.0 / std::sqrt(bc2));
-  AdamWKernel<<<Blocks(n, 256), 256, 0, stream>>>(param, m, v, grad, bf16_out, n, lr, beta1, beta2, eps,
+  AdamWKernel<H><<<Blocks(n, 256), 256, 0, stream>>>(param, m, v, grad, half_out, n, lr, beta1, beta2, eps,
                                                    lr * weight_decay, step_size, inv_sqrt_bc2, grad_scale);
   return Launched("AdamW");
 }
@@ -556,16 +537,10 @@ Status SumSquares(cudaStream_t stream, double* out, const float* x, int64_t n) {
   return Launched("SumSquares");
 }
 
-Status UnscaleCheck(cudaStream_t stream, float* grad, int64_t n, const float* inv_scale, int32_t* found_inf) {
+Status UnscaleCheck(cudaStream_t stream, float* grad, int64_t n, float inv_scale, int32_t* found_inf) {
   if (n <= 0) return OkStatus();
   UnscaleCheckKernel<<<Blocks(n, 256), 256, 0, stream>>>(grad, n, inv_scale, found_inf);
   return Launched("UnscaleCheck");
-}
-Status UpdateLossScale(cudaStream_t stream, float* scale, float* inv_scale, int32_t* growth_tracker,
-                       const int32_t* found_inf, float growth, float backoff, int growth_interval) {
-  UpdateLossScaleKernel<<<1, 1, 0, stream>>>(scale, inv_scale, growth_tracker, found_inf, growth, backoff,
-                                             growth_interval);
-  return Launched("UpdateLossScale");
 }
 
 template <typename T>
@@ -606,7 +581,17 @@ Status MergeHeads(cudaStream_t stream, T* out, const T* ctx, int B, int L, int H
 
 DGCA_INSTANTIATE(float)
 DGCA_INSTANTIATE(bf16)
+DGCA_INSTANTIATE(__half)
 #undef DGCA_INSTANTIATE
+
+#define DGCA_INSTANTIATE_HALF(H)                                                                  \
+  template Status CastFromFloat<H>(cudaStream_t, H*, const float*, int64_t);                      \
+  template Status CastToFloat<H>(cudaStream_t, float*, const H*, int64_t);                        \
+  template Status AdamW<H>(cudaStream_t, float*, float*, float*, const float*, H*, int64_t, float, \
+                           float, float, float, float, int64_t, float);
+DGCA_INSTANTIATE_HALF(bf16)
+DGCA_INSTANTIATE_HALF(__half)
+#undef DGCA_INSTANTIATE_HALF
 
 }  // namespace cuda
 }  // namespace dgca

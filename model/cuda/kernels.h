@@ -3,8 +3,8 @@
 // enqueues on `stream` and returns the launch status (kernel faults show up
 // at the next synchronization).
 //
-// Precision: T is float or __nv_bfloat16 (activations and bf16 weight
-// copies). Arithmetic is fp32 inside every kernel; statistics (LayerNorm
+// Precision: T is float, __nv_bfloat16 or __half (activations and 16-bit
+// weight copies; dtype.h). Arithmetic is fp32 inside every kernel; statistics (LayerNorm
 // mean/rstd), parameter gradients (dgamma, dbeta, dtable), optimizer state
 // and master weights are fp32.
 //
@@ -26,15 +26,17 @@
 #include <cstdint>
 
 #include "model/core/status.h"
+#include "model/cuda/dtype.h"
 
 namespace dgca {
 namespace cuda {
 
-using bf16 = __nv_bfloat16;
 
-// Conversions (n elements).
-Status FloatToBf16(cudaStream_t stream, bf16* out, const float* inp, int64_t n);
-Status Bf16ToFloat(cudaStream_t stream, float* out, const bf16* inp, int64_t n);
+// Conversions of n elements (T = bf16 or __half; round to nearest even).
+template <typename T>
+Status CastFromFloat(cudaStream_t stream, T* out, const float* inp, int64_t n);
+template <typename T>
+Status CastToFloat(cudaStream_t stream, float* out, const T* inp, int64_t n);
 
 // out = (inp - mean) * rstd * gamma + beta per row of c; mean, rstd [n] fp32.
 template <typename T>
@@ -97,10 +99,11 @@ Status CrossEntropy(cudaStream_t stream, float* row_loss, T* dlogits, const T* l
 // AdamW (PyTorch semantics, as model/train/optimizer.cc) on fp32 master
 // weights over n elements: grad is multiplied by grad_scale first (1/loss
 // scale for fp16); decay = lr*wd applied before the update; `step` is the
-// 1-based step after increment. bf16_out (may be null) gets the updated
-// weights rounded to bf16 (the copy the forward reads).
+// 1-based step after increment. half_out (H = bf16 or __half; may be null)
+// gets the updated weights rounded to H (the copy the forward reads).
+template <typename H>
 Status AdamW(cudaStream_t stream, float* param, float* m, float* v, const float* grad,
-             bf16* bf16_out, int64_t n, float lr, float beta1, float beta2, float eps,
+             H* half_out, int64_t n, float lr, float beta1, float beta2, float eps,
              float weight_decay, int64_t step, float grad_scale);
 
 // *out += sum of x[i]^2 over n floats (fp32 per-thread and per-block
@@ -108,17 +111,10 @@ Status AdamW(cudaStream_t stream, float* param, float* m, float* v, const float*
 // zero *out first (cudaMemsetAsync). Order-dependent in the last bits.
 Status SumSquares(cudaStream_t stream, double* out, const float* x, int64_t n);
 
-// fp16 dynamic loss scaling, as torch.cuda.amp.GradScaler:
-// UnscaleCheck: grad *= inv_scale in place; *found_inf = 1 if any result is
-// inf or nan (found_inf is only ever set, never cleared: zero it per step).
-Status UnscaleCheck(cudaStream_t stream, float* grad, int64_t n, const float* inv_scale,
-                    int32_t* found_inf);
-// One-thread update: on found_inf, scale *= backoff and growth_tracker = 0;
-// else ++growth_tracker and at growth_interval scale *= growth and the
-// tracker resets. inv_scale = 1/scale.
-Status UpdateLossScale(cudaStream_t stream, float* scale, float* inv_scale,
-                       int32_t* growth_tracker, const int32_t* found_inf, float growth,
-                       float backoff, int growth_interval);
+// fp16 dynamic loss scaling (the bookkeeping is model/train/loss_scaler.h):
+// grad *= inv_scale in place; *found_inf = 1 if any result is inf or NaN
+// (found_inf is only ever set, never cleared: zero it per step).
+Status UnscaleCheck(cudaStream_t stream, float* grad, int64_t n, float inv_scale, int32_t* found_inf);
 
 // Attention layout helpers. qkv [B,L,3H] -> q,k,v each [B,nh,L,d].
 template <typename T>

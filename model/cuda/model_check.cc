@@ -1,8 +1,9 @@
 // The whole-training-step check (model_check.h): CudaDgcaModel against the
-// CPU DgcaModel + AdamW. Compiled only; NOT YET RUN ON A GPU.
+// CPU DgcaModel + AdamW. Run on the CUDA emulator; not yet on a GPU.
 #include "model/cuda/model_check.h"
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -110,6 +111,10 @@ Batch MakeBatch(const ModelConfig& c, int L, const std::vector<int>& lengths, ui
 }
 
 float RoundBf16(float x) { return __bfloat162float(__float2bfloat16(x)); }
+float RoundF16(float x) { return __half2float(__float2half(x)); }
+// fp16 runs scale the loss by this (a power of two: exact to undo) so the
+// check covers the scaled backward and UnscaleGradsAndCheck.
+constexpr float kCheckLossScale = 1024.0f;
 
 bool EndsWith(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
@@ -178,8 +183,10 @@ void TensorRows(const std::string& prefix, const std::string& dt, double tol,
 Status CheckModel(Precision prec, const CudaContext& ctx, Rng* rng, Rows* rows) {
   const ModelConfig cfg = CheckConfig();
   const std::string dt = PrecisionName(prec);
-  const bool bf16 = prec == Precision::kBf16;
-  const double tol = bf16 ? kModelBf16Tol : kF32Tol;
+  const bool bf16 = prec == Precision::kBf16, fp16 = prec == Precision::kFp16;
+  const bool half = bf16 || fp16;
+  const double tol = bf16 ? kModelBf16Tol : fp16 ? kModelF16Tol : kF32Tol;
+  auto round16 = [&](float x) { return bf16 ? RoundBf16(x) : fp16 ? RoundF16(x) : x; };
   const int max_batch = 4, L = 32;
   const uint64_t seed = (*rng)();
 
@@ -212,8 +219,8 @@ Status CheckModel(Precision prec, const CudaContext& ctx, Rng* rng, Rows* rows) 
       float* p = cp.value(i);
       for (int64_t j = 0; j < cp.info(i).numel; ++j) p[j] += u(*rng);
     }
-    if (bf16)
-      for (int64_t j = 0; j < n; ++j) cp.values()[j] = RoundBf16(cp.values()[j]);
+    if (half)
+      for (int64_t j = 0; j < n; ++j) cp.values()[j] = round16(cp.values()[j]);
     std::memcpy(gp.values(), cp.values(), sizeof(float) * n);
     DGCA_RETURN_IF_ERROR(gpu->UploadValues());
   }
@@ -226,6 +233,8 @@ Status CheckModel(Precision prec, const CudaContext& ctx, Rng* rng, Rows* rows) 
   const Batch b1 = MakeBatch(cfg, L, {9, 12, 6, 13}, bseed);
   const Batch b2 = MakeBatch(cfg, L, {7, 10, 5}, bseed + 1);
 
+  const float loss_scale = fp16 ? kCheckLossScale : 1.0f;
+  gpu->set_loss_scale(loss_scale);
   std::vector<float> grads_after_1;
   for (int step = 1; step <= 2; ++step) {
     const Batch& b = step == 1 ? b1 : b2;
@@ -238,8 +247,24 @@ Status CheckModel(Precision prec, const CudaContext& ctx, Rng* rng, Rows* rows) 
     LossRows(pre, dt, tol, lg, lc, rows);
     rows->push_back({pre + " grad_ready order", dt, ready_c == ready_g ? 0.0 : kInf, 0.0});
     DGCA_RETURN_IF_ERROR(gpu->DownloadGrads());
+    for (int64_t j = 0; j < n; ++j) gp.grads()[j] /= loss_scale;
     TensorRows(pre + (step == 1 ? " grads" : " accumulated grad"), dt, tol, cp, gp.grads(),
                cp.grads(), /*all=*/step == 2, rows);
+  }
+  if (fp16) {
+    // The device's own unscale: the same gradients, and no overflow.
+    DGCA_ASSIGN_OR_RETURN(bool found_inf, gpu->UnscaleGradsAndCheck(1.0f / loss_scale));
+    rows->push_back({"cuda_model unscale: no overflow at loss scale 1024", dt, found_inf ? kInf : 0.0, 0.0});
+    DGCA_RETURN_IF_ERROR(gpu->DownloadGrads());
+    TensorRows("cuda_model unscaled grads", dt, tol, cp, gp.grads(), cp.grads(), /*all=*/false, rows);
+    // A scale no fp16 gradient survives: the overflow must be seen.
+    DGCA_RETURN_IF_ERROR(gpu->ZeroGrads());
+    gpu->set_loss_scale(1e30f);
+    DGCA_ASSIGN_OR_RETURN(LossBreakdown lo, gpu->ForwardBackward(b1, 0.5f, GradReadyFn()));
+    (void)lo;
+    DGCA_ASSIGN_OR_RETURN(bool overflow, gpu->UnscaleGradsAndCheck(1e-30f));
+    rows->push_back({"cuda_model unscale: overflow seen at loss scale 1e30", dt, overflow ? 0.0 : kInf, 0.0});
+    gpu->set_loss_scale(1.0f);
   }
 
   // AdamW from the same gradients (see model_check.h for why).
@@ -262,24 +287,35 @@ Status CheckModel(Precision prec, const CudaContext& ctx, Rng* rng, Rows* rows) 
     TensorRows("cuda_model adamw update", dt, kF32Tol, cp, dg.data(), dc.data(), /*all=*/false,
                rows);
   }
-  if (bf16) {
-    // AdamW's bf16_out: the copy the forward reads == bf16(master), exactly.
+  if (half) {
+    // AdamW's half_out: the copy the forward reads == round(master), exactly.
     DeviceParams* dp = gpu->device_params();
-    std::vector<__nv_bfloat16> half(n);
+    std::vector<uint16_t> bits(n);
     std::vector<float> master(n);
     DGCA_RETURN_IF_ERROR(CudaStatus(cudaDeviceSynchronize(), "cudaDeviceSynchronize"));
+    const void* copy = bf16 ? static_cast<const void*>(dp->copy<__nv_bfloat16>())
+                            : static_cast<const void*>(dp->copy<__half>());
     DGCA_RETURN_IF_ERROR(CudaStatus(
-        cudaMemcpy(half.data(), dp->half(), sizeof(__nv_bfloat16) * n, cudaMemcpyDeviceToHost),
-        "cudaMemcpy half"));
+        cudaMemcpy(bits.data(), copy, sizeof(uint16_t) * n, cudaMemcpyDeviceToHost), "cudaMemcpy copy"));
     DGCA_RETURN_IF_ERROR(CudaStatus(
         cudaMemcpy(master.data(), dp->master(), sizeof(float) * n, cudaMemcpyDeviceToHost),
         "cudaMemcpy master"));
     double e = 0;
     for (int64_t j = 0; j < n; ++j) {
-      const double d = std::fabs(double(__bfloat162float(half[j])) - RoundBf16(master[j]));
+      float c;
+      if (bf16) {
+        __nv_bfloat16 b;
+        std::memcpy(&b, &bits[j], 2);
+        c = __bfloat162float(b);
+      } else {
+        __half h;
+        std::memcpy(&h, &bits[j], 2);
+        c = __half2float(h);
+      }
+      const double d = std::fabs(double(c) - round16(master[j]));
       e = std::max(e, std::isnan(d) ? kInf : d);
     }
-    rows->push_back({"cuda_model adamw bf16 copy == bf16(master)", dt, e, 0.0});
+    rows->push_back({"cuda_model adamw " + dt + " copy == " + dt + "(master)", dt, e, 0.0});
   }
 
   // A forward from the updated weights (the GPU reads its own updated
@@ -295,7 +331,7 @@ Status CheckModel(Precision prec, const CudaContext& ctx, Rng* rng, Rows* rows) 
     double diff = pc.size() == pg.size() ? 0.0 : kInf;
     for (size_t i = 0; i < std::min(pc.size(), pg.size()); ++i) diff += pc[i] != pg[i];
     if (!pc.empty()) diff /= static_cast<double>(pc.size());
-    rows->push_back({"cuda_model predict (fraction differing)", dt, diff, bf16 ? 0.2 : 0.0});
+    rows->push_back({"cuda_model predict (fraction differing)", dt, diff, half ? 0.2 : 0.0});
   }
   return gpu->Synchronize();
 }
@@ -311,6 +347,10 @@ const std::vector<OpCheck>& ModelChecks() {
       {"cuda_model bf16",
        [](const CudaContext& ctx, GemmRunner*, Rng* rng, Rows* rows) {
          return CheckModel(Precision::kBf16, ctx, rng, rows);
+       }},
+      {"cuda_model fp16",
+       [](const CudaContext& ctx, GemmRunner*, Rng* rng, Rows* rows) {
+         return CheckModel(Precision::kFp16, ctx, rng, rows);
        }},
   };
   return *checks;

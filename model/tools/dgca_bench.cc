@@ -2,7 +2,8 @@
 // (model/cuda/cuda_model.h) on one GPU — the dgca row of issue 6's table,
 // next to bench/gpu/torch_reference.py's PyTorch eager / torch.compile rows.
 //
-// Status: compiled only; NOT YET RUN ON A GPU.
+// Status: runs end to end on the CUDA emulator (ctest dgca_bench_emu: its
+// timings mean nothing there); not yet run on a GPU.
 //
 // What a step is: ZeroGrads, then batch/micro-batch micro-steps of
 // ForwardBackward (grad_scale 1/accumulation), then one AdamW Step (lr

@@ -19,12 +19,14 @@
 //   [--micro-batch 32] [--accumulation 1] [--steps 300] [--lr 5e-5]
 //   [--warmup 0] [--schedule constant|linear] [--weight-decay 0] [--clip 0]
 //   [--seed 42] [--threads 1] [--device cpu|cuda] [--gpu 0]
-//   [--precision fp32|bf16] [--init-from FILE] [--dump-batches FILE]
+//   [--precision fp32|bf16|fp16] [--loss-scale X] [--init-from FILE]
+//   [--dump-batches FILE]
 //   [--json FILE] [--checkpoint-dir DIR [--checkpoint-every N]]
 //   [--max-eval-samples N]
 //   [--deterministic]   (GPU: bit-reproducible gradient reductions, slower)
 // Exit status: 0 done, 1 training failed (the error on stderr), 2 bad flags
 // or a device this build does not have.
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -52,7 +54,8 @@ int Usage(const std::string& msg) {
                "  [--preset tiny|small|bert-base] [--seq N] [--micro-batch N] [--accumulation N]\n"
                "  [--steps N] [--lr X] [--warmup N] [--schedule constant|linear]\n"
                "  [--weight-decay X] [--clip X] [--seed N] [--threads N] [--device cpu|cuda]\n"
-               "  [--gpu N] [--precision fp32|bf16] [--init-from FILE] [--dump-batches FILE]\n"
+               "  [--gpu N] [--precision fp32|bf16|fp16] [--loss-scale X (fp16: the first loss scale)]\n"
+               "  [--init-from FILE] [--dump-batches FILE]\n"
                "  [--json FILE] [--checkpoint-dir DIR [--checkpoint-every N]] [--max-eval-samples N]\n"
                "  [--deterministic]\n"
                "A --checkpoint-dir holding a checkpoint is resumed from; without --checkpoint-every\n"
@@ -83,7 +86,10 @@ class ToolObserver : public TrainObserver {
   std::vector<StepReport> steps_;
 };
 
+// JSON has no inf/NaN: null (an fp16 step whose gradients overflowed has
+// an infinite norm).
 std::string Num(double x) {
+  if (!std::isfinite(x)) return "null";
   char buf[64];
   std::snprintf(buf, sizeof(buf), "%.9g", x);
   return buf;
@@ -144,6 +150,7 @@ int main(int argc, char** argv) {
     else if (f == "--device") device = v;
     else if (f == "--gpu") gpu = static_cast<int>(num(0, 64));
     else if (f == "--precision") precision = v;
+    else if (f == "--loss-scale") cfg.fp16_init_loss_scale = num(1e-30, 1e30);
     else if (f == "--init-from") cfg.init_from = v;
     else if (f == "--dump-batches") dump = v;
     else if (f == "--json") json = v;
@@ -162,7 +169,8 @@ int main(int argc, char** argv) {
   cfg.model = *model;
   if (precision == "fp32") cfg.precision = Precision::kFp32;
   else if (precision == "bf16") cfg.precision = Precision::kBf16;
-  else return Usage("--precision " + precision + ": valid: fp32, bf16");
+  else if (precision == "fp16") cfg.precision = Precision::kFp16;
+  else return Usage("--precision " + precision + ": valid: fp32, bf16, fp16");
 
   TrainDeviceFactory factory = MakeCpuTrainDevice;
   if (device == "cuda") {
@@ -228,7 +236,11 @@ int main(int argc, char** argv) {
              ", \"mft\": " + head("mft") + ", \"detector\": " + head("detector") +
              ", \"candidate\": " + head("candidate") + ", \"lr\": " + Num(r.learning_rate) +
              ", \"grad_norm\": " + Num(r.grad_norm) + ", \"step_seconds\": " +
-             Num(r.step_seconds) + "}";
+             Num(r.step_seconds) +
+             (r.loss_scale > 0 ? ", \"loss_scale\": " + Num(r.loss_scale) + ", \"skipped\": " +
+                                     (r.overflow_skipped ? "true" : "false")
+                               : std::string()) +
+             "}";
     }
     out += "], \"eval\": {";
     bool first = true;

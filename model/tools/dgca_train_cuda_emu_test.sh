@@ -5,11 +5,14 @@
 #   1. fp32, 4 steps of micro-batch 8 x accumulation 2 with clipping and
 #      weight decay: every step's loss and gradient norm within 1e-4
 #      relative of the CPU's (reduction order differs);
-#   2. bf16: every step's loss within 2e-2 relative of the CPU's fp32;
-#   3. resume: 2 steps, checkpoint, 2 more (a second process) give the
-#      uninterrupted run's steps 3 and 4 (the moments and the data position
-#      round-trip through the host).
-# Usage: dgca_train_cuda_emu_test.sh DGCA_TRAIN DGCA_TRAIN_EMU
+#   2. bf16 and fp16 (loss scale 65536): every step's loss within 2e-2
+#      relative of the CPU's fp32;
+#   3. fp16 from loss scale 4e6, where the scaled fp16 gradients overflow:
+#      step 1 is skipped and the scale halves, as torch's GradScaler;
+#   4. resume: the same fp16 run stopped after 2 steps (checkpoint) and
+#      resumed by a second process gives the uninterrupted run's steps 3
+#      and 4 exactly (weights, moments, data position and the loss scale
+#      round-trip through the checkpoint; step 3 overflows in both).
 set -uo pipefail
 CPU=$1
 EMU=$2
@@ -28,31 +31,49 @@ COMMON=(--train "$DATA/ecspell/train_law.txt" --vocab "$DATA/vocab/vocab.txt" --
 "$EMU" "${COMMON[@]}" --steps 4 --device cuda --precision fp32 --json "$W/fp32.json" > /dev/null 2> "$W/fp32.log" ||
   { tail -30 "$W/fp32.log"; fail "cuda fp32 run"; }
 grep -q "^device: cuda:0 dgca CUDA emulator" "$W/fp32.log" || fail "no emulated device line: $(head -5 "$W/fp32.log")"
-"$EMU" "${COMMON[@]}" --steps 4 --device cuda --precision bf16 --json "$W/bf16.json" > /dev/null 2> "$W/bf16.log" ||
-  { tail -30 "$W/bf16.log"; fail "cuda bf16 run"; }
-"$EMU" "${COMMON[@]}" --steps 2 --device cuda --precision fp32 --checkpoint-dir "$W/ck" --json "$W/part1.json" \
-  > /dev/null 2> "$W/part1.log" || { tail -30 "$W/part1.log"; fail "cuda run to step 2"; }
-"$EMU" "${COMMON[@]}" --steps 4 --device cuda --precision fp32 --checkpoint-dir "$W/ck" --json "$W/part2.json" \
-  > /dev/null 2> "$W/part2.log" || { tail -30 "$W/part2.log"; fail "cuda resume to step 4"; }
+for p in bf16 fp16; do
+  "$EMU" "${COMMON[@]}" --steps 4 --device cuda --precision $p --json "$W/$p.json" > /dev/null 2> "$W/$p.log" ||
+    { tail -30 "$W/$p.log"; fail "cuda $p run"; }
+done
+F16=(--device cuda --precision fp16 --loss-scale 4e6)
+"$EMU" "${COMMON[@]}" "${F16[@]}" --steps 4 --json "$W/overflow.json" > /dev/null 2> "$W/overflow.log" ||
+  { tail -30 "$W/overflow.log"; fail "cuda fp16 overflow run"; }
+grep -q "step 1: fp16 gradients overflowed: update skipped, loss scale now 2e+06" "$W/overflow.log" ||
+  fail "no overflow line: $(grep -m3 step "$W/overflow.log")"
+"$EMU" "${COMMON[@]}" "${F16[@]}" --steps 2 --checkpoint-dir "$W/ck" --json "$W/part1.json" \
+  > /dev/null 2> "$W/part1.log" || { tail -30 "$W/part1.log"; fail "cuda fp16 run to step 2"; }
+grep -q '"loss_scale": 2000000' "$W"/ck/step-00000002/state.json || fail "no loss scale in the checkpoint: $(cat "$W"/ck/step-00000002/state.json)"
+"$EMU" "${COMMON[@]}" "${F16[@]}" --steps 4 --checkpoint-dir "$W/ck" --json "$W/part2.json" \
+  > /dev/null 2> "$W/part2.log" || { tail -30 "$W/part2.log"; fail "cuda fp16 resume to step 4"; }
 
 python3 - "$W" <<'PY' || fail "the CUDA trainer does not match"
 import json, os, sys
 w = sys.argv[1]
 steps = lambda f: json.load(open(os.path.join(w, f)))["steps"]
-cpu, fp32, bf16, part2 = steps("cpu.json"), steps("fp32.json"), steps("bf16.json"), steps("part2.json")
-assert [s["step"] for s in cpu] == [1, 2, 3, 4] == [s["step"] for s in fp32] == [s["step"] for s in bf16], (cpu, fp32)
+cpu, fp32, bf16, fp16 = steps("cpu.json"), steps("fp32.json"), steps("bf16.json"), steps("fp16.json")
+over, part2 = steps("overflow.json"), steps("part2.json")
+for run in (fp32, bf16, fp16, over):
+    assert [s["step"] for s in run] == [1, 2, 3, 4], run
 rel = lambda a, b: abs(a - b) / abs(b)
 worst = 0.0
 for c, g in zip(cpu, fp32):
     for k in ("loss", "fusion", "mft", "detector", "candidate", "grad_norm"):
         worst = max(worst, rel(g[k], c[k]))
         assert rel(g[k], c[k]) <= 1e-4, ("fp32", c["step"], k, g[k], c[k])
-worst_bf16 = max(rel(g["loss"], c["loss"]) for c, g in zip(cpu, bf16))
-assert worst_bf16 <= 2e-2, ("bf16", [(g["loss"], c["loss"]) for c, g in zip(cpu, bf16)])
+half = {}
+for name, run in (("bf16", bf16), ("fp16", fp16)):
+    half[name] = max(rel(g["loss"], c["loss"]) for c, g in zip(cpu, run))
+    assert half[name] <= 2e-2, (name, [(g["loss"], c["loss"]) for c, g in zip(cpu, run)])
+assert all(s["loss_scale"] == 65536 and not s["skipped"] for s in fp16), fp16
+assert over[0]["skipped"] and over[0]["grad_norm"] is None and over[0]["loss_scale"] == 2e6, over[0]
+assert not all(s["skipped"] for s in over), over
 assert [s["step"] for s in part2] == [3, 4], part2
-for a, b in zip(fp32[2:], part2):
-    assert rel(b["loss"], a["loss"]) <= 1e-6, ("resume", a["step"], b["loss"], a["loss"])
-print(f"fp32 worst relative difference {worst:.2e}; bf16 worst loss difference {worst_bf16:.2e}; "
-      f"resumed steps 3-4 {[round(s['loss'], 6) for s in part2]} vs {[round(s['loss'], 6) for s in fp32[2:]]}")
+for a, b in zip(over[2:], part2):
+    for k in ("loss", "loss_scale", "skipped"):
+        assert a[k] == b[k], ("resume", a["step"], k, b[k], a[k])
+print(f"fp32 worst relative difference {worst:.2e}; bf16 worst loss difference {half['bf16']:.2e}, "
+      f"fp16 {half['fp16']:.2e}; fp16 from scale 4e6: skipped {[s['step'] for s in over if s['skipped']]}, "
+      f"scales {[s['loss_scale'] for s in over]}; resumed steps 3-4 {[round(s['loss'], 6) for s in part2]} "
+      f"vs {[round(s['loss'], 6) for s in over[2:]]}")
 PY
 echo "PASS"

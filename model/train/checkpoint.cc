@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -164,6 +165,12 @@ StatusOr<std::string> SaveCheckpoint(const std::string& dir, const ParamStore& p
   js += "  \"rng_state\": \"" + std::to_string(state.rng_state) + "\",\n";
   js += "  \"adam_step\": " + std::to_string(adam ? adam->step() : 0) + ",\n";
   js += "  \"has_optimizer\": " + std::string(adam ? "true" : "false") + ",\n";
+  if (state.loss_scale > 0) {
+    char scale[64];
+    std::snprintf(scale, sizeof(scale), "%.17g", state.loss_scale);
+    js += "  \"loss_scale\": " + std::string(scale) + ",\n";
+    js += "  \"loss_scale_tracker\": " + std::to_string(state.loss_scale_tracker) + ",\n";
+  }
   js += "  \"config\": {";
   bool first = true;
   for (const auto& kv : ConfigFingerprint(cfg)) {
@@ -237,6 +244,16 @@ Status LoadCheckpoint(const std::string& step_dir, const ModelConfig& cfg, Param
   }
   if (!ParseI64(js.Find("adam_step"), &adam_step) || adam_step < 0) {
     return DataLossError(state_path + ": missing or invalid integer field 'adam_step'");
+  }
+  // Optional (fp16 runs only).
+  if (const JsonValue* ls = js.Find("loss_scale"); ls != nullptr) {
+    if (!ls->is_number() || !(ls->number > 0) || !std::isfinite(ls->number)) {
+      return DataLossError(state_path + ": field 'loss_scale' must be a finite number > 0");
+    }
+    st.loss_scale = ls->number;
+    if (!ParseI64(js.Find("loss_scale_tracker"), &st.loss_scale_tracker) || st.loss_scale_tracker < 0) {
+      return DataLossError(state_path + ": missing or invalid integer field 'loss_scale_tracker' (it goes with 'loss_scale')");
+    }
   }
   const JsonValue* conf = js.Find("config");
   if (conf == nullptr || !conf->is_object()) {

@@ -7,7 +7,8 @@
 //                          BertForMaskedLM names for the BERT part)
 //   optimizer.safetensors  "m.<name>" and "v.<name>": AdamW moments
 //   state.json             {"step", "loader_step", "seed", "rng_state",
-//                           "adam_step", "config": {fingerprint}}
+//                           "adam_step", "config": {fingerprint}} and, for
+//                           fp16 runs, "loss_scale", "loss_scale_tracker"
 // The directory is written under a temporary name and renamed, then
 // DIR/latest (one line: "step-NNNNNNNN") is replaced atomically, so a crash
 // leaves either the old or the new checkpoint, never a torn one.
@@ -33,6 +34,8 @@ struct CheckpointState {
   int64_t loader_step = 0;   // LoaderPosition::step to resume the data stream at
   uint64_t seed = 0;
   uint64_t rng_state = 0;    // trainer RNG stream position (reserved; 0 today)
+  double loss_scale = 0;     // fp16 dynamic loss scale (0: none)
+  int64_t loss_scale_tracker = 0;  // its clean-step count (LossScaler)
 };
 
 // The model sizes a checkpoint must agree with: vocab_size, hidden, layers,

@@ -207,6 +207,35 @@ TEST_F(CheckpointTest, UnwritableDirIsAnError) {
   EXPECT_TRUE(Contains(r.status(), file + "/ckpt")) << r.status().ToString();
 }
 
+// fp16 runs keep their dynamic loss scale; other runs write none.
+TEST_F(CheckpointTest, LossScaleRoundTripsAndIsValidated) {
+  {
+    ParamStore ps;
+    Declare(&ps);
+    CheckpointState st;
+    ASSERT_TRUE(LoadCheckpoint(step_dir_, Cfg(), &ps, nullptr, &st).ok());
+    EXPECT_EQ(st.loss_scale, 0.0);  // written without one
+  }
+  state_.step = 3;
+  state_.loss_scale = 3.0517578125e-05;  // 2^-15: not a round decimal
+  state_.loss_scale_tracker = 1999;
+  auto d = SaveCheckpoint(dir_, ps_, adam_.get(), Cfg(), state_);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  ParamStore ps;
+  Declare(&ps);
+  CheckpointState st;
+  ASSERT_TRUE(LoadCheckpoint(*d, Cfg(), &ps, nullptr, &st).ok());
+  EXPECT_EQ(st.loss_scale, 3.0517578125e-05);
+  EXPECT_EQ(st.loss_scale_tracker, 1999);
+
+  std::ofstream(*d + "/state.json", std::ios::trunc)
+      << "{\"step\": 3, \"loader_step\": 3, \"seed\": \"1\", \"rng_state\": \"0\", \"adam_step\": 2, "
+         "\"loss_scale\": -4, \"loss_scale_tracker\": 0, \"config\": {}}";
+  Status s = LoadCheckpoint(*d, Cfg(), &ps, nullptr, &st);
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss) << s.ToString();
+  EXPECT_TRUE(Contains(s, "'loss_scale'")) << s.ToString();
+}
+
 TEST(HfInitTest, LoadsMatchingIgnoresExtrasReportsRest) {
   const std::string dir = TempDir();
   ParamStore ps;

@@ -28,6 +28,7 @@
 #include "model/core/status.h"
 #include "model/nn/model.h"
 #include "model/nn/params.h"
+#include "model/train/loss_scaler.h"
 #include "model/train/optimizer.h"
 
 namespace dgca {
@@ -58,11 +59,21 @@ class TrainDevice {
   // The global L2 norm of the gradients (after the all-reduce). When
   // max_norm > 0 and the norm exceeds it, the next OptimizerStep uses the
   // gradients scaled by max_norm / (norm + 1e-6), as torch's
-  // clip_grad_norm_ (the CPU scales them in place).
+  // clip_grad_norm_ (the CPU scales them in place). A device with a loss
+  // scaler first divides the gradients by the loss scale and checks them:
+  // when any overflowed the norm is +inf and the next OptimizerStep skips.
   virtual StatusOr<double> ClipGradNorm(double max_norm) = 0;
   // AdamW at learning rate `lr`; increments adam().step() (after PullToHost
-  // on a GPU).
+  // on a GPU). With a loss scaler: skips the update when the gradients
+  // overflowed (last_step_skipped(); the step count does not advance), then
+  // updates the scale (LossScaler::Update).
   virtual Status OptimizerStep(float lr) = 0;
+  // fp16 dynamic loss scaling (loss_scaler.h): the device's scaler, or null
+  // when it does not scale the loss (fp32, bf16, the CPU). The trainer
+  // reports and checkpoints it.
+  virtual LossScaler* loss_scaler() { return nullptr; }
+  // Whether the last OptimizerStep skipped the update (fp16 overflow).
+  virtual bool last_step_skipped() const { return false; }
   // Waits for the step's device work (so step times are honest) and reports
   // asynchronous device errors. No-op on the CPU. Train() also calls it
   // after the last micro-step's backward, so exposed communication is timed
@@ -83,6 +94,7 @@ struct TrainDeviceSpec {
   Precision precision = Precision::kFp32;
   bool deterministic = false;  // TrainConfig::deterministic
   AdamWOptions adam;
+  LossScalerOptions loss_scaler;  // fp16 only
 };
 
 using TrainDeviceFactory =

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <memory>
 
@@ -14,6 +15,7 @@
 #include "model/nn/model.h"
 #include "model/train/buckets.h"
 #include "model/train/checkpoint.h"
+#include "model/train/loss_scaler.h"
 #include "model/train/optimizer.h"
 
 namespace dgca {
@@ -214,6 +216,7 @@ StatusOr<TrainResult> Train(const TrainConfig& config, Communicator* comm,
   dspec.threads = config.threads;
   dspec.precision = config.precision;
   dspec.deterministic = config.deterministic;
+  dspec.loss_scaler.init_scale = config.fp16_init_loss_scale;
   dspec.adam.weight_decay = config.weight_decay;
   DGCA_ASSIGN_OR_RETURN(std::unique_ptr<TrainDevice> device, make_device(dspec));
   DgcaModel* model = device->model();
@@ -248,6 +251,10 @@ StatusOr<TrainResult> Train(const TrainConfig& config, Communicator* comm,
     CheckpointState st;
     DGCA_RETURN_IF_ERROR(LoadCheckpoint(resume_dir, mcfg, &params, &adam, &st));
     DGCA_RETURN_IF_ERROR(device->PushFromHost());
+    if (LossScaler* scaler = device->loss_scaler(); scaler != nullptr && st.loss_scale > 0) {
+      DGCA_RETURN_IF_ERROR(scaler->Restore(st.loss_scale, st.loss_scale_tracker)
+                               .WithPrefix("checkpoint " + resume_dir));
+    }
     start_step = st.step;
     loader_step = st.loader_step;
     if (st.seed != config.seed) {
@@ -329,6 +336,10 @@ StatusOr<TrainResult> Train(const TrainConfig& config, Communicator* comm,
       st.step = step;
       st.loader_step = loader->position().step;
       st.seed = config.seed;
+      if (const LossScaler* scaler = device->loss_scaler(); scaler != nullptr) {
+        st.loss_scale = scaler->scale();
+        st.loss_scale_tracker = scaler->growth_tracker();
+      }
       DGCA_ASSIGN_OR_RETURN(dir, SaveCheckpoint(config.checkpoint_dir, params, &adam, mcfg, st));
       log("checkpoint " + dir);
       if (observer) observer->OnCheckpoint(dir, step);
@@ -396,6 +407,17 @@ StatusOr<TrainResult> Train(const TrainConfig& config, Communicator* comm,
         ScheduledLr(config.schedule, config.lr, step, config.warmup_steps, config.steps);
     DGCA_RETURN_IF_ERROR(device->OptimizerStep(static_cast<float>(rep.learning_rate)));
     DGCA_RETURN_IF_ERROR(device->FinishStep());
+    if (const LossScaler* scaler = device->loss_scaler(); scaler != nullptr) {
+      rep.loss_scale = scaler->scale();
+      rep.overflow_skipped = device->last_step_skipped();
+      if (rep.overflow_skipped) {
+        char buf[160];
+        std::snprintf(buf, sizeof(buf),
+                      "step %lld: fp16 gradients overflowed: update skipped, loss scale now %g",
+                      static_cast<long long>(rep.step), rep.loss_scale);
+        log(buf);
+      }
+    }
     rep.step_seconds = Since(t0);
     rep.allreduce_seconds = cs.allreduce_seconds;
     rep.exposed_comm_seconds = cs.exposed_seconds;
@@ -430,6 +452,10 @@ StatusOr<TrainResult> Train(const TrainConfig& config, Communicator* comm,
                     100.0 * rep.allreduce_seconds / std::max(1e-9, rep.step_seconds),
                     100.0 * rep.exposed_comm_seconds / std::max(1e-9, rep.step_seconds),
                     FormatDuration(rep.eta_seconds).c_str());
+      if (rep.loss_scale > 0) {
+        const size_t len = std::strlen(buf);
+        std::snprintf(buf + len, sizeof(buf) - len, " loss scale %g", rep.loss_scale);
+      }
       log(buf);
       last_log = Clock::now();
     }

@@ -42,6 +42,11 @@ struct StepReport {
   double first_allreduce_start = -1;
   double backward_end = -1;
   int buckets = 0;           // bucket all-reduces this step
+  // fp16 dynamic loss scaling (0 when the device does not scale): the scale
+  // after this step, and whether this step's update was skipped because the
+  // gradients overflowed.
+  double loss_scale = 0;
+  bool overflow_skipped = false;
 };
 
 struct EvalReport {
