@@ -218,6 +218,15 @@ Status CudaBert<T>::Bind(const ParamStore& layout, DeviceParams* params, const C
   const int64_t scratch = std::max(AttentionScratchElems(max_batch_, seq_len_, H_),
                                    AttentionBackwardScratchElems(max_batch_, seq_len_, H_, nh_));
   DGCA_RETURN_IF_ERROR(Alloc(&attn_scratch_, static_cast<size_t>(scratch), "attention scratch"));
+  // Column-reduction scratch: the largest of every LayerNorm (two sums) and
+  // bias gradient this module computes.
+  const int Ni = static_cast<int>(N), Ri = static_cast<int>(R);
+  int64_t col = 0;
+  for (int64_t e : {2 * ColumnSumScratchElems(Ni, H_), 2 * ColumnSumScratchElems(Ri, H_),
+                    ColumnSumScratchElems(Ni, 3 * H_), ColumnSumScratchElems(Ni, F_),
+                    ColumnSumScratchElems(Ri, V_)})
+    col = std::max(col, e);
+  DGCA_RETURN_IF_ERROR(Alloc(&col_scratch_, static_cast<size_t>(std::max<int64_t>(col, 1)), "column scratch"));
   return OkStatus();
 }
 
@@ -233,6 +242,7 @@ size_t CudaBert<T>::activation_bytes() const {
   add(pos_ids_); add(type_ids_); add(word_ids_); add(prompt_ids_);
   add(rows_); add(sel_); add(t1_); add(t2_); add(t3_); add(tmean_); add(trstd_); add(logits_);
   add(dcur_); add(dtmp_); add(dctx_); add(dqkv_); add(dg_); add(dsel_); add(dt_); add(attn_scratch_);
+  add(col_scratch_);
   return b;
 }
 
@@ -247,7 +257,7 @@ Status CudaBert<T>::PoisonActivations() {
   for (Status s : {p(emb_in_), p(emb_out_), p(emb_mean_), p(emb_rstd_), p(pos_ids_), p(type_ids_),
                    p(word_ids_), p(prompt_ids_), p(rows_), p(sel_), p(t1_), p(t2_), p(t3_), p(tmean_),
                    p(trstd_), p(logits_), p(dcur_), p(dtmp_), p(dctx_), p(dqkv_), p(dg_), p(dsel_), p(dt_),
-                   p(attn_scratch_)})
+                   p(attn_scratch_), p(col_scratch_)})
     DGCA_RETURN_IF_ERROR(s);
   // cudaMemset may still be running; the model's stream does not wait for
   // the legacy stream.
@@ -304,7 +314,7 @@ Status CudaBert<T>::LinearBack(T* dinp, bool accumulate_dinp, int w, int b, cons
     g.out_type = DType::kF32;
     DGCA_RETURN_IF_ERROR(gemm_->Run(g));
   }
-  if (b >= 0) DGCA_RETURN_IF_ERROR(ColumnSumAdd<T>(stream(), G(b), dout, n, oc));
+  if (b >= 0) DGCA_RETURN_IF_ERROR(ColumnSumAdd<T>(stream(), G(b), dout, n, oc, col_scratch_.get()));
   return OkStatus();
 }
 
@@ -426,7 +436,7 @@ Status CudaBert<T>::MlmHeadBackward(const T* dlogits, const T* extra_dh, int ext
     DGCA_RETURN_IF_ERROR(LinearBack(dt_.get(), false, wte_idx_, hbias_, dlogits, t3_.get(), R, H, V_));
     // LN, GELU (in place), dense.
     DGCA_RETURN_IF_ERROR(LayerNormBackward<T>(s, dsel_.get(), false, G(hln_w_), G(hln_b_), dt_.get(), t2_.get(),
-                                              W(hln_w_), tmean_.get(), trstd_.get(), R, H));
+                                              W(hln_w_), tmean_.get(), trstd_.get(), R, H, col_scratch_.get()));
     DGCA_RETURN_IF_ERROR(GeluBackward<T>(s, dsel_.get(), t1_.get(), dsel_.get(), int64_t(R) * H));
     DGCA_RETURN_IF_ERROR(LinearBack(dt_.get(), false, hd_w_, hd_b_, dsel_.get(), sel_.get(), R, H, H));
   }
@@ -447,7 +457,7 @@ Status CudaBert<T>::LayerBackward(int l, const T* x, T* dcur) {
   T* dtmp = dtmp_.get();
   // out = LN2(r2): dcur -> dtmp = d r2 (= d f2 = the residual part of d h1).
   DGCA_RETURN_IF_ERROR(LayerNormBackward<T>(s, dtmp, false, G(ly.ln2_w), G(ly.ln2_b), dcur, ly.r2.get(),
-                                            W(ly.ln2_w), ly.mean2.get(), ly.rstd2.get(), N, H));
+                                            W(ly.ln2_w), ly.mean2.get(), ly.rstd2.get(), N, H, col_scratch_.get()));
   // r2 = g W2^T + b2 + h1.
   DGCA_RETURN_IF_ERROR(LinearBack(dg_.get(), false, ly.fc2_w, ly.fc2_b, dtmp, ly.g.get(), N, F, H));
   DGCA_RETURN_IF_ERROR(GeluBackward<T>(s, dg_.get(), ly.f1.get(), dg_.get(), int64_t(N) * F));
@@ -455,7 +465,7 @@ Status CudaBert<T>::LayerBackward(int l, const T* x, T* dcur) {
   DGCA_RETURN_IF_ERROR(LinearBack(dtmp, true, ly.fc1_w, ly.fc1_b, dg_.get(), ly.h1.get(), N, H, F));
   // h1 = LN1(r1): dtmp -> dcur = d r1 (= d attention output = residual part of d x).
   DGCA_RETURN_IF_ERROR(LayerNormBackward<T>(s, dcur, false, G(ly.ln1_w), G(ly.ln1_b), dtmp, ly.r1.get(),
-                                            W(ly.ln1_w), ly.mean1.get(), ly.rstd1.get(), N, H));
+                                            W(ly.ln1_w), ly.mean1.get(), ly.rstd1.get(), N, H, col_scratch_.get()));
   // r1 = ctx Wo^T + bo + x.
   DGCA_RETURN_IF_ERROR(LinearBack(dctx_.get(), false, ly.ao_w, ly.ao_b, dcur, ly.ctx.get(), N, H, H));
   DGCA_RETURN_IF_ERROR(AttentionBackward<T>(*ctx_, gemm_, dqkv_.get(), dctx_.get(), ly.qkv.get(), ly.probs.get(),
@@ -472,7 +482,7 @@ Status CudaBert<T>::EmbedBackward(float* dprompt) {
   cudaStream_t s = stream();
   T* demb = dtmp_.get();
   DGCA_RETURN_IF_ERROR(LayerNormBackward<T>(s, demb, false, G(eln_w_), G(eln_b_), dcur_.get(), emb_in_.get(),
-                                            W(eln_w_), emb_mean_.get(), emb_rstd_.get(), N, H));
+                                            W(eln_w_), emb_mean_.get(), emb_rstd_.get(), N, H, col_scratch_.get()));
   DGCA_RETURN_IF_ERROR(EmbeddingBackward<T>(s, G(pos_idx_), pos_ids_.get(), demb, N, H, deterministic_));
   DGCA_RETURN_IF_ERROR(EmbeddingBackward<T>(s, G(type_idx_), type_ids_.get(), demb, N, H, deterministic_));
   DGCA_RETURN_IF_ERROR(EmbeddingBackward<T>(s, G(wte_idx_), word_ids_.get(), demb, N, H, deterministic_));

@@ -209,6 +209,8 @@ class CudaBert {
   DeviceArray<T> dcur_, dtmp_, dctx_, dqkv_, dg_, dsel_, dt_;
   // Attention scratch (forward and backward share it).
   DeviceArray<T> attn_scratch_;
+  // Column reductions' chunk sums (kernels.h ColumnSumScratchElems).
+  DeviceArray<float> col_scratch_;
 };
 
 // NVTX push/pop (no-ops without nvtx3); defined in cuda_bert.cc.

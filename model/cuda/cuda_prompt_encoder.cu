@@ -3,6 +3,7 @@
 // the two can be read side by side).
 #include "model/cuda/cuda_prompt_encoder.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -183,6 +184,9 @@ Status CudaPromptEncoder::Bind(const ParamStore& layout, DeviceParams* params,
   DGCA_RETURN_IF_ERROR(out_.Allocate(static_cast<size_t>(S * H)));
   DGCA_RETURN_IF_ERROR(d_hid_.Allocate(static_cast<size_t>(S * H)));
   DGCA_RETURN_IF_ERROR(out16_.Allocate(static_cast<size_t>(S * H)));
+  // Bias-gradient column sums over S rows (none unless S > kColumnChunkRows).
+  const int64_t col = std::max(ColumnSumScratchElems(S, 4 * H), ColumnSumScratchElems(S, H));
+  DGCA_RETURN_IF_ERROR(col_scratch_.Allocate(static_cast<size_t>(std::max<int64_t>(col, 1))));
   bound_ = true;
   return OkStatus();
 }
@@ -263,8 +267,8 @@ Status CudaPromptEncoder::DirBackward(Dir* d, const float* x, const float* out, 
   // Input projection: dW_ih += dgates^T x; biases; dx += dgates W_ih.
   DGCA_RETURN_IF_ERROR(Gemm(true, false, G, d->in, S, dgates_.get(), G, x, d->in, 1.0f,
                             params_->grad(d->w_ih), d->in));
-  DGCA_RETURN_IF_ERROR(ColumnSumAdd<float>(stream, params_->grad(d->b_ih), dgates_.get(), S, G));
-  DGCA_RETURN_IF_ERROR(ColumnSumAdd<float>(stream, params_->grad(d->b_hh), dgates_.get(), S, G));
+  DGCA_RETURN_IF_ERROR(ColumnSumAdd<float>(stream, params_->grad(d->b_ih), dgates_.get(), S, G, col_scratch_.get()));
+  DGCA_RETURN_IF_ERROR(ColumnSumAdd<float>(stream, params_->grad(d->b_hh), dgates_.get(), S, G, col_scratch_.get()));
   return Gemm(false, false, S, d->in, G, dgates_.get(), G, Wih, d->in, 1.0f, dx, d->in);
 }
 
@@ -324,7 +328,7 @@ Status CudaPromptEncoder::Backward(const float* dout) {
   // Linear 2: dW2 += dout^T hid; db2 += Σ dout; dhid = dout W2, masked by ReLU.
   DGCA_RETURN_IF_ERROR(Gemm(true, false, H, H, S, dout, H, hid_.get(), H, 1.0f,
                             params_->grad(mlp2_w_), H));
-  DGCA_RETURN_IF_ERROR(ColumnSumAdd<float>(stream, params_->grad(mlp2_b_), dout, S, H));
+  DGCA_RETURN_IF_ERROR(ColumnSumAdd<float>(stream, params_->grad(mlp2_b_), dout, S, H, col_scratch_.get()));
   DGCA_RETURN_IF_ERROR(Gemm(false, false, S, H, H, dout, H, params_->master(mlp2_w_), H, 0.0f,
                             d_hid_.get(), H));
   ReluMaskKernel<<<Blocks(int64_t(S) * H), kThreads, 0, stream>>>(d_hid_.get(), hid_.get(),
@@ -333,7 +337,7 @@ Status CudaPromptEncoder::Backward(const float* dout) {
   // Linear 0.
   DGCA_RETURN_IF_ERROR(Gemm(true, false, H, in_w, S, d_hid_.get(), H, in0, in_w, 1.0f,
                             params_->grad(mlp0_w_), in_w));
-  DGCA_RETURN_IF_ERROR(ColumnSumAdd<float>(stream, params_->grad(mlp0_b_), d_hid_.get(), S, H));
+  DGCA_RETURN_IF_ERROR(ColumnSumAdd<float>(stream, params_->grad(mlp0_b_), d_hid_.get(), S, H, col_scratch_.get()));
   float* demb = params_->grad(emb_);
   if (!lstm)  // the embedding feeds Linear 0 directly
     return Gemm(false, false, S, H, H, d_hid_.get(), H, params_->master(mlp0_w_), H, 1.0f, demb, H);

@@ -107,6 +107,7 @@ class CudaPromptEncoder {
   DeviceArray<float> d_out1_, d_out0_, d_hid_;
   DeviceArray<float> dgates_;       // [S,4H]
   DeviceArray<float> dh_, dc_;      // [H]
+  DeviceArray<float> col_scratch_;  // bias-gradient column sums (kernels.h)
 };
 
 }  // namespace cuda

@@ -100,42 +100,94 @@ __global__ void LayerNormBackwardDinpKernel(T* dinp, bool accumulate, const T* d
   }
 }
 
-// Column reductions over many rows (LayerNorm's dgamma/dbeta, bias grads):
-// a block owns kColTile columns; its kRowLanes thread rows take rows
-// lane, lane + kRowLanes, ... in order, then the lanes are summed in lane
-// order through shared memory. Deterministic (a fixed order per column),
-// and with kRowLanes loads in flight per column instead of one thread
-// walking all rows (which left the GPU idle: 6 blocks for H = 768).
+// Column reductions over many rows (LayerNorm's dgamma/dbeta, bias grads),
+// in two stages so that the whole GPU works on them (one block per column
+// tile left 24 blocks busy for H = 768 and 16k rows):
+//   1. block (column tile, chunk) sums rows [chunk*kColumnChunkRows, ...)
+//      of kColTile columns: its kRowLanes thread rows take every
+//      kRowLanes-th row in order, then the lanes are added in lane order;
+//      the chunk's sums go to `part` [nchunks, cols] (or straight into dst
+//      when there is one chunk);
+//   2. a thread per column adds the chunks in order into dst.
+// Deterministic: the order depends only on the sizes.
 constexpr int kColTile = 32;
-constexpr int kRowLanes = 16;
+constexpr int kRowLanes = 8;
 
-template <typename T>
-__global__ void LayerNormBackwardParamKernel(float* dgamma, float* dbeta, const T* dout,
-                                             const T* inp, const float* mean, const float* rstd,
-                                             int n, int c) {
-  __shared__ float sg[kRowLanes][kColTile + 1];
-  __shared__ float sb[kRowLanes][kColTile + 1];
+int ColumnChunks(int rows) { return (rows + kColumnChunkRows - 1) / kColumnChunkRows; }
+
+// Column sums of up to two [rows, cols] quantities per block (Q = 1: the
+// values; Q = 2 for LayerNorm: dy * xhat and dy).
+template <typename T, bool kLayerNorm>
+__global__ void ColumnPartialKernel(float* part0, float* part1, float* dst0, float* dst1, const T* src,
+                                    const T* inp, const float* mean, const float* rstd, int rows,
+                                    int cols) {
+  __shared__ float s0[kRowLanes][kColTile + 1];
+  __shared__ float s1[kRowLanes][kColTile + 1];
   const int col = blockIdx.x * kColTile + threadIdx.x;
-  float g = 0.0f, b = 0.0f;
-  if (col < c) {
-    for (int r = threadIdx.y; r < n; r += kRowLanes) {
-      const float dy = ToF(dout[int64_t(r) * c + col]);
-      g += dy * (ToF(inp[int64_t(r) * c + col]) - mean[r]) * rstd[r];
-      b += dy;
+  const int r0 = blockIdx.y * kColumnChunkRows;
+  const int r1 = min(rows, r0 + kColumnChunkRows);
+  float a = 0.0f, b = 0.0f;
+  if (col < cols) {
+    for (int r = r0 + threadIdx.y; r < r1; r += kRowLanes) {
+      const float v = ToF(src[int64_t(r) * cols + col]);
+      if (kLayerNorm) a += v * (ToF(inp[int64_t(r) * cols + col]) - mean[r]) * rstd[r];
+      b += v;
     }
   }
-  sg[threadIdx.y][threadIdx.x] = g;
-  sb[threadIdx.y][threadIdx.x] = b;
+  s0[threadIdx.y][threadIdx.x] = a;
+  s1[threadIdx.y][threadIdx.x] = b;
   __syncthreads();
-  if (threadIdx.y == 0 && col < c) {
-    float tg = 0.0f, tb = 0.0f;
+  if (threadIdx.y == 0 && col < cols) {
+    float ta = 0.0f, tb = 0.0f;
     for (int l = 0; l < kRowLanes; ++l) {
-      tg += sg[l][threadIdx.x];
-      tb += sb[l][threadIdx.x];
+      ta += s0[l][threadIdx.x];
+      tb += s1[l][threadIdx.x];
     }
-    if (dgamma != nullptr) dgamma[col] += tg;
-    if (dbeta != nullptr) dbeta[col] += tb;
+    if (gridDim.y == 1) {  // one chunk: no second stage
+      if (kLayerNorm && dst0 != nullptr) dst0[col] += ta;
+      if (dst1 != nullptr) dst1[col] += tb;
+    } else {
+      const int64_t o = int64_t(blockIdx.y) * cols + col;
+      if (kLayerNorm) part0[o] = ta;
+      part1[o] = tb;
+    }
   }
+}
+
+__global__ void ColumnFinishKernel(float* dst0, float* dst1, const float* part0, const float* part1,
+                                   int nchunks, int cols) {
+  const int col = blockIdx.x * blockDim.x + threadIdx.x;
+  if (col >= cols) return;
+  float a = 0.0f, b = 0.0f;
+  for (int c = 0; c < nchunks; ++c) {
+    if (dst0 != nullptr) a += part0[int64_t(c) * cols + col];
+    if (dst1 != nullptr) b += part1[int64_t(c) * cols + col];
+  }
+  if (dst0 != nullptr) dst0[col] += a;
+  if (dst1 != nullptr) dst1[col] += b;
+}
+
+// The launches of both stages; dst0/part0 only with kLayerNorm.
+template <typename T, bool kLayerNorm>
+Status ColumnReduce(cudaStream_t stream, float* dst0, float* dst1, const T* src, const T* inp,
+                    const float* mean, const float* rstd, int rows, int cols, float* scratch,
+                    const char* what) {
+  const int nchunks = ColumnChunks(rows);
+  float* part0 = nullptr;
+  float* part1 = nullptr;
+  if (nchunks > 1) {
+    part0 = kLayerNorm ? scratch : nullptr;
+    part1 = kLayerNorm ? scratch + int64_t(nchunks) * cols : scratch;
+  }
+  if (nchunks > 1 && scratch == nullptr)
+    return InvalidArgumentError(std::string(what) + ": " + std::to_string(rows) + " rows need scratch (" +
+                                std::to_string(ColumnSumScratchElems(rows, cols)) + " floats per sum)");
+  ColumnPartialKernel<T, kLayerNorm><<<dim3((cols + kColTile - 1) / kColTile, nchunks), dim3(kColTile, kRowLanes),
+                                       0, stream>>>(part0, part1, dst0, dst1, src, inp, mean, rstd, rows, cols);
+  DGCA_RETURN_IF_ERROR(Launched(what));
+  if (nchunks == 1) return OkStatus();
+  ColumnFinishKernel<<<(cols + 255) / 256, 256, 0, stream>>>(dst0, dst1, part0, part1, nchunks, cols);
+  return Launched(what);
 }
 
 template <typename T>
@@ -219,24 +271,6 @@ __global__ void BiasAddKernel(T* out, const T* bias, int n, int c) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x)
     out[i] = FromF<T>(ToF(out[i]) + ToF(bias[i % c]));
 }
-// As LayerNormBackwardParamKernel's layout (see there).
-template <typename T>
-__global__ void ColumnSumKernel(float* dst, const T* src, int rows, int cols) {
-  __shared__ float sh[kRowLanes][kColTile + 1];
-  const int col = blockIdx.x * kColTile + threadIdx.x;
-  float s = 0.0f;
-  if (col < cols) {
-    for (int r = threadIdx.y; r < rows; r += kRowLanes) s += ToF(src[int64_t(r) * cols + col]);
-  }
-  sh[threadIdx.y][threadIdx.x] = s;
-  __syncthreads();
-  if (threadIdx.y == 0 && col < cols) {
-    float t = 0.0f;
-    for (int l = 0; l < kRowLanes; ++l) t += sh[l][threadIdx.x];
-    dst[col] += t;
-  }
-}
-
 // One block per row: max, sum of exp, then loss and (softmax - onehot)*dscale.
 template <typename T>
 __global__ void CrossEntropyKernel(float* row_loss, T* dlogits, const T* logits,
@@ -380,6 +414,11 @@ __global__ void SoftmaxBackwardKernel(T* dscores, const T* probs, const T* dprob
 
 }  // namespace
 
+int64_t ColumnSumScratchElems(int rows, int cols) {
+  const int nchunks = ColumnChunks(rows);
+  return nchunks > 1 ? int64_t(nchunks) * cols : 0;
+}
+
 template <typename T>
 Status GatherHeads(cudaStream_t stream, T* dst, const T* src, int64_t row_stride, int64_t offset, int B, int L,
                    int H, int nh) {
@@ -424,16 +463,15 @@ Status LayerNormForward(cudaStream_t stream, T* out, float* mean, float* rstd, c
 template <typename T>
 Status LayerNormBackward(cudaStream_t stream, T* dinp, bool accumulate, float* dgamma,
                          float* dbeta, const T* dout, const T* inp, const T* gamma,
-                         const float* mean, const float* rstd, int n, int c) {
+                         const float* mean, const float* rstd, int n, int c, float* scratch) {
   if (n <= 0) return OkStatus();
   if (dinp != nullptr) {
     LayerNormBackwardDinpKernel<T><<<(n + 7) / 8, 256, 0, stream>>>(dinp, accumulate, dout, inp, gamma, mean, rstd, n, c);
     DGCA_RETURN_IF_ERROR(Launched("LayerNormBackward dinp"));
   }
   if (dgamma != nullptr || dbeta != nullptr) {
-    LayerNormBackwardParamKernel<T><<<(c + kColTile - 1) / kColTile, dim3(kColTile, kRowLanes), 0, stream>>>(
-        dgamma, dbeta, dout, inp, mean, rstd, n, c);
-    DGCA_RETURN_IF_ERROR(Launched("LayerNormBackward params"));
+    return ColumnReduce<T, true>(stream, dgamma, dbeta, dout, inp, mean, rstd, n, c, scratch,
+                                 "LayerNormBackward params");
   }
   return OkStatus();
 }
@@ -496,11 +534,10 @@ Status BiasAdd(cudaStream_t stream, T* out, const T* bias, int n, int c) {
   return Launched("BiasAdd");
 }
 template <typename T>
-Status ColumnSumAdd(cudaStream_t stream, float* dst, const T* src, int rows, int cols) {
-  if (cols <= 0) return OkStatus();
-  ColumnSumKernel<T><<<(cols + kColTile - 1) / kColTile, dim3(kColTile, kRowLanes), 0, stream>>>(dst, src, rows,
-                                                                                                 cols);
-  return Launched("ColumnSumAdd");
+Status ColumnSumAdd(cudaStream_t stream, float* dst, const T* src, int rows, int cols, float* scratch) {
+  if (cols <= 0 || rows <= 0) return OkStatus();
+  return ColumnReduce<T, false>(stream, nullptr, dst, src, nullptr, nullptr, nullptr, rows, cols, scratch,
+                                "ColumnSumAdd");
 }
 
 template <typename T>
@@ -560,7 +597,8 @@ Status MergeHeads(cudaStream_t stream, T* out, const T* ctx, int B, int L, int H
   template Status LayerNormForward<T>(cudaStream_t, T*, float*, float*, const T*, const T*,      \
                                       const T*, int, int, float);                                \
   template Status LayerNormBackward<T>(cudaStream_t, T*, bool, float*, float*, const T*,         \
-                                       const T*, const T*, const float*, const float*, int, int); \
+                                       const T*, const T*, const float*, const float*, int, int,  \
+                                       float*);                                                  \
   template Status GeluForward<T>(cudaStream_t, T*, const T*, int64_t);                           \
   template Status GeluBackward<T>(cudaStream_t, T*, const T*, const T*, int64_t);                \
   template Status SoftmaxRows<T>(cudaStream_t, T*, const T*, int, int);                          \
@@ -570,7 +608,7 @@ Status MergeHeads(cudaStream_t stream, T* out, const T* ctx, int B, int L, int H
   template Status EmbeddingBackward<T>(cudaStream_t, float*, const int32_t*, const T*, int, int, \
                                        bool);                                                    \
   template Status BiasAdd<T>(cudaStream_t, T*, const T*, int, int);                              \
-  template Status ColumnSumAdd<T>(cudaStream_t, float*, const T*, int, int);                     \
+  template Status ColumnSumAdd<T>(cudaStream_t, float*, const T*, int, int, float*);             \
   template Status CrossEntropy<T>(cudaStream_t, float*, T*, const T*, const int32_t*, int, int,  \
                                   float);                                                        \
   template Status SplitHeads<T>(cudaStream_t, T*, T*, T*, const T*, int, int, int, int);         \

@@ -10,8 +10,9 @@
 //
 // Determinism: every kernel here is bit-reproducible run to run except
 // EmbeddingBackward with deterministic=false (atomicAdd). LayerNorm's
-// dgamma/dbeta and ColumnSumAdd sum each column over 16 row lanes (rows
-// r, r+16, ...), then the lanes in order: a fixed order, not the CPU's.
+// dgamma/dbeta and ColumnSumAdd sum each column in a fixed order that
+// depends only on the sizes (chunks of rows, see ColumnSumScratchElems),
+// not the CPU's.
 // The deterministic EmbeddingBackward gives each column to one thread that
 // sums the rows in order, as the CPU does: exact and slow for many rows
 // (CudaDgcaModel uses the atomic path unless set_deterministic(true)).
@@ -42,11 +43,21 @@ Status CastToFloat(cudaStream_t stream, float* out, const T* inp, int64_t n);
 template <typename T>
 Status LayerNormForward(cudaStream_t stream, T* out, float* mean, float* rstd, const T* inp,
                         const T* gamma, const T* beta, int n, int c, float eps);
+// Column reductions over many rows (LayerNorm's dgamma/dbeta, bias
+// gradients) sum chunks of kColumnChunkRows rows in parallel blocks, then
+// the chunks in order (deterministic). With more than one chunk they need
+// device scratch: ColumnSumScratchElems(rows, cols) floats per sum (0 when
+// rows <= kColumnChunkRows: scratch may then be null). The scratch is used
+// in stream order, so one buffer serves every call on one stream.
+constexpr int kColumnChunkRows = 128;
+int64_t ColumnSumScratchElems(int rows, int cols);
+
 // dinp (= or += when accumulate); dgamma, dbeta += (fp32; may be null).
+// scratch: 2 x ColumnSumScratchElems(n, c) floats.
 template <typename T>
 Status LayerNormBackward(cudaStream_t stream, T* dinp, bool accumulate, float* dgamma,
                          float* dbeta, const T* dout, const T* inp, const T* gamma,
-                         const float* mean, const float* rstd, int n, int c);
+                         const float* mean, const float* rstd, int n, int c, float* scratch);
 
 // Exact erf GELU (BERT's), not the tanh form of cuBLASLt's GELU epilogue.
 template <typename T>
@@ -83,9 +94,10 @@ Status EmbeddingBackward(cudaStream_t stream, float* dtable, const int32_t* ids,
 // out[n,c] += bias[c].
 template <typename T>
 Status BiasAdd(cudaStream_t stream, T* out, const T* bias, int n, int c);
-// dst[c] += sum over rows of src[r*cols+c] (fp32, rows in order).
+// dst[c] += sum over rows of src[r*cols+c] (fp32; chunked, see above).
+// scratch: ColumnSumScratchElems(rows, cols) floats.
 template <typename T>
-Status ColumnSumAdd(cudaStream_t stream, float* dst, const T* src, int rows, int cols);
+Status ColumnSumAdd(cudaStream_t stream, float* dst, const T* src, int rows, int cols, float* scratch);
 
 // Cross-entropy of logits [n,v] (the gathered rows: target slots or MFT
 // positions) against targets [n]; ignore_index -100 and any negative

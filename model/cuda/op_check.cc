@@ -173,7 +173,10 @@ Status CheckGemm(const GemmCase& c, const CudaContext& ctx, GemmRunner* gemm, Rn
 template <typename T>
 Status CheckLayerNorm(const CudaContext& ctx, GemmRunner*, Rng* rng, Rows* rows) {
   const DType t = kDType<T>;
-  const int n = 37, c = 200;
+  // 37 rows: one chunk of the column reductions; 300: three (kernels.h).
+  for (const int n : {37, 300}) {
+  const int c = 200;
+  const std::string sz = n > kColumnChunkRows ? " (" + std::to_string(n) + " rows)" : "";
   const float eps = 1e-12f;
   std::vector<float> x = Round(t, Rand(size_t(n) * c, rng, -2.0f, 3.0f));
   std::vector<float> gamma = Round(t, Rand(c, rng, 0.5f, 1.5f));
@@ -198,13 +201,14 @@ Status CheckLayerNorm(const CudaContext& ctx, GemmRunner*, Rng* rng, Rows* rows)
   DGCA_ASSIGN_OR_RETURN(Bytes dmean, Poisoned(DType::kF32, n));
   DGCA_ASSIGN_OR_RETURN(Bytes drstd, Poisoned(DType::kF32, n));
   DGCA_ASSIGN_OR_RETURN(Bytes ddinp, Poisoned(t, size_t(n) * c));
+  DGCA_ASSIGN_OR_RETURN(Bytes scratch, Poisoned(DType::kF32, 2 * ColumnSumScratchElems(n, c)));
   DGCA_RETURN_IF_ERROR(SyncDevice());
   DGCA_RETURN_IF_ERROR(LayerNormForward<T>(ctx.stream(), P<T>(dout_fwd), F(dmean), F(drstd), P<T>(dx), P<T>(dg),
                                            P<T>(db), n, c, eps));
   // The backward reads the reference statistics so its check is independent
   // of the forward's.
   DGCA_RETURN_IF_ERROR(LayerNormBackward<T>(ctx.stream(), P<T>(ddinp), false, F(ddg), F(ddb), P<T>(ddout), P<T>(dx),
-                                            P<T>(dg), F(dmean_ref), F(drstd_ref), n, c));
+                                            P<T>(dg), F(dmean_ref), F(drstd_ref), n, c, F(scratch)));
   DGCA_RETURN_IF_ERROR(ctx.Synchronize());
   const double tol = Tol(t);
   DGCA_ASSIGN_OR_RETURN(auto g_out, Down(t, dout_fwd));
@@ -213,12 +217,13 @@ Status CheckLayerNorm(const CudaContext& ctx, GemmRunner*, Rng* rng, Rows* rows)
   DGCA_ASSIGN_OR_RETURN(auto g_dinp, Down(t, ddinp));
   DGCA_ASSIGN_OR_RETURN(auto g_dg, Down(DType::kF32, ddg));
   DGCA_ASSIGN_OR_RETURN(auto g_db, Down(DType::kF32, ddb));
-  Add(rows, "layernorm_fwd.out", t, g_out, out, tol);
-  Add(rows, "layernorm_fwd.mean", t, g_mean, mean, kF32Tol);
-  Add(rows, "layernorm_fwd.rstd", t, g_rstd, rstd, kF32Tol);
-  Add(rows, "layernorm_bwd.dinp", t, g_dinp, dinp, tol);
-  Add(rows, "layernorm_bwd.dgamma", t, g_dg, dgamma, kF32Tol);
-  Add(rows, "layernorm_bwd.dbeta", t, g_db, dbeta, kF32Tol);
+  Add(rows, "layernorm_fwd.out" + sz, t, g_out, out, tol);
+  Add(rows, "layernorm_fwd.mean" + sz, t, g_mean, mean, kF32Tol);
+  Add(rows, "layernorm_fwd.rstd" + sz, t, g_rstd, rstd, kF32Tol);
+  Add(rows, "layernorm_bwd.dinp" + sz, t, g_dinp, dinp, tol);
+  Add(rows, "layernorm_bwd.dgamma" + sz, t, g_dg, dgamma, kF32Tol);
+  Add(rows, "layernorm_bwd.dbeta" + sz, t, g_db, dbeta, kF32Tol);
+  }
   return OkStatus();
 }
 
@@ -362,7 +367,9 @@ Status CheckEmbedding(const CudaContext& ctx, GemmRunner*, Rng* rng, Rows* rows)
 template <typename T>
 Status CheckBias(const CudaContext& ctx, GemmRunner*, Rng* rng, Rows* rows) {
   const DType t = kDType<T>;
-  const int n = 53, c = 130;
+  for (const int n : {53, 517}) {  // one chunk of the column sum; five
+  const int c = 130;
+  const std::string sz = n > kColumnChunkRows ? " (" + std::to_string(n) + " rows)" : "";
   std::vector<float> x = Round(t, Rand(size_t(n) * c, rng)), bias = Round(t, Rand(c, rng));
   std::vector<float> dst0 = Rand(c, rng);
   std::vector<float> want = x, colsum = dst0;
@@ -374,14 +381,16 @@ Status CheckBias(const CudaContext& ctx, GemmRunner*, Rng* rng, Rows* rows) {
   DGCA_ASSIGN_OR_RETURN(Bytes dsrc, Up(t, x));
   DGCA_ASSIGN_OR_RETURN(Bytes db, Up(t, bias));
   DGCA_ASSIGN_OR_RETURN(Bytes ddst, Up(DType::kF32, dst0));
+  DGCA_ASSIGN_OR_RETURN(Bytes scratch, Poisoned(DType::kF32, ColumnSumScratchElems(n, c)));
   DGCA_RETURN_IF_ERROR(SyncDevice());
   DGCA_RETURN_IF_ERROR(BiasAdd<T>(ctx.stream(), P<T>(dx), P<T>(db), n, c));
-  DGCA_RETURN_IF_ERROR(ColumnSumAdd<T>(ctx.stream(), F(ddst), P<T>(dsrc), n, c));
+  DGCA_RETURN_IF_ERROR(ColumnSumAdd<T>(ctx.stream(), F(ddst), P<T>(dsrc), n, c, F(scratch)));
   DGCA_RETURN_IF_ERROR(ctx.Synchronize());
   DGCA_ASSIGN_OR_RETURN(auto g_x, Down(t, dx));
   DGCA_ASSIGN_OR_RETURN(auto g_cs, Down(DType::kF32, ddst));
-  Add(rows, "bias_add", t, g_x, want, Tol(t));
-  Add(rows, "column_sum_add", t, g_cs, colsum, kF32Tol);
+  Add(rows, "bias_add" + sz, t, g_x, want, Tol(t));
+  Add(rows, "column_sum_add" + sz, t, g_cs, colsum, kF32Tol);
+  }
   return OkStatus();
 }
 
