@@ -16,6 +16,10 @@
 # torch_bf16.json torch_fp32.json curve.log (+ build.log when it built).
 # CPU smoke test of the script (no GPU): DEVICE=cpu DGCA_PRECISION=fp32
 #   PRESET=tiny SEQ=64 BATCH=8 STEPS=5 LR=1e-3 BUILD_DIR=build PYTHON=<venv python>
+# Dry run of the GPU path on the CUDA emulator (model/cuda/emu):
+#   DGCA_TRAIN=build/model/dgca-train-emu TORCH_DEVICE=cpu PRESET=tiny SEQ=64
+#   BATCH=8 STEPS=5 LR=1e-3 PYTHON=<venv python>   (dgca bf16 on the emulated
+#   GPU, PyTorch on the CPU)
 # Environment: OUT, BUILD_DIR (build-gpu), ARCH (90), PRESET (bert-base),
 # SEQ (128), BATCH (32), STEPS (300), LR (5e-5), DATA (../shared/data, or
 # .gpu-data: the device call does not send ../shared, so
@@ -34,6 +38,8 @@ STEPS=${STEPS:-300}
 LR=${LR:-5e-5}
 PY=${PYTHON:-python3}
 DEVICE=${DEVICE:-cuda}          # cpu: a smoke test of this script without a GPU
+TORCH_DEVICE=${TORCH_DEVICE:-$DEVICE}
+DGCA_TRAIN=${DGCA_TRAIN:-$BUILD/model/dgca-train}
 DGCA_PRECISION=${DGCA_PRECISION:-bf16}  # the CPU trainer is fp32 only
 DATA=${DATA:-}
 if [ -z "$DATA" ]; then
@@ -47,7 +53,7 @@ W=$(mktemp -d)
 LOG="$OUT/curve.log"
 : > "$LOG"
 
-if [ ! -x "$BUILD/model/dgca-train" ]; then
+if [ ! -x "$DGCA_TRAIN" ]; then
   cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDGCA_MODEL_ONLY=ON -DDGCA_WITH_CUDA=ON \
     -DCMAKE_CUDA_ARCHITECTURES="$ARCH" > "$OUT/build.log" 2>&1 &&
     ninja -C "$BUILD" -j "$(nproc)" dgca-train >> "$OUT/build.log" 2>&1 ||
@@ -59,7 +65,7 @@ step "init ($PRESET)"
 "$PY" bench/gpu/loss_curve.py init --preset "$PRESET" --out "$W/init.safetensors" >> "$LOG" 2>&1 ||
   { tail -20 "$LOG"; exit 1; }
 step "dgca-train $DEVICE $DGCA_PRECISION, $STEPS steps x $BATCH, seq $SEQ"
-"$BUILD/model/dgca-train" --device "$DEVICE" --precision "$DGCA_PRECISION" --preset "$PRESET" \
+"$DGCA_TRAIN" --device "$DEVICE" --precision "$DGCA_PRECISION" --preset "$PRESET" \
   --train "$DATA/ecspell/train_law.txt" --vocab "$DATA/vocab/vocab.txt" \
   --seq "$SEQ" --micro-batch "$BATCH" --steps "$STEPS" --lr "$LR" \
   --init-from "$W/init.safetensors" --dump-batches "$W/batches.bin" \
@@ -69,7 +75,7 @@ echo "dgca-train exit $dgca_rc" | tee -a "$LOG"
 for prec in bf16 fp32; do
   step "torch $prec"
   "$PY" bench/gpu/loss_curve.py train --preset "$PRESET" --init "$W/init.safetensors" \
-    --batches "$W/batches.bin" --precision $prec --lr "$LR" --device "$DEVICE" \
+    --batches "$W/batches.bin" --precision $prec --lr "$LR" --device "$TORCH_DEVICE" \
     --json "$OUT/torch_$prec.json" >> "$LOG" 2>&1 || echo "torch $prec failed" | tee -a "$LOG"
 done
 step "compare"

@@ -17,6 +17,14 @@
 # Environment: OUT (default: a new temp dir), BUILD_DIR (default
 # build-gpu), STEPS/WARMUP for the PyTorch runs (default 20/5), ARCH
 # (default 90), SKIP_TORCH=1 to run only the checks.
+#
+# EMULATE=1: a dry run of this whole script on a machine without a GPU
+# (the development VM): builds the emulated programs (model/cuda/emu:
+# dgca-model-check-emu, dgca-bench-emu, dgca-train-emu) instead of the CUDA
+# ones and runs every step at small sizes (tiny preset; PyTorch on the CPU
+# with --device cpu when torch is importable, else skipped). The numbers
+# mean nothing; the point is that the script, the programs and the summary
+# work before a GPU session spends its time on them.
 # Exit status: 1 if the build or dgca-model-check failed, else 0.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -28,6 +36,25 @@ STEPS=${STEPS:-20}
 WARMUP=${WARMUP:-5}
 PY=${PYTHON:-python3}
 JOBS=$(nproc 2>/dev/null || echo 8)
+EMULATE=${EMULATE:-0}
+if [ "$EMULATE" = 1 ]; then
+  BUILD=${BUILD_DIR:-build-gpu-emu}
+  SFX=-emu  # program names of the emulated builds
+  CMAKE_CUDA="-DDGCA_WITH_CUDA=OFF -DDGCA_CUDA_EMULATOR=ON"
+  BENCH_ARGS="--preset tiny --batch 8 --seq 64 --steps 2 --warmup 1"
+  TORCH_DEV="--device cpu"
+  TORCH_ARGS="$TORCH_DEV --preset tiny --batch 8 --seq 64"
+  TRAIN_STEPS=3
+  STEPS=2 WARMUP=1
+  "$PY" -c 'import torch' 2>/dev/null || SKIP_TORCH=1
+else
+  SFX=
+  CMAKE_CUDA="-DDGCA_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=$ARCH"
+  BENCH_ARGS="--preset bert-base --batch 128 --seq 128"
+  TORCH_DEV=
+  TORCH_ARGS="--preset bert-base --seq 128 --batch 128"
+  TRAIN_STEPS=20
+fi
 
 {
   date -u
@@ -40,11 +67,13 @@ JOBS=$(nproc 2>/dev/null || echo 8)
 
 t0=$(date +%s)
 build_ok=1
-cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDGCA_MODEL_ONLY=ON -DDGCA_WITH_CUDA=ON \
-  -DCMAKE_CUDA_ARCHITECTURES="$ARCH" > "$OUT/build.log" 2>&1 || build_ok=0
-targets="dgca-model-check dgca-bench dgca-train"
-if [ $build_ok = 1 ] && ninja -C "$BUILD" -t targets all 2>/dev/null | grep -q '^cuda_ops_test:'; then
-  targets="$targets cuda_ops_test"
+# shellcheck disable=SC2086  # CMAKE_CUDA is several flags
+cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDGCA_MODEL_ONLY=ON $CMAKE_CUDA \
+  > "$OUT/build.log" 2>&1 || build_ok=0
+targets="dgca-model-check$SFX dgca-bench$SFX dgca-train dgca-train$SFX"
+[ -z "$SFX" ] && targets="dgca-model-check dgca-bench dgca-train"
+if [ $build_ok = 1 ] && ninja -C "$BUILD" -t targets all 2>/dev/null | grep -q "^cuda_ops_test$SFX:"; then
+  targets="$targets cuda_ops_test$SFX"
 fi
 [ $build_ok = 1 ] && { ninja -C "$BUILD" -j "$JOBS" $targets >> "$OUT/build.log" 2>&1 || build_ok=0; }
 build_s=$(( $(date +%s) - t0 ))
@@ -54,17 +83,18 @@ if [ $build_ok = 0 ]; then
   exit 1
 fi
 
-"$BUILD/model/dgca-model-check" > "$OUT/model_check.txt" 2>&1
+"$BUILD/model/dgca-model-check$SFX" > "$OUT/model_check.txt" 2>&1
 check_rc=$?
 tests_line="cuda_ops_test: not built (no GoogleTest on this machine)"
-if [ -x "$BUILD/model/cuda_ops_test" ]; then
-  echo "==================== cuda_ops_test" >> "$OUT/model_check.txt"
-  "$BUILD/model/cuda_ops_test" > "$OUT/cuda_ops_test.out" 2>&1
+if [ -x "$BUILD/model/cuda_ops_test$SFX" ]; then
+  echo "==================== cuda_ops_test$SFX" >> "$OUT/model_check.txt"
+  "$BUILD/model/cuda_ops_test$SFX" > "$OUT/cuda_ops_test.out" 2>&1
   tests_line="cuda_ops_test: rc=$? ($(grep -E '^\[ +(PASSED|FAILED|SKIPPED) +\] [0-9]+ test' "$OUT/cuda_ops_test.out" | tr '\n' ' '))"
   cat "$OUT/cuda_ops_test.out" >> "$OUT/model_check.txt" && rm -f "$OUT/cuda_ops_test.out"
 fi
 # dgca's own throughput row (the same shape as the PyTorch runs below).
-"$BUILD/model/dgca-bench" --preset bert-base --batch 128 --seq 128 --precision bf16 --json \
+# shellcheck disable=SC2086
+"$BUILD/model/dgca-bench$SFX" $BENCH_ARGS --precision bf16 --profile --json \
   > "$OUT/dgca_bench.json" 2> "$OUT/dgca_bench.err"
 bench_rc=$?
 { echo "==================== dgca-bench stderr (rc=$bench_rc)"; cat "$OUT/dgca_bench.err"; } >> "$OUT/model_check.txt"
@@ -80,22 +110,24 @@ for d in ../shared/data shared/data .gpu-data; do [ -f "$d/ecspell/train_law.txt
 if [ -n "${DATA:-}" ]; then
   tw=$(mktemp -d)
   for dev in cpu cuda; do
-    "$BUILD/model/dgca-train" --device $dev --precision fp32 --preset tiny --seq 64 --micro-batch 16 \
-      --steps 20 --lr 1e-3 --train "$DATA/ecspell/train_law.txt" --vocab "$DATA/vocab/vocab.txt" \
+    bin="$BUILD/model/dgca-train"
+    [ $dev = cuda ] && bin="$BUILD/model/dgca-train$SFX"
+    "$bin" --device $dev --precision fp32 --preset tiny --seq 64 --micro-batch 16 \
+      --steps $TRAIN_STEPS --lr 1e-3 --train "$DATA/ecspell/train_law.txt" --vocab "$DATA/vocab/vocab.txt" \
       --json "$tw/$dev.json" > "$tw/$dev.log" 2>&1
     echo "dgca-train --device $dev exit $?" >> "$tw/summary"
   done
-  trainer_line=$("$PY" - "$tw" <<'PYEOF'
+  trainer_line=$("$PY" - "$tw" "$TRAIN_STEPS" <<'PYEOF'
 import json, os, sys
-w = sys.argv[1]
+w, n = sys.argv[1], int(sys.argv[2])
 try:
     c = json.load(open(os.path.join(w, "cpu.json")))["steps"]
     g = json.load(open(os.path.join(w, "cuda.json")))["steps"]
     worst = max(abs(a["loss"] - b["loss"]) / abs(a["loss"]) for a, b in zip(c, g))
-    ok = len(c) == len(g) == 20 and worst <= 1e-3
-    print(f"trainer check: {'PASS' if ok else 'FAIL'}: 20 steps tiny fp32, worst step-loss relative "
+    ok = len(c) == len(g) == n and worst <= 1e-3
+    print(f"trainer check: {'PASS' if ok else 'FAIL'}: {n} steps tiny fp32, worst step-loss relative "
           f"difference cuda vs cpu {worst:.2e} (limit 1e-3); step 1 {c[0]['loss']:.6f} vs {g[0]['loss']:.6f}, "
-          f"step 20 {c[-1]['loss']:.6f} vs {g[-1]['loss']:.6f}")
+          f"step {n} {c[-1]['loss']:.6f} vs {g[-1]['loss']:.6f}")
 except Exception as e:  # noqa: BLE001
     print(f"trainer check: FAIL: {e}")
 PYEOF
@@ -109,26 +141,33 @@ if [ "${SKIP_TORCH:-0}" != 1 ]; then
   : > "$OUT/torch.log"
   for mode in eager compile; do
     echo "== $mode" >> "$OUT/torch.log"
-    "$PY" bench/gpu/torch_reference.py --mode $mode --preset bert-base --seq 128 --batch 128 \
+    # shellcheck disable=SC2086
+    "$PY" bench/gpu/torch_reference.py --mode $mode $TORCH_ARGS \
       --steps "$STEPS" --warmup "$WARMUP" > "$OUT/torch_$mode.json" 2>> "$OUT/torch.log"
   done
   echo "== op-errors" >> "$OUT/torch.log"
-  "$PY" bench/gpu/torch_reference.py --mode op-errors > "$OUT/torch_op_errors.json" 2>> "$OUT/torch.log"
+  # shellcheck disable=SC2086
+  "$PY" bench/gpu/torch_reference.py --mode op-errors $TORCH_DEV > "$OUT/torch_op_errors.json" 2>> "$OUT/torch.log"
 fi
 
 echo "==================== summary (files under $OUT)"
-echo "build: ${build_s}s, sm_$ARCH"
+if [ "$EMULATE" = 1 ]; then
+  echo "build: ${build_s}s, CUDA EMULATOR dry run (numbers mean nothing)"
+else
+  echo "build: ${build_s}s, sm_$ARCH"
+fi
 cat "$OUT/model_check.txt"
 echo "dgca-model-check exit: $check_rc (0 pass, 1 fail, 2 no GPU)"
 echo "$tests_line"
 echo "$trainer_line"
-if [ "${SKIP_TORCH:-0}" != 1 ]; then
-  "$PY" - "$OUT" <<'PYEOF'
+# The table (PyTorch rows say why they are missing when SKIP_TORCH is set).
+"$PY" - "$OUT" <<'PYEOF'
 import json, sys, os
 out = sys.argv[1]
 print("| impl | samples/s | dgca / this | step s (median) | peak GiB | TFLOP/s | MFU |")
 print("|---|---|---|---|---|---|---|")
 dgca_sps = None
+prof = None
 try:
     d = json.load(open(os.path.join(out, "dgca_bench.json")))
     if "samples_per_second" not in d:
@@ -139,6 +178,7 @@ try:
           f"{d['peak_memory_bytes'] / 2**30:.2f} | {d['achieved_tflops']:.1f} | {mfu} |")
     if d.get("gemm_fallback_plans"):
         print(f"(dgca: {d['gemm_fallback_plans']} GEMM shapes ran the slow fallback kernel)")
+    prof = d.get("profile")
 except Exception as e:  # noqa: BLE001
     print(f"| dgca bf16 | failed: {e} (see the end of model_check.txt) ||||||")
 for mode in ("eager", "compile"):
@@ -154,18 +194,23 @@ for mode in ("eager", "compile"):
     print(f"| pytorch {mode} bf16 | {d['samples_per_second']:.1f} | {ratio} | {d['step_seconds_median']:.4f} | "
           f"{d['peak_memory_bytes'] / 2**30:.2f} | {d['achieved_tflops']:.1f} | {d['mfu']:.3f} |")
 print("Goal (issue 6): dgca / eager >= 1.3, dgca / compile >= 1.0.")
+if prof:
+    step = prof["step_ms"] or 1e-9
+    print(f"dgca step profile ({prof['steps']} steps, cudaEvents): {prof['step_ms']:.2f} ms/step, GEMMs "
+          f"{prof['gemm_ms']:.2f} ms ({100 * prof['gemm_ms'] / step:.0f}%, {prof['gemms_per_step']} per step)")
+    for k, v in prof["phase_ms"].items():
+        print(f"  {k:18s} {v:8.2f} ms {100 * v / step:5.1f}%")
 try:
     d = json.load(open(os.path.join(out, "torch_op_errors.json")))
     if "errors" not in d:
         raise RuntimeError(d.get("error", "no errors in the output"))
-    e = d["errors"]
-    print("PyTorch bf16 op errors vs fp32 (dgca bf16 tolerance = 2x):")
-    for k, v in e.items():
-        print(f"  {k:28s} {v:.3e}  -> 2x = {2 * v:.3e}")
+    for dt, e in d["errors"].items():
+        print(f"PyTorch {dt} op errors vs fp32 (dgca {dt} tolerance = 2x):")
+        for k, v in e.items():
+            print(f"  {k:28s} " + ("n/a (no kernel)" if v is None else f"{v:.3e}  -> 2x = {2 * v:.3e}"))
 except Exception as ex:  # noqa: BLE001
     print(f"op errors: failed: {ex}")
 PYEOF
-fi
 echo "dgca-bench exit: $bench_rc (0 ok, 1 fail, 2 no GPU): $(head -c 1500 "$OUT/dgca_bench.json")"
 [ $check_rc = 0 ] || exit 1
 exit 0

@@ -7,10 +7,10 @@ time), the median and all step times, peak device memory, achieved TFLOP/s
 and MFU against --peak-tflops (flops_per_sample from torch_dgca.py, about
 80 GFLOP per sample for bert-base at seq 128), losses.
 
-Mode `op-errors` measures instead PyTorch's own bf16 error against fp32 on
-the ops that dgca-model-check checks, with its metric
+Mode `op-errors` measures instead PyTorch's own bf16 and fp16 error against
+fp32 on the ops that dgca-model-check checks, with its metric
     max|out - ref| / max|ref|
-so that the bf16 tolerances can be set to 2x these (issue 6's rule).
+so that the bf16/fp16 tolerances can be set to 2x these (issue 6's rule).
 
 Examples (bench/gpu/run.sh runs these on the GPU machine):
   python3 bench/gpu/torch_reference.py --mode eager   --preset bert-base --seq 128 --batch 128
@@ -115,32 +115,59 @@ def rel_err(out, ref):
 
 
 def op_errors(args, device):
-    """PyTorch's bf16 error against fp32 on dgca-model-check's ops (same shapes)."""
+    """PyTorch's bf16 and fp16 error against fp32 on dgca-model-check's ops
+    (same shapes), on inputs rounded to the low precision first (the fp32
+    reference sees the same values), as dgca-model-check measures dgca."""
+    result = dict(impl="pytorch", mode="op-errors",
+                  metric="max|out-ref|/max|ref| vs fp32 on low-precision-rounded inputs",
+                  tolerance_rule="dgca's tolerance for a dtype = 2x these", device=str(device),
+                  torch=torch.__version__, errors={})
+    for name, low in (("bf16", torch.bfloat16), ("fp16", torch.float16)):
+        result["errors"][name] = dtype_errors(args, device, low)
+    return result
+
+
+def dtype_errors(args, device, bf):
     g = torch.Generator(device="cpu").manual_seed(args.seed)
 
     def rand(*shape, lo=-1.0, hi=1.0):
         return (torch.rand(*shape, generator=g) * (hi - lo) + lo).to(device)
 
-    bf = torch.bfloat16
     rows = {}
+
+    def measure(name, fn):
+        try:
+            rows[name] = fn()
+        except (RuntimeError, NotImplementedError) as e:  # an op without a kernel for this dtype/device
+            rows[name] = None
+            print(f"op-errors: {name} {bf}: {e}", file=sys.stderr)
+
     a, b = rand(128, 64), rand(64, 96)
     bias = rand(96)
-    rows["gemm_nn_bias 128x96x64"] = rel_err(a.to(bf) @ b.to(bf) + bias.to(bf), a.to(bf).float() @ b.to(bf).float() + bias.to(bf).float())
+    measure("gemm_nn_bias 128x96x64", lambda: rel_err(a.to(bf) @ b.to(bf) + bias.to(bf),
+                                                       a.to(bf).float() @ b.to(bf).float() + bias.to(bf).float()))
     x = rand(37, 200, lo=-2, hi=3)
     w, bb = rand(200, lo=0.5, hi=1.5), rand(200, lo=-0.5, hi=0.5)
     xr, wr, br = x.to(bf).float(), w.to(bf).float(), bb.to(bf).float()
     ln = torch.nn.functional.layer_norm
-    rows["layernorm_fwd.out"] = rel_err(ln(x.to(bf), (200,), w.to(bf), bb.to(bf), 1e-12), ln(xr, (200,), wr, br, 1e-12))
-    xs = [t.detach().requires_grad_() for t in (x.to(bf), xr)]
-    outs = [ln(xs[0], (200,), w.to(bf), bb.to(bf), 1e-12), ln(xs[1], (200,), wr, br, 1e-12)]
+    measure("layernorm_fwd.out", lambda: rel_err(ln(x.to(bf), (200,), w.to(bf), bb.to(bf), 1e-12),
+                                                 ln(xr, (200,), wr, br, 1e-12)))
     dy = rand(37, 200)
-    outs[0].backward(dy.to(bf))
-    outs[1].backward(dy.to(bf).float())
-    rows["layernorm_bwd.dinp"] = rel_err(xs[0].grad, xs[1].grad)
-    x = rand(10007, lo=-4, hi=4)
-    rows["gelu_fwd"] = rel_err(torch.nn.functional.gelu(x.to(bf)), torch.nn.functional.gelu(x.to(bf).float()))
-    x = rand(33, 1000, lo=-5, hi=5)
-    rows["softmax_rows cols=1000"] = rel_err(torch.softmax(x.to(bf), -1), torch.softmax(x.to(bf).float(), -1))
+
+    def ln_bwd():
+        xs = [t.detach().requires_grad_() for t in (x.to(bf), xr)]
+        outs = [ln(xs[0], (200,), w.to(bf), bb.to(bf), 1e-12), ln(xs[1], (200,), wr, br, 1e-12)]
+        outs[0].backward(dy.to(bf))
+        outs[1].backward(dy.to(bf).float())
+        return rel_err(xs[0].grad, xs[1].grad)
+
+    measure("layernorm_bwd.dinp", ln_bwd)
+    xg = rand(10007, lo=-4, hi=4)
+    measure("gelu_fwd", lambda: rel_err(torch.nn.functional.gelu(xg.to(bf)),
+                                        torch.nn.functional.gelu(xg.to(bf).float())))
+    xs_ = rand(33, 1000, lo=-5, hi=5)
+    measure("softmax_rows cols=1000", lambda: rel_err(torch.softmax(xs_.to(bf), -1),
+                                                      torch.softmax(xs_.to(bf).float(), -1)))
     B, L, H, nh = 2, 40, 64, 4
     qkv = rand(B, L, 3 * H, lo=-1.5, hi=1.5)
     mask = torch.ones(B, L, dtype=torch.bool, device=device)
@@ -151,22 +178,29 @@ def op_errors(args, device):
         q, k, v = (u.view(B, L, nh, H // nh).transpose(1, 2) for u in (q, k, v))
         return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None, None, :])
 
-    rows["attention_fwd.out"] = rel_err(attn(qkv.to(bf)), attn(qkv.to(bf).float()))
-    qb = qkv.to(bf).detach().requires_grad_()
-    qf = qkv.to(bf).float().detach().requires_grad_()
-    dy = rand(B, nh, L, H // nh)
-    attn(qb).backward(dy.to(bf))
-    attn(qf).backward(dy.to(bf).float())
-    rows["attention_bwd.dqkv"] = rel_err(qb.grad, qf.grad)
+    measure("attention_fwd.out", lambda: rel_err(attn(qkv.to(bf)), attn(qkv.to(bf).float())))
+    dya = rand(B, nh, L, H // nh)
+
+    def attn_bwd():
+        qb = qkv.to(bf).detach().requires_grad_()
+        qf = qkv.to(bf).float().detach().requires_grad_()
+        attn(qb).backward(dya.to(bf))
+        attn(qf).backward(dya.to(bf).float())
+        return rel_err(qb.grad, qf.grad)
+
+    measure("attention_bwd.dqkv", attn_bwd)
     logits = rand(20, 1000, lo=-6, hi=6)
     t = torch.randint(0, 1000, (20,), generator=g).to(device)
-    lb = logits.to(bf).detach().requires_grad_()
-    lf = logits.to(bf).float().detach().requires_grad_()
-    torch.nn.functional.cross_entropy(lb, t, reduction="sum").backward()
-    torch.nn.functional.cross_entropy(lf, t, reduction="sum").backward()
-    rows["cross_entropy.dlogits"] = rel_err(lb.grad, lf.grad)
-    return dict(impl="pytorch", mode="op-errors", dtype="bf16", metric="max|out-ref|/max|ref| vs fp32 on bf16-rounded inputs",
-                errors=rows, tolerance_rule="dgca bf16 tolerance = 2x these", device=str(device), torch=torch.__version__)
+
+    def ce_bwd():
+        lb = logits.to(bf).detach().requires_grad_()
+        lf = logits.to(bf).float().detach().requires_grad_()
+        torch.nn.functional.cross_entropy(lb, t, reduction="sum").backward()
+        torch.nn.functional.cross_entropy(lf, t, reduction="sum").backward()
+        return rel_err(lb.grad, lf.grad)
+
+    measure("cross_entropy.dlogits", ce_bwd)
+    return rows
 
 
 def main():

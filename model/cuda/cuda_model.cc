@@ -259,7 +259,10 @@ class CudaDgcaModelImpl final : public CudaDgcaModel {
     DGCA_RETURN_IF_ERROR(Synchronize());
     return dp_->Upload(host_);
   }
-  Status ZeroGrads() override { return dp_->ZeroGrads(stream()); }
+  Status ZeroGrads() override {
+    DGCA_RETURN_IF_ERROR(Mark("zero grads"));
+    return dp_->ZeroGrads(stream());
+  }
 
   Status AllocateMoments() {
     const int64_t n = host_.total_numel();
@@ -345,6 +348,7 @@ class CudaDgcaModelImpl final : public CudaDgcaModel {
   }
 
   Status Step(float lr, const AdamWOptions& o, float grad_scale) override {
+    DGCA_RETURN_IF_ERROR(Mark("adamw"));
     ++step_;
     // One launch per maximal run of consecutive tensors with the same decay
     // flag (the layout is flat and contiguous: each run is one slice).
@@ -377,6 +381,10 @@ class CudaDgcaModelImpl final : public CudaDgcaModel {
   int64_t optimizer_step() const override { return step_; }
   Status Synchronize() override { return ctx_->Synchronize(); }
   size_t gemm_fallback_plans() const override { return gemm_.fallback_plans(); }
+  void set_profiler(StepProfiler* profiler) override {
+    profiler_ = profiler;
+    gemm_.set_profiler(profiler);
+  }
   void set_deterministic(bool d) override {
     bert_.set_deterministic(d);
     heads_.set_deterministic(d);
@@ -384,6 +392,7 @@ class CudaDgcaModelImpl final : public CudaDgcaModel {
 
  private:
   cudaStream_t stream() const { return ctx_->stream(); }
+  Status Mark(const char* phase) { return profiler_ != nullptr ? profiler_->Mark(phase) : OkStatus(); }
 
 
   // A copy of CpuDgcaModel::Validate (model/nn/model.cc; not reachable from
@@ -647,6 +656,7 @@ class CudaDgcaModelImpl final : public CudaDgcaModel {
       ready(0);
       return OkStatus();
     }
+    DGCA_RETURN_IF_ERROR(Mark("encoder fwd"));
     DGCA_RETURN_IF_ERROR(RunEncoder(b));
     LossBreakdown lb;
     lb.target_slots = NS;
@@ -657,8 +667,10 @@ class CudaDgcaModelImpl final : public CudaDgcaModel {
     const int32_t* in = d_in_.get();
     T* z = nullptr;
     if (compute_loss || backward) {
+      DGCA_RETURN_IF_ERROR(Mark("mlm head fwd"));
       DGCA_ASSIGN_OR_RETURN(z, bert_.MlmHeadForward(in + off_rows_, R));
     }
+    DGCA_RETURN_IF_ERROR(Mark("heads+loss fwd"));
     T* dz = backward ? z : nullptr;  // gradients overwrite the logits in place
 
     // Fusion / ReLM term on the target slots.
@@ -695,6 +707,7 @@ class CudaDgcaModelImpl final : public CudaDgcaModel {
           "cudaMemcpyAsync row losses"));
     }
     // One host synchronization: the loss decides whether the backward runs.
+    DGCA_RETURN_IF_ERROR(Mark("loss read-back"));
     if (compute_loss) {
       DGCA_RETURN_IF_ERROR(Synchronize());
       if (fusion_term) {
@@ -725,6 +738,7 @@ class CudaDgcaModelImpl final : public CudaDgcaModel {
 
     // ---- backward, in reverse declaration order (as model.cc).
     const T* extra = nullptr;
+    DGCA_RETURN_IF_ERROR(Mark("heads bwd"));
     if (heads_on_ && NS > 0) {
       DGCA_RETURN_IF_ERROR(CudaStatus(
           cudaMemsetAsync(dh_heads_.get(), 0, sizeof(T) * static_cast<size_t>(NS) * H, stream()),
@@ -732,10 +746,13 @@ class CudaDgcaModelImpl final : public CudaDgcaModel {
       DGCA_RETURN_IF_ERROR(heads_.Backward(grad_scale, dh_heads_.get(), dz, dp_->grad(wte_)));
       extra = dh_heads_.get();
     }
+    DGCA_RETURN_IF_ERROR(Mark("mlm head bwd"));
     DGCA_RETURN_IF_ERROR(bert_.MlmHeadBackward(dz, extra, NS));
     DGCA_RETURN_IF_ERROR(Ready(ready, bert_.head_first_index()));
+    DGCA_RETURN_IF_ERROR(Mark("encoder bwd"));
     DGCA_RETURN_IF_ERROR(bert_.EncoderBackward(
         [&](int l) -> Status { return Ready(ready, bert_.layer_first_index(l)); }));
+    DGCA_RETURN_IF_ERROR(Mark("embed+prompt bwd"));
     float* dprompt = nullptr;
     if (prompt_.enabled()) {
       DGCA_RETURN_IF_ERROR(CudaStatus(
@@ -792,6 +809,7 @@ class CudaDgcaModelImpl final : public CudaDgcaModel {
   int64_t step_ = 0;
   DeviceArray<double> norm_sq_;  // GradSquaredNorm's accumulator
   DeviceArray<int32_t> found_inf_;  // UnscaleGradsAndCheck's flag
+  StepProfiler* profiler_ = nullptr;
   float loss_scale_ = 1.0f;
 };
 

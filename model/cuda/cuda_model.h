@@ -66,6 +66,7 @@
 #include "model/core/status.h"
 #include "model/cuda/cuda_context.h"
 #include "model/cuda/device_params.h"
+#include "model/cuda/step_profiler.h"
 #include "model/nn/model.h"
 #include "model/train/optimizer.h"
 
@@ -145,6 +146,11 @@ class CudaDgcaModel : public DgcaModel {
   // GEMM shapes cuBLASLt had no algorithm for (run by the slow
   // FallbackGemm, model/cuda/gemm.h); dgca-bench reports it.
   virtual size_t gemm_fallback_plans() const = 0;
+  // Phase marks and GEMM brackets of every step go to `profiler`
+  // (step_profiler.h; null: off): zero grads, encoder fwd, mlm head fwd,
+  // heads+loss fwd, loss read-back (the host sync), heads bwd, mlm head bwd,
+  // encoder bwd, embed+prompt bwd, adamw. Not owned.
+  virtual void set_profiler(StepProfiler* profiler) = 0;
 };
 
 }  // namespace cuda

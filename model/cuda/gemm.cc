@@ -169,14 +169,23 @@ Status GemmRunner::Run(const GemmArgs& g) {
   const Key key{static_cast<int>(g.in_type), static_cast<int>(g.out_type), g.trans_a, g.trans_b, g.M, g.N, g.K,
                 g.lda, g.ldb, g.ldc, g.batch, g.stride_a, g.stride_b, g.stride_c, g.bias != nullptr, al};
   DGCA_ASSIGN_OR_RETURN(Plan * plan, GetPlan(g, key, al));
-  if (plan->fallback) return FallbackGemm(ctx_->stream(), g);
+  if (profiler_ != nullptr) DGCA_RETURN_IF_ERROR(profiler_->BeginGemm());
+  Status s = Enqueue(g, *plan);
+  if (profiler_ != nullptr && s.ok()) s = profiler_->EndGemm();
+  return s;
+}
+
+// The plan's GEMM on the context's stream (the bias pointer is set per call:
+// the cached descriptor outlives the arrays of any one call).
+Status GemmRunner::Enqueue(const GemmArgs& g, const Plan& plan) {
+  if (plan.fallback) return FallbackGemm(ctx_->stream(), g);
   if (g.bias != nullptr) {
     DGCA_RETURN_IF_ERROR(CublasStatus(
-        cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof(g.bias)),
+        cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof(g.bias)),
         "BIAS_POINTER"));
   }
-  return CublasStatus(cublasLtMatmul(ctx_->lt(), plan->op, &g.alpha, g.B, plan->a, g.A, plan->b, &g.beta, g.C,
-                                     plan->c, g.C, plan->c, &plan->algo, ctx_->workspace(),
+  return CublasStatus(cublasLtMatmul(ctx_->lt(), plan.op, &g.alpha, g.B, plan.a, g.A, plan.b, &g.beta, g.C,
+                                     plan.c, g.C, plan.c, &plan.algo, ctx_->workspace(),
                                      ctx_->workspace_bytes(), ctx_->stream()),
                       "cublasLtMatmul");
 }

@@ -33,6 +33,7 @@
 #include "model/core/status.h"
 #include "model/cuda/cuda_context.h"
 #include "model/cuda/dtype.h"
+#include "model/cuda/step_profiler.h"
 
 namespace dgca {
 namespace cuda {
@@ -74,17 +75,22 @@ class GemmRunner {
   size_t fallback_plans() const { return fallback_plans_; }
   // Tests: every new plan uses FallbackGemm.
   void set_force_fallback(bool f) { force_fallback_ = f; }
+  // Brackets every GEMM with profiler->BeginGemm/EndGemm (null: off). Not
+  // owned.
+  void set_profiler(StepProfiler* profiler) { profiler_ = profiler; }
 
  private:
   struct Plan;
   using Key = std::tuple<int, int, int, int, int, int, int, int64_t, int64_t, int64_t, int,
                          int64_t, int64_t, int64_t, bool, int>;
   StatusOr<Plan*> GetPlan(const GemmArgs& a, const Key& key, int alignment);
+  Status Enqueue(const GemmArgs& a, const Plan& plan);
 
   const CudaContext* ctx_;
   std::map<Key, std::unique_ptr<Plan>> plans_;
   size_t fallback_plans_ = 0;
   bool force_fallback_ = false;
+  StepProfiler* profiler_ = nullptr;
 };
 
 // A shared-memory tiled GEMM with GemmArgs' semantics (any alignment, any

@@ -35,13 +35,19 @@
 // H100 PCIe 756e12, A100 312e12 (by device name; --peak-tflops overrides),
 // else "n/a".
 //
+// Profile (--profile): after the timed steps, a few more steps run with
+// cudaEvent marks (model/cuda/step_profiler.h): GPU time per phase of the
+// step (encoder fwd, mlm head fwd, heads+loss, the loss read-back's host
+// gap, each backward part, adamw) and the share spent in GEMMs, per step.
+// Those steps are not part of the timing above.
+//
 // Exit status: 0 ok, 1 a failure while running, 2 no usable GPU (the clean
 // FAILED_PRECONDITION message), 3 bad command line. With --json the result
 // (or {"error": ...}) is one JSON object on stdout.
 //
 // Usage: dgca-bench [--preset bert-base] [--batch 128] [--seq 128]
-//          [--micro-batch N] [--steps 30] [--warmup 5] [--precision bf16|fp32]
-//          [--device 0] [--peak-tflops X] [--json]
+//          [--micro-batch N] [--steps 30] [--warmup 5] [--precision bf16|fp16|fp32]
+//          [--device 0] [--peak-tflops X] [--profile] [--json]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -56,6 +62,7 @@
 #include "model/core/config.h"
 #include "model/cuda/cuda_context.h"
 #include "model/cuda/cuda_model.h"
+#include "model/cuda/step_profiler.h"
 #include "model/train/optimizer.h"
 
 namespace {
@@ -71,13 +78,14 @@ struct Args {
   std::string precision = "bf16";
   double peak_tflops = 0;  // 0 = from the device name
   bool json = false;
+  bool profile = false;
 };
 
 int Usage(const std::string& msg) {
   std::fprintf(stderr,
                "dgca-bench: %s\nusage: dgca-bench [--preset tiny|small|bert-base] [--batch N] "
-               "[--seq N] [--micro-batch N] [--steps N] [--warmup N] [--precision bf16|fp32] "
-               "[--device N] [--peak-tflops X] [--json]\n",
+               "[--seq N] [--micro-batch N] [--steps N] [--warmup N] [--precision bf16|fp16|fp32] "
+               "[--device N] [--peak-tflops X] [--profile] [--json]\n",
                msg.c_str());
   return 3;
 }
@@ -181,8 +189,8 @@ int main(int argc, char** argv) {
   Args a;
   for (int i = 1; i < argc; ++i) {
     const std::string k = argv[i];
-    if (k == "--json") {
-      a.json = true;
+    if (k == "--json" || k == "--profile") {
+      (k == "--json" ? a.json : a.profile) = true;
       continue;
     }
     if (k == "-h" || k == "--help") {
@@ -276,6 +284,25 @@ int main(int argc, char** argv) {
   size_t free1 = 0;
   if (cudaMemGetInfo(&free1, &total) != cudaSuccess) return Fail(a, 1, "cudaMemGetInfo failed");
 
+  dgca::cuda::StepProfile prof;
+  const int prof_steps = std::min(a.steps, 5);
+  if (a.profile) {
+    auto profiler = dgca::cuda::StepProfiler::Create(stream);
+    if (!profiler.ok()) return Fail(a, 1, "profiler: " + profiler.status().ToString());
+    m.set_profiler(profiler->get());
+    for (int i = 0; i < prof_steps; ++i) {
+      dgca::Status s = step();
+      if (s.ok()) s = (*profiler)->Mark(nullptr);
+      if (!s.ok()) return Fail(a, 1, "profiled step " + std::to_string(i) + ": " + s.ToString());
+    }
+    dgca::Status s = m.Synchronize();
+    if (!s.ok()) return Fail(a, 1, "synchronize: " + s.ToString());
+    m.set_profiler(nullptr);
+    auto collected = (*profiler)->Collect();
+    if (!collected.ok()) return Fail(a, 1, "profile: " + collected.status().ToString());
+    prof = *collected;
+  }
+
   std::vector<double> sorted = secs;
   std::sort(sorted.begin(), sorted.end());
   const double med = sorted.size() % 2 ? sorted[sorted.size() / 2]
@@ -307,8 +334,19 @@ int main(int argc, char** argv) {
     } else {
       std::printf("\"peak_tflops\": null, \"mfu\": null, ");
     }
-    std::printf("\"gemm_fallback_plans\": %zu, \"loss_first\": %.6f, \"loss_last\": %.6f}\n",
+    std::printf("\"gemm_fallback_plans\": %zu, \"loss_first\": %.6f, \"loss_last\": %.6f",
                 m.gemm_fallback_plans(), first_loss, last_loss);
+    if (a.profile) {
+      std::printf(", \"profile\": {\"steps\": %d, \"step_ms\": %.4f, \"gemm_ms\": %.4f, \"gemms_per_step\": %d, "
+                  "\"phase_ms\": {",
+                  prof_steps, prof.total_seconds * 1e3 / prof_steps, prof.gemm_seconds * 1e3 / prof_steps,
+                  prof.gemms / prof_steps);
+      for (size_t i = 0; i < prof.phase_seconds.size(); ++i)
+        std::printf("%s\"%s\": %.4f", i ? ", " : "", JsonEscape(prof.phase_seconds[i].first).c_str(),
+                    prof.phase_seconds[i].second * 1e3 / prof_steps);
+      std::printf("}}");
+    }
+    std::printf("}\n");
   } else {
     std::printf("dgca-bench: %s, preset %s (%lld params), seq %d, batch %d (micro %d), %s\n",
                 (*ctx)->description().c_str(), a.preset.c_str(), static_cast<long long>(nparams), a.seq, a.batch,
@@ -327,6 +365,16 @@ int main(int argc, char** argv) {
     std::printf("  loss             first %.4f, last %.4f\n", first_loss, last_loss);
     std::printf("  GEMM fallbacks   %zu shapes without a cuBLASLt algorithm (slow path)\n",
                 m.gemm_fallback_plans());
+    if (a.profile) {
+      const double total = prof.total_seconds / prof_steps;
+      std::printf("  profile (%d steps, GPU time per step)\n", prof_steps);
+      std::printf("    %-20s %9s %7s\n", "phase", "ms", "share");
+      for (const auto& [name, sec] : prof.phase_seconds)
+        std::printf("    %-20s %9.3f %6.1f%%\n", name.c_str(), sec * 1e3 / prof_steps,
+                    total > 0 ? 100.0 * sec / prof_steps / total : 0.0);
+      std::printf("    %-20s %9.3f %6.1f%%  (%d GEMMs per step)\n", "of which GEMMs", prof.gemm_seconds * 1e3 / prof_steps,
+                  total > 0 ? 100.0 * prof.gemm_seconds / prof_steps / total : 0.0, prof.gemms / prof_steps);
+    }
   }
   return 0;
 }

@@ -332,7 +332,7 @@ cudaError_t cudaGetDevice(int* device) {
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
   if (device != 0) return emu::ApiError(cudaErrorInvalidDevice, "cudaGetDeviceProperties: the emulator has one device");
   std::memset(prop, 0, sizeof(*prop));
-  std::snprintf(prop->name, sizeof(prop->name), "dgca CUDA emulator (CPU, H100 limits)");
+  std::snprintf(prop->name, sizeof(prop->name), "dgca CUDA emulator (CPU; sm_90 limits)");
   prop->totalGlobalMem = ei::kTotalMemory;
   prop->sharedMemPerBlock = 48 * 1024;
   prop->sharedMemPerBlockOptin = 227 * 1024;
