@@ -99,6 +99,36 @@ TEST(OpCheckTest, EveryOpHasACheckInBothPrecisions) {
   }
 }
 
+// Issue 6's rule: low-precision tolerance = 2x PyTorch's own error on the op.
+TEST(OpCheckTest, PeerErrorsSetTolerancesByLongestOpPrefix) {
+  auto peer = ParsePeerErrors(
+      R"({"impl": "pytorch", "errors": {"bf16": {"gemm_nn_bias 128x96x64": 0.004, "layernorm_fwd.out": 0.003,
+          "layernorm_fwd": 0.5, "gelu_fwd": null}, "fp16": {"layernorm_fwd.out": 0.0004}}})",
+      "op_errors.json");
+  ASSERT_TRUE(peer.ok()) << peer.status().ToString();
+  CheckRow ln{"layernorm_fwd.out (300 rows)", "bf16", 0.001, 0.01};
+  EXPECT_TRUE(ApplyPeerTolerance(*peer, 2.0, &ln));
+  EXPECT_DOUBLE_EQ(ln.tolerance, 0.006);  // the longer prefix wins over "layernorm_fwd"
+  EXPECT_TRUE(ln.peer_tolerance);
+  CheckRow ln16{"layernorm_fwd.out", "fp16", 0.001, 0.005};
+  EXPECT_TRUE(ApplyPeerTolerance(*peer, 2.0, &ln16));
+  EXPECT_FALSE(ln16.pass());  // 0.001 > 2 x 0.0004
+  CheckRow gemm{"gemm_nn_bias 128x96x64 ->bf16", "bf16", 0.001, 0.01};
+  EXPECT_TRUE(ApplyPeerTolerance(*peer, 2.0, &gemm));
+  EXPECT_DOUBLE_EQ(gemm.tolerance, 0.008);
+  CheckRow gelu{"gelu_fwd", "bf16", 0.001, 0.01};  // null: no PyTorch kernel, keep ours
+  EXPECT_FALSE(ApplyPeerTolerance(*peer, 2.0, &gelu));
+  EXPECT_DOUBLE_EQ(gelu.tolerance, 0.01);
+  CheckRow fp32{"layernorm_fwd.out", "fp32", 0.0, 1e-4};
+  EXPECT_FALSE(ApplyPeerTolerance(*peer, 2.0, &fp32));
+
+  auto bad = ParsePeerErrors(R"({"errors": {"bf16": {"x": "big"}}})", "op_errors.json");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("op_errors.json:1:"), std::string::npos) << bad.status().ToString();
+  EXPECT_NE(bad.status().message().find("errors.bf16.x"), std::string::npos) << bad.status().ToString();
+  EXPECT_FALSE(ParsePeerErrors("{}", "op_errors.json").ok());
+}
+
 class CudaOpTest : public ::testing::TestWithParam<size_t> {};
 
 TEST_P(CudaOpTest, MatchesCpuReference) {

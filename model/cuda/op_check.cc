@@ -10,6 +10,7 @@
 #include <limits>
 #include <utility>
 
+#include "model/core/json.h"
 #include "model/cpu/ops.h"
 #include "model/cuda/attention.h"
 #include "model/cuda/kernels.h"
@@ -26,6 +27,45 @@ double MaxRelErr(const std::vector<float>& got, const std::vector<float>& want) 
     max_ref = std::max(max_ref, std::fabs(double(want[i])));
   }
   return max_diff / std::max(max_ref, 1e-30);
+}
+
+StatusOr<PeerErrors> ParsePeerErrors(const std::string& json_text, const std::string& source) {
+  DGCA_ASSIGN_OR_RETURN(JsonValue doc, ParseJson(json_text, source));
+  const JsonValue* errors = doc.Find("errors");
+  if (errors == nullptr || !errors->is_object()) {
+    return InvalidArgumentError(source + ": expected an object with \"errors\": {dtype: {op: error}} "
+                                "(bench/gpu/torch_reference.py --mode op-errors)");
+  }
+  PeerErrors out;
+  out.source = source;
+  for (const auto& [dtype, ops] : errors->object) {
+    if (!ops.is_object()) {
+      return InvalidArgumentError(source + ":" + ops.Where() + ": errors." + dtype + " must be an object of op: error");
+    }
+    auto& list = out.by_dtype[dtype];
+    for (const auto& [op, v] : ops.object) {
+      if (v.type == JsonValue::Type::kNull) continue;  // no kernel for this dtype there
+      if (!v.is_number() || !(v.number >= 0)) {
+        return InvalidArgumentError(source + ":" + v.Where() + ": errors." + dtype + "." + op +
+                                    " must be a number >= 0 or null");
+      }
+      list.emplace_back(op, v.number);
+    }
+  }
+  return out;
+}
+
+bool ApplyPeerTolerance(const PeerErrors& peer, double factor, CheckRow* row) {
+  auto it = peer.by_dtype.find(row->dtype);
+  if (it == peer.by_dtype.end()) return false;
+  const std::pair<std::string, double>* best = nullptr;
+  for (const auto& e : it->second)
+    if (row->op.compare(0, e.first.size(), e.first) == 0 && (best == nullptr || e.first.size() > best->first.size()))
+      best = &e;
+  if (best == nullptr) return false;
+  row->tolerance = factor * best->second;
+  row->peer_tolerance = true;
+  return true;
 }
 
 namespace {

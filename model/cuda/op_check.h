@@ -17,6 +17,8 @@
 #define DGCA_MODEL_CUDA_OP_CHECK_H_
 
 #include <functional>
+#include <map>
+#include <utility>
 #include <random>
 #include <string>
 #include <vector>
@@ -39,6 +41,7 @@ struct CheckRow {
   std::string dtype;  // "fp32", "bf16", "fp16"
   double max_rel_err = 0.0;
   double tolerance = 0.0;
+  bool peer_tolerance = false;  // set from the peer's error (ApplyPeerTolerance)
   bool pass() const { return max_rel_err <= tolerance; }  // false for NaN
 };
 
@@ -54,6 +57,22 @@ const std::vector<OpCheck>& AllOpChecks();
 
 // The error measure above; inf when sizes differ or any value is NaN/inf.
 double MaxRelErr(const std::vector<float>& got, const std::vector<float>& want);
+
+// Issue 6's tolerance rule for low precision: at most `factor` (2) times the
+// error PyTorch's own low-precision op has against fp32 with the same
+// measure. PeerErrors holds those errors as bench/gpu/torch_reference.py
+// --mode op-errors prints them: {"errors": {"bf16": {"layernorm_fwd.out":
+// 2.6e-3, ...}, "fp16": {...}}} (null for an op without a kernel).
+struct PeerErrors {
+  // dtype -> (op name prefix, error)
+  std::map<std::string, std::vector<std::pair<std::string, double>>> by_dtype;
+  std::string source;  // the file
+};
+// INVALID_ARGUMENT naming the file and place for anything else.
+StatusOr<PeerErrors> ParsePeerErrors(const std::string& json_text, const std::string& source);
+// When a peer op of row->dtype is a prefix of row->op (the longest wins):
+// row->tolerance = factor x its error, peer_tolerance set, true.
+bool ApplyPeerTolerance(const PeerErrors& peer, double factor, CheckRow* row);
 
 }  // namespace cuda
 }  // namespace dgca
