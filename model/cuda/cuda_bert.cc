@@ -267,9 +267,9 @@ Status CudaBert<T>::PoisonActivations() {
 // ------------------------------------------------------------- Linear
 
 template <typename T>
-Status CudaBert<T>::Linear(T* out, const T* inp, int w, int b, int n, int ic, int oc, bool accumulate) {
-  // cpu::LinearForward: out = inp W^T + b (W [oc, ic]); with accumulate the
-  // residual already in `out` is added by the GEMM's beta = 1.
+Status CudaBert<T>::Linear(T* out, const T* inp, int w, int b, int n, int ic, int oc, const T* residual) {
+  // cpu::LinearForward: out = inp W^T + b (W [oc, ic]); a residual is the
+  // GEMM's C operand with beta = 1 (C and D distinct: nothing is copied).
   const T* bias = b >= 0 ? W(b) : nullptr;
   const bool epilogue = bias != nullptr && Aligned16(bias);
   GemmArgs g;
@@ -277,7 +277,8 @@ Status CudaBert<T>::Linear(T* out, const T* inp, int w, int b, int n, int ic, in
   g.trans_b = true;
   g.M = n; g.N = oc; g.K = ic;
   g.alpha = 1.0f;
-  g.beta = accumulate ? 1.0f : 0.0f;
+  g.beta = residual != nullptr ? 1.0f : 0.0f;
+  g.C_in = residual;
   g.A = inp; g.lda = ic;
   g.B = W(w); g.ldb = ic;
   g.C = out; g.ldc = oc;
@@ -372,23 +373,17 @@ Status CudaBert<T>::LayerForward(int l, const T* x, const int32_t* mask) {
   const float eps = cfg_.layer_norm_eps;
   cudaStream_t s = stream();
   // Self-attention: one GEMM for q, k, v.
-  DGCA_RETURN_IF_ERROR(Linear(ly.qkv.get(), x, ly.qkv_w, ly.qkv_b, N, H, 3 * H, false));
+  DGCA_RETURN_IF_ERROR(Linear(ly.qkv.get(), x, ly.qkv_w, ly.qkv_b, N, H, 3 * H));
   DGCA_RETURN_IF_ERROR(AttentionForward<T>(*ctx_, gemm_, ly.ctx.get(), ly.probs.get(), ly.qkv.get(), mask, B_, L_,
                                            H, nh_, attn_scratch_.get()));
-  // Output projection + bias + residual in one GEMM (r1 = x, then beta = 1),
-  // LayerNorm (post-LN).
-  DGCA_RETURN_IF_ERROR(CudaStatus(
-      cudaMemcpyAsync(ly.r1.get(), x, sizeof(T) * size_t(N) * H, cudaMemcpyDeviceToDevice, s), "residual copy"));
-  DGCA_RETURN_IF_ERROR(Linear(ly.r1.get(), ly.ctx.get(), ly.ao_w, ly.ao_b, N, H, H, true));
+  // Output projection + bias + residual in one GEMM, LayerNorm (post-LN).
+  DGCA_RETURN_IF_ERROR(Linear(ly.r1.get(), ly.ctx.get(), ly.ao_w, ly.ao_b, N, H, H, x));
   DGCA_RETURN_IF_ERROR(LayerNormForward<T>(s, ly.h1.get(), ly.mean1.get(), ly.rstd1.get(), ly.r1.get(),
                                            W(ly.ln1_w), W(ly.ln1_b), N, H, eps));
   // Feed-forward.
-  DGCA_RETURN_IF_ERROR(Linear(ly.f1.get(), ly.h1.get(), ly.fc1_w, ly.fc1_b, N, H, F, false));
+  DGCA_RETURN_IF_ERROR(Linear(ly.f1.get(), ly.h1.get(), ly.fc1_w, ly.fc1_b, N, H, F));
   DGCA_RETURN_IF_ERROR(GeluForward<T>(s, ly.g.get(), ly.f1.get(), int64_t(N) * F));
-  DGCA_RETURN_IF_ERROR(CudaStatus(
-      cudaMemcpyAsync(ly.r2.get(), ly.h1.get(), sizeof(T) * size_t(N) * H, cudaMemcpyDeviceToDevice, s),
-      "residual copy"));
-  DGCA_RETURN_IF_ERROR(Linear(ly.r2.get(), ly.g.get(), ly.fc2_w, ly.fc2_b, N, F, H, true));
+  DGCA_RETURN_IF_ERROR(Linear(ly.r2.get(), ly.g.get(), ly.fc2_w, ly.fc2_b, N, F, H, ly.h1.get()));
   return LayerNormForward<T>(s, ly.out.get(), ly.mean2.get(), ly.rstd2.get(), ly.r2.get(), W(ly.ln2_w),
                              W(ly.ln2_b), N, H, eps);
 }
@@ -409,12 +404,12 @@ StatusOr<T*> CudaBert<T>::MlmHeadForward(const int32_t* rows, int R) {
   DGCA_RETURN_IF_ERROR(CudaStatus(
       cudaMemcpyAsync(rows_.get(), rows, sizeof(int32_t) * R, cudaMemcpyDeviceToDevice, s), "head rows copy"));
   DGCA_RETURN_IF_ERROR(EmbeddingForward<T>(s, sel_.get(), rows_.get(), hidden(), R, H));
-  DGCA_RETURN_IF_ERROR(Linear(t1_.get(), sel_.get(), hd_w_, hd_b_, R, H, H, false));
+  DGCA_RETURN_IF_ERROR(Linear(t1_.get(), sel_.get(), hd_w_, hd_b_, R, H, H));
   DGCA_RETURN_IF_ERROR(GeluForward<T>(s, t2_.get(), t1_.get(), int64_t(R) * H));
   DGCA_RETURN_IF_ERROR(LayerNormForward<T>(s, t3_.get(), tmean_.get(), trstd_.get(), t2_.get(), W(hln_w_),
                                            W(hln_b_), R, H, cfg_.layer_norm_eps));
   // Decoder tied to the word embeddings: logits = t3 E^T + bias.
-  DGCA_RETURN_IF_ERROR(Linear(logits_.get(), t3_.get(), wte_idx_, hbias_, R, H, V_, false));
+  DGCA_RETURN_IF_ERROR(Linear(logits_.get(), t3_.get(), wte_idx_, hbias_, R, H, V_));
   return logits_.get();
 }
 

@@ -169,9 +169,9 @@ class CudaBert {
   Status LayerForward(int l, const T* x, const int32_t* mask);
   // dcur: dL/d(out_l) on entry, dL/d(x_l) on return.
   Status LayerBackward(int l, const T* x, T* dcur);
-  // out[n,oc] = inp[n,ic] W[oc,ic]^T + b (+ out's old value when
-  // accumulate: the residual, pre-copied into out).
-  Status Linear(T* out, const T* inp, int w, int b, int n, int ic, int oc, bool accumulate);
+  // out[n,oc] = inp[n,ic] W[oc,ic]^T + b (+ residual[n,oc] when not null:
+  // the GEMM's beta term, no copy).
+  Status Linear(T* out, const T* inp, int w, int b, int n, int ic, int oc, const T* residual = nullptr);
   // dinp (= or += when accumulate_dinp) = dout W; dW += dout^T inp (fp32);
   // db += column sums of dout. dinp may be null.
   Status LinearBack(T* dinp, bool accumulate_dinp, int w, int b, const T* dout, const T* inp,

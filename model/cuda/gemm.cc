@@ -156,7 +156,7 @@ Status GemmRunner::Run(const GemmArgs& g) {
                                 std::to_string(g.N) + ")");
   }
   int al = Alignment(g.A);
-  for (const void* p : {static_cast<const void*>(g.B), static_cast<const void*>(g.C), g.bias}) {
+  for (const void* p : {static_cast<const void*>(g.B), static_cast<const void*>(g.C), g.bias, g.C_in}) {
     if (p != nullptr) al = std::min(al, Alignment(p));
   }
   // Strided batches move the pointers: their alignment counts too.
@@ -184,7 +184,8 @@ Status GemmRunner::Enqueue(const GemmArgs& g, const Plan& plan) {
         cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof(g.bias)),
         "BIAS_POINTER"));
   }
-  return CublasStatus(cublasLtMatmul(ctx_->lt(), plan.op, &g.alpha, g.B, plan.a, g.A, plan.b, &g.beta, g.C,
+  const void* c_in = g.C_in != nullptr ? g.C_in : g.C;
+  return CublasStatus(cublasLtMatmul(ctx_->lt(), plan.op, &g.alpha, g.B, plan.a, g.A, plan.b, &g.beta, c_in,
                                      plan.c, g.C, plan.c, &plan.algo, ctx_->workspace(),
                                      ctx_->workspace_bytes(), ctx_->stream()),
                       "cublasLtMatmul");

@@ -5,6 +5,11 @@
 // fp32; accumulation always fp32 (CUBLAS_COMPUTE_32F: fp32 inputs are NOT
 // rounded to TF32, so fp32 matches the CPU within 1e-4).
 //
+// With C_in set, the beta term reads C_in instead of C (cuBLASLt's
+// separate C and D): out = op(A) op(B) + bias + beta * C_in, written to C,
+// e.g. a residual added without copying it into the output first. C_in has
+// C's shape, type and ldc.
+//
 // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T, so the
 // call passes B as cuBLASLt's A and A as its B with m = N, n = M. The bias
 // epilogue (CUBLASLT_EPILOGUE_BIAS) adds a vector of length "rows of D" =
@@ -49,6 +54,7 @@ struct GemmArgs {
   int64_t ldb = 0;
   void* C = nullptr;
   int64_t ldc = 0;
+  const void* C_in = nullptr;  // beta's operand when not C (null: C)
   DType in_type = DType::kF32;   // A and B
   DType out_type = DType::kF32;  // C (and bias): in_type or kF32
   const void* bias = nullptr;    // [N] or null

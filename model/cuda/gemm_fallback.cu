@@ -18,13 +18,15 @@ constexpr int kTile = 16;
 template <typename Tin, typename Tout>
 __global__ void TiledGemmKernel(bool ta, bool tb, int M, int N, int K, float alpha, float beta,
                                 const Tin* A, int64_t lda, int64_t sa, const Tin* B, int64_t ldb,
-                                int64_t sb, Tout* C, int64_t ldc, int64_t sc, const Tout* bias) {
+                                int64_t sb, Tout* C, int64_t ldc, int64_t sc, const Tout* bias,
+                                const Tout* C_in) {
   __shared__ float as[kTile][kTile + 1];
   __shared__ float bs[kTile][kTile + 1];
   const int64_t z = blockIdx.z;
   A += z * sa;
   B += z * sb;
   C += z * sc;
+  if (C_in != nullptr) C_in += z * sc;
   const int i = blockIdx.y * kTile + threadIdx.y;  // row of C
   const int j = blockIdx.x * kTile + threadIdx.x;  // column of C
   float acc = 0.0f;
@@ -44,7 +46,7 @@ __global__ void TiledGemmKernel(bool ta, bool tb, int M, int N, int K, float alp
   if (i < M && j < N) {
     float out = alpha * acc;
     const int64_t o = int64_t(i) * ldc + j;
-    if (beta != 0.0f) out += beta * ToF(C[o]);
+    if (beta != 0.0f) out += beta * ToF(C_in != nullptr ? C_in[o] : C[o]);
     if (bias != nullptr) out += ToF(bias[j]);
     C[o] = FromF<Tout>(out);
   }
@@ -57,7 +59,7 @@ Status Launch(cudaStream_t stream, const GemmArgs& g) {
   TiledGemmKernel<Tin, Tout><<<grid, block, 0, stream>>>(
       g.trans_a, g.trans_b, g.M, g.N, g.K, g.alpha, g.beta, static_cast<const Tin*>(g.A), g.lda,
       g.stride_a, static_cast<const Tin*>(g.B), g.ldb, g.stride_b, static_cast<Tout*>(g.C), g.ldc,
-      g.stride_c, static_cast<const Tout*>(g.bias));
+      g.stride_c, static_cast<const Tout*>(g.bias), static_cast<const Tout*>(g.C_in));
   return CudaStatus(cudaGetLastError(), "FallbackGemm");
 }
 

@@ -167,6 +167,7 @@ struct GemmCase {
   bool bias;
   DType in, out;
   int batch;
+  bool residual = false;  // beta = 1 on a separate C_in (C and D distinct)
 };
 
 Status CheckGemm(const GemmCase& c, const CudaContext& ctx, GemmRunner* gemm, Rng* rng, Rows* rows) {
@@ -180,6 +181,8 @@ Status CheckGemm(const GemmCase& c, const CudaContext& ctx, GemmRunner* gemm, Rn
   DGCA_ASSIGN_OR_RETURN(Bytes dB, Up(c.in, B));
   DGCA_ASSIGN_OR_RETURN(Bytes dbias, Up(c.out, bias));
   DGCA_ASSIGN_OR_RETURN(Bytes dC, Poisoned(c.out, sc * c.batch));
+  std::vector<float> cin = Round(c.out, Rand(sc * c.batch, rng));
+  DGCA_ASSIGN_OR_RETURN(Bytes dCin, Up(c.out, cin));
   DGCA_RETURN_IF_ERROR(SyncDevice());
   GemmArgs g;
   g.trans_a = c.ta; g.trans_b = c.tb;
@@ -188,6 +191,10 @@ Status CheckGemm(const GemmCase& c, const CudaContext& ctx, GemmRunner* gemm, Rn
   g.in_type = c.in; g.out_type = c.out;
   g.bias = c.bias ? dbias.get() : nullptr;
   g.batch = c.batch; g.stride_a = sa; g.stride_b = sb; g.stride_c = sc;
+  if (c.residual) {
+    g.beta = 1.0f;
+    g.C_in = dCin.get();
+  }
   DGCA_RETURN_IF_ERROR(gemm->Run(g));
   DGCA_RETURN_IF_ERROR(ctx.Synchronize());
   DGCA_ASSIGN_OR_RETURN(std::vector<float> got, Down(c.out, dC));
@@ -200,6 +207,8 @@ Status CheckGemm(const GemmCase& c, const CudaContext& ctx, GemmRunner* gemm, Rn
       for (int i = 0; i < c.M; ++i)
         for (int j = 0; j < c.N; ++j) want[b * sc + int64_t(i) * c.N + j] += bias[j];
     }
+    if (c.residual)
+      for (int64_t i = 0; i < sc; ++i) want[b * sc + i] += cin[b * sc + i];
   }
   std::string name = std::string(c.name) + " " + std::to_string(c.M) + "x" + std::to_string(c.N) + "x" +
                      std::to_string(c.K) + (c.batch > 1 ? " x" + std::to_string(c.batch) : "") + " ->" +
@@ -597,6 +606,10 @@ std::vector<OpCheck> BuildChecks() {
       // Odd leading dimensions: bf16 rows only 2-byte aligned (cuBLASLt may
       // have no algorithm: GemmRunner then falls back, correct either way).
       {"gemm_nn_odd_ld", false, false, 37, 19, 21, false, b16, b16, 1},
+      // The residual in the beta term from a separate C_in (CudaBert's
+      // attention output and FFN output projections).
+      {"gemm_nt_bias_residual", false, true, 96, 64, 48, true, f32, f32, 1, true},
+      {"gemm_nt_bias_residual", false, true, 96, 64, 48, true, b16, b16, 1, true},
   };
   for (const GemmCase& c : gemms) {
     v.push_back(OpCheck{std::string(c.name) + " " + DTypeName(c.in) + "->" + DTypeName(c.out),
