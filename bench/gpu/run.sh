@@ -109,11 +109,17 @@ if [ -x "$BUILD/model/cuda_ops_test$SFX" ]; then
   tests_line="cuda_ops_test: rc=$? ($(grep -E '^\[ +(PASSED|FAILED|SKIPPED) +\] [0-9]+ test' "$OUT/cuda_ops_test.out" | tr '\n' ' '))"
   cat "$OUT/cuda_ops_test.out" >> "$OUT/model_check.txt" && rm -f "$OUT/cuda_ops_test.out"
 fi
-# dgca's own throughput row (the same shape as the PyTorch runs below).
+# dgca's own throughput rows (the same shape as the PyTorch runs below):
+# with CUDA graphs (the benchmark's batches repeat, so its steps replay) and
+# without (what training on real, variable-shape data mostly gets); one
+# JSON object per line.
 # shellcheck disable=SC2086
 "$BUILD/model/dgca-bench$SFX" $BENCH_ARGS --precision bf16 --profile --json \
   > "$OUT/dgca_bench.json" 2> "$OUT/dgca_bench.err"
 bench_rc=$?
+# shellcheck disable=SC2086
+"$BUILD/model/dgca-bench$SFX" $BENCH_ARGS --precision bf16 --no-cuda-graphs --json \
+  >> "$OUT/dgca_bench.json" 2>> "$OUT/dgca_bench.err" || bench_rc=1
 { echo "==================== dgca-bench stderr (rc=$bench_rc)"; cat "$OUT/dgca_bench.err"; } >> "$OUT/model_check.txt"
 rm -f "$OUT/dgca_bench.err"
 
@@ -182,18 +188,32 @@ print("|---|---|---|---|---|---|---|")
 dgca_sps = None
 prof = None
 fmt = lambda v, spec: "n/a" if v is None else format(v, spec)  # CPU runs have no peak memory or MFU
+dgca_rows = []  # (label, samples/s)
 try:
-    d = json.load(open(os.path.join(out, "dgca_bench.json")))
-    if "samples_per_second" not in d:
-        raise RuntimeError(d.get("error", "no samples_per_second"))
-    dgca_sps = d["samples_per_second"]
-    print(f"| dgca {d['precision']} | {d['samples_per_second']:.1f} | 1.00 | {d['step_seconds_median']:.4f} | "
-          f"{fmt(d['peak_memory_bytes'] / 2**30, '.2f')} | {d['achieved_tflops']:.1f} | {fmt(d.get('mfu'), '.3f')} |")
-    if d.get("gemm_fallback_plans"):
-        print(f"(dgca: {d['gemm_fallback_plans']} GEMM shapes ran the slow fallback kernel)")
-    prof = d.get("profile")
+    lines = [l for l in open(os.path.join(out, "dgca_bench.json")).read().splitlines() if l.strip()]
+    if not lines:
+        raise RuntimeError("no output")
+    for line in lines:
+        d = json.loads(line)
+        if "samples_per_second" not in d:
+            raise RuntimeError(d.get("error", "no samples_per_second"))
+        graphs = d.get("cuda_graphs")
+        label = f"dgca {d['precision']}" + (" CUDA graphs" if graphs else " no graphs")
+        if dgca_sps is None:
+            dgca_sps = d["samples_per_second"]
+        dgca_rows.append((label, d["samples_per_second"]))
+        print(f"| {label} | {d['samples_per_second']:.1f} | {dgca_sps / d['samples_per_second']:.2f} | "
+              f"{d['step_seconds_median']:.4f} | {fmt(d['peak_memory_bytes'] / 2**30, '.2f')} | "
+              f"{d['achieved_tflops']:.1f} | {fmt(d.get('mfu'), '.3f')} |")
+        if d.get("gemm_fallback_plans"):
+            print(f"({label}: {d['gemm_fallback_plans']} GEMM shapes ran the slow fallback kernel)")
+        if graphs:
+            print(f"({label}: {d.get('graph_replays')} passes replayed, {d.get('graph_captures')} captured, "
+                  f"{d.get('graph_failures')} failed captures)")
+        prof = prof or d.get("profile")
 except Exception as e:  # noqa: BLE001
     print(f"| dgca bf16 | failed: {e} (see the end of model_check.txt) ||||||")
+torch_sps = {}
 for mode in ("eager", "compile"):
     try:
         d = json.load(open(os.path.join(out, f"torch_{mode}.json")))
@@ -203,14 +223,19 @@ for mode in ("eager", "compile"):
     if "error" in d and "samples_per_second" not in d:
         print(f"| pytorch {mode} | {d['error']} ||||||")
         continue
+    torch_sps[mode] = d["samples_per_second"]
     ratio = f"{dgca_sps / d['samples_per_second']:.2f}" if dgca_sps else "-"
     print(f"| pytorch {mode} bf16 | {d['samples_per_second']:.1f} | {ratio} | {d['step_seconds_median']:.4f} | "
           f"{fmt(d['peak_memory_bytes'] and d['peak_memory_bytes'] / 2**30, '.2f')} | {d['achieved_tflops']:.1f} | "
           f"{fmt(d.get('mfu'), '.3f')} |")
 print("Goal (issue 6): dgca / eager >= 1.3, dgca / compile >= 1.0.")
+for label, sps in dgca_rows:
+    ratios = ", ".join(f"{sps / v:.2f}x {m}" for m, v in torch_sps.items())
+    if ratios:
+        print(f"  {label}: {ratios}")
 if prof:
     step = prof["step_ms"] or 1e-9
-    print(f"dgca step profile ({prof['steps']} steps, cudaEvents): {prof['step_ms']:.2f} ms/step, GEMMs "
+    print(f"dgca step profile ({prof['steps']} steps without graphs, cudaEvents): {prof['step_ms']:.2f} ms/step, GEMMs "
           f"{prof['gemm_ms']:.2f} ms ({100 * prof['gemm_ms'] / step:.0f}%, {prof['gemms_per_step']} per step)")
     for k, v in prof["phase_ms"].items():
         print(f"  {k:18s} {v:8.2f} ms {100 * v / step:5.1f}%")

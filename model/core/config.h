@@ -95,6 +95,9 @@ struct TrainConfig {
   // GPU: every gradient reduction in a fixed order (bit-reproducible runs,
   // slower embedding backward). The CPU trainer is always deterministic.
   bool deterministic = false;
+  // GPU: replay the forward and backward of repeated micro-batch shapes
+  // from CUDA graphs (only without data-parallel overlap callbacks).
+  bool cuda_graphs = true;
 
   // Data parallel.
   double bucket_mb = 25.0;

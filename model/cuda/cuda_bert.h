@@ -139,6 +139,17 @@ class CudaBert {
   // ADDED, fp32; dprompt may be null when there is no prompt encoder).
   Status EmbedBackward(float* dprompt);
 
+  // The host-side state a forward leaves for the backward (batch, length,
+  // prompt use, head rows), set without enqueuing anything: for a forward
+  // replayed from a CUDA graph (model/cuda/graph_cache.h), whose kernels
+  // ran without this object's forward methods being called.
+  void SetForwardShape(int B, int L, bool used_prompt, int R) {
+    B_ = B;
+    L_ = L;
+    used_prompt_ = used_prompt;
+    R_ = R;
+  }
+
   // Test hook: fills every activation and scratch buffer with NaN
   // (DeviceArray::Poison) so a kernel that skips an element, or reads a
   // buffer before it is written, shows up. Synchronous.

@@ -142,6 +142,17 @@ class CudaHeads {
   Status Predict(const T* h, const T* z, const T* E, const int32_t* cand, const int32_t* x,
                  int T_slots, int V, int32_t* pred);
 
+  // The state Forward() leaves for Backward(), set without enqueuing
+  // anything: for a forward replayed from a CUDA graph
+  // (model/cuda/graph_cache.h), which ran its kernels without Forward().
+  void SetForwardInputs(const T* h, const T* z, const T* E, int T_slots, int V) {
+    h_ = h;
+    z_ = z;
+    E_ = E;
+    T_ = T_slots;
+    V_ = V;
+  }
+
   // The losses of the last Forward() on the device (valid once the stream
   // reaches that point).
   const DeviceHeadLosses* device_losses() const { return losses_.get(); }

@@ -197,7 +197,7 @@ class CudaDgcaModelImpl final : public CudaDgcaModel {
   Status RunPredict(const Batch& batch) {
     pred_host_.clear();
     if (batch.batch_size == 0) return OkStatus();  // no slots either (Validate)
-    DGCA_RETURN_IF_ERROR(RunEncoder(batch));
+    DGCA_RETURN_IF_ERROR(RunEncoder(batch.batch_size));
     const int NS = batch.num_slots();
     const int V = cfg_.vocab_size;
     std::vector<int32_t>& pred = pred_host_;
@@ -381,6 +381,13 @@ class CudaDgcaModelImpl final : public CudaDgcaModel {
   int64_t optimizer_step() const override { return step_; }
   Status Synchronize() override { return ctx_->Synchronize(); }
   size_t gemm_fallback_plans() const override { return gemm_.fallback_plans(); }
+  void set_cuda_graphs(bool on) override {
+    if (on && graphs_ == nullptr) graphs_ = std::make_unique<GraphCache>(stream());
+    if (!on) graphs_.reset();
+  }
+  GraphCache::Stats cuda_graph_stats() const override {
+    return graphs_ != nullptr ? graphs_->stats() : GraphCache::Stats();
+  }
   void set_profiler(StepProfiler* profiler) override {
     profiler_ = profiler;
     gemm_.set_profiler(profiler);
@@ -388,6 +395,7 @@ class CudaDgcaModelImpl final : public CudaDgcaModel {
   void set_deterministic(bool d) override {
     bert_.set_deterministic(d);
     heads_.set_deterministic(d);
+    if (graphs_ != nullptr) graphs_->Clear();  // the graphs hold the other kernels
   }
 
  private:
@@ -598,7 +606,7 @@ class CudaDgcaModelImpl final : public CudaDgcaModel {
     return CudaStatus(cudaEventRecord(consumed_.get(), stream()), "cudaEventRecord");
   }
 
-  Status RunEncoder(const Batch& b) {
+  Status RunEncoder(int B) {
     const T* prompt_rows = nullptr;
     if (prompt_.enabled()) {
       if constexpr (std::is_same_v<T, float>) {
@@ -614,8 +622,8 @@ class CudaDgcaModelImpl final : public CudaDgcaModel {
     const int32_t* in = d_in_.get();
     DGCA_RETURN_IF_ERROR(bert_.EmbedForward(in + off_ids_, in + off_types_,
                                             prompt_rows != nullptr ? in + off_slots_ : nullptr,
-                                            prompt_rows, b.batch_size, L_eff_));
-    return bert_.EncoderForward(in + off_mask_, b.batch_size, L_eff_);
+                                            prompt_rows, B, L_eff_));
+    return bert_.EncoderForward(in + off_mask_, B, L_eff_);
   }
 
   // Tells the caller that the backward up to this point is enqueued (see
@@ -656,61 +664,38 @@ class CudaDgcaModelImpl final : public CudaDgcaModel {
       ready(0);
       return OkStatus();
     }
-    DGCA_RETURN_IF_ERROR(Mark("encoder fwd"));
-    DGCA_RETURN_IF_ERROR(RunEncoder(b));
-    LossBreakdown lb;
-    lb.target_slots = NS;
-    const int R = static_cast<int>(rows_.size());
-    const int M = R - NS;
-    const int V = cfg_.vocab_size, H = cfg_.hidden;
-    const bool compute_loss = have_labels || M > 0;
-    const int32_t* in = d_in_.get();
-    T* z = nullptr;
-    if (compute_loss || backward) {
-      DGCA_RETURN_IF_ERROR(Mark("mlm head fwd"));
-      DGCA_ASSIGN_OR_RETURN(z, bert_.MlmHeadForward(in + off_rows_, R));
-    }
-    DGCA_RETURN_IF_ERROR(Mark("heads+loss fwd"));
-    T* dz = backward ? z : nullptr;  // gradients overwrite the logits in place
-
-    // Fusion / ReLM term on the target slots.
-    const bool fusion_term = have_labels && NS > 0;
-    if (fusion_term) {
+    StepShape sh;
+    sh.B = b.batch_size;
+    sh.R = static_cast<int>(rows_.size());
+    sh.NS = NS;
+    sh.have_labels = have_labels;
+    sh.backward = backward;
+    sh.grad_scale = grad_scale;
+    // CUDA graphs where they fit (cuda_model.h): not with per-layer
+    // gradient callbacks (their consumers order themselves after each
+    // layer's work) nor while profiling (the marks are host calls).
+    const bool graphs = graphs_ != nullptr && !ready && profiler_ == nullptr;
+    const GraphCache::Key key = sh.Key(L_eff_);
+    if (graphs) {
+      // A replayed forward calls none of the modules' forward methods:
+      // leave their host state as those calls would have.
+      bert_.SetForwardShape(sh.B, L_eff_, prompt_.enabled(), sh.R);
       if (heads_on_) {
-        DGCA_RETURN_IF_ERROR(heads_.Forward(
-            bert_.gathered(), z, dp_->weight<T>(wte_),
-            heads_.candidate_enabled() ? in + off_cand_ : nullptr, in + off_src_,
-            in + off_targets_, NS, V, /*out=*/nullptr));
-        DGCA_RETURN_IF_ERROR(CudaStatus(
-            cudaMemcpyAsync(host_heads_loss_.get(), heads_.device_losses(),
-                            sizeof(DeviceHeadLosses), cudaMemcpyDeviceToHost, stream()),
-            "cudaMemcpyAsync head losses"));
-      } else {
-        DGCA_RETURN_IF_ERROR(CrossEntropy(stream(), row_loss_.get(), dz, z, in + off_targets_, NS,
-                                          V, grad_scale / static_cast<float>(NS)));
+        heads_.SetForwardInputs(bert_.gathered(), bert_.logits(), dp_->weight<T>(wte_),
+                                sh.fusion_term() ? NS : 0, cfg_.vocab_size);
       }
-    }
-    // MFT term on the masked source positions (rows NS..R).
-    if (M > 0) {
-      const size_t off = static_cast<size_t>(NS) * V;
-      DGCA_RETURN_IF_ERROR(CrossEntropy(stream(), row_loss_.get() + NS,
-                                        dz != nullptr ? dz + off : nullptr, z + off,
-                                        in + off_targets_ + NS, M, V,
-                                        grad_scale / static_cast<float>(M)));
-    }
-    const int first_row = fusion_term && !heads_on_ ? 0 : NS;
-    const int n_rows = R - first_row;
-    if (n_rows > 0) {
-      DGCA_RETURN_IF_ERROR(CudaStatus(
-          cudaMemcpyAsync(host_row_loss_.get() + first_row, row_loss_.get() + first_row,
-                          sizeof(float) * n_rows, cudaMemcpyDeviceToHost, stream()),
-          "cudaMemcpyAsync row losses"));
+      DGCA_RETURN_IF_ERROR(graphs_->Run(key, [&] { return EnqueueForward(sh); }));
+    } else {
+      DGCA_RETURN_IF_ERROR(EnqueueForward(sh));
     }
     // One host synchronization: the loss decides whether the backward runs.
     DGCA_RETURN_IF_ERROR(Mark("loss read-back"));
-    if (compute_loss) {
+    LossBreakdown lb;
+    lb.target_slots = NS;
+    const int R = sh.R, M = R - NS;
+    if (sh.compute_loss()) {
       DGCA_RETURN_IF_ERROR(Synchronize());
-      if (fusion_term) {
+      if (sh.fusion_term()) {
         if (heads_on_) {
           const DeviceHeadLosses& hl = *host_heads_loss_.get();
           lb.fusion = hl.fusion;
@@ -735,15 +720,94 @@ class CudaDgcaModelImpl final : public CudaDgcaModel {
       return InternalError("DgcaModel: the loss is not finite (" + std::to_string(lb.total) + ")");
     lb_ = lb;
     if (!backward) return OkStatus();
+    if (graphs) {
+      GraphCache::Key bkey = key;
+      bkey.push_back(-1);  // the backward of that forward
+      return graphs_->Run(bkey, [&] { return EnqueueBackward(sh, ready); });
+    }
+    return EnqueueBackward(sh, ready);
+  }
 
-    // ---- backward, in reverse declaration order (as model.cc).
+  // What the device work of one forward or backward depends on besides
+  // memory contents: a CUDA graph's key.
+  struct StepShape {
+    int B = 0, R = 0, NS = 0;
+    bool have_labels = false, backward = false;
+    float grad_scale = 1.0f;
+    bool compute_loss() const { return have_labels || R > NS; }
+    bool fusion_term() const { return have_labels && NS > 0; }
+    GraphCache::Key Key(int L) const {
+      uint32_t bits;
+      std::memcpy(&bits, &grad_scale, sizeof(bits));
+      return {B, L, R, NS, have_labels, backward, bits};
+    }
+  };
+
+  // The forward's device work: encoder, MLM head, heads / cross-entropy,
+  // and the copies of the losses into pinned host memory. Only enqueues
+  // (graph-capturable).
+  Status EnqueueForward(const StepShape& sh) {
+    const int NS = sh.NS, R = sh.R, M = R - NS;
+    const int V = cfg_.vocab_size;
+    const float grad_scale = sh.grad_scale;
+    DGCA_RETURN_IF_ERROR(Mark("encoder fwd"));
+    DGCA_RETURN_IF_ERROR(RunEncoder(sh.B));
+    const int32_t* in = d_in_.get();
+    T* z = nullptr;
+    if (sh.compute_loss() || sh.backward) {
+      DGCA_RETURN_IF_ERROR(Mark("mlm head fwd"));
+      DGCA_ASSIGN_OR_RETURN(z, bert_.MlmHeadForward(in + off_rows_, R));
+    }
+    DGCA_RETURN_IF_ERROR(Mark("heads+loss fwd"));
+    T* dz = sh.backward ? z : nullptr;  // gradients overwrite the logits in place
+
+    // Fusion / ReLM term on the target slots.
+    if (sh.fusion_term()) {
+      if (heads_on_) {
+        DGCA_RETURN_IF_ERROR(heads_.Forward(
+            bert_.gathered(), z, dp_->weight<T>(wte_),
+            heads_.candidate_enabled() ? in + off_cand_ : nullptr, in + off_src_,
+            in + off_targets_, NS, V, /*out=*/nullptr));
+        DGCA_RETURN_IF_ERROR(CudaStatus(
+            cudaMemcpyAsync(host_heads_loss_.get(), heads_.device_losses(),
+                            sizeof(DeviceHeadLosses), cudaMemcpyDeviceToHost, stream()),
+            "cudaMemcpyAsync head losses"));
+      } else {
+        DGCA_RETURN_IF_ERROR(CrossEntropy(stream(), row_loss_.get(), dz, z, in + off_targets_, NS,
+                                          V, grad_scale / static_cast<float>(NS)));
+      }
+    }
+    // MFT term on the masked source positions (rows NS..R).
+    if (M > 0) {
+      const size_t off = static_cast<size_t>(NS) * V;
+      DGCA_RETURN_IF_ERROR(CrossEntropy(stream(), row_loss_.get() + NS,
+                                        dz != nullptr ? dz + off : nullptr, z + off,
+                                        in + off_targets_ + NS, M, V,
+                                        grad_scale / static_cast<float>(M)));
+    }
+    const int first_row = sh.fusion_term() && !heads_on_ ? 0 : NS;
+    const int n_rows = R - first_row;
+    if (n_rows > 0) {
+      DGCA_RETURN_IF_ERROR(CudaStatus(
+          cudaMemcpyAsync(host_row_loss_.get() + first_row, row_loss_.get() + first_row,
+                          sizeof(float) * n_rows, cudaMemcpyDeviceToHost, stream()),
+          "cudaMemcpyAsync row losses"));
+    }
+    return OkStatus();
+  }
+
+  // The backward, in reverse declaration order (as model.cc); `ready` gets
+  // each stage's first parameter index once its work is enqueued.
+  Status EnqueueBackward(const StepShape& sh, const GradReadyFn& ready) {
+    const int NS = sh.NS, H = cfg_.hidden;
+    T* dz = bert_.logits();  // the forward wrote the gradients over the logits
     const T* extra = nullptr;
     DGCA_RETURN_IF_ERROR(Mark("heads bwd"));
     if (heads_on_ && NS > 0) {
       DGCA_RETURN_IF_ERROR(CudaStatus(
           cudaMemsetAsync(dh_heads_.get(), 0, sizeof(T) * static_cast<size_t>(NS) * H, stream()),
           "cudaMemsetAsync dh_heads"));
-      DGCA_RETURN_IF_ERROR(heads_.Backward(grad_scale, dh_heads_.get(), dz, dp_->grad(wte_)));
+      DGCA_RETURN_IF_ERROR(heads_.Backward(sh.grad_scale, dh_heads_.get(), dz, dp_->grad(wte_)));
       extra = dh_heads_.get();
     }
     DGCA_RETURN_IF_ERROR(Mark("mlm head bwd"));
@@ -810,6 +874,7 @@ class CudaDgcaModelImpl final : public CudaDgcaModel {
   DeviceArray<double> norm_sq_;  // GradSquaredNorm's accumulator
   DeviceArray<int32_t> found_inf_;  // UnscaleGradsAndCheck's flag
   StepProfiler* profiler_ = nullptr;
+  std::unique_ptr<GraphCache> graphs_;  // null: no CUDA graphs
   float loss_scale_ = 1.0f;
 };
 

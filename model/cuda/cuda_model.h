@@ -66,6 +66,7 @@
 #include "model/core/status.h"
 #include "model/cuda/cuda_context.h"
 #include "model/cuda/device_params.h"
+#include "model/cuda/graph_cache.h"
 #include "model/cuda/step_profiler.h"
 #include "model/nn/model.h"
 #include "model/train/optimizer.h"
@@ -151,6 +152,14 @@ class CudaDgcaModel : public DgcaModel {
   // heads+loss fwd, loss read-back (the host sync), heads bwd, mlm head bwd,
   // encoder bwd, embed+prompt bwd, adamw. Not owned.
   virtual void set_profiler(StepProfiler* profiler) = 0;
+  // CUDA graphs for repeated step shapes (graph_cache.h): the forward and
+  // the backward of a micro-batch whose shape (batch, trimmed length, head
+  // rows, target slots, labels, grad scale) was seen before are captured
+  // once and replayed with one launch each. Off by default. Never used with
+  // per-layer GradReadyFn callbacks (data parallel overlap: the all-reduces
+  // order themselves after each layer) or with a profiler.
+  virtual void set_cuda_graphs(bool on) = 0;
+  virtual GraphCache::Stats cuda_graph_stats() const = 0;
 };
 
 }  // namespace cuda

@@ -78,6 +78,15 @@ class CudaTrainDevice : public TrainDevice {
     return OkStatus();
   }
   LossScaler* loss_scaler() override { return scaler_ ? &*scaler_ : nullptr; }
+  std::string Summary() const override {
+    const GraphCache::Stats s = model_->cuda_graph_stats();
+    const int64_t passes = s.eager + s.captured + s.replayed;
+    if (passes == 0) return "";
+    return "CUDA graphs: " + std::to_string(s.replayed) + " of " + std::to_string(passes) +
+           " forward/backward passes replayed, " + std::to_string(s.captured) + " captured, " +
+           std::to_string(s.eager) + " without a graph (new shapes, " + std::to_string(s.capture_failures) +
+           " failed captures)";
+  }
   bool last_step_skipped() const override { return skipped_; }
   Status FinishStep() override { return model_->Synchronize(); }
   Status PullToHost() override {
@@ -124,6 +133,7 @@ TrainDeviceFactory CudaTrainDeviceFactory(std::shared_ptr<const CudaContext> ctx
                           CudaDgcaModel::Create(spec.model, spec.micro_batch, spec.seq_len,
                                                 spec.seed, p, ctx.get()));
     model->set_deterministic(spec.deterministic);
+    model->set_cuda_graphs(spec.cuda_graphs);
     return std::unique_ptr<TrainDevice>(
         new CudaTrainDevice(ctx, std::move(model), spec.adam, spec.deterministic, std::move(scaler)));
   };

@@ -336,6 +336,59 @@ Status CheckModel(Precision prec, const CudaContext& ctx, Rng* rng, Rows* rows) 
   return gpu->Synchronize();
 }
 
+// CUDA graphs (cuda_model.h set_cuda_graphs): the same micro-steps with
+// and without graphs, from the same weights, give bitwise the same losses
+// and gradients (the same kernels in the same order; deterministic mode, so
+// no atomics), and the repeated shapes were replayed.
+Status CheckGraphs(Precision prec, const CudaContext& ctx, Rng* rng, Rows* rows) {
+  const ModelConfig cfg = CheckConfig();
+  const std::string dt = PrecisionName(prec);
+  const int max_batch = 4, L = 32;
+  const uint64_t seed = (*rng)();
+  DGCA_ASSIGN_OR_RETURN(std::unique_ptr<CudaDgcaModel> eager,
+                        CudaDgcaModel::Create(cfg, max_batch, L, seed, prec, &ctx));
+  DGCA_ASSIGN_OR_RETURN(std::unique_ptr<CudaDgcaModel> graphed,
+                        CudaDgcaModel::Create(cfg, max_batch, L, seed, prec, &ctx));
+  for (CudaDgcaModel* m : {eager.get(), graphed.get()}) {
+    m->set_deterministic(true);
+    DGCA_RETURN_IF_ERROR(m->ZeroGrads());
+  }
+  graphed->set_cuda_graphs(true);
+  const uint32_t bseed = static_cast<uint32_t>((*rng)());
+  const Batch b1 = MakeBatch(cfg, L, {9, 12, 6, 13}, bseed);
+  const Batch b2 = MakeBatch(cfg, L, {7, 10, 5}, bseed + 1);
+  // Shapes: b1 three times (eager, captured, replayed), b2 in between, and
+  // forward-only passes (their own graphs).
+  double loss_diff = 0;
+  for (const Batch* b : {&b1, &b2, &b1, &b1, &b2, &b2}) {
+    DGCA_ASSIGN_OR_RETURN(LossBreakdown le, eager->ForwardBackward(*b, 0.5f, GradReadyFn()));
+    DGCA_ASSIGN_OR_RETURN(LossBreakdown lg, graphed->ForwardBackward(*b, 0.5f, GradReadyFn()));
+    loss_diff = std::max(loss_diff, std::fabs(le.total - lg.total) + std::fabs(le.mft - lg.mft) +
+                                        std::fabs(le.detector - lg.detector));
+    DGCA_ASSIGN_OR_RETURN(LossBreakdown fe, eager->Forward(*b));
+    DGCA_ASSIGN_OR_RETURN(LossBreakdown fg, graphed->Forward(*b));
+    loss_diff = std::max(loss_diff, std::fabs(fe.total - fg.total));
+  }
+  rows->push_back({"cuda_model graphs: losses == eager (max abs diff)", dt, loss_diff, 0.0});
+  DGCA_RETURN_IF_ERROR(eager->DownloadGrads());
+  DGCA_RETURN_IF_ERROR(graphed->DownloadGrads());
+  const int64_t n = eager->params().total_numel();
+  double grad_diff = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    const double d = std::fabs(double(eager->params().grads()[j]) - graphed->params().grads()[j]);
+    grad_diff = std::max(grad_diff, std::isnan(d) ? kInf : d);
+  }
+  rows->push_back({"cuda_model graphs: accumulated grads == eager (max abs diff)", dt, grad_diff, 0.0});
+  const GraphCache::Stats st = graphed->cuda_graph_stats();
+  // Six steps of two shapes: each of the four graphs (forward+backward and
+  // forward-only, per shape) captured on its second sight, replayed after.
+  rows->push_back({"cuda_model graphs: replayed (" + std::to_string(st.replayed) + "), captured (" +
+                       std::to_string(st.captured) + "), failed captures (" +
+                       std::to_string(st.capture_failures) + ")",
+                   dt, st.replayed >= 6 && st.captured == 6 && st.capture_failures == 0 ? 0.0 : kInf, 0.0});
+  return graphed->Synchronize();
+}
+
 }  // namespace
 
 const std::vector<OpCheck>& ModelChecks() {
@@ -351,6 +404,14 @@ const std::vector<OpCheck>& ModelChecks() {
       {"cuda_model fp16",
        [](const CudaContext& ctx, GemmRunner*, Rng* rng, Rows* rows) {
          return CheckModel(Precision::kFp16, ctx, rng, rows);
+       }},
+      {"cuda_model graphs fp32",
+       [](const CudaContext& ctx, GemmRunner*, Rng* rng, Rows* rows) {
+         return CheckGraphs(Precision::kFloat32, ctx, rng, rows);
+       }},
+      {"cuda_model graphs bf16",
+       [](const CudaContext& ctx, GemmRunner*, Rng* rng, Rows* rows) {
+         return CheckGraphs(Precision::kBf16, ctx, rng, rows);
        }},
   };
   return *checks;

@@ -35,11 +35,18 @@
 // H100 PCIe 756e12, A100 312e12 (by device name; --peak-tflops overrides),
 // else "n/a".
 //
+// CUDA graphs (cuda_model.h set_cuda_graphs) are on unless
+// --no-cuda-graphs: the synthetic batches repeat, so after the first two
+// steps every forward and backward is a graph replay; the JSON says how
+// many were. (Real training data changes shape from batch to batch and
+// replays far less: bench/gpu/run.sh runs both.)
+//
 // Profile (--profile): after the timed steps, a few more steps run with
 // cudaEvent marks (model/cuda/step_profiler.h): GPU time per phase of the
 // step (encoder fwd, mlm head fwd, heads+loss, the loss read-back's host
 // gap, each backward part, adamw) and the share spent in GEMMs, per step.
-// Those steps are not part of the timing above.
+// Those steps are not part of the timing above, and run without CUDA graphs
+// (the marks are host calls between kernels).
 //
 // Exit status: 0 ok, 1 a failure while running, 2 no usable GPU (the clean
 // FAILED_PRECONDITION message), 3 bad command line. With --json the result
@@ -47,7 +54,7 @@
 //
 // Usage: dgca-bench [--preset bert-base] [--batch 128] [--seq 128]
 //          [--micro-batch N] [--steps 30] [--warmup 5] [--precision bf16|fp16|fp32]
-//          [--device 0] [--peak-tflops X] [--profile] [--json]
+//          [--device 0] [--peak-tflops X] [--profile] [--no-cuda-graphs] [--json]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -79,13 +86,14 @@ struct Args {
   double peak_tflops = 0;  // 0 = from the device name
   bool json = false;
   bool profile = false;
+  bool graphs = true;
 };
 
 int Usage(const std::string& msg) {
   std::fprintf(stderr,
                "dgca-bench: %s\nusage: dgca-bench [--preset tiny|small|bert-base] [--batch N] "
                "[--seq N] [--micro-batch N] [--steps N] [--warmup N] [--precision bf16|fp16|fp32] "
-               "[--device N] [--peak-tflops X] [--profile] [--json]\n",
+               "[--device N] [--peak-tflops X] [--profile] [--no-cuda-graphs] [--json]\n",
                msg.c_str());
   return 3;
 }
@@ -189,8 +197,17 @@ int main(int argc, char** argv) {
   Args a;
   for (int i = 1; i < argc; ++i) {
     const std::string k = argv[i];
-    if (k == "--json" || k == "--profile") {
-      (k == "--json" ? a.json : a.profile) = true;
+    // The flags without a value.
+    if (k == "--json") {
+      a.json = true;
+      continue;
+    }
+    if (k == "--profile") {
+      a.profile = true;
+      continue;
+    }
+    if (k == "--no-cuda-graphs") {
+      a.graphs = false;
       continue;
     }
     if (k == "-h" || k == "--help") {
@@ -237,6 +254,7 @@ int main(int argc, char** argv) {
   auto model = dgca::cuda::CudaDgcaModel::Create(*cfg, a.micro, a.seq, /*seed=*/1, *prec, ctx->get());
   if (!model.ok()) return Fail(a, 1, "creating the model: " + model.status().ToString());
   dgca::cuda::CudaDgcaModel& m = **model;
+  m.set_cuda_graphs(a.graphs);
   const int accum = a.batch / a.micro;
   std::vector<Batch> batches;
   for (int i = 0; i < accum; ++i) batches.push_back(MakeBatch(*cfg, a.micro, a.seq, 1000u + i));
@@ -334,8 +352,12 @@ int main(int argc, char** argv) {
     } else {
       std::printf("\"peak_tflops\": null, \"mfu\": null, ");
     }
-    std::printf("\"gemm_fallback_plans\": %zu, \"loss_first\": %.6f, \"loss_last\": %.6f",
-                m.gemm_fallback_plans(), first_loss, last_loss);
+    const dgca::cuda::GraphCache::Stats gs = m.cuda_graph_stats();
+    std::printf("\"gemm_fallback_plans\": %zu, \"loss_first\": %.6f, \"loss_last\": %.6f, \"cuda_graphs\": %s, "
+                "\"graph_replays\": %lld, \"graph_captures\": %lld, \"graph_failures\": %lld",
+                m.gemm_fallback_plans(), first_loss, last_loss, a.graphs ? "true" : "false",
+                static_cast<long long>(gs.replayed), static_cast<long long>(gs.captured),
+                static_cast<long long>(gs.capture_failures));
     if (a.profile) {
       std::printf(", \"profile\": {\"steps\": %d, \"step_ms\": %.4f, \"gemm_ms\": %.4f, \"gemms_per_step\": %d, "
                   "\"phase_ms\": {",
@@ -365,6 +387,10 @@ int main(int argc, char** argv) {
     std::printf("  loss             first %.4f, last %.4f\n", first_loss, last_loss);
     std::printf("  GEMM fallbacks   %zu shapes without a cuBLASLt algorithm (slow path)\n",
                 m.gemm_fallback_plans());
+    const dgca::cuda::GraphCache::Stats gs = m.cuda_graph_stats();
+    std::printf("  CUDA graphs      %s: %lld passes replayed, %lld captured, %lld failed captures\n",
+                a.graphs ? "on" : "off", static_cast<long long>(gs.replayed), static_cast<long long>(gs.captured),
+                static_cast<long long>(gs.capture_failures));
     if (a.profile) {
       const double total = prof.total_seconds / prof_steps;
       std::printf("  profile (%d steps, GPU time per step)\n", prof_steps);

@@ -24,6 +24,7 @@
 //   [--json FILE] [--checkpoint-dir DIR [--checkpoint-every N]]
 //   [--max-eval-samples N]
 //   [--deterministic]   (GPU: bit-reproducible gradient reductions, slower)
+//   [--no-cuda-graphs]  (GPU: no graph replay of repeated step shapes)
 // Exit status: 0 done, 1 training failed (the error on stderr), 2 bad flags
 // or a device this build does not have.
 #include <cmath>
@@ -57,7 +58,7 @@ int Usage(const std::string& msg) {
                "  [--gpu N] [--precision fp32|bf16|fp16] [--loss-scale X (fp16: the first loss scale)]\n"
                "  [--init-from FILE] [--dump-batches FILE]\n"
                "  [--json FILE] [--checkpoint-dir DIR [--checkpoint-every N]] [--max-eval-samples N]\n"
-               "  [--deterministic]\n"
+               "  [--deterministic] [--no-cuda-graphs]\n"
                "A --checkpoint-dir holding a checkpoint is resumed from; without --checkpoint-every\n"
                "the run writes one checkpoint there at the end.\n",
                msg.c_str());
@@ -108,8 +109,13 @@ int main(int argc, char** argv) {
   int gpu = 0;
   for (int i = 1; i < argc; ++i) {
     const std::string f = argv[i];
-    if (f == "--deterministic") {  // the one flag without a value
+    // The flags without a value.
+    if (f == "--deterministic") {
       cfg.deterministic = true;
+      continue;
+    }
+    if (f == "--no-cuda-graphs") {
+      cfg.cuda_graphs = false;
       continue;
     }
     if (f == "--help" || f == "-h") {

@@ -80,6 +80,10 @@ class TrainDevice {
   // from the end of the backward, not from its enqueueing.
   virtual Status FinishStep() = 0;
 
+  // One line about how the run used the device, for the end of the log
+  // ("" when there is nothing to say).
+  virtual std::string Summary() const { return ""; }
+
   virtual Status PullToHost() = 0;   // device values + moments + step -> params()/adam()
   virtual Status PushFromHost() = 0; // params()/adam() -> device
 };
@@ -93,6 +97,7 @@ struct TrainDeviceSpec {
   int threads = 1;         // CPU compute threads
   Precision precision = Precision::kFp32;
   bool deterministic = false;  // TrainConfig::deterministic
+  bool cuda_graphs = true;     // TrainConfig::cuda_graphs
   AdamWOptions adam;
   LossScalerOptions loss_scaler;  // fp16 only
 };

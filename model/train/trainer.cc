@@ -216,6 +216,7 @@ StatusOr<TrainResult> Train(const TrainConfig& config, Communicator* comm,
   dspec.threads = config.threads;
   dspec.precision = config.precision;
   dspec.deterministic = config.deterministic;
+  dspec.cuda_graphs = config.cuda_graphs;
   dspec.loss_scaler.init_scale = config.fp16_init_loss_scale;
   dspec.adam.weight_decay = config.weight_decay;
   DGCA_ASSIGN_OR_RETURN(std::unique_ptr<TrainDevice> device, make_device(dspec));
@@ -487,6 +488,7 @@ StatusOr<TrainResult> Train(const TrainConfig& config, Communicator* comm,
     result.final_loss = s / k;
   }
   result.samples_per_second = train_seconds > 0 ? train_samples / train_seconds : 0;
+  if (const std::string summary = device->Summary(); !summary.empty()) log(summary);
   log("done: " + std::to_string(result.steps) + " steps in " + FormatDuration(Since(run_start)) +
       ", " + std::to_string(result.samples_per_second) + " samples/s, final loss " +
       std::to_string(result.final_loss));

@@ -396,6 +396,79 @@ TEST(EmulatorStreams, BadCopiesAreRejected) {
   cudaFree(d);
 }
 
+// ------------------------------------------------------------------ graphs
+__global__ void AxpbKernel(float* out, const float* in, float a, float b, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = a * in[i] + b;
+}
+
+TEST(EmulatorGraphs, CaptureAndReplayReadCurrentMemoryWithCapturedArguments) {
+  cudaStream_t s;
+  ASSERT_TRUE(Ok(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)));
+  const int n = 40;
+  float* in = DeviceAlloc<float>(n);
+  float* out = DeviceAlloc<float>(n);
+  float* pinned = nullptr;
+  ASSERT_TRUE(Ok(cudaMallocHost(reinterpret_cast<void**>(&pinned), n * sizeof(float))));
+  ASSERT_TRUE(Ok(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal)));
+  cudaStreamCaptureStatus st;
+  ASSERT_TRUE(Ok(cudaStreamIsCapturing(s, &st)));
+  EXPECT_EQ(st, cudaStreamCaptureStatusActive);
+  float a = 2.0f;
+  AxpbKernel<<<1, 64, 0, s>>>(out, in, a, 1.0f, n);
+  a = 100.0f;  // the graph keeps the argument of the capture
+  ASSERT_TRUE(Ok(cudaMemcpyAsync(pinned, out, n * sizeof(float), cudaMemcpyDeviceToHost, s)));
+  cudaGraph_t graph;
+  ASSERT_TRUE(Ok(cudaStreamEndCapture(s, &graph)));
+  cudaGraphExec_t exec;
+  ASSERT_TRUE(Ok(cudaGraphInstantiate(&exec, graph, 0)));
+  EXPECT_TRUE(IsPoison(pinned[0])) << "a capture runs nothing";
+  for (int rep = 0; rep < 3; ++rep) {
+    std::vector<float> h(n, float(rep + 1));
+    ASSERT_TRUE(Ok(cudaMemcpyAsync(in, h.data(), n * sizeof(float), cudaMemcpyHostToDevice, s)));
+    ASSERT_TRUE(Ok(cudaGraphLaunch(exec, s)));
+    ASSERT_TRUE(Ok(cudaStreamSynchronize(s)));
+    EXPECT_EQ(pinned[n - 1], 2.0f * (rep + 1) + 1.0f) << "replay " << rep;
+  }
+  EXPECT_TRUE(Ok(cudaGraphExecDestroy(exec)));
+  EXPECT_TRUE(Ok(cudaGraphDestroy(graph)));
+  cudaFreeHost(pinned);
+  cudaFree(in);
+  cudaFree(out);
+  cudaStreamDestroy(s);
+}
+
+TEST(EmulatorGraphs, UnsafeCallsInvalidateTheCapture) {
+  cudaStream_t s;
+  ASSERT_TRUE(Ok(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)));
+  float* d = DeviceAlloc<float>(8);
+  cudaGraph_t graph = nullptr;
+  // An allocation inside the capture.
+  ASSERT_TRUE(Ok(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal)));
+  void* p = nullptr;
+  EXPECT_EQ(cudaMalloc(&p, 64), cudaErrorStreamCaptureUnsupported);
+  EXPECT_EQ(cudaStreamEndCapture(s, &graph), cudaErrorStreamCaptureInvalidated);
+  EXPECT_EQ(graph, nullptr);
+  // Waiting for the capturing stream (a host sync inside the capture).
+  ASSERT_TRUE(Ok(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal)));
+  AxpbKernel<<<1, 8, 0, s>>>(d, d, 1.0f, 0.0f, 8);
+  EXPECT_EQ(cudaStreamSynchronize(s), cudaErrorStreamCaptureUnsupported);
+  EXPECT_EQ(cudaStreamEndCapture(s, &graph), cudaErrorStreamCaptureInvalidated);
+  // A copy from pageable memory.
+  float h[8] = {};
+  ASSERT_TRUE(Ok(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal)));
+  EXPECT_EQ(cudaMemcpyAsync(d, h, sizeof(h), cudaMemcpyHostToDevice, s), cudaErrorStreamCaptureUnsupported);
+  EXPECT_EQ(cudaStreamEndCapture(s, &graph), cudaErrorStreamCaptureInvalidated);
+  // The stream works normally afterwards.
+  cudaGetLastError();
+  ASSERT_TRUE(Ok(cudaMemsetAsync(d, 0, 8 * sizeof(float), s)));  // fresh memory is NaN: 0 x NaN = NaN
+  AxpbKernel<<<1, 8, 0, s>>>(d, d, 0.0f, 3.0f, 8);
+  ASSERT_TRUE(Ok(cudaStreamSynchronize(s)));
+  EXPECT_EQ(Download(d, 8)[7], 3.0f);
+  cudaFree(d);
+  cudaStreamDestroy(s);
+}
+
 // ------------------------------------------------------------------ libraries
 TEST(EmulatorLibraries, CubSortPairsIsStableAndOrdersSignedKeys) {
   const std::vector<int> keys = {3, -1, 3, 0, -7, 3, 0};

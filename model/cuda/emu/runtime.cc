@@ -9,6 +9,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "model/cuda/emu/internal.h"
@@ -31,6 +32,26 @@ struct Op {
   std::vector<Dep> deps;
 };
 
+}  // namespace internal
+}  // namespace emu
+}  // namespace cuda
+}  // namespace dgca
+
+// A captured or instantiated graph: the captured work in stream order
+// (captures span one stream: work from another stream joining through an
+// event is reported as not emulated).
+struct CUgraph_st {
+  std::vector<dgca::cuda::emu::internal::Op> ops;
+};
+struct CUgraphExec_st {
+  std::vector<dgca::cuda::emu::internal::Op> ops;
+};
+
+namespace dgca {
+namespace cuda {
+namespace emu {
+namespace internal {
+
 struct StreamImpl {
   bool blocking = true;
   bool legacy = false;
@@ -38,6 +59,11 @@ struct StreamImpl {
   std::deque<Op> pending;
   uint64_t enqueued = 0;
   uint64_t executed = 0;
+  // Stream capture (cudaStreamBeginCapture): new work goes to `capture`.
+  CUgraph_st* capture = nullptr;
+  bool capture_invalid = false;
+  cudaStreamCaptureMode capture_mode = cudaStreamCaptureModeGlobal;
+  std::thread::id capture_thread;
 };
 
 }  // namespace internal
@@ -50,6 +76,7 @@ struct CUstream_st {
   dgca::cuda::emu::internal::StreamImpl impl;
 };
 struct CUevent_st {
+  CUgraph_st* captured = nullptr;  // recorded inside this capture (not yet ended)
   bool timing = true;
   dgca::cuda::emu::internal::StreamImpl* stream = nullptr;
   uint64_t seq = 0;
@@ -117,8 +144,46 @@ void ExecuteUntil(StreamImpl* s, uint64_t seq) {
   if (g_sticky != cudaSuccess) DropAll();
 }
 
+void Invalidate(StreamImpl* s, const std::string& why) {
+  if (!s->capture_invalid)
+    std::fprintf(stderr, "dgca CUDA emulator: stream capture invalidated: %s\n", why.c_str());
+  s->capture_invalid = true;
+}
+
+// A call CUDA forbids while a capture that covers this thread is active
+// (every non-relaxed capture begun by this thread, and global-mode captures
+// begun by any): invalidates them; true if there was one.
+bool UnsafeDuringCapture(const std::string& what) {
+  bool hit = false;
+  for (StreamImpl* s : Streams()) {
+    if (s->capture == nullptr || s->capture_mode == cudaStreamCaptureModeRelaxed) continue;
+    if (s->capture_mode == cudaStreamCaptureModeGlobal || s->capture_thread == std::this_thread::get_id()) {
+      Invalidate(s, what + " while the stream captures");
+      hit = true;
+    }
+  }
+  return hit;
+}
+
 cudaError_t EnqueueOp(StreamImpl* s, std::string what, Work work, std::vector<Dep> deps) {
   if (g_sticky != cudaSuccess) return g_sticky;
+  if (s->capture != nullptr) {
+    if (s->capture_invalid) return cudaErrorStreamCaptureInvalidated;
+    if (!deps.empty()) {
+      Invalidate(s, what + " depends on work outside the capture");
+      return ApiError(cudaErrorStreamCaptureIsolation, what + ": a capturing stream may not wait on work outside the capture");
+    }
+    s->capture->ops.push_back(Op{std::move(work), std::move(what), {}});
+    return cudaSuccess;
+  }
+  if (s->legacy) {
+    for (StreamImpl* c : Streams()) {
+      if (c->capture != nullptr && c->blocking) {
+        Invalidate(c, what + " on the legacy stream (an implicit synchronization with a capturing blocking stream)");
+        return ApiError(cudaErrorStreamCaptureImplicit, what + ": the legacy stream would synchronize with a capturing stream");
+      }
+    }
+  }
   if (s->legacy) {
     // The legacy stream waits for all prior work of blocking streams.
     for (StreamImpl* b : Streams())
@@ -184,6 +249,11 @@ cudaError_t Copy(void* dst, const void* src, size_t count, cudaMemcpyKind kind, 
   if (cudaError_t e = CheckRange(dst, count, sd, "destination", call); e != cudaSuccess) return e;
   if (cudaError_t e = CheckRange(src, count, ss, "source", call); e != cudaSuccess) return e;
   const std::string what = call + " of " + std::to_string(count) + " bytes " + SpaceName(ss) + " -> " + SpaceName(sd);
+  if (!async && UnsafeDuringCapture(call)) return ApiError(cudaErrorStreamCaptureUnsupported, call + " during stream capture");
+  if (s->capture != nullptr && (ss == Space::kPageable || sd == Space::kPageable)) {
+    Invalidate(s, what + ": graphs copy from and to pinned or device memory only");
+    return ApiError(cudaErrorStreamCaptureUnsupported, what + " during stream capture (pageable memory)");
+  }
   if (ss == Space::kPageable && dst_dev) {
     // Staged at the call; the DMA happens in stream order.
     auto staged = std::make_shared<std::vector<char>>(static_cast<const char*>(src),
@@ -212,6 +282,7 @@ cudaError_t Set(void* p, int value, size_t count, cudaStream_t stream, bool asyn
     return ApiError(cudaErrorInvalidValue, call + ": the pointer is pageable host memory, not device memory");
   }
   if (cudaError_t e = CheckRange(p, count, sp, "destination", call); e != cudaSuccess) return e;
+  if (!async && UnsafeDuringCapture(call)) return ApiError(cudaErrorStreamCaptureUnsupported, call + " during stream capture");
   EnqueueOp(s, call + " of " + std::to_string(count) + " bytes", [p, value, count] { std::memset(p, value, count); },
             {});
   if (sp == Space::kPinned) ExecuteUntil(s, s->enqueued);
@@ -242,6 +313,10 @@ cudaError_t SyncStream(cudaStream_t stream) {
   std::lock_guard<std::recursive_mutex> lock(internal::Lock());
   internal::StreamImpl* s = internal::Resolve(stream);
   if (s == nullptr) return ApiError(cudaErrorInvalidResourceHandle, "cudaStreamSynchronize: unknown or destroyed stream");
+  if (s->capture != nullptr) {
+    internal::Invalidate(s, "cudaStreamSynchronize/Query of the capturing stream");
+    return ApiError(cudaErrorStreamCaptureUnsupported, "cudaStreamSynchronize/Query of a capturing stream");
+  }
   internal::ExecuteUntil(s, s->enqueued);
   return internal::Result();
 }
@@ -285,6 +360,12 @@ const char* cudaGetErrorName(cudaError_t e) {
     DGCA_EMU_NAME(cudaErrorNoDevice)
     DGCA_EMU_NAME(cudaErrorInvalidDevicePointer)
     DGCA_EMU_NAME(cudaErrorNotSupported)
+    DGCA_EMU_NAME(cudaErrorIllegalState)
+    DGCA_EMU_NAME(cudaErrorStreamCaptureUnsupported)
+    DGCA_EMU_NAME(cudaErrorStreamCaptureInvalidated)
+    DGCA_EMU_NAME(cudaErrorStreamCaptureIsolation)
+    DGCA_EMU_NAME(cudaErrorStreamCaptureImplicit)
+    DGCA_EMU_NAME(cudaErrorStreamCaptureWrongThread)
 #undef DGCA_EMU_NAME
     default: return "cudaErrorUnknown";
   }
@@ -385,6 +466,7 @@ cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total) {
 
 cudaError_t cudaMalloc(void** p, size_t bytes) {
   Guard g(ei::Lock());
+  if (ei::UnsafeDuringCapture("cudaMalloc")) return emu::ApiError(cudaErrorStreamCaptureUnsupported, "cudaMalloc during stream capture");
   *p = nullptr;
   if (ei::g_sticky != cudaSuccess) return ei::g_sticky;
   if (bytes == 0) return cudaSuccess;
@@ -397,6 +479,7 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
 }
 cudaError_t cudaFree(void* p) {
   Guard g(ei::Lock());
+  if (ei::UnsafeDuringCapture("cudaFree")) return emu::ApiError(cudaErrorStreamCaptureUnsupported, "cudaFree during stream capture");
   if (p == nullptr) return ei::Result();
   ei::DrainAll();  // cudaFree synchronizes the device
   std::string overrun;
@@ -408,6 +491,7 @@ cudaError_t cudaFree(void* p) {
 }
 cudaError_t cudaMallocHost(void** p, size_t bytes) {
   Guard g(ei::Lock());
+  if (ei::UnsafeDuringCapture("cudaMallocHost")) return emu::ApiError(cudaErrorStreamCaptureUnsupported, "cudaMallocHost during stream capture");
   *p = nullptr;
   if (ei::g_sticky != cudaSuccess) return ei::g_sticky;
   *p = ei::Allocate(bytes, emu::MemKind::kPinnedHost);
@@ -417,6 +501,7 @@ cudaError_t cudaMallocHost(void** p, size_t bytes) {
 cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned int) { return cudaMallocHost(p, bytes); }
 cudaError_t cudaFreeHost(void* p) {
   Guard g(ei::Lock());
+  if (ei::UnsafeDuringCapture("cudaFreeHost")) return emu::ApiError(cudaErrorStreamCaptureUnsupported, "cudaFreeHost during stream capture");
   if (p == nullptr) return ei::Result();
   ei::DrainAll();
   std::string overrun;
@@ -462,6 +547,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t s) { return emu::SyncStream(s); }
 cudaError_t cudaStreamQuery(cudaStream_t s) { return emu::SyncStream(s); }
 cudaError_t cudaDeviceSynchronize() {
   Guard g(ei::Lock());
+  if (ei::UnsafeDuringCapture("cudaDeviceSynchronize")) return emu::ApiError(cudaErrorStreamCaptureUnsupported, "cudaDeviceSynchronize during stream capture");
   ei::DrainAll();
   return ei::Result();
 }
@@ -484,6 +570,11 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t stream) {
   Guard g(ei::Lock());
   ei::StreamImpl* s = ei::Resolve(stream);
   if (s == nullptr || e == nullptr) return emu::ApiError(cudaErrorInvalidResourceHandle, "cudaEventRecord: unknown stream or event");
+  if (s->capture != nullptr) {
+    e->captured = s->capture;  // orders nothing outside the capture (single-stream captures)
+    return ei::Result();
+  }
+  e->captured = nullptr;
   e->happened = false;
   cudaError_t r = ei::EnqueueOp(s, "event record", [e] {
     e->happened = true;
@@ -497,6 +588,12 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t e, unsigned int
   Guard g(ei::Lock());
   ei::StreamImpl* s = ei::Resolve(stream);
   if (s == nullptr || e == nullptr) return emu::ApiError(cudaErrorInvalidResourceHandle, "cudaStreamWaitEvent: unknown stream or event");
+  if (e->captured != nullptr) {
+    if (s->capture == e->captured) return ei::Result();  // the same capture, the same stream: in order already
+    return emu::ApiError(cudaErrorNotSupported,
+                         "cudaStreamWaitEvent on an event recorded in another stream's capture: multi-stream "
+                         "capture is not emulated");
+  }
   if (e->stream == nullptr) return ei::Result();  // never recorded: nothing to wait for
   return ei::EnqueueOp(s, "wait event", [] {}, {ei::Dep{e->stream, e->seq}});
 }
@@ -513,5 +610,85 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) 
   if (!start->timing || !end->timing) return emu::ApiError(cudaErrorInvalidResourceHandle, "cudaEventElapsedTime: an event was created with cudaEventDisableTiming");
   if (!start->happened || !end->happened) return emu::ApiError(cudaErrorNotReady, "cudaEventElapsedTime: an event has not completed (synchronize first)");
   *ms = std::chrono::duration<float, std::milli>(end->when - start->when).count();
+  return ei::Result();
+}
+
+// ---------------------------------------------------------------- graphs
+cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode mode) {
+  Guard g(ei::Lock());
+  ei::StreamImpl* s = ei::Resolve(stream);
+  if (s == nullptr || s->legacy)
+    return emu::ApiError(cudaErrorInvalidValue, "cudaStreamBeginCapture: unknown stream or the legacy stream");
+  if (s->capture != nullptr) return emu::ApiError(cudaErrorIllegalState, "cudaStreamBeginCapture: already capturing");
+  s->capture = new CUgraph_st;
+  s->capture_invalid = false;
+  s->capture_mode = mode;
+  s->capture_thread = std::this_thread::get_id();
+  return ei::Result();
+}
+
+cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph) {
+  Guard g(ei::Lock());
+  *graph = nullptr;
+  ei::StreamImpl* s = ei::Resolve(stream);
+  if (s == nullptr || s->capture == nullptr)
+    return emu::ApiError(cudaErrorIllegalState, "cudaStreamEndCapture: the stream is not capturing");
+  if (s->capture_mode != cudaStreamCaptureModeRelaxed && s->capture_thread != std::this_thread::get_id())
+    return emu::ApiError(cudaErrorStreamCaptureWrongThread, "cudaStreamEndCapture from another thread");
+  CUgraph_st* captured = s->capture;
+  const bool invalid = s->capture_invalid;
+  s->capture = nullptr;
+  s->capture_invalid = false;
+  if (invalid) {
+    delete captured;
+    return emu::ApiError(cudaErrorStreamCaptureInvalidated, "cudaStreamEndCapture: the capture was invalidated");
+  }
+  *graph = captured;
+  return ei::Result();
+}
+
+cudaError_t cudaStreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus* status) {
+  Guard g(ei::Lock());
+  ei::StreamImpl* s = ei::Resolve(stream);
+  if (s == nullptr) return emu::ApiError(cudaErrorInvalidResourceHandle, "cudaStreamIsCapturing: unknown stream");
+  *status = s->capture == nullptr ? cudaStreamCaptureStatusNone
+            : s->capture_invalid  ? cudaStreamCaptureStatusInvalidated
+                                  : cudaStreamCaptureStatusActive;
+  return ei::Result();
+}
+
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long) {
+  Guard g(ei::Lock());
+  if (graph == nullptr) return emu::ApiError(cudaErrorInvalidValue, "cudaGraphInstantiate(null graph)");
+  *exec = new CUgraphExec_st{graph->ops};
+  return ei::Result();
+}
+
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
+  Guard g(ei::Lock());
+  ei::StreamImpl* s = ei::Resolve(stream);
+  if (exec == nullptr || s == nullptr) return emu::ApiError(cudaErrorInvalidValue, "cudaGraphLaunch: null graph or unknown stream");
+  if (s->capture != nullptr) return emu::ApiError(cudaErrorNotSupported, "cudaGraphLaunch into a capture is not emulated");
+  // The nodes in captured order, as one piece of stream work (the kernels'
+  // arguments are those of the capture, as on a GPU).
+  std::vector<ei::Op> ops = exec->ops;
+  return ei::EnqueueOp(s, "graph launch (" + std::to_string(ops.size()) + " nodes)", [ops] {
+    for (const ei::Op& op : ops) {
+      if (ei::g_sticky != cudaSuccess) break;  // a faulted device runs nothing more
+      ei::SetCurrentWork(op.what + " (in a graph)");
+      op.work();
+    }
+  }, {});
+}
+
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
+  Guard g(ei::Lock());
+  delete exec;
+  return ei::Result();
+}
+
+cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
+  Guard g(ei::Lock());
+  delete graph;
   return ei::Result();
 }

@@ -1,0 +1,88 @@
+#include "model/cuda/graph_cache.h"
+
+#include <iterator>
+
+#include "model/cuda/cuda_context.h"
+
+namespace dgca {
+namespace cuda {
+
+void GraphCache::Clear() {
+  for (auto& [key, e] : entries_)
+    if (e.exec != nullptr) cudaGraphExecDestroy(e.exec);
+  entries_.clear();
+  lru_.clear();
+}
+
+void GraphCache::Touch(const Key& key, Entry* e) {
+  if (e->exec == nullptr) return;
+  lru_.erase(e->lru);
+  lru_.push_front(key);
+  e->lru = lru_.begin();
+}
+
+Status GraphCache::Capture(Entry* e, const std::function<Status()>& enqueue) {
+  if (cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
+    cudaGetLastError();
+    e->failed = true;
+    ++stats_.capture_failures;
+    ++stats_.eager;
+    return enqueue();
+  }
+  Status s = enqueue();
+  cudaGraph_t graph = nullptr;
+  const cudaError_t end = cudaStreamEndCapture(stream_, &graph);
+  if (!s.ok()) {  // the work itself failed: as without a graph
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    return s;
+  }
+  cudaGraphExec_t exec = nullptr;
+  if (end != cudaSuccess || cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess) {
+    // CUDA would not take it as a graph: nothing ran, so run it now, and
+    // never capture this key again.
+    cudaGetLastError();
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    e->failed = true;
+    ++stats_.capture_failures;
+    ++stats_.eager;
+    return enqueue();
+  }
+  cudaGraphDestroy(graph);  // the executable graph stands alone
+  e->exec = exec;
+  ++stats_.captured;
+  return CudaStatus(cudaGraphLaunch(exec, stream_), "cudaGraphLaunch");
+}
+
+Status GraphCache::Run(const Key& key, const std::function<Status()>& enqueue) {
+  if (entries_.size() > 4096) {  // shapes that never repeat: forget the ones without a graph
+    for (auto it = entries_.begin(); it != entries_.end();)
+      it = it->second.exec == nullptr ? entries_.erase(it) : std::next(it);
+  }
+  Entry& e = entries_[key];
+  if (e.exec != nullptr) {
+    Touch(key, &e);
+    ++stats_.replayed;
+    return CudaStatus(cudaGraphLaunch(e.exec, stream_), "cudaGraphLaunch");
+  }
+  if (e.failed || e.seen++ == 0) {
+    ++stats_.eager;
+    return enqueue();
+  }
+  DGCA_RETURN_IF_ERROR(Capture(&e, enqueue));
+  if (e.exec != nullptr) {
+    lru_.push_front(key);
+    e.lru = lru_.begin();
+    while (lru_.size() > capacity_) {
+      auto old = entries_.find(lru_.back());
+      lru_.pop_back();
+      if (old != entries_.end()) {
+        cudaGraphExecDestroy(old->second.exec);
+        entries_.erase(old);
+      }
+    }
+  }
+  return OkStatus();
+}
+
+}  // namespace cuda
+}  // namespace dgca
