@@ -253,6 +253,17 @@ def cmd_compare(a):
         lines.append(f"- verdict: {'WITHIN' if ok else 'NOT within'} bf16 noise (rule: mean |dgca - PyTorch bf16| "
                      f"<= 2 x mean |PyTorch bf16 - PyTorch fp32|, over all steps ({mn_all:.3e} vs "
                      f"2 x {nn_all:.3e}) and over the last {len(last)} ({mn_last:.3e} vs 2 x {nn_last:.3e}))")
+        # The same rule against fp32 (the flash-attention form: dgca's bf16
+        # error vs PyTorch's own bf16 error), and with medians, which one
+        # unstable step (a bf16 loss spike on either side) cannot dominate.
+        med = lambda x, y, ss: statistics.median(abs(x[s]["loss"] - y[s]["loss"]) for s in ss)  # noqa: E731
+        dgf, tbf = stats(dg, tf, common)[1], stats(tb, tf, common)[1]
+        lines.append(f"- against fp32: mean |dgca bf16 - PyTorch fp32| {dgf:.3e} vs mean |PyTorch bf16 - fp32| "
+                     f"{tbf:.3e} ({'within' if dgf <= 2 * tbf else 'NOT within'} 2x)")
+        md, mn_ = med(dg, tb, common), med(tb, tf, common)
+        mdf = med(dg, tf, common)
+        lines.append(f"- medians over all steps: |dgca - PyTorch bf16| {md:.3e}, |dgca - fp32| {mdf:.3e}, "
+                     f"|PyTorch bf16 - fp32| {mn_:.3e} ({'within' if md <= 2 * mn_ and mdf <= 2 * mn_ else 'NOT within'} 2x)")
     lines += ["", "Coarse plot (loss vs step; d = dgca, t = PyTorch, f = PyTorch fp32, * = same column):",
               "", "```"] + ascii_plot(common, dg, tb, tf) + ["```"]
     text = "\n".join(lines)
