@@ -1,10 +1,25 @@
 // NCCL communicator. On a machine without a GPU (this project's CI) the only
 // thing that can run is the clean failure; with a GPU a world of one
-// all-reduces, broadcasts and barriers for real.
+// all-reduces, broadcasts and barriers for real. Built against the CUDA
+// emulator (nccl_communicator_test_emu: model/cuda/emu, whose NCCL connects
+// rank processes of one machine) the world of one runs, and so do worlds
+// of several processes: all-reduce, broadcast and barrier across ranks, a
+// killed peer, ranks that issue different collectives, a peer that never
+// joins. (A lent GPU machine has one GPU; NCCL refuses two ranks on it.)
 #include "model/comm/nccl_communicator.h"
 
 #include <gtest/gtest.h>
+#include <dirent.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <thread>
 #include <vector>
 
 #include "model/comm/kv_store.h"
@@ -72,6 +87,198 @@ TEST(NcclCommunicatorTest, OneRankAllReduceBroadcastBarrier) {
   // Unique id published under the documented key.
   EXPECT_TRUE(store->Wait("dgca/nccl/unique_id", std::chrono::milliseconds(1)).ok());
 }
+
+#ifdef DGCA_CUDA_EMULATOR
+// A store of files in one directory: the rendezvous of forked ranks.
+class DirKeyValueStore : public KeyValueStore {
+ public:
+  explicit DirKeyValueStore(std::string dir) : dir_(std::move(dir)) {}
+  Status Set(const std::string& key, const std::string& value) override {
+    const std::string path = Path(key), tmp = path + ".tmp";
+    std::ofstream(tmp, std::ios::binary) << value;
+    return std::rename(tmp.c_str(), path.c_str()) == 0 ? OkStatus() : InternalError("rename " + tmp);
+  }
+  StatusOr<std::string> Wait(const std::string& key, std::chrono::milliseconds timeout) override {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < deadline) {
+      std::ifstream f(Path(key), std::ios::binary);
+      if (f) {
+        std::stringstream ss;
+        ss << f.rdbuf();
+        return ss.str();
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    return DeadlineExceededError("key '" + key + "' did not appear");
+  }
+
+ private:
+  std::string Path(std::string key) const {
+    for (char& c : key)
+      if (c == '/') c = '_';
+    return dir_ + "/" + key;
+  }
+  std::string dir_;
+};
+
+std::string TempDir() {
+  char tmpl[] = "/tmp/nccl_emu_test_XXXXXX";
+  return mkdtemp(tmpl);
+}
+
+// Forks one process per rank running fn(rank); returns the exit codes.
+std::vector<int> RunRanks(int world, const std::function<int(int)>& fn) {
+  std::vector<pid_t> pids;
+  for (int r = 0; r < world; ++r) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      const int rc = fn(r);
+      std::fflush(stdout);
+      std::fflush(stderr);
+      _exit(rc);
+    }
+    pids.push_back(pid);
+  }
+  std::vector<int> codes;
+  for (pid_t pid : pids) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    codes.push_back(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+  }
+  return codes;
+}
+
+std::unique_ptr<Communicator> Connect(const std::string& dir, int rank, int world, int timeout_ms) {
+  NcclOptions o;
+  o.timeout = std::chrono::milliseconds(timeout_ms);
+  auto c = MakeNcclCommunicator(std::make_shared<DirKeyValueStore>(dir), rank, world, o);
+  if (!c.ok()) {
+    std::fprintf(stderr, "rank %d: %s\n", rank, c.status().ToString().c_str());
+    return nullptr;
+  }
+  return std::move(c).value();
+}
+
+// The emulated NCCL's transport directory for the communicator whose id
+// the ranks exchanged through the store in `dir` (its only entry):
+// /dev/shm/dgca-emu-nccl-<hex of the 16 random id bytes after the tag>.
+std::string EmulatorDir(const std::string& dir) {
+  std::string id;
+  if (DIR* d = opendir(dir.c_str()); d != nullptr) {
+    while (dirent* e = readdir(d)) {
+      if (e->d_name[0] == '.') continue;
+      std::ifstream f(dir + "/" + e->d_name, std::ios::binary);
+      std::stringstream ss;
+      ss << f.rdbuf();
+      id = ss.str();
+    }
+    closedir(d);
+  }
+  const size_t tag = std::strlen("dgca-emu-nccl");
+  if (id.size() < tag + 16) return "";
+  static const char* digits = "0123456789abcdef";
+  std::string hex;
+  for (size_t i = tag; i < tag + 16; ++i) {
+    hex += digits[(id[i] >> 4) & 15];
+    hex += digits[id[i] & 15];
+  }
+  return "/dev/shm/dgca-emu-nccl-" + hex;
+}
+
+// After the ranks are gone, nothing of the communicator stays in /dev/shm:
+// not after a clean finish, nor after a peer died or a collective failed.
+void ExpectTransportRemoved(const std::string& store_dir) {
+  const std::string shm = EmulatorDir(store_dir);
+  ASSERT_FALSE(shm.empty()) << "no NCCL id in " << store_dir;
+  struct stat st;
+  EXPECT_NE(stat(shm.c_str(), &st), 0) << shm << " was left behind";
+}
+
+// Rank r's buffer holds r * 100 + i; checks a sum and an average over three
+// ranks, a broadcast from rank 1 and a barrier, all on device memory.
+TEST(NcclEmulatedTest, ThreeRanksAllReduceBroadcastBarrier) {
+  const std::string dir = TempDir();
+  const int world = 3;
+  const size_t n = 1000;
+  auto codes = RunRanks(world, [&](int rank) {
+    auto comm = Connect(dir, rank, world, 20000);
+    if (!comm) return 10;
+    std::vector<float> h(n);
+    for (size_t i = 0; i < n; ++i) h[i] = float(rank * 100 + int(i % 50));
+    auto buf = AllocateDeviceFloats(n);
+    if (!buf.ok() || !CopyToDevice(buf->get(), h.data(), n).ok()) return 11;
+    auto sum = comm->StartAllReduce(buf->get(), n, ReduceOp::kSum);
+    if (!sum.ok() || !(*sum)->Wait().ok()) return 12;
+    std::vector<float> back(n);
+    if (!CopyToHost(back.data(), buf->get(), n).ok()) return 13;
+    for (size_t i = 0; i < n; ++i)
+      if (back[i] != float(300 + 3 * int(i % 50))) return 14;  // (0 + 100 + 200) + 3 x (i % 50)
+    auto avg = comm->StartAllReduce(buf->get(), n, ReduceOp::kAverage);
+    if (!avg.ok() || !(*avg)->Wait().ok()) return 15;
+    if (!CopyToHost(back.data(), buf->get(), n).ok() || back[7] != float(300 + 3 * 7)) return 16;
+    for (size_t i = 0; i < n; ++i) h[i] = float(rank == 1 ? 42 + int(i) : -1);
+    if (!CopyToDevice(buf->get(), h.data(), n).ok()) return 17;
+    if (!comm->Broadcast(buf->get(), n, 1).ok()) return 18;
+    if (!CopyToHost(back.data(), buf->get(), n).ok() || back[0] != 42.0f || back[n - 1] != float(42 + n - 1)) return 19;
+    if (!comm->Barrier().ok()) return 20;
+    return 0;
+  });
+  for (int r = 0; r < world; ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
+  ExpectTransportRemoved(dir);
+}
+
+TEST(NcclEmulatedTest, KilledPeerFailsTheSurvivorNamingIt) {
+  const std::string dir = TempDir();
+  auto codes = RunRanks(2, [&](int rank) {
+    auto comm = Connect(dir, rank, 2, 20000);
+    if (!comm) return 10;
+    if (rank == 1) _exit(0);  // dies before its all-reduce
+    auto buf = AllocateDeviceFloats(16);
+    if (!buf.ok()) return 11;
+    auto h = comm->StartAllReduce(buf->get(), 16, ReduceOp::kSum);
+    if (!h.ok()) return 12;
+    Status s = (*h)->Wait();
+    std::fprintf(stderr, "survivor: %s\n", s.ToString().c_str());
+    if (s.ok()) return 13;
+    if (s.code() != StatusCode::kUnavailable) return 14;
+    if (s.message().find("lost peer rank 1") == std::string::npos) return 15;
+    return 0;
+  });
+  EXPECT_EQ(codes[0], 0);
+  ExpectTransportRemoved(dir);  // by the survivor: rank 1 never left
+}
+
+TEST(NcclEmulatedTest, RanksIssuingDifferentCollectivesAreReported) {
+  const std::string dir = TempDir();
+  auto codes = RunRanks(2, [&](int rank) {
+    auto comm = Connect(dir, rank, 2, 20000);
+    if (!comm) return 10;
+    auto buf = AllocateDeviceFloats(100);
+    if (!buf.ok()) return 11;
+    auto h = comm->StartAllReduce(buf->get(), rank == 0 ? 100 : 99, ReduceOp::kSum);
+    if (!h.ok()) return 12;
+    Status s = (*h)->Wait();
+    std::fprintf(stderr, "rank %d: %s\n", rank, s.ToString().c_str());
+    return !s.ok() && s.message().find("ranks disagree on collective 0") != std::string::npos ? 0 : 13;
+  });
+  EXPECT_EQ(codes[0], 0);
+  EXPECT_EQ(codes[1], 0);
+  ExpectTransportRemoved(dir);  // with both failed deposits in it
+}
+
+TEST(NcclEmulatedTest, InitTimesOutWhenAPeerNeverJoins) {
+  const std::string dir = TempDir();
+  NcclOptions o;
+  o.timeout = std::chrono::milliseconds(500);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto c = MakeNcclCommunicator(std::make_shared<DirKeyValueStore>(dir), 0, 2, o);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kDeadlineExceeded) << c.status().ToString();
+  EXPECT_NE(c.status().message().find("ranks joined within 500 ms"), std::string::npos) << c.status().ToString();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+  ExpectTransportRemoved(dir);  // rank 1 never joined
+}
+#endif  // DGCA_CUDA_EMULATOR
 
 }  // namespace
 }  // namespace dgca

@@ -31,9 +31,11 @@ else
   say "SKIP docker-compose config: docker-compose not installed (apt-get install docker-compose)"
 fi
 
-# Programs the project builds: every add_executable outside model/tools and tests.
+# Programs the project builds: every add_executable outside model/tools and
+# tests, less the CUDA-emulator builds (*-emu: test programs, never deployed).
 programs=$(grep -ho 'add_executable(dgca[a-z-]*' "$src"/coordinator/CMakeLists.txt \
-  "$src"/worker/CMakeLists.txt "$src"/cli/CMakeLists.txt | sed 's/add_executable(//' | sort -u)
+  "$src"/worker/CMakeLists.txt "$src"/cli/CMakeLists.txt | sed 's/add_executable(//' \
+  | grep -v -- '-emu$' | sort -u)
 say "programs built by make: $(echo $programs)"
 for df in "$src"/deploy/docker/*.Dockerfile; do
   built=$(grep -o 'tools/build.sh .*' "$df" | head -1 | sed 's#tools/build.sh ##' | tr ' ' '\n' | sort -u)

@@ -35,11 +35,22 @@
 //   - Scheduling order inside a block: DGCA_EMU_ORDER=forward (default),
 //     reverse or alternate, so a missing __syncthreads that one order hides
 //     shows in another.
+//   - CUDA graphs: stream capture records the work instead of running it,
+//     cudaGraphLaunch replays it; what CUDA forbids during capture
+//     (synchronizing, a legacy-stream operation) invalidates the capture.
+//   - NCCL (nccl.cc): communicators between rank PROCESSES of one machine
+//     over /dev/shm, collectives as stream work that becomes ready when
+//     every rank's deposit is there, so the multi-rank GPU path (rank
+//     processes, NCCL all-reduce of device gradients, broadcast, barrier,
+//     a lost peer, ranks issuing different collectives) runs without GPUs.
+//     DGCA_EMU_DEVICES=N (default 1) is the number of devices
+//     cudaGetDeviceCount reports, so N ranks can each take their own.
 //
 // What it does not model: performance, the memory model of concurrent
 // threads (a fiber runs until it blocks: races between __syncthreads are
 // only exposed by the scheduling order), real cuBLASLt algorithm
-// availability (its heuristic always returns one algorithm), NCCL.
+// availability (its heuristic always returns one algorithm), NCCL's
+// transports, algorithms and data types other than float.
 //
 // Built as the library dgca_model_cuda_emu from the same sources as
 // dgca_model_cuda: model/cuda/*.cu are rewritten at build time
@@ -90,9 +101,21 @@ using Work = std::function<void()>;
 // faulted, else cudaSuccess.
 cudaError_t Enqueue(cudaStream_t stream, std::string what, Work work);
 
+// Enqueues `work` that may run only once `ready()` returns true: a
+// collective waiting for its peers (the emulated NCCL). Synchronizations
+// wait for it (at most DGCA_EMU_COLLECTIVE_TIMEOUT_S, default 300 s, then a
+// device fault); cudaStreamQuery/cudaEventQuery answer cudaErrorNotReady
+// instead. `ready` is called repeatedly, also while the host waits for
+// other streams (as a GPU starts a collective on its own once its inputs
+// are done), so its first call may do the work's side effect towards the
+// peers (deposit this rank's data).
+cudaError_t EnqueueWhenReady(cudaStream_t stream, std::string what, std::function<bool()> ready, Work work);
+
 // Runs every pending piece of work enqueued on `stream` so far (with what
 // it depends on).
 cudaError_t SyncStream(cudaStream_t stream);
+// cudaStreamQuery: the same, but cudaErrorNotReady at work that is not ready.
+cudaError_t QueryStream(cudaStream_t stream);
 
 // Called from running device work: records a sticky fault (as a GPU's
 // illegal address or launch failure: every later call returns it) and

@@ -3,6 +3,7 @@
 // its effect; the order respects each stream's order, event waits, and the
 // legacy default stream's implicit synchronization with blocking streams.
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <deque>
@@ -30,6 +31,9 @@ struct Op {
   Work work;
   std::string what;
   std::vector<Dep> deps;
+  // Null, or: the work may run only once this returns true (a collective
+  // waiting for its peers; see EnqueueWhenReady).
+  std::function<bool()> ready;
 };
 
 }  // namespace internal
@@ -127,21 +131,73 @@ void DropAll() {
   g_pending = 0;
 }
 
-void ExecuteUntil(StreamImpl* s, uint64_t seq) {
-  if (s->executed >= seq || s->pending.empty()) return;
+// kBlock waits for work that is not ready (a collective whose peers have
+// not arrived); kQuery stops there (cudaStreamQuery, cudaEventQuery).
+enum class Mode { kBlock, kQuery };
+
+double CollectiveTimeoutSeconds() {
+  static const double t = [] {
+    const char* e = std::getenv("DGCA_EMU_COLLECTIVE_TIMEOUT_S");
+    return e != nullptr ? std::atof(e) : 300.0;
+  }();
+  return t;
+}
+
+bool DepsDone(const Op& op) {
+  for (const Dep& d : op.deps)
+    if (d.stream->executed < d.seq) return false;
+  return true;
+}
+
+// What a GPU does without being asked: a collective at the head of a stream
+// whose inputs are complete starts (deposits this rank's data), so peers
+// waiting on it progress while this host thread waits for something else.
+void PumpCollectives() {
+  for (StreamImpl* s : Streams())
+    if (!s->pending.empty() && s->pending.front().ready && DepsDone(s->pending.front())) s->pending.front().ready();
+}
+
+bool WaitReady(const Op& op, Mode mode) {
+  if (op.ready()) return true;
+  if (mode == Mode::kQuery) return false;
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                            std::chrono::duration<double>(CollectiveTimeoutSeconds()));
+  while (!op.ready()) {
+    PumpCollectives();
+    if (std::chrono::steady_clock::now() > deadline) {
+      DeviceFault(cudaErrorLaunchTimeout, op.what + " did not complete within " +
+                                              std::to_string(CollectiveTimeoutSeconds()) +
+                                              " s (DGCA_EMU_COLLECTIVE_TIMEOUT_S): a peer never arrived");
+      return true;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  return true;
+}
+
+// Runs s's work up to its seq-th item (with what it depends on). False when
+// kQuery stopped at work that is not ready.
+bool ExecuteUntil(StreamImpl* s, uint64_t seq, Mode mode = Mode::kBlock) {
+  if (s->executed >= seq || s->pending.empty()) return true;
   DeviceAccessScope access;  // one protection flip for the whole run
   while (s->executed < seq && g_sticky == cudaSuccess && !s->pending.empty()) {
-    Op op = std::move(s->pending.front());
+    Op& front = s->pending.front();
+    for (const Dep& d : front.deps)
+      if (!ExecuteUntil(d.stream, d.seq, mode)) return false;
+    if (g_sticky != cudaSuccess) break;
+    if (front.ready && !WaitReady(front, mode)) return false;
+    if (g_sticky != cudaSuccess) break;
+    Op op = std::move(front);
     s->pending.pop_front();
     --g_pending;
-    for (const Dep& d : op.deps) ExecuteUntil(d.stream, d.seq);
-    if (g_sticky != cudaSuccess) break;
     SetCurrentWork(op.what);
     op.work();
     SetCurrentWork("");
     ++s->executed;
   }
   if (g_sticky != cudaSuccess) DropAll();
+  return true;
 }
 
 void Invalidate(StreamImpl* s, const std::string& why) {
@@ -309,6 +365,31 @@ cudaError_t Enqueue(cudaStream_t stream, std::string what, Work work) {
   return internal::EnqueueOp(s, std::move(what), std::move(work), {});
 }
 
+cudaError_t EnqueueWhenReady(cudaStream_t stream, std::string what, std::function<bool()> ready, Work work) {
+  std::lock_guard<std::recursive_mutex> lock(internal::Lock());
+  internal::StreamImpl* s = internal::Resolve(stream);
+  if (s == nullptr) return ApiError(cudaErrorInvalidResourceHandle, what + ": unknown or destroyed stream");
+  if (s->capture != nullptr) {
+    internal::Invalidate(s, what + " (work that waits for peers) while the stream captures");
+    return ApiError(cudaErrorNotSupported, what + ": collectives in a graph capture are not emulated");
+  }
+  cudaError_t e = internal::EnqueueOp(s, std::move(what), std::move(work), {});
+  if (e == cudaSuccess) s->pending.back().ready = std::move(ready);
+  return e;
+}
+
+cudaError_t QueryStream(cudaStream_t stream) {
+  std::lock_guard<std::recursive_mutex> lock(internal::Lock());
+  internal::StreamImpl* s = internal::Resolve(stream);
+  if (s == nullptr) return ApiError(cudaErrorInvalidResourceHandle, "cudaStreamQuery: unknown or destroyed stream");
+  if (s->capture != nullptr) {
+    internal::Invalidate(s, "cudaStreamQuery of the capturing stream");
+    return ApiError(cudaErrorStreamCaptureUnsupported, "cudaStreamQuery of a capturing stream");
+  }
+  if (!internal::ExecuteUntil(s, s->enqueued, internal::Mode::kQuery)) return cudaErrorNotReady;
+  return internal::Result();
+}
+
 cudaError_t SyncStream(cudaStream_t stream) {
   std::lock_guard<std::recursive_mutex> lock(internal::Lock());
   internal::StreamImpl* s = internal::Resolve(stream);
@@ -360,6 +441,7 @@ const char* cudaGetErrorName(cudaError_t e) {
     DGCA_EMU_NAME(cudaErrorNoDevice)
     DGCA_EMU_NAME(cudaErrorInvalidDevicePointer)
     DGCA_EMU_NAME(cudaErrorNotSupported)
+    DGCA_EMU_NAME(cudaErrorLaunchTimeout)
     DGCA_EMU_NAME(cudaErrorIllegalState)
     DGCA_EMU_NAME(cudaErrorStreamCaptureUnsupported)
     DGCA_EMU_NAME(cudaErrorStreamCaptureInvalidated)
@@ -398,20 +480,36 @@ cudaError_t cudaPeekAtLastError() {
   return ei::g_sticky != cudaSuccess ? ei::g_sticky : ei::g_last;
 }
 
+// DGCA_EMU_DEVICES (default 1): how many devices the emulator shows (they
+// share one memory; for ranks placed on GPU 1, 2, ... of a fixture node).
+static int DeviceCount() {
+  static const int n = [] {
+    const char* e = std::getenv("DGCA_EMU_DEVICES");
+    const int v = e != nullptr ? std::atoi(e) : 1;
+    return v >= 1 && v <= 64 ? v : 1;
+  }();
+  return n;
+}
+static thread_local int g_device = 0;
+
 cudaError_t cudaGetDeviceCount(int* count) {
-  *count = 1;
+  *count = DeviceCount();
   return cudaSuccess;
 }
 cudaError_t cudaSetDevice(int device) {
-  if (device != 0) return emu::ApiError(cudaErrorInvalidDevice, "cudaSetDevice(" + std::to_string(device) + "): the emulator has one device");
+  if (device < 0 || device >= DeviceCount())
+    return emu::ApiError(cudaErrorInvalidDevice, "cudaSetDevice(" + std::to_string(device) + "): the emulator shows " +
+                                                     std::to_string(DeviceCount()) + " device(s) (DGCA_EMU_DEVICES)");
+  g_device = device;
   return ei::Result();
 }
 cudaError_t cudaGetDevice(int* device) {
-  *device = 0;
+  *device = g_device;
   return cudaSuccess;
 }
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
-  if (device != 0) return emu::ApiError(cudaErrorInvalidDevice, "cudaGetDeviceProperties: the emulator has one device");
+  if (device < 0 || device >= DeviceCount())
+    return emu::ApiError(cudaErrorInvalidDevice, "cudaGetDeviceProperties(" + std::to_string(device) + "): no such emulated device");
   std::memset(prop, 0, sizeof(*prop));
   std::snprintf(prop->name, sizeof(prop->name), "dgca CUDA emulator (CPU; sm_90 limits)");
   prop->totalGlobalMem = ei::kTotalMemory;
@@ -544,7 +642,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
   return ei::Result();
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t s) { return emu::SyncStream(s); }
-cudaError_t cudaStreamQuery(cudaStream_t s) { return emu::SyncStream(s); }
+cudaError_t cudaStreamQuery(cudaStream_t s) { return emu::QueryStream(s); }
 cudaError_t cudaDeviceSynchronize() {
   Guard g(ei::Lock());
   if (ei::UnsafeDuringCapture("cudaDeviceSynchronize")) return emu::ApiError(cudaErrorStreamCaptureUnsupported, "cudaDeviceSynchronize during stream capture");
@@ -603,7 +701,12 @@ cudaError_t cudaEventSynchronize(cudaEvent_t e) {
   if (e->stream != nullptr) ei::ExecuteUntil(e->stream, e->seq);
   return ei::Result();
 }
-cudaError_t cudaEventQuery(cudaEvent_t e) { return cudaEventSynchronize(e); }
+cudaError_t cudaEventQuery(cudaEvent_t e) {
+  Guard g(ei::Lock());
+  if (e == nullptr) return emu::ApiError(cudaErrorInvalidResourceHandle, "cudaEventQuery(null)");
+  if (e->stream != nullptr && !ei::ExecuteUntil(e->stream, e->seq, ei::Mode::kQuery)) return cudaErrorNotReady;
+  return ei::Result();
+}
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
   Guard g(ei::Lock());
   if (start == nullptr || end == nullptr) return emu::ApiError(cudaErrorInvalidResourceHandle, "cudaEventElapsedTime: null event");
