@@ -13,44 +13,14 @@
 #include <vector>
 
 #include "gloo/rendezvous/file_store.h"
+#include "model/comm/fork_ranks_for_test.h"
 #include "gtest/gtest.h"
 
 namespace dgca {
 namespace {
 
-std::string MakeTempDir() {
-  char tmpl[] = "/tmp/gloo_comm_test_XXXXXX";
-  char* d = mkdtemp(tmpl);
-  return d ? std::string(d) : std::string();
-}
-
-// Forks one process per rank; each runs fn(rank) and exits with its return
-// value (0 = ok). Children never touch gtest. Returns the exit codes.
-std::vector<int> RunRanks(int world, const std::function<int(int)>& fn) {
-  std::vector<pid_t> pids;
-  for (int r = 0; r < world; ++r) {
-    pid_t pid = fork();
-    if (pid == 0) {
-      int rc = 99;
-      try {
-        rc = fn(r);
-      } catch (...) {
-        rc = 98;
-      }
-      fflush(stdout);
-      fflush(stderr);
-      _exit(rc);
-    }
-    pids.push_back(pid);
-  }
-  std::vector<int> codes;
-  for (pid_t pid : pids) {
-    int status = 0;
-    waitpid(pid, &status, 0);
-    codes.push_back(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
-  }
-  return codes;
-}
+using comm_test::RunRanks;
+std::string MakeTempDir() { return comm_test::MakeTempDir("gloo_comm_test"); }
 
 std::unique_ptr<Communicator> Connect(const std::string& dir, int rank, int world,
                                       int timeout_ms) {

@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "model/comm/fork_ranks_for_test.h"
 #include "model/comm/kv_store.h"
 
 namespace dgca {
@@ -121,32 +122,8 @@ class DirKeyValueStore : public KeyValueStore {
   std::string dir_;
 };
 
-std::string TempDir() {
-  char tmpl[] = "/tmp/nccl_emu_test_XXXXXX";
-  return mkdtemp(tmpl);
-}
-
-// Forks one process per rank running fn(rank); returns the exit codes.
-std::vector<int> RunRanks(int world, const std::function<int(int)>& fn) {
-  std::vector<pid_t> pids;
-  for (int r = 0; r < world; ++r) {
-    pid_t pid = fork();
-    if (pid == 0) {
-      const int rc = fn(r);
-      std::fflush(stdout);
-      std::fflush(stderr);
-      _exit(rc);
-    }
-    pids.push_back(pid);
-  }
-  std::vector<int> codes;
-  for (pid_t pid : pids) {
-    int status = 0;
-    waitpid(pid, &status, 0);
-    codes.push_back(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
-  }
-  return codes;
-}
+using comm_test::RunRanks;
+std::string TempDir() { return comm_test::MakeTempDir("nccl_emu_test"); }
 
 std::unique_ptr<Communicator> Connect(const std::string& dir, int rank, int world, int timeout_ms) {
   NcclOptions o;

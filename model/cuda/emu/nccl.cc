@@ -134,20 +134,21 @@ bool CheckJoined(CommState* st) {
   return true;
 }
 
+// True when process `pid` exited. (A zombie child still answers
+// kill(pid, 0): read its state.)
+bool ProcessGone(pid_t pid) {
+  if (kill(pid, 0) != 0 && errno == ESRCH) return true;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  std::getline(stat, line);
+  const size_t paren = line.rfind(')');
+  return paren != std::string::npos && paren + 2 < line.size() && line[paren + 2] == 'Z';
+}
+
 // A peer whose process is gone while this rank waits for its deposit.
-// (A zombie child still answers kill(pid, 0): read its state.)
 bool PeerDied(CommState* st, int peer) {
   const pid_t pid = st->pids[static_cast<size_t>(peer)];
-  if (pid <= 0) return false;
-  bool gone = kill(pid, 0) != 0 && errno == ESRCH;
-  if (!gone) {
-    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-    std::string line;
-    std::getline(stat, line);
-    const size_t paren = line.rfind(')');
-    gone = paren != std::string::npos && paren + 2 < line.size() && line[paren + 2] == 'Z';
-  }
-  if (!gone) return false;
+  if (pid <= 0 || !ProcessGone(pid)) return false;
   st->Fail(ncclRemoteError, "peer rank " + std::to_string(peer) + " (pid " + std::to_string(pid) +
                                 ") exited during collective: the communicator is broken (lost peer rank " +
                                 std::to_string(peer) + ")");
@@ -374,12 +375,7 @@ bool PeerOut(const CommState& st, int r) {
   std::vector<char> buf;
   if (!ReadFile(st.File("join." + std::to_string(r)), &buf)) return true;
   const pid_t pid = static_cast<pid_t>(std::atol(std::string(buf.begin(), buf.end()).c_str()));
-  if (pid <= 0 || (kill(pid, 0) != 0 && errno == ESRCH)) return true;
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  std::getline(stat, line);
-  const size_t paren = line.rfind(')');
-  return paren != std::string::npos && paren + 2 < line.size() && line[paren + 2] == 'Z';
+  return pid <= 0 || ProcessGone(pid);
 }
 
 void RemoveDirectory(const std::string& dir) {

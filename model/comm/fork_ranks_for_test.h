@@ -1,0 +1,63 @@
+// Test helpers for communicator tests: ranks as forked processes, as the
+// agent runs them (one process per rank), so a collective really crosses
+// process boundaries.
+//
+// Thread-safety: call from the test's main thread only (fork).
+#ifndef DGCA_MODEL_COMM_FORK_RANKS_FOR_TEST_H_
+#define DGCA_MODEL_COMM_FORK_RANKS_FOR_TEST_H_
+
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace dgca {
+namespace comm_test {
+
+// A fresh directory /tmp/<prefix>_XXXXXX ("" if it cannot be made).
+inline std::string MakeTempDir(const std::string& prefix) {
+  std::string tmpl = "/tmp/" + prefix + "_XXXXXX";
+  std::vector<char> buf(tmpl.begin(), tmpl.end());
+  buf.push_back('\0');
+  char* d = mkdtemp(buf.data());
+  return d ? std::string(d) : std::string();
+}
+
+// Forks one process per rank; each runs fn(rank) and exits with its return
+// value (0 = ok; 98 = it threw). Children never touch gtest (its state is
+// the parent's). Returns the exit codes in rank order, 128 + signal for a
+// killed child.
+inline std::vector<int> RunRanks(int world, const std::function<int(int)>& fn) {
+  std::vector<pid_t> pids;
+  for (int r = 0; r < world; ++r) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      int rc = 99;
+      try {
+        rc = fn(r);
+      } catch (...) {
+        rc = 98;
+      }
+      std::fflush(stdout);
+      std::fflush(stderr);
+      _exit(rc);
+    }
+    pids.push_back(pid);
+  }
+  std::vector<int> codes;
+  for (pid_t pid : pids) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    codes.push_back(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+  }
+  return codes;
+}
+
+}  // namespace comm_test
+}  // namespace dgca
+
+#endif  // DGCA_MODEL_COMM_FORK_RANKS_FOR_TEST_H_
