@@ -8,6 +8,7 @@
 
 #include "gloo/rendezvous/file_store.h"
 #include "gtest/gtest.h"
+#include "model/comm/fork_ranks_for_test.h"
 #include "model/comm/gloo_communicator.h"
 
 namespace dgca {
@@ -31,36 +32,27 @@ TEST(CommProbeTest, TwoGlooRanksMeasureBandwidth) {
   char tmpl[] = "/tmp/comm_probe_test_XXXXXX";
   ASSERT_NE(mkdtemp(tmpl), nullptr);
   const std::string dir = tmpl, out = dir + "/rows.txt";
-  std::vector<pid_t> pids;
-  for (int r = 0; r < 2; ++r) {
-    pid_t pid = fork();
-    if (pid == 0) {
-      auto store = std::make_shared<gloo::rendezvous::FileStore>(dir);
-      auto comm = MakeGlooCommunicator(store, r, 2);
-      if (!comm.ok()) _exit(1);
-      std::vector<float> buf(1 << 18);
-      ProbeOptions o;
-      o.sizes_bytes = {4096, 1 << 20};
-      o.max_iters = 10;
-      auto rows = AllReduceSweep(comm->get(), buf.data(), buf.size(), o);
-      if (!rows.ok()) _exit(2);
-      if (r == 0) {
-        FILE* f = fopen(out.c_str(), "w");
-        for (const auto& row : *rows) {
-          fprintf(f, "%zu %d %.9f %.3f %.3f\n", row.bytes, row.iters, row.seconds_per_op,
-                  row.algbw, row.busbw);
-        }
-        fclose(f);
+  auto codes = comm_test::RunRanks(2, [&](int r) -> int {
+    auto store = std::make_shared<gloo::rendezvous::FileStore>(dir);
+    auto comm = MakeGlooCommunicator(store, r, 2);
+    if (!comm.ok()) return 1;
+    std::vector<float> buf(1 << 18);
+    ProbeOptions o;
+    o.sizes_bytes = {4096, 1 << 20};
+    o.max_iters = 10;
+    auto rows = AllReduceSweep(comm->get(), buf.data(), buf.size(), o);
+    if (!rows.ok()) return 2;
+    if (r == 0) {
+      FILE* f = fopen(out.c_str(), "w");
+      for (const auto& row : *rows) {
+        fprintf(f, "%zu %d %.9f %.3f %.3f\n", row.bytes, row.iters, row.seconds_per_op,
+                row.algbw, row.busbw);
       }
-      _exit(0);
+      fclose(f);
     }
-    pids.push_back(pid);
-  }
-  for (pid_t p : pids) {
-    int st = 0;
-    waitpid(p, &st, 0);
-    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-  }
+    return 0;
+  });
+  for (int c : codes) EXPECT_EQ(c, 0);
   FILE* f = fopen(out.c_str(), "r");
   ASSERT_NE(f, nullptr);
   size_t bytes;

@@ -27,18 +27,18 @@ inline std::string MakeTempDir(const std::string& prefix) {
   return d ? std::string(d) : std::string();
 }
 
-// Forks one process per rank; each runs fn(rank) and exits with its return
-// value (0 = ok; 98 = it threw). Children never touch gtest (its state is
-// the parent's). Returns the exit codes in rank order, 128 + signal for a
-// killed child.
-inline std::vector<int> RunRanks(int world, const std::function<int(int)>& fn) {
+// Runs each fn in its own forked child, concurrently; a child exits with
+// fn's return value (0 = ok; 98 = it threw). Children never touch gtest
+// (its state is the parent's). Returns the exit codes in order, 128 +
+// signal for a killed child.
+inline std::vector<int> RunChildren(const std::vector<std::function<int()>>& fns) {
   std::vector<pid_t> pids;
-  for (int r = 0; r < world; ++r) {
+  for (const auto& fn : fns) {
     pid_t pid = fork();
     if (pid == 0) {
       int rc = 99;
       try {
-        rc = fn(r);
+        rc = fn();
       } catch (...) {
         rc = 98;
       }
@@ -55,6 +55,13 @@ inline std::vector<int> RunRanks(int world, const std::function<int(int)>& fn) {
     codes.push_back(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
   }
   return codes;
+}
+
+// RunChildren with one child per rank 0..world-1 running fn(rank).
+inline std::vector<int> RunRanks(int world, const std::function<int(int)>& fn) {
+  std::vector<std::function<int()>> fns;
+  for (int r = 0; r < world; ++r) fns.push_back([&fn, r] { return fn(r); });
+  return RunChildren(fns);
 }
 
 }  // namespace comm_test

@@ -10,6 +10,7 @@
 
 #include "gloo/rendezvous/file_store.h"
 #include "gtest/gtest.h"
+#include "model/comm/fork_ranks_for_test.h"
 #include "model/comm/gloo_communicator.h"
 
 namespace dgca {
@@ -146,47 +147,38 @@ TEST(GradientBucketsTest, GlooOverlapWithSyntheticBackward) {
   ASSERT_NE(mkdtemp(tmpl), nullptr);
   const std::string dir = tmpl;
   const std::string out = dir + "/rank0.txt";
-  std::vector<pid_t> pids;
-  for (int rank = 0; rank < 2; ++rank) {
-    pid_t pid = fork();
-    if (pid == 0) {
-      auto store = std::make_shared<gloo::rendezvous::FileStore>(dir);
-      auto c = MakeGlooCommunicator(store, rank, 2);
-      if (!c.ok()) _exit(1);
-      auto comm = std::move(c).value();
-      const int kTensors = 8;
-      ParamStore ps = MakeStore(std::vector<int64_t>(kTensors, 1 << 18));  // 1 MB each
-      GradientBuckets gb(comm.get(), &ps, 2.0);  // 4 buckets
-      gb.BeginStep(true);
-      for (int i = kTensors - 1; i >= 0; --i) {
-        float* g = ps.grad(i);
-        for (int64_t j = 0; j < ps.info(i).numel; ++j) g[j] = static_cast<float>(rank * 2 + i);
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));  // "compute"
-        gb.OnGradReady(i);
-      }
-      gb.MarkBackwardEnd();
-      auto s = gb.WaitAll();
-      if (!s.ok()) _exit(2);
-      for (int i = 0; i < kTensors; ++i) {
-        if (ps.grad(i)[7] != static_cast<float>(1 + i)) _exit(3);  // avg of i and 2+i
-      }
-      if (rank == 0) {
-        FILE* f = fopen(out.c_str(), "w");
-        double first_start = 1e30;
-        for (auto& e : s->events) first_start = std::min(first_start, e.start);
-        fprintf(f, "%zu %.6f %.6f %.6f %.6f %.1f\n", s->events.size(), first_start,
-                s->backward_end, s->allreduce_seconds, s->exposed_seconds, s->bus_bandwidth);
-        fclose(f);
-      }
-      _exit(0);
+  auto codes = comm_test::RunRanks(2, [&](int rank) -> int {
+    auto store = std::make_shared<gloo::rendezvous::FileStore>(dir);
+    auto c = MakeGlooCommunicator(store, rank, 2);
+    if (!c.ok()) return 1;
+    auto comm = std::move(c).value();
+    const int kTensors = 8;
+    ParamStore ps = MakeStore(std::vector<int64_t>(kTensors, 1 << 18));  // 1 MB each
+    GradientBuckets gb(comm.get(), &ps, 2.0);  // 4 buckets
+    gb.BeginStep(true);
+    for (int i = kTensors - 1; i >= 0; --i) {
+      float* g = ps.grad(i);
+      for (int64_t j = 0; j < ps.info(i).numel; ++j) g[j] = static_cast<float>(rank * 2 + i);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));  // "compute"
+      gb.OnGradReady(i);
     }
-    pids.push_back(pid);
-  }
-  for (pid_t p : pids) {
-    int st = 0;
-    waitpid(p, &st, 0);
-    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << st;
-  }
+    gb.MarkBackwardEnd();
+    auto s = gb.WaitAll();
+    if (!s.ok()) return 2;
+    for (int i = 0; i < kTensors; ++i) {
+      if (ps.grad(i)[7] != static_cast<float>(1 + i)) return 3;  // avg of i and 2+i
+    }
+    if (rank == 0) {
+      FILE* f = fopen(out.c_str(), "w");
+      double first_start = 1e30;
+      for (auto& e : s->events) first_start = std::min(first_start, e.start);
+      fprintf(f, "%zu %.6f %.6f %.6f %.6f %.1f\n", s->events.size(), first_start,
+              s->backward_end, s->allreduce_seconds, s->exposed_seconds, s->bus_bandwidth);
+      fclose(f);
+    }
+    return 0;
+  });
+  for (int c : codes) EXPECT_EQ(c, 0);
   FILE* f = fopen(out.c_str(), "r");
   ASSERT_NE(f, nullptr);
   size_t n = 0;

@@ -25,6 +25,7 @@
 
 #include "gloo/rendezvous/file_store.h"
 #include "gtest/gtest.h"
+#include "model/comm/fork_ranks_for_test.h"
 #include "model/comm/gloo_communicator.h"
 #include "model/core/safetensors.h"
 #include "model/train/trainer.h"
@@ -37,32 +38,9 @@ std::string DataDir() {
   return d ? d : "/work/shared/data";
 }
 bool HaveData() { return std::filesystem::exists(DataDir() + "/ecspell/train_law.txt"); }
-std::string TempDir() {
-  char tmpl[] = "/tmp/dp_equivalence_test_XXXXXX";
-  return mkdtemp(tmpl);
-}
+std::string TempDir() { return comm_test::MakeTempDir("dp_equivalence_test"); }
 
-// Runs each fn in its own child process, concurrently; returns exit codes.
-std::vector<int> RunChildren(const std::vector<std::function<int()>>& fns) {
-  std::vector<pid_t> pids;
-  for (const auto& fn : fns) {
-    pid_t pid = fork();
-    if (pid == 0) {
-      int rc = fn();
-      fflush(stdout);
-      fflush(stderr);
-      _exit(rc);
-    }
-    pids.push_back(pid);
-  }
-  std::vector<int> codes;
-  for (pid_t p : pids) {
-    int st = 0;
-    waitpid(p, &st, 0);
-    codes.push_back(WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
-  }
-  return codes;
-}
+using comm_test::RunChildren;
 
 TrainConfig EqConfig(const std::string& ckpt_dir, int steps) {
   TrainConfig c;
