@@ -25,6 +25,11 @@
 #include "model/comm/fork_ranks_for_test.h"
 #include "model/comm/kv_store.h"
 
+#ifdef DGCA_CUDA_EMULATOR  // the raw API of the emulated runtime and NCCL
+#include <cuda_runtime.h>
+#include <nccl.h>
+#endif
+
 namespace dgca {
 namespace {
 
@@ -236,11 +241,91 @@ TEST(NcclEmulatedTest, RanksIssuingDifferentCollectivesAreReported) {
     if (!h.ok()) return 12;
     Status s = (*h)->Wait();
     std::fprintf(stderr, "rank %d: %s\n", rank, s.ToString().c_str());
-    return !s.ok() && s.message().find("ranks disagree on collective 0") != std::string::npos ? 0 : 13;
+    return !s.ok() && s.message().find("ranks disagree on collective #0") != std::string::npos ? 0 : 13;
   });
   EXPECT_EQ(codes[0], 0);
   EXPECT_EQ(codes[1], 0);
   ExpectTransportRemoved(dir);  // with both failed deposits in it
+}
+
+// A broadcast is checked like an all-reduce: every rank deposits its
+// header, so two ranks naming different roots both fail.
+TEST(NcclEmulatedTest, BroadcastFromDifferentRootsIsReported) {
+  const std::string dir = TempDir();
+  auto codes = RunRanks(2, [&](int rank) {
+    auto comm = Connect(dir, rank, 2, 20000);
+    if (!comm) return 10;
+    auto buf = AllocateDeviceFloats(8);
+    if (!buf.ok()) return 11;
+    Status s = comm->Broadcast(buf->get(), 8, /*root=*/rank);
+    std::fprintf(stderr, "rank %d: %s\n", rank, s.ToString().c_str());
+    if (s.ok()) return 12;
+    return s.message().find("ranks disagree on collective #0") != std::string::npos &&
+                   s.message().find("a broadcast of 8 floats from rank") != std::string::npos
+               ? 0
+               : 13;
+  });
+  EXPECT_EQ(codes[0], 0);
+  EXPECT_EQ(codes[1], 0);
+  ExpectTransportRemoved(dir);
+}
+
+// A peer that destroyed its communicator but is still running never
+// deposits: the survivor fails at once naming it, not after its timeout.
+TEST(NcclEmulatedTest, PeerThatLeftTheCommunicatorIsReported) {
+  const std::string dir = TempDir();
+  auto codes = RunRanks(2, [&](int rank) {
+    auto comm = Connect(dir, rank, 2, 60000);
+    if (!comm) return 10;
+    if (rank == 1) {
+      comm.reset();  // ncclCommDestroy
+      std::this_thread::sleep_for(std::chrono::seconds(2));  // alive while rank 0 waits
+      return 0;
+    }
+    auto buf = AllocateDeviceFloats(16);
+    if (!buf.ok()) return 11;
+    const auto t0 = std::chrono::steady_clock::now();
+    auto h = comm->StartAllReduce(buf->get(), 16, ReduceOp::kSum);
+    if (!h.ok()) return 12;
+    Status s = (*h)->Wait();
+    std::fprintf(stderr, "survivor: %s\n", s.ToString().c_str());
+    if (s.ok()) return 13;
+    if (s.message().find("lost peer rank 1") == std::string::npos ||
+        s.message().find("destroyed or aborted its communicator") == std::string::npos)
+      return 14;
+    return std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10) ? 0 : 15;
+  });
+  EXPECT_EQ(codes[0], 0);
+  EXPECT_EQ(codes[1], 0);
+  ExpectTransportRemoved(dir);
+}
+
+// The raw API: a blocking cudaStreamSynchronize on a collective that can
+// never complete (its peer died) would hang on a GPU; the emulator makes it
+// a device fault at once instead of waiting out DGCA_EMU_COLLECTIVE_TIMEOUT_S.
+TEST(NcclEmulatedTest, BlockingSyncOnAFailedCollectiveIsADeviceFault) {
+  ncclUniqueId id;
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+  auto codes = RunRanks(2, [&](int rank) {
+    if (cudaSetDevice(0) != cudaSuccess) return 10;
+    ncclComm_t comm = nullptr;
+    if (ncclCommInitRankConfig(&comm, 2, id, rank, nullptr) != ncclSuccess) return 11;
+    if (rank == 1) _exit(0);  // dies without issuing the all-reduce
+    float* d = nullptr;
+    if (cudaMalloc(&d, 16 * sizeof(float)) != cudaSuccess) return 12;
+    cudaStream_t s;
+    if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) return 13;
+    if (ncclAllReduce(d, d, 16, ncclFloat, ncclSum, comm, s) != ncclSuccess) return 14;
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // let rank 1 exit
+    const auto t0 = std::chrono::steady_clock::now();
+    const cudaError_t e = cudaStreamSynchronize(s);
+    std::fprintf(stderr, "cudaStreamSynchronize: %s\n", cudaGetErrorName(e));
+    if (e != cudaErrorLaunchFailure) return 15;
+    if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(10)) return 16;
+    ncclCommAbort(comm);
+    return 0;
+  });
+  EXPECT_EQ(codes[0], 0);
 }
 
 TEST(NcclEmulatedTest, InitTimesOutWhenAPeerNeverJoins) {

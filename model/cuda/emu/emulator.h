@@ -101,15 +101,22 @@ using Work = std::function<void()>;
 // faulted, else cudaSuccess.
 cudaError_t Enqueue(cudaStream_t stream, std::string what, Work work);
 
-// Enqueues `work` that may run only once `ready()` returns true: a
-// collective waiting for its peers (the emulated NCCL). Synchronizations
-// wait for it (at most DGCA_EMU_COLLECTIVE_TIMEOUT_S, default 300 s, then a
-// device fault); cudaStreamQuery/cudaEventQuery answer cudaErrorNotReady
-// instead. `ready` is called repeatedly, also while the host waits for
-// other streams (as a GPU starts a collective on its own once its inputs
-// are done), so its first call may do the work's side effect towards the
-// peers (deposit this rank's data).
-cudaError_t EnqueueWhenReady(cudaStream_t stream, std::string what, std::function<bool()> ready, Work work);
+// Enqueues `work` that may run only once `ready(&failure)` returns true: a
+// collective waiting for its peers (the emulated NCCL). `ready` is called
+// repeatedly, also while the host waits for other streams (as a GPU starts
+// a collective on its own once its inputs are done), so its first call may
+// do the work's side effect towards the peers (deposit this rank's data).
+// It returns false with `failure` empty while waiting, and false with
+// `failure` set once the work can never complete (a lost peer, ranks that
+// disagree): like a GPU's hung collective kernel, cudaStreamQuery and
+// cudaEventQuery then answer cudaErrorNotReady until the owner releases it
+// (ncclCommAbort makes `ready` true); a blocking synchronization, which
+// would hang on a GPU, is a device fault quoting `failure`. A collective
+// still waiting after DGCA_EMU_COLLECTIVE_TIMEOUT_S (default 300 s) of a
+// blocking synchronization is a device fault too. Progress needs this
+// process's host thread inside a CUDA call (a GPU would go on without it).
+using ReadyFn = std::function<bool(std::string* failure)>;
+cudaError_t EnqueueWhenReady(cudaStream_t stream, std::string what, ReadyFn ready, Work work);
 
 // Runs every pending piece of work enqueued on `stream` so far (with what
 // it depends on).

@@ -368,6 +368,32 @@ TEST(EmulatorStreams, EventsOrderStreamsAndNothingElseDoes) {
   cudaStreamDestroy(b);
 }
 
+// cudaEventDestroy returns at once (CUDA defers the release until the
+// record completes): it must neither run the recorded work early (that
+// would hide a missing cudaStreamWaitEvent) nor break a wait made on it.
+TEST(EmulatorStreams, EventDestroyedBeforeItsRecordRanStillOrders) {
+  cudaStream_t a, b;
+  ASSERT_TRUE(Ok(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking)));
+  ASSERT_TRUE(Ok(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking)));
+  float* pinned = nullptr;
+  ASSERT_TRUE(Ok(cudaMallocHost(reinterpret_cast<void**>(&pinned), 32 * sizeof(float))));
+  float* dst = DeviceAlloc<float>(32);
+  cudaEvent_t e;
+  ASSERT_TRUE(Ok(cudaEventCreateWithFlags(&e, cudaEventDisableTiming)));
+  WriteKernel<<<1, 32, 0, a>>>(pinned, 32, 7.0f);
+  ASSERT_TRUE(Ok(cudaEventRecord(e, a)));
+  ASSERT_TRUE(Ok(cudaStreamWaitEvent(b, e, 0)));
+  ASSERT_TRUE(Ok(cudaEventDestroy(e)));
+  EXPECT_TRUE(IsPoison(pinned[0])) << "cudaEventDestroy ran the recorded work";
+  CopyKernel<<<1, 32, 0, b>>>(dst, pinned, 32);
+  ASSERT_TRUE(Ok(cudaStreamSynchronize(b)));
+  EXPECT_EQ(Download(dst, 32)[31], 38.0f);
+  cudaFreeHost(pinned);
+  cudaFree(dst);
+  cudaStreamDestroy(a);
+  cudaStreamDestroy(b);
+}
+
 TEST(EmulatorStreams, LegacyStreamSynchronizesWithBlockingStreamsOnly) {
   cudaStream_t blocking, nonblocking;
   ASSERT_TRUE(Ok(cudaStreamCreate(&blocking)));

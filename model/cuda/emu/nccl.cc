@@ -9,18 +9,24 @@
 // A rank joins by writing join.<rank> (its pid); init completes when all
 // have joined. Collective number s (every rank numbers its calls in order,
 // as NCCL requires them to be issued in the same order) is a stream item
-// that, once its inputs are done, deposits the rank's data as s<s>.r<rank>
-// (header + floats, written under a temporary name and renamed), becomes
-// ready when every rank's deposit (a broadcast: the root's) is there, then
-// reduces the deposits in rank order (so every rank computes bitwise the
-// same sum) into its buffer and writes s<s>.d<rank>; the last rank to
-// finish removes the step's files.
+// that, once its inputs are done, deposits the rank's header and data as
+// s<s>.r<rank> (a broadcast's non-roots: the header only; written under a
+// temporary name and renamed), becomes ready when every rank's deposit is
+// there, then reduces the deposits in rank order (so every rank computes
+// bitwise the same sum) into its buffer and writes s<s>.d<rank>; the last
+// rank to finish removes the step's files.
 //
 // Checked, with NCCL's error codes and a message in ncclGetLastError:
 // device pointers and their extents, the datatype (float only is
 // emulated), ranks that disagree on collective s (kind, count, op, root:
-// ncclInvalidUsage), a peer process that exited (ncclRemoteError naming the
-// rank and pid). ncclCommAbort releases everything waiting.
+// ncclInvalidUsage), a peer whose process exited or that left the
+// communicator before issuing collective s (ncclRemoteError naming the
+// rank). ncclCommAbort releases everything waiting.
+//
+// Thread-safety: the entry points take the emulator's global lock (the
+// stream work calling `ready`/`work` holds it too), so ncclCommAbort from
+// a watchdog thread is safe; ncclCommInitRankConfig waits for its peers
+// without it.
 #include <dirent.h>
 #include <nccl.h>
 #include <signal.h>
@@ -39,6 +45,7 @@
 #include <vector>
 
 #include "model/cuda/emu/emulator.h"
+#include "model/cuda/emu/internal.h"
 
 namespace {
 
@@ -94,6 +101,8 @@ bool Exists(const std::string& path) {
   return stat(path.c_str(), &st) == 0;
 }
 
+std::string ErrnoText() { return std::strerror(errno); }
+
 bool WriteAtomically(const std::string& path, const void* data, size_t bytes) {
   const std::string tmp = path + ".tmp";
   FILE* f = std::fopen(tmp.c_str(), "wb");
@@ -145,13 +154,24 @@ bool ProcessGone(pid_t pid) {
   return paren != std::string::npos && paren + 2 < line.size() && line[paren + 2] == 'Z';
 }
 
-// A peer whose process is gone while this rank waits for its deposit.
-bool PeerDied(CommState* st, int peer) {
+// A peer that will never deposit for collective `seq`: its process is gone,
+// or it left the communicator (ncclCommAbort/Destroy) while alive.
+bool PeerGone(CommState* st, int peer, const std::string& seq) {
   const pid_t pid = st->pids[static_cast<size_t>(peer)];
-  if (pid <= 0 || !ProcessGone(pid)) return false;
-  st->Fail(ncclRemoteError, "peer rank " + std::to_string(peer) + " (pid " + std::to_string(pid) +
-                                ") exited during collective: the communicator is broken (lost peer rank " +
-                                std::to_string(peer) + ")");
+  std::string why;
+  if (pid > 0 && ProcessGone(pid)) {
+    why = "its process (pid " + std::to_string(pid) + ") exited";
+  } else if (Exists(st->File("left." + std::to_string(peer)))) {
+    why = "it destroyed or aborted its communicator";
+  } else {
+    return false;
+  }
+  // It may have deposited, finished and left since the caller looked (its
+  // deposit stays until this rank is done with it).
+  if (Exists(st->File("s" + seq + ".r" + std::to_string(peer)))) return false;
+  st->Fail(ncclRemoteError, "lost peer rank " + std::to_string(peer) + ": " + why +
+                                " without issuing collective #" + seq +
+                                " (0-based); the communicator is broken");
   return true;
 }
 
@@ -172,6 +192,7 @@ const char* OpName(int32_t op) {
 
 ncclResult_t Enqueue(ncclComm_t comm, Kind kind, const void* send, void* recv, size_t count,
                      ncclDataType_t type, ncclRedOp_t op, int root, cudaStream_t stream) {
+  std::lock_guard<std::recursive_mutex> lock(emu::internal::Lock());
   if (comm == nullptr || comm->state == nullptr) return Invalid("null communicator");
   std::shared_ptr<CommState> st = comm->state;
   if (st->broken()) return st->aborted ? ncclInvalidUsage : st->async_error;
@@ -192,49 +213,52 @@ ncclResult_t Enqueue(ncclComm_t comm, Kind kind, const void* send, void* recv, s
   const std::string base = "s" + std::to_string(seq);
   const Header want{kMagic, static_cast<int32_t>(kind), static_cast<int32_t>(op), root, count};
   auto deposited = std::make_shared<bool>(false);
+  // Every rank deposits its header (so ranks that disagree on the
+  // collective are found, a broadcast too); the data comes from every rank
+  // of an all-reduce and from a broadcast's root only.
   // As a real NCCL kernel: a failed collective (a lost peer, disagreeing
   // ranks) never completes; the failure shows in ncclCommGetAsyncError,
   // and ncclCommAbort releases it (the item then completes doing nothing).
-  auto ready = [st, base, want, sends, send, bytes, deposited]() -> bool {
+  auto ready = [st, base, want, sends, send, bytes, deposited](std::string* failure) -> bool {
     if (st->aborted) return true;
-    if (st->broken()) return false;
+    auto failed = [&] {
+      *failure = st->last_error;
+      return false;
+    };
+    if (st->broken()) return failed();
+    const std::string mine = st->File(base + ".r" + std::to_string(st->rank));
     if (!*deposited) {
       *deposited = true;
-      if (sends) {
-        std::vector<char> buf(sizeof(Header) + bytes);
-        std::memcpy(buf.data(), &want, sizeof(Header));
-        if (bytes > 0) std::memcpy(buf.data() + sizeof(Header), send, bytes);
-        if (!WriteAtomically(st->File(base + ".r" + std::to_string(st->rank)), buf.data(), buf.size())) {
-          st->Fail(ncclSystemError, "cannot write " + st->File(base + ".r" + std::to_string(st->rank)));
-          return false;
-        }
+      const size_t payload = sends ? bytes : 0;
+      std::vector<char> buf(sizeof(Header) + payload);
+      std::memcpy(buf.data(), &want, sizeof(Header));
+      if (payload > 0) std::memcpy(buf.data() + sizeof(Header), send, payload);
+      if (!WriteAtomically(mine, buf.data(), buf.size())) {
+        st->Fail(ncclSystemError, "cannot write " + mine + ": " + ErrnoText());
+        return failed();
       }
     }
-    const bool all = want.kind == static_cast<int32_t>(Kind::kAllReduce);
     for (int r = 0; r < st->nranks; ++r) {
-      if (!all && r != want.root) continue;
       const std::string path = st->File(base + ".r" + std::to_string(r));
-      if (!Exists(path)) {
-        PeerDied(st.get(), r);
-        return false;
-      }
+      if (!Exists(path)) return PeerGone(st.get(), r, base.substr(1)) ? failed() : false;
       Header h;
       std::ifstream f(path, std::ios::binary);
       if (!f.read(reinterpret_cast<char*>(&h), sizeof(h))) {
-        st->Fail(ncclSystemError, "cannot read " + path);
-        return false;
+        st->Fail(ncclSystemError, "cannot read " + path + ": " + ErrnoText());
+        return failed();
       }
       if (h.magic != kMagic || h.kind != want.kind || h.op != want.op || h.root != want.root ||
           h.count != want.count) {
         auto describe = [](const Header& x) {
-          return std::string(x.kind == static_cast<int32_t>(Kind::kAllReduce) ? "all-reduce" : "broadcast") + " of " +
-                 std::to_string(x.count) + " floats (op " + OpName(x.op) + ", root " + std::to_string(x.root) + ")";
+          return x.kind == static_cast<int32_t>(Kind::kAllReduce)
+                     ? "a " + std::string(OpName(x.op)) + " all-reduce of " + std::to_string(x.count) + " floats"
+                     : "a broadcast of " + std::to_string(x.count) + " floats from rank " + std::to_string(x.root);
         };
-        st->Fail(ncclInvalidUsage, "ranks disagree on collective " + base.substr(1) + ": rank " +
+        st->Fail(ncclInvalidUsage, "ranks disagree on collective #" + base.substr(1) + " (0-based): rank " +
                                        std::to_string(st->rank) + " issued " + describe(want) + ", rank " +
                                        std::to_string(r) + " " + describe(h) +
                                        " (NCCL needs every rank to issue the same collectives in the same order)");
-        return false;
+        return failed();
       }
     }
     return true;
@@ -248,7 +272,7 @@ ncclResult_t Enqueue(ncclComm_t comm, Kind kind, const void* send, void* recv, s
       std::vector<char> buf;
       const std::string path = st->File(base + ".r" + std::to_string(r));
       if (!ReadFile(path, &buf) || buf.size() != sizeof(Header) + bytes) {
-        st->Fail(ncclSystemError, "cannot read " + path);
+        st->Fail(ncclSystemError, "cannot read the " + std::to_string(bytes) + " bytes of " + path);
         return;
       }
       const float* v = reinterpret_cast<const float*>(buf.data() + sizeof(Header));
@@ -260,6 +284,9 @@ ncclResult_t Enqueue(ncclComm_t comm, Kind kind, const void* send, void* recv, s
         for (size_t i = 0; i < count; ++i) acc[i] += v[i];
       }
     }
+    // Sum in rank order, then divide: every rank gets bitwise the same
+    // result (real NCCL's ring order and its pre-scaling for ncclAvg round
+    // differently; no test compares against NCCL bits).
     if (all && want.op == ncclAvg)
       for (float& x : acc) x /= static_cast<float>(st->nranks);
     if (bytes > 0) std::memcpy(recv, acc.data(), bytes);
@@ -333,7 +360,7 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId i
   mkdir(st->dir.c_str(), 0700);
   const std::string pid = std::to_string(getpid());
   if (!WriteAtomically(st->File("join." + std::to_string(rank)), pid.data(), pid.size()))
-    return Invalid("ncclCommInitRankConfig: cannot write under " + st->dir);
+    return Invalid("ncclCommInitRankConfig: cannot write under " + st->dir + ": " + ErrnoText());
   *comm = new ncclComm{st};
   const bool blocking = config == nullptr || config->blocking != 0;
   if (!blocking) return CheckJoined(st.get()) ? ncclSuccess : ncclInProgress;
@@ -342,6 +369,7 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId i
 }
 
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* async_error) {
+  std::lock_guard<std::recursive_mutex> lock(emu::internal::Lock());
   if (comm == nullptr || comm->state == nullptr) return Invalid("ncclCommGetAsyncError: null communicator");
   CommState* st = comm->state.get();
   if (!st->joined) {
@@ -393,6 +421,7 @@ void RemoveDirectory(const std::string& dir) {
 
 ncclResult_t ncclCommAbort(ncclComm_t comm) {
   if (comm == nullptr) return ncclSuccess;
+  std::lock_guard<std::recursive_mutex> lock(emu::internal::Lock());
   if (std::shared_ptr<CommState> st = comm->state; st != nullptr) {
     st->aborted = true;  // queued items complete doing nothing
     WriteAtomically(st->File("left." + std::to_string(st->rank)), "1", 1);

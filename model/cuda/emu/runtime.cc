@@ -33,7 +33,7 @@ struct Op {
   std::vector<Dep> deps;
   // Null, or: the work may run only once this returns true (a collective
   // waiting for its peers; see EnqueueWhenReady).
-  std::function<bool()> ready;
+  ReadyFn ready;
 };
 
 }  // namespace internal
@@ -84,8 +84,14 @@ struct CUevent_st {
   bool timing = true;
   dgca::cuda::emu::internal::StreamImpl* stream = nullptr;
   uint64_t seq = 0;
-  bool happened = false;
-  std::chrono::steady_clock::time_point when;
+  // Set by the last record's stream work; shared with it, so an event
+  // destroyed before its record ran (allowed: CUDA defers the release)
+  // leaves nothing dangling.
+  struct Mark {
+    bool happened = false;
+    std::chrono::steady_clock::time_point when;
+  };
+  std::shared_ptr<Mark> mark;
 };
 
 namespace dgca {
@@ -153,27 +159,41 @@ bool DepsDone(const Op& op) {
 // whose inputs are complete starts (deposits this rank's data), so peers
 // waiting on it progress while this host thread waits for something else.
 void PumpCollectives() {
+  std::string failure;
   for (StreamImpl* s : Streams())
-    if (!s->pending.empty() && s->pending.front().ready && DepsDone(s->pending.front())) s->pending.front().ready();
+    if (!s->pending.empty() && s->pending.front().ready && DepsDone(s->pending.front()))
+      s->pending.front().ready(&failure);
+}
+
+std::string SecondsText(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g", s);
+  return buf;
 }
 
 bool WaitReady(const Op& op, Mode mode) {
-  if (op.ready()) return true;
-  if (mode == Mode::kQuery) return false;
   const auto deadline = std::chrono::steady_clock::now() +
                         std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                             std::chrono::duration<double>(CollectiveTimeoutSeconds()));
-  while (!op.ready()) {
-    PumpCollectives();
+  for (bool first = true;; first = false) {
+    std::string failure;
+    if (op.ready(&failure)) return true;
+    if (mode == Mode::kQuery) return false;
+    if (!failure.empty()) {
+      DeviceFault(cudaErrorLaunchFailure, "a blocking synchronization waits for " + op.what +
+                                              ", which can never complete: " + failure +
+                                              " (on a GPU this call would hang; abort the communicator first)");
+      return true;
+    }
+    if (!first) PumpCollectives();
     if (std::chrono::steady_clock::now() > deadline) {
       DeviceFault(cudaErrorLaunchTimeout, op.what + " did not complete within " +
-                                              std::to_string(CollectiveTimeoutSeconds()) +
+                                              SecondsText(CollectiveTimeoutSeconds()) +
                                               " s (DGCA_EMU_COLLECTIVE_TIMEOUT_S): a peer never arrived");
       return true;
     }
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
-  return true;
 }
 
 // Runs s's work up to its seq-th item (with what it depends on). False when
@@ -365,7 +385,7 @@ cudaError_t Enqueue(cudaStream_t stream, std::string what, Work work) {
   return internal::EnqueueOp(s, std::move(what), std::move(work), {});
 }
 
-cudaError_t EnqueueWhenReady(cudaStream_t stream, std::string what, std::function<bool()> ready, Work work) {
+cudaError_t EnqueueWhenReady(cudaStream_t stream, std::string what, ReadyFn ready, Work work) {
   std::lock_guard<std::recursive_mutex> lock(internal::Lock());
   internal::StreamImpl* s = internal::Resolve(stream);
   if (s == nullptr) return ApiError(cudaErrorInvalidResourceHandle, what + ": unknown or destroyed stream");
@@ -660,8 +680,7 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned int flags) {
 cudaError_t cudaEventDestroy(cudaEvent_t e) {
   Guard g(ei::Lock());
   if (e == nullptr) return emu::ApiError(cudaErrorInvalidResourceHandle, "cudaEventDestroy(null)");
-  if (e->stream != nullptr) ei::ExecuteUntil(e->stream, e->seq);  // its record must not outlive it
-  delete e;
+  delete e;  // a pending record keeps its Mark; waits hold (stream, seq)
   return ei::Result();
 }
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t stream) {
@@ -673,10 +692,11 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t stream) {
     return ei::Result();
   }
   e->captured = nullptr;
-  e->happened = false;
-  cudaError_t r = ei::EnqueueOp(s, "event record", [e] {
-    e->happened = true;
-    e->when = std::chrono::steady_clock::now();
+  auto mark = std::make_shared<CUevent_st::Mark>();
+  e->mark = mark;
+  cudaError_t r = ei::EnqueueOp(s, "event record", [mark] {
+    mark->happened = true;
+    mark->when = std::chrono::steady_clock::now();
   }, {});
   e->stream = s;
   e->seq = s->enqueued;
@@ -711,8 +731,9 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) 
   Guard g(ei::Lock());
   if (start == nullptr || end == nullptr) return emu::ApiError(cudaErrorInvalidResourceHandle, "cudaEventElapsedTime: null event");
   if (!start->timing || !end->timing) return emu::ApiError(cudaErrorInvalidResourceHandle, "cudaEventElapsedTime: an event was created with cudaEventDisableTiming");
-  if (!start->happened || !end->happened) return emu::ApiError(cudaErrorNotReady, "cudaEventElapsedTime: an event has not completed (synchronize first)");
-  *ms = std::chrono::duration<float, std::milli>(end->when - start->when).count();
+  if (!start->mark || !end->mark || !start->mark->happened || !end->mark->happened)
+    return emu::ApiError(cudaErrorNotReady, "cudaEventElapsedTime: an event has not completed (synchronize first)");
+  *ms = std::chrono::duration<float, std::milli>(end->mark->when - start->mark->when).count();
   return ei::Result();
 }
 
