@@ -12,6 +12,7 @@
 
 #include "model/core/config.h"
 #include "model/cuda/bert_check.h"
+#include "model/cuda/check_test_util.h"
 #include "model/cuda/cuda_bert.h"
 #include "model/cuda/cuda_context.h"
 #include "model/cuda/gemm.h"
@@ -82,18 +83,9 @@ TEST(CudaBertTest, MatchesTheCpuBertOnTheGpu) {
   auto ctx = CudaContext::Create(0);
   ASSERT_TRUE(ctx.ok()) << ctx.status().ToString();
   GemmRunner gemm(ctx->get());
-  const uint64_t seed = std::random_device{}();
+  const uint64_t seed = check_test::CheckSeed();
   std::mt19937_64 rng(seed);
-  for (const OpCheck& check : BertChecks()) {
-    std::vector<CheckRow> rows;
-    Status s = check.run(**ctx, &gemm, &rng, &rows);
-    ASSERT_TRUE(s.ok()) << check.name << ": " << s.ToString() << " (seed " << seed << ")";
-    EXPECT_FALSE(rows.empty()) << check.name;
-    for (const CheckRow& r : rows) {
-      EXPECT_TRUE(r.pass()) << check.name << " " << r.op << " " << r.dtype << ": max rel err " << r.max_rel_err
-                            << " > " << r.tolerance << " (seed " << seed << ")";
-    }
-  }
+  for (const OpCheck& check : BertChecks()) check_test::ExpectCheckPasses(check, **ctx, &gemm, &rng, seed);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "model/core/config.h"
+#include "model/cuda/check_test_util.h"
 #include "model/cuda/cuda_context.h"
 #include "model/cuda/cuda_heads.h"
 #include "model/cuda/cuda_prompt_encoder.h"
@@ -23,7 +24,7 @@ namespace dgca {
 namespace cuda {
 namespace {
 
-bool HaveDevice(std::string* why) { return VisibleDeviceCount(why) > 0; }
+using check_test::HaveDevice;
 
 ModelConfig SmallConfig() {
   ModelConfig cfg;
@@ -126,17 +127,9 @@ TEST(CudaHeadsTest, MatchesCpuReference) {
   auto ctx = CudaContext::Create(0);
   ASSERT_TRUE(ctx.ok()) << ctx.status().ToString();
   GemmRunner gemm(ctx->get());
-  const uint64_t seed = std::random_device{}();
+  const uint64_t seed = check_test::CheckSeed();
   std::mt19937_64 rng(seed);
-  for (const OpCheck& c : HeadsChecks()) {
-    std::vector<CheckRow> rows;
-    Status s = c.run(**ctx, &gemm, &rng, &rows);
-    EXPECT_TRUE(s.ok()) << c.name << ": " << s.ToString() << " (seed " << seed << ")";
-    EXPECT_FALSE(rows.empty()) << c.name;
-    for (const CheckRow& r : rows)
-      EXPECT_TRUE(r.pass()) << r.op << " " << r.dtype << ": max rel err " << r.max_rel_err
-                            << " > " << r.tolerance << " (seed " << seed << ")";
-  }
+  for (const OpCheck& c : HeadsChecks()) check_test::ExpectCheckPasses(c, **ctx, &gemm, &rng, seed);
 }
 
 }  // namespace

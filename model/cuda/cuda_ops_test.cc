@@ -12,6 +12,7 @@
 #include <string>
 
 #include "model/cuda/attention.h"
+#include "model/cuda/check_test_util.h"
 #include "model/cuda/cuda_context.h"
 #include "model/cuda/gemm.h"
 #include "model/cuda/kernels.h"
@@ -21,7 +22,7 @@ namespace dgca {
 namespace cuda {
 namespace {
 
-bool HaveDevice(std::string* why) { return VisibleDeviceCount(why) > 0; }
+using check_test::HaveDevice;
 
 TEST(CudaContextTest, CreateFailsCleanlyWithoutDevice) {
   std::string why;
@@ -138,16 +139,9 @@ TEST_P(CudaOpTest, MatchesCpuReference) {
   ASSERT_TRUE(ctx.ok()) << ctx.status().ToString();
   GemmRunner gemm(ctx->get());
   const OpCheck& check = AllOpChecks()[GetParam()];
-  const uint64_t seed = std::random_device{}();
+  const uint64_t seed = check_test::CheckSeed();
   std::mt19937_64 rng(seed);
-  std::vector<CheckRow> rows;
-  Status s = check.run(**ctx, &gemm, &rng, &rows);
-  ASSERT_TRUE(s.ok()) << check.name << ": " << s.ToString() << " (seed " << seed << ")";
-  ASSERT_FALSE(rows.empty()) << check.name;
-  for (const CheckRow& r : rows) {
-    EXPECT_TRUE(r.pass()) << r.op << " " << r.dtype << ": max rel err " << r.max_rel_err << " > tolerance "
-                          << r.tolerance << " (seed " << seed << ")";
-  }
+  check_test::ExpectCheckPasses(check, **ctx, &gemm, &rng, seed);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllOps, CudaOpTest, ::testing::Range<size_t>(0, AllOpChecks().size()),
