@@ -9,7 +9,6 @@
 #include "model/comm/nccl_communicator.h"
 
 #include <gtest/gtest.h>
-#include <dirent.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -28,6 +27,8 @@
 #ifdef DGCA_CUDA_EMULATOR  // the raw API of the emulated runtime and NCCL
 #include <cuda_runtime.h>
 #include <nccl.h>
+
+#include "model/cuda/emu/emulator.h"
 #endif
 
 namespace dgca {
@@ -142,29 +143,10 @@ std::unique_ptr<Communicator> Connect(const std::string& dir, int rank, int worl
 }
 
 // The emulated NCCL's transport directory for the communicator whose id
-// the ranks exchanged through the store in `dir` (its only entry):
-// /dev/shm/dgca-emu-nccl-<hex of the 16 random id bytes after the tag>.
+// the ranks exchanged through the store in `dir`.
 std::string EmulatorDir(const std::string& dir) {
-  std::string id;
-  if (DIR* d = opendir(dir.c_str()); d != nullptr) {
-    while (dirent* e = readdir(d)) {
-      if (e->d_name[0] == '.') continue;
-      std::ifstream f(dir + "/" + e->d_name, std::ios::binary);
-      std::stringstream ss;
-      ss << f.rdbuf();
-      id = ss.str();
-    }
-    closedir(d);
-  }
-  const size_t tag = std::strlen("dgca-emu-nccl");
-  if (id.size() < tag + 16) return "";
-  static const char* digits = "0123456789abcdef";
-  std::string hex;
-  for (size_t i = tag; i < tag + 16; ++i) {
-    hex += digits[(id[i] >> 4) & 15];
-    hex += digits[id[i] & 15];
-  }
-  return "/dev/shm/dgca-emu-nccl-" + hex;
+  auto id = DirKeyValueStore(dir).Wait("dgca/nccl/unique_id", std::chrono::seconds(1));
+  return id.ok() ? cuda::emu::NcclTransportDir(id->data()) : "";
 }
 
 // After the ranks are gone, nothing of the communicator stays in /dev/shm:

@@ -274,10 +274,14 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t op, const v
   const std::string bad = Validate(d, a, b, c, dl, &m, &n, &k);
   if (!bad.empty()) return Fail(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatmul: " + bad);
   const float al = *static_cast<const float*>(alpha), be = *static_cast<const float*>(beta);
+  // The operands read or written (C is not read when beta is 0), in
+  // cuBLASLt's order (the algorithm's alignments are indexed so).
+  struct Operand { const char* name; const void* p; const Layout* l; int index; };
+  std::vector<Operand> used;
+  for (const Operand& o : {Operand{"A", A, &a, 0}, Operand{"B", B, &b, 1}, Operand{"C", C, &c, 2}, Operand{"D", Dp, &dl, 3}})
+    if (o.index != 2 || be != 0.0f) used.push_back(o);
   // Every operand's extent must be inside one device allocation.
-  struct Operand { const char* name; const void* p; const Layout* l; };
-  for (const Operand& o : {Operand{"A", A, &a}, Operand{"B", B, &b}, Operand{"C", C, &c}, Operand{"D", Dp, &dl}}) {
-    if (o.name[0] == 'C' && be == 0.0f) continue;  // C is not read when beta is 0
+  for (const Operand& o : used) {
     emu::AllocationInfo info;
     if (!emu::FindAllocation(o.p, ExtentBytes(*o.l), &info) || info.kind != emu::MemKind::kDevice) {
       return Fail(CUBLAS_STATUS_INVALID_VALUE, std::string("cublasLtMatmul: ") + o.name + " (" + Shape(o.name, *o.l) +
@@ -296,15 +300,13 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t op, const v
     Algo got;
     std::memcpy(&got, algo, sizeof(got));
     if (got.magic != kAlgoMagic) return Fail(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatmul: algo not from cublasLtMatmulAlgoGetHeuristic");
-    const void* ptrs[4] = {A, B, C, Dp};
-    const char* names = "ABCD";
-    for (int i = 0; i < 4; ++i) {
-      if (i == 2 && be == 0.0f) continue;
-      if (uint32_t(Alignment(ptrs[i])) < got.align[i]) {
-        return Fail(CUBLAS_STATUS_INVALID_VALUE, std::string("cublasLtMatmul: ") + names[i] + " is " +
-                                                     std::to_string(Alignment(ptrs[i])) +
+    for (const Operand& o : used) {
+      const int have = Alignment(o.p);
+      if (uint32_t(have) < got.align[o.index]) {
+        return Fail(CUBLAS_STATUS_INVALID_VALUE, std::string("cublasLtMatmul: ") + o.name + " is " +
+                                                     std::to_string(have) +
                                                      "-byte aligned but the algorithm was chosen for " +
-                                                     std::to_string(got.align[i]) + "-byte alignment (misaligned access on a GPU)");
+                                                     std::to_string(got.align[o.index]) + "-byte alignment (misaligned access on a GPU)");
       }
     }
   }

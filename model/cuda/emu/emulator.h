@@ -118,6 +118,11 @@ cudaError_t Enqueue(cudaStream_t stream, std::string what, Work work);
 using ReadyFn = std::function<bool(std::string* failure)>;
 cudaError_t EnqueueWhenReady(cudaStream_t stream, std::string what, ReadyFn ready, Work work);
 
+// The emulated NCCL's transport directory for the ncclUniqueId at
+// `unique_id` (/dev/shm/dgca-emu-nccl-<hex>), or "" when the id was not
+// made by the emulated ncclGetUniqueId. Tests use it to check cleanup.
+std::string NcclTransportDir(const void* unique_id);
+
 // Runs every pending piece of work enqueued on `stream` so far (with what
 // it depends on).
 cudaError_t SyncStream(cudaStream_t stream);

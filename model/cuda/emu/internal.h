@@ -54,7 +54,6 @@ void EnsureSignalStack();
 // What the device is running, for fault messages ("" when idle). The
 // kernel runner appends the block and thread.
 void SetCurrentWork(const std::string& what);
-const char* CurrentWork();
 // The kernel runner's description of the running CUDA thread ("" outside
 // kernels); async-signal-safe enough for the fault handler.
 const char* CurrentThreadDescription();

@@ -85,7 +85,6 @@ struct Fiber {
   char* stack_top = nullptr;
   State state = State::kReady;
   ThreadCoords coords;
-  int linear = 0;
   // Where it waits.
   const char* file = "";
   int line = 0;
@@ -315,7 +314,6 @@ bool RunBlock(Run* run, const uint3& block_idx) {
   for (int i = 0; i < n; ++i) {
     Fiber& f = fs[i];
     f.state = State::kReady;
-    f.linear = i;
     f.coords.thread_idx = make_uint3(i % c.block.x, (i / c.block.x) % c.block.y, i / (c.block.x * c.block.y));
     f.coords.block_idx = block_idx;
     f.coords.block_dim = c.block;

@@ -131,9 +131,12 @@ void FaultHandler(int sig, siginfo_t* info, void*) {
 
 }  // namespace
 
+// Byte i of the poison pattern: 0x7FC0 little-endian.
+unsigned char PoisonByte(size_t i) { return (i & 1) ? 0x7F : 0xC0; }
+
 void FillPoison(void* p, size_t bytes) {
   auto* b = static_cast<unsigned char*>(p);
-  for (size_t i = 0; i < bytes; ++i) b[i] = (i & 1) ? 0x7F : 0xC0;  // 0x7FC0 little-endian
+  for (size_t i = 0; i < bytes; ++i) b[i] = PoisonByte(i);
 }
 
 void* Allocate(size_t bytes, MemKind kind) {
@@ -171,7 +174,7 @@ bool Free(void* p, MemKind kind, std::string* overrun) {
   SetAccess(m, PROT_READ | PROT_WRITE);
   const auto* tail = reinterpret_cast<const unsigned char*>(m.begin);
   for (size_t i = m.size; i < m.usable; ++i) {
-    if (tail[i] != ((i & 1) ? 0x7F : 0xC0)) {
+    if (tail[i] != PoisonByte(i)) {
       if (overrun != nullptr) {
         *overrun = "bytes after the end of a " + std::string(KindName(kind)) + " allocation of " +
                    std::to_string(m.size) + " bytes were written (first at offset " + std::to_string(i) + ")";
@@ -241,7 +244,6 @@ void EnsureSignalStack() {
 void SetCurrentWork(const std::string& what) {
   std::snprintf(g_work, sizeof(g_work), "%s", what.c_str());
 }
-const char* CurrentWork() { return g_work; }
 
 }  // namespace internal
 

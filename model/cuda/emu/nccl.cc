@@ -75,6 +75,9 @@ struct CommState {
   std::vector<pid_t> pids;
 
   std::string File(const std::string& name) const { return dir + "/" + name; }
+  // Collective `base` ("s<seq>"): rank r's deposit and its done marker.
+  std::string Deposit(const std::string& base, int r) const { return File(base + ".r" + std::to_string(r)); }
+  std::string Done(const std::string& base, int r) const { return File(base + ".d" + std::to_string(r)); }
   void Fail(ncclResult_t code, const std::string& why) {
     if (async_error == ncclSuccess || async_error == ncclInProgress) {
       async_error = code;
@@ -95,6 +98,11 @@ struct ncclComm {
 namespace {
 
 std::string g_last_error;  // for ncclGetLastError(nullptr)
+
+// An emulated unique id: this tag, then random bytes naming the transport.
+constexpr char kIdTag[] = "dgca-emu-nccl";
+constexpr size_t kIdTagLen = sizeof(kIdTag) - 1;
+constexpr size_t kIdRandomBytes = 16;
 
 bool Exists(const std::string& path) {
   struct stat st;
@@ -129,15 +137,20 @@ std::string Hex(const char* p, size_t n) {
   return s;
 }
 
+// Rank r's pid from its join file; false while it has not joined.
+bool ReadJoinPid(const CommState& st, int r, pid_t* pid) {
+  std::vector<char> buf;
+  if (!ReadFile(st.File("join." + std::to_string(r)), &buf)) return false;
+  *pid = static_cast<pid_t>(std::atol(std::string(buf.begin(), buf.end()).c_str()));
+  return true;
+}
+
 // Reads the peers' join files; true once all have joined.
 bool CheckJoined(CommState* st) {
   if (st->joined) return true;
   std::vector<pid_t> pids(static_cast<size_t>(st->nranks), 0);
-  for (int r = 0; r < st->nranks; ++r) {
-    std::vector<char> buf;
-    if (!ReadFile(st->File("join." + std::to_string(r)), &buf)) return false;
-    pids[static_cast<size_t>(r)] = static_cast<pid_t>(std::atol(std::string(buf.begin(), buf.end()).c_str()));
-  }
+  for (int r = 0; r < st->nranks; ++r)
+    if (!ReadJoinPid(*st, r, &pids[static_cast<size_t>(r)])) return false;
   st->pids = pids;
   st->joined = true;
   return true;
@@ -156,7 +169,7 @@ bool ProcessGone(pid_t pid) {
 
 // A peer that will never deposit for collective `seq`: its process is gone,
 // or it left the communicator (ncclCommAbort/Destroy) while alive.
-bool PeerGone(CommState* st, int peer, const std::string& seq) {
+bool PeerGone(CommState* st, int peer, const std::string& base) {
   const pid_t pid = st->pids[static_cast<size_t>(peer)];
   std::string why;
   if (pid > 0 && ProcessGone(pid)) {
@@ -168,9 +181,9 @@ bool PeerGone(CommState* st, int peer, const std::string& seq) {
   }
   // It may have deposited, finished and left since the caller looked (its
   // deposit stays until this rank is done with it).
-  if (Exists(st->File("s" + seq + ".r" + std::to_string(peer)))) return false;
+  if (Exists(st->Deposit(base, peer))) return false;
   st->Fail(ncclRemoteError, "lost peer rank " + std::to_string(peer) + ": " + why +
-                                " without issuing collective #" + seq +
+                                " without issuing collective #" + base.substr(1) +
                                 " (0-based); the communicator is broken");
   return true;
 }
@@ -226,7 +239,7 @@ ncclResult_t Enqueue(ncclComm_t comm, Kind kind, const void* send, void* recv, s
       return false;
     };
     if (st->broken()) return failed();
-    const std::string mine = st->File(base + ".r" + std::to_string(st->rank));
+    const std::string mine = st->Deposit(base, st->rank);
     if (!*deposited) {
       *deposited = true;
       const size_t payload = sends ? bytes : 0;
@@ -239,8 +252,8 @@ ncclResult_t Enqueue(ncclComm_t comm, Kind kind, const void* send, void* recv, s
       }
     }
     for (int r = 0; r < st->nranks; ++r) {
-      const std::string path = st->File(base + ".r" + std::to_string(r));
-      if (!Exists(path)) return PeerGone(st.get(), r, base.substr(1)) ? failed() : false;
+      const std::string path = st->Deposit(base, r);
+      if (!Exists(path)) return PeerGone(st.get(), r, base) ? failed() : false;
       Header h;
       std::ifstream f(path, std::ios::binary);
       if (!f.read(reinterpret_cast<char*>(&h), sizeof(h))) {
@@ -270,7 +283,7 @@ ncclResult_t Enqueue(ncclComm_t comm, Kind kind, const void* send, void* recv, s
     for (int r = 0; r < st->nranks; ++r) {
       if (!all && r != want.root) continue;
       std::vector<char> buf;
-      const std::string path = st->File(base + ".r" + std::to_string(r));
+      const std::string path = st->Deposit(base, r);
       if (!ReadFile(path, &buf) || buf.size() != sizeof(Header) + bytes) {
         st->Fail(ncclSystemError, "cannot read the " + std::to_string(bytes) + " bytes of " + path);
         return;
@@ -290,14 +303,13 @@ ncclResult_t Enqueue(ncclComm_t comm, Kind kind, const void* send, void* recv, s
     if (all && want.op == ncclAvg)
       for (float& x : acc) x /= static_cast<float>(st->nranks);
     if (bytes > 0) std::memcpy(recv, acc.data(), bytes);
-    const std::string done = st->File(base + ".d" + std::to_string(st->rank));
-    WriteAtomically(done, "1", 1);
+    WriteAtomically(st->Done(base, st->rank), "1", 1);
     // The last rank out removes the step's files.
     for (int r = 0; r < st->nranks; ++r)
-      if (!Exists(st->File(base + ".d" + std::to_string(r)))) return;
+      if (!Exists(st->Done(base, r))) return;
     for (int r = 0; r < st->nranks; ++r) {
-      std::remove(st->File(base + ".r" + std::to_string(r)).c_str());
-      std::remove(st->File(base + ".d" + std::to_string(r)).c_str());
+      std::remove(st->Deposit(base, r).c_str());
+      std::remove(st->Done(base, r).c_str());
     }
   };
   const std::string what = std::string(name) + " #" + std::to_string(seq) + " of " + std::to_string(count) +
@@ -340,21 +352,19 @@ ncclResult_t ncclGetVersion(int* version) {
 ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
   std::memset(id, 0, sizeof(*id));
   std::random_device rd;
-  const std::string tag = "dgca-emu-nccl";
-  std::memcpy(id->internal, tag.data(), tag.size());
-  for (size_t i = tag.size(); i < tag.size() + 16; ++i) id->internal[i] = static_cast<char>(rd());
+  std::memcpy(id->internal, kIdTag, kIdTagLen);
+  for (size_t i = kIdTagLen; i < kIdTagLen + kIdRandomBytes; ++i) id->internal[i] = static_cast<char>(rd());
   return ncclSuccess;
 }
 
 ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank, ncclConfig_t* config) {
   *comm = nullptr;
-  const std::string tag = "dgca-emu-nccl";
-  if (std::memcmp(id.internal, tag.data(), tag.size()) != 0)
-    return Invalid("ncclCommInitRankConfig: the unique id was not made by the emulated ncclGetUniqueId");
+  const std::string dir = emu::NcclTransportDir(&id);
+  if (dir.empty()) return Invalid("ncclCommInitRankConfig: the unique id was not made by the emulated ncclGetUniqueId");
   if (nranks < 1 || rank < 0 || rank >= nranks)
     return Invalid("ncclCommInitRankConfig: rank " + std::to_string(rank) + " of " + std::to_string(nranks));
   auto st = std::make_shared<CommState>();
-  st->dir = "/dev/shm/dgca-emu-nccl-" + Hex(id.internal + tag.size(), 16);
+  st->dir = dir;
   st->rank = rank;
   st->nranks = nranks;
   mkdir(st->dir.c_str(), 0700);
@@ -400,10 +410,8 @@ namespace {
 // then: a slow peer may still be reading them.
 bool PeerOut(const CommState& st, int r) {
   if (Exists(st.File("left." + std::to_string(r)))) return true;
-  std::vector<char> buf;
-  if (!ReadFile(st.File("join." + std::to_string(r)), &buf)) return true;
-  const pid_t pid = static_cast<pid_t>(std::atol(std::string(buf.begin(), buf.end()).c_str()));
-  return pid <= 0 || ProcessGone(pid);
+  pid_t pid = 0;
+  return !ReadJoinPid(st, r, &pid) || pid <= 0 || ProcessGone(pid);
 }
 
 void RemoveDirectory(const std::string& dir) {
@@ -434,3 +442,17 @@ ncclResult_t ncclCommAbort(ncclComm_t comm) {
 }
 
 ncclResult_t ncclCommDestroy(ncclComm_t comm) { return ncclCommAbort(comm); }
+
+namespace dgca {
+namespace cuda {
+namespace emu {
+
+std::string NcclTransportDir(const void* unique_id) {
+  const char* id = static_cast<const char*>(unique_id);
+  if (std::memcmp(id, kIdTag, kIdTagLen) != 0) return "";
+  return "/dev/shm/" + std::string(kIdTag) + "-" + Hex(id + kIdTagLen, kIdRandomBytes);
+}
+
+}  // namespace emu
+}  // namespace cuda
+}  // namespace dgca

@@ -48,7 +48,7 @@ struct CUgraph_st {
   std::vector<dgca::cuda::emu::internal::Op> ops;
 };
 struct CUgraphExec_st {
-  std::vector<dgca::cuda::emu::internal::Op> ops;
+  std::shared_ptr<const std::vector<dgca::cuda::emu::internal::Op>> ops;
 };
 
 namespace dgca {
@@ -158,11 +158,14 @@ bool DepsDone(const Op& op) {
 // What a GPU does without being asked: a collective at the head of a stream
 // whose inputs are complete starts (deposits this rank's data), so peers
 // waiting on it progress while this host thread waits for something else.
-void PumpCollectives() {
+// `waiting` (the op the caller just asked) is skipped.
+void PumpCollectives(const Op& waiting) {
   std::string failure;
-  for (StreamImpl* s : Streams())
-    if (!s->pending.empty() && s->pending.front().ready && DepsDone(s->pending.front()))
-      s->pending.front().ready(&failure);
+  for (StreamImpl* s : Streams()) {
+    if (s->pending.empty()) continue;
+    const Op& head = s->pending.front();
+    if (&head != &waiting && head.ready && DepsDone(head)) head.ready(&failure);
+  }
 }
 
 std::string SecondsText(double s) {
@@ -185,7 +188,7 @@ bool WaitReady(const Op& op, Mode mode) {
                                               " (on a GPU this call would hang; abort the communicator first)");
       return true;
     }
-    if (!first) PumpCollectives();
+    if (!first) PumpCollectives(op);
     if (std::chrono::steady_clock::now() > deadline) {
       DeviceFault(cudaErrorLaunchTimeout, op.what + " did not complete within " +
                                               SecondsText(CollectiveTimeoutSeconds()) +
@@ -228,8 +231,9 @@ void Invalidate(StreamImpl* s, const std::string& why) {
 
 // A call CUDA forbids while a capture that covers this thread is active
 // (every non-relaxed capture begun by this thread, and global-mode captures
-// begun by any): invalidates them; true if there was one.
-bool UnsafeDuringCapture(const std::string& what) {
+// begun by any): invalidates them and returns
+// cudaErrorStreamCaptureUnsupported if there was one, else cudaSuccess.
+cudaError_t UnsafeDuringCapture(const std::string& what) {
   bool hit = false;
   for (StreamImpl* s : Streams()) {
     if (s->capture == nullptr || s->capture_mode == cudaStreamCaptureModeRelaxed) continue;
@@ -238,10 +242,10 @@ bool UnsafeDuringCapture(const std::string& what) {
       hit = true;
     }
   }
-  return hit;
+  return hit ? ApiError(cudaErrorStreamCaptureUnsupported, what + " during stream capture") : cudaSuccess;
 }
 
-cudaError_t EnqueueOp(StreamImpl* s, std::string what, Work work, std::vector<Dep> deps) {
+cudaError_t EnqueueOp(StreamImpl* s, std::string what, Work work, std::vector<Dep> deps, ReadyFn ready = nullptr) {
   if (g_sticky != cudaSuccess) return g_sticky;
   if (s->capture != nullptr) {
     if (s->capture_invalid) return cudaErrorStreamCaptureInvalidated;
@@ -268,7 +272,7 @@ cudaError_t EnqueueOp(StreamImpl* s, std::string what, Work work, std::vector<De
     StreamImpl& l = Legacy();
     if (l.enqueued > l.executed) deps.push_back({&l, l.enqueued});
   }
-  s->pending.push_back(Op{std::move(work), std::move(what), std::move(deps)});
+  s->pending.push_back(Op{std::move(work), std::move(what), std::move(deps), std::move(ready)});
   ++s->enqueued;
   if (++g_pending > kMaxPending) DrainAll();
   return g_sticky;
@@ -276,6 +280,20 @@ cudaError_t EnqueueOp(StreamImpl* s, std::string what, Work work, std::vector<De
 
 // Returns the sticky error if set, else `e`.
 cudaError_t Result(cudaError_t e = cudaSuccess) { return g_sticky != cudaSuccess ? g_sticky : e; }
+
+// cudaFree and cudaFreeHost: both synchronize the device first.
+cudaError_t FreeOf(void* p, MemKind kind, const std::string& call, const std::string& kind_name) {
+  std::lock_guard<std::recursive_mutex> lock(Lock());
+  if (cudaError_t e = UnsafeDuringCapture(call); e != cudaSuccess) return e;
+  if (p == nullptr) return Result();
+  DrainAll();
+  std::string overrun;
+  if (!Free(p, kind, &overrun)) {
+    return ApiError(cudaErrorInvalidValue, call + ": not the start of a live " + kind_name + " allocation");
+  }
+  if (!overrun.empty()) DeviceFault(cudaErrorIllegalAddress, call + ": " + overrun);
+  return Result();
+}
 
 enum class Space { kPageable, kPinned, kDevice };
 Space SpaceOf(const void* p) {
@@ -325,7 +343,8 @@ cudaError_t Copy(void* dst, const void* src, size_t count, cudaMemcpyKind kind, 
   if (cudaError_t e = CheckRange(dst, count, sd, "destination", call); e != cudaSuccess) return e;
   if (cudaError_t e = CheckRange(src, count, ss, "source", call); e != cudaSuccess) return e;
   const std::string what = call + " of " + std::to_string(count) + " bytes " + SpaceName(ss) + " -> " + SpaceName(sd);
-  if (!async && UnsafeDuringCapture(call)) return ApiError(cudaErrorStreamCaptureUnsupported, call + " during stream capture");
+  if (!async)
+    if (cudaError_t e = UnsafeDuringCapture(call); e != cudaSuccess) return e;
   if (s->capture != nullptr && (ss == Space::kPageable || sd == Space::kPageable)) {
     Invalidate(s, what + ": graphs copy from and to pinned or device memory only");
     return ApiError(cudaErrorStreamCaptureUnsupported, what + " during stream capture (pageable memory)");
@@ -358,7 +377,8 @@ cudaError_t Set(void* p, int value, size_t count, cudaStream_t stream, bool asyn
     return ApiError(cudaErrorInvalidValue, call + ": the pointer is pageable host memory, not device memory");
   }
   if (cudaError_t e = CheckRange(p, count, sp, "destination", call); e != cudaSuccess) return e;
-  if (!async && UnsafeDuringCapture(call)) return ApiError(cudaErrorStreamCaptureUnsupported, call + " during stream capture");
+  if (!async)
+    if (cudaError_t e = UnsafeDuringCapture(call); e != cudaSuccess) return e;
   EnqueueOp(s, call + " of " + std::to_string(count) + " bytes", [p, value, count] { std::memset(p, value, count); },
             {});
   if (sp == Space::kPinned) ExecuteUntil(s, s->enqueued);
@@ -393,34 +413,27 @@ cudaError_t EnqueueWhenReady(cudaStream_t stream, std::string what, ReadyFn read
     internal::Invalidate(s, what + " (work that waits for peers) while the stream captures");
     return ApiError(cudaErrorNotSupported, what + ": collectives in a graph capture are not emulated");
   }
-  cudaError_t e = internal::EnqueueOp(s, std::move(what), std::move(work), {});
-  if (e == cudaSuccess) s->pending.back().ready = std::move(ready);
-  return e;
+  return internal::EnqueueOp(s, std::move(what), std::move(work), {}, std::move(ready));
 }
 
-cudaError_t QueryStream(cudaStream_t stream) {
+namespace {
+// cudaStreamSynchronize (kBlock) and cudaStreamQuery (kQuery).
+cudaError_t RunStream(cudaStream_t stream, internal::Mode mode) {
   std::lock_guard<std::recursive_mutex> lock(internal::Lock());
+  const std::string call = mode == internal::Mode::kQuery ? "cudaStreamQuery" : "cudaStreamSynchronize";
   internal::StreamImpl* s = internal::Resolve(stream);
-  if (s == nullptr) return ApiError(cudaErrorInvalidResourceHandle, "cudaStreamQuery: unknown or destroyed stream");
+  if (s == nullptr) return ApiError(cudaErrorInvalidResourceHandle, call + ": unknown or destroyed stream");
   if (s->capture != nullptr) {
-    internal::Invalidate(s, "cudaStreamQuery of the capturing stream");
-    return ApiError(cudaErrorStreamCaptureUnsupported, "cudaStreamQuery of a capturing stream");
+    internal::Invalidate(s, call + " of the capturing stream");
+    return ApiError(cudaErrorStreamCaptureUnsupported, call + " of a capturing stream");
   }
-  if (!internal::ExecuteUntil(s, s->enqueued, internal::Mode::kQuery)) return cudaErrorNotReady;
+  if (!internal::ExecuteUntil(s, s->enqueued, mode)) return cudaErrorNotReady;
   return internal::Result();
 }
+}  // namespace
 
-cudaError_t SyncStream(cudaStream_t stream) {
-  std::lock_guard<std::recursive_mutex> lock(internal::Lock());
-  internal::StreamImpl* s = internal::Resolve(stream);
-  if (s == nullptr) return ApiError(cudaErrorInvalidResourceHandle, "cudaStreamSynchronize: unknown or destroyed stream");
-  if (s->capture != nullptr) {
-    internal::Invalidate(s, "cudaStreamSynchronize/Query of the capturing stream");
-    return ApiError(cudaErrorStreamCaptureUnsupported, "cudaStreamSynchronize/Query of a capturing stream");
-  }
-  internal::ExecuteUntil(s, s->enqueued);
-  return internal::Result();
-}
+cudaError_t QueryStream(cudaStream_t stream) { return RunStream(stream, internal::Mode::kQuery); }
+cudaError_t SyncStream(cudaStream_t stream) { return RunStream(stream, internal::Mode::kBlock); }
 
 void DeviceFault(cudaError_t code, const std::string& message) {
   std::lock_guard<std::recursive_mutex> lock(internal::Lock());
@@ -584,7 +597,7 @@ cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total) {
 
 cudaError_t cudaMalloc(void** p, size_t bytes) {
   Guard g(ei::Lock());
-  if (ei::UnsafeDuringCapture("cudaMalloc")) return emu::ApiError(cudaErrorStreamCaptureUnsupported, "cudaMalloc during stream capture");
+  if (cudaError_t e = ei::UnsafeDuringCapture("cudaMalloc"); e != cudaSuccess) return e;
   *p = nullptr;
   if (ei::g_sticky != cudaSuccess) return ei::g_sticky;
   if (bytes == 0) return cudaSuccess;
@@ -595,21 +608,10 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
   if (*p == nullptr) return emu::ApiError(cudaErrorMemoryAllocation, "cudaMalloc of " + std::to_string(bytes) + " bytes: mmap failed");
   return cudaSuccess;
 }
-cudaError_t cudaFree(void* p) {
-  Guard g(ei::Lock());
-  if (ei::UnsafeDuringCapture("cudaFree")) return emu::ApiError(cudaErrorStreamCaptureUnsupported, "cudaFree during stream capture");
-  if (p == nullptr) return ei::Result();
-  ei::DrainAll();  // cudaFree synchronizes the device
-  std::string overrun;
-  if (!ei::Free(p, emu::MemKind::kDevice, &overrun)) {
-    return emu::ApiError(cudaErrorInvalidValue, "cudaFree: not the start of a live device allocation");
-  }
-  if (!overrun.empty()) emu::DeviceFault(cudaErrorIllegalAddress, "cudaFree: " + overrun);
-  return ei::Result();
-}
+cudaError_t cudaFree(void* p) { return ei::FreeOf(p, emu::MemKind::kDevice, "cudaFree", "device"); }
 cudaError_t cudaMallocHost(void** p, size_t bytes) {
   Guard g(ei::Lock());
-  if (ei::UnsafeDuringCapture("cudaMallocHost")) return emu::ApiError(cudaErrorStreamCaptureUnsupported, "cudaMallocHost during stream capture");
+  if (cudaError_t e = ei::UnsafeDuringCapture("cudaMallocHost"); e != cudaSuccess) return e;
   *p = nullptr;
   if (ei::g_sticky != cudaSuccess) return ei::g_sticky;
   *p = ei::Allocate(bytes, emu::MemKind::kPinnedHost);
@@ -617,18 +619,7 @@ cudaError_t cudaMallocHost(void** p, size_t bytes) {
   return cudaSuccess;
 }
 cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned int) { return cudaMallocHost(p, bytes); }
-cudaError_t cudaFreeHost(void* p) {
-  Guard g(ei::Lock());
-  if (ei::UnsafeDuringCapture("cudaFreeHost")) return emu::ApiError(cudaErrorStreamCaptureUnsupported, "cudaFreeHost during stream capture");
-  if (p == nullptr) return ei::Result();
-  ei::DrainAll();
-  std::string overrun;
-  if (!ei::Free(p, emu::MemKind::kPinnedHost, &overrun)) {
-    return emu::ApiError(cudaErrorInvalidValue, "cudaFreeHost: not the start of a live pinned allocation");
-  }
-  if (!overrun.empty()) emu::DeviceFault(cudaErrorIllegalAddress, "cudaFreeHost: " + overrun);
-  return ei::Result();
-}
+cudaError_t cudaFreeHost(void* p) { return ei::FreeOf(p, emu::MemKind::kPinnedHost, "cudaFreeHost", "pinned"); }
 
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind kind) {
   return ei::Copy(dst, src, count, kind, nullptr, false);
@@ -665,7 +656,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t s) { return emu::SyncStream(s); }
 cudaError_t cudaStreamQuery(cudaStream_t s) { return emu::QueryStream(s); }
 cudaError_t cudaDeviceSynchronize() {
   Guard g(ei::Lock());
-  if (ei::UnsafeDuringCapture("cudaDeviceSynchronize")) return emu::ApiError(cudaErrorStreamCaptureUnsupported, "cudaDeviceSynchronize during stream capture");
+  if (cudaError_t e = ei::UnsafeDuringCapture("cudaDeviceSynchronize"); e != cudaSuccess) return e;
   ei::DrainAll();
   return ei::Result();
 }
@@ -784,7 +775,10 @@ cudaError_t cudaStreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus* 
 cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long) {
   Guard g(ei::Lock());
   if (graph == nullptr) return emu::ApiError(cudaErrorInvalidValue, "cudaGraphInstantiate(null graph)");
-  *exec = new CUgraphExec_st{graph->ops};
+  // Named once here, shared by every launch (a launch may outlive the exec).
+  auto ops = std::make_shared<std::vector<ei::Op>>(graph->ops);
+  for (ei::Op& op : *ops) op.what += " (in a graph)";
+  *exec = new CUgraphExec_st{std::move(ops)};
   return ei::Result();
 }
 
@@ -795,11 +789,11 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
   if (s->capture != nullptr) return emu::ApiError(cudaErrorNotSupported, "cudaGraphLaunch into a capture is not emulated");
   // The nodes in captured order, as one piece of stream work (the kernels'
   // arguments are those of the capture, as on a GPU).
-  std::vector<ei::Op> ops = exec->ops;
-  return ei::EnqueueOp(s, "graph launch (" + std::to_string(ops.size()) + " nodes)", [ops] {
-    for (const ei::Op& op : ops) {
+  std::shared_ptr<const std::vector<ei::Op>> ops = exec->ops;
+  return ei::EnqueueOp(s, "graph launch (" + std::to_string(ops->size()) + " nodes)", [ops] {
+    for (const ei::Op& op : *ops) {
       if (ei::g_sticky != cudaSuccess) break;  // a faulted device runs nothing more
-      ei::SetCurrentWork(op.what + " (in a graph)");
+      ei::SetCurrentWork(op.what);
       op.work();
     }
   }, {});
