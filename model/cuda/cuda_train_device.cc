@@ -22,9 +22,7 @@ class CudaTrainDevice : public TrainDevice {
         aopt_(aopt),
         adam_(&model_->params(), aopt),
         deterministic_(deterministic),
-        scaler_(std::move(scaler)) {
-    if (scaler_) model_->set_loss_scale(static_cast<float>(scaler_->scale()));
-  }
+        scaler_(std::move(scaler)) {}
 
   std::string Describe() const override {
     return "cuda:" + std::to_string(ctx_->device()) + " " + ctx_->description() + ", " +
@@ -51,6 +49,9 @@ class CudaTrainDevice : public TrainDevice {
   Status ZeroGrads() override {
     clip_scale_ = 1.0f;
     found_inf_ = false;
+    // The scaler is the one record of the scale (a resume restores it);
+    // the model's backward takes it from there every step.
+    if (scaler_) model_->set_loss_scale(static_cast<float>(scaler_->scale()));
     return model_->ZeroGrads();
   }
   StatusOr<double> ClipGradNorm(double max_norm) override {
@@ -66,15 +67,11 @@ class CudaTrainDevice : public TrainDevice {
     return norm;
   }
   Status OptimizerStep(float lr) override {
-    skipped_ = found_inf_;
-    if (!skipped_) {
+    if (!found_inf_) {
       DGCA_RETURN_IF_ERROR(model_->Step(lr, aopt_, clip_scale_));
       adam_.set_step(model_->optimizer_step());
     }
-    if (scaler_) {
-      scaler_->Update(found_inf_);
-      model_->set_loss_scale(static_cast<float>(scaler_->scale()));
-    }
+    if (scaler_) scaler_->Update(found_inf_);
     return OkStatus();
   }
   LossScaler* loss_scaler() override { return scaler_ ? &*scaler_ : nullptr; }
@@ -87,7 +84,7 @@ class CudaTrainDevice : public TrainDevice {
            std::to_string(s.eager) + " without a graph (new shapes, " + std::to_string(s.capture_failures) +
            " failed captures)";
   }
-  bool last_step_skipped() const override { return skipped_; }
+  bool last_step_skipped() const override { return found_inf_; }
   Status FinishStep() override { return model_->Synchronize(); }
   Status PullToHost() override {
     DGCA_RETURN_IF_ERROR(model_->DownloadValues());
@@ -108,8 +105,7 @@ class CudaTrainDevice : public TrainDevice {
   float clip_scale_ = 1.0f;
   bool deterministic_;
   std::optional<LossScaler> scaler_;
-  bool found_inf_ = false;  // this step's gradients overflowed (fp16)
-  bool skipped_ = false;    // the last OptimizerStep skipped
+  bool found_inf_ = false;  // this step's gradients overflowed (fp16): its update is skipped
 };
 
 }  // namespace
