@@ -315,32 +315,29 @@ class CudaDgcaModelImpl final : public CudaDgcaModel {
     step_ = optimizer_step;
     return OkStatus();
   }
-  StatusOr<double> GradSquaredNorm() override {
+  void set_loss_scale(float scale) override { loss_scale_ = scale; }
+  StatusOr<GradStats> UnscaleAndSquaredNorm(std::optional<float> inv_scale) override {
     const int64_t n = host_.total_numel();
-    if (n == 0) return 0.0;
+    GradStats out;
+    if (n == 0) return out;
+    int32_t found = 0;
+    if (inv_scale) {
+      DGCA_RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(found_inf_.get(), 0, sizeof(int32_t), stream()),
+                                      "cudaMemsetAsync found_inf"));
+      DGCA_RETURN_IF_ERROR(UnscaleCheck(stream(), dp_->grad(), n, *inv_scale, found_inf_.get()));
+      DGCA_RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(&found, found_inf_.get(), sizeof(int32_t),
+                                                      cudaMemcpyDeviceToHost, stream()),
+                                      "cudaMemcpyAsync found_inf"));
+    }
     DGCA_RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(norm_sq_.get(), 0, sizeof(double), stream()),
                                     "cudaMemsetAsync norm"));
     DGCA_RETURN_IF_ERROR(SumSquares(stream(), norm_sq_.get(), dp_->grad(), n));
-    double out = 0;
-    DGCA_RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(&out, norm_sq_.get(), sizeof(double),
+    DGCA_RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(&out.squared_norm, norm_sq_.get(), sizeof(double),
                                                     cudaMemcpyDeviceToHost, stream()),
                                     "cudaMemcpyAsync norm"));
     DGCA_RETURN_IF_ERROR(Synchronize());
+    out.found_inf = found != 0;
     return out;
-  }
-  void set_loss_scale(float scale) override { loss_scale_ = scale; }
-  StatusOr<bool> UnscaleGradsAndCheck(float inv_scale) override {
-    const int64_t n = host_.total_numel();
-    if (n == 0) return false;
-    DGCA_RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(found_inf_.get(), 0, sizeof(int32_t), stream()),
-                                    "cudaMemsetAsync found_inf"));
-    DGCA_RETURN_IF_ERROR(UnscaleCheck(stream(), dp_->grad(), n, inv_scale, found_inf_.get()));
-    int32_t found = 0;
-    DGCA_RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(&found, found_inf_.get(), sizeof(int32_t),
-                                                    cudaMemcpyDeviceToHost, stream()),
-                                    "cudaMemcpyAsync found_inf"));
-    DGCA_RETURN_IF_ERROR(Synchronize());
-    return found != 0;
   }
   Status MasterChanged() override {
     if constexpr (std::is_same_v<T, float>) return OkStatus();
@@ -871,8 +868,8 @@ class CudaDgcaModelImpl final : public CudaDgcaModel {
   // AdamW state (fp32, flat like the params).
   DeviceArray<float> m_, v_;
   int64_t step_ = 0;
-  DeviceArray<double> norm_sq_;  // GradSquaredNorm's accumulator
-  DeviceArray<int32_t> found_inf_;  // UnscaleGradsAndCheck's flag
+  DeviceArray<double> norm_sq_;  // UnscaleAndSquaredNorm's norm accumulator
+  DeviceArray<int32_t> found_inf_;  // UnscaleAndSquaredNorm's overflow flag
   StepProfiler* profiler_ = nullptr;
   std::unique_ptr<GraphCache> graphs_;  // null: no CUDA graphs
   float loss_scale_ = 1.0f;

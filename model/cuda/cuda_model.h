@@ -59,6 +59,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -124,15 +125,18 @@ class CudaDgcaModel : public DgcaModel {
   virtual Status DownloadMoments(std::vector<float>* m, std::vector<float>* v) = 0;
   virtual Status UploadMoments(const std::vector<float>& m, const std::vector<float>& v,
                                int64_t optimizer_step) = 0;
-  // Sum of squares of every device gradient (the global L2 norm squared);
-  // waits for the device.
-  virtual StatusOr<double> GradSquaredNorm() = 0;
   // fp16 loss scaling: ForwardBackward multiplies its grad_scale by
   // `scale` (1 by default), so the gradients come out scaled.
   virtual void set_loss_scale(float scale) = 0;
-  // Multiplies every device gradient by inv_scale and reports whether any
-  // result is inf or NaN (waits for the device).
-  virtual StatusOr<bool> UnscaleGradsAndCheck(float inv_scale) = 0;
+  // With `inv_scale` (fp16), first multiplies every device gradient by it
+  // and records whether any result is inf or NaN; then the sum of squares
+  // of every gradient (the global L2 norm squared; meaningless when
+  // found_inf). One wait for the device.
+  struct GradStats {
+    bool found_inf = false;
+    double squared_norm = 0.0;
+  };
+  virtual StatusOr<GradStats> UnscaleAndSquaredNorm(std::optional<float> inv_scale) = 0;
   // The fp32 master was written on the device by someone else (a
   // broadcast): refreshes the bf16 copy. Enqueued.
   virtual Status MasterChanged() = 0;

@@ -55,14 +55,14 @@ class CudaTrainDevice : public TrainDevice {
     return model_->ZeroGrads();
   }
   StatusOr<double> ClipGradNorm(double max_norm) override {
-    if (scaler_) {
-      // The all-reduced gradients are scale x the true ones: divide, check.
-      DGCA_ASSIGN_OR_RETURN(found_inf_,
-                            model_->UnscaleGradsAndCheck(static_cast<float>(1.0 / scaler_->scale())));
-      if (found_inf_) return std::numeric_limits<double>::infinity();
-    }
-    DGCA_ASSIGN_OR_RETURN(double sq, model_->GradSquaredNorm());
-    const double norm = std::sqrt(sq);
+    // fp16: the all-reduced gradients are scale x the true ones: divide
+    // and check them, with the norm, in one device round trip.
+    std::optional<float> inv_scale;
+    if (scaler_) inv_scale = static_cast<float>(1.0 / scaler_->scale());
+    DGCA_ASSIGN_OR_RETURN(CudaDgcaModel::GradStats g, model_->UnscaleAndSquaredNorm(inv_scale));
+    found_inf_ = g.found_inf;
+    if (found_inf_) return std::numeric_limits<double>::infinity();
+    const double norm = std::sqrt(g.squared_norm);
     clip_scale_ = max_norm > 0 && norm > max_norm ? static_cast<float>(max_norm / (norm + 1e-6)) : 1.0f;
     return norm;
   }

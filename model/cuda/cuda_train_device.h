@@ -9,8 +9,9 @@
 //   fp16 adds dynamic loss scaling (model/train/loss_scaler.h, options from
 //   TrainDeviceSpec::loss_scaler): the model's backward is seeded with
 //   grad_scale x scale; ClipGradNorm divides the all-reduced gradients by
-//   the scale and checks them (one reduction, the host sync it already
-//   had); an overflow skips the AdamW update and backs the scale off.
+//   the scale and checks them, in the same device round trip as the norm
+//   (one host sync); an overflow skips the AdamW update and backs the
+//   scale off.
 // - Buffers: grad_buffer/value_buffer/moments are DEVICE pointers: data
 //   parallel needs a communicator on device memory (NCCL). Train() with
 //   Gloo and this device would hand device pointers to Gloo: the factory

@@ -113,7 +113,7 @@ Batch MakeBatch(const ModelConfig& c, int L, const std::vector<int>& lengths, ui
 float RoundBf16(float x) { return __bfloat162float(__float2bfloat16(x)); }
 float RoundF16(float x) { return __half2float(__float2half(x)); }
 // fp16 runs scale the loss by this (a power of two: exact to undo) so the
-// check covers the scaled backward and UnscaleGradsAndCheck.
+// check covers the scaled backward and UnscaleAndSquaredNorm.
 constexpr float kCheckLossScale = 1024.0f;
 
 bool EndsWith(const std::string& s, const std::string& suffix) {
@@ -253,17 +253,21 @@ Status CheckModel(Precision prec, const CudaContext& ctx, Rng* rng, Rows* rows) 
   }
   if (fp16) {
     // The device's own unscale: the same gradients, and no overflow.
-    DGCA_ASSIGN_OR_RETURN(bool found_inf, gpu->UnscaleGradsAndCheck(1.0f / loss_scale));
-    rows->push_back({"cuda_model unscale: no overflow at loss scale 1024", dt, found_inf ? kInf : 0.0, 0.0});
+    DGCA_ASSIGN_OR_RETURN(CudaDgcaModel::GradStats st, gpu->UnscaleAndSquaredNorm(1.0f / loss_scale));
+    rows->push_back({"cuda_model unscale: no overflow at loss scale 1024", dt, st.found_inf ? kInf : 0.0, 0.0});
     DGCA_RETURN_IF_ERROR(gpu->DownloadGrads());
     TensorRows("cuda_model unscaled grads", dt, tol, cp, gp.grads(), cp.grads(), /*all=*/false, rows);
+    // The squared norm of the unscaled gradients, against the CPU's.
+    double want_sq = 0.0;
+    for (int64_t j = 0; j < n; ++j) want_sq += double(cp.grads()[j]) * cp.grads()[j];
+    rows->push_back({"cuda_model unscaled grad squared norm", dt, ScalarErr(st.squared_norm, want_sq), tol});
     // A scale no fp16 gradient survives: the overflow must be seen.
     DGCA_RETURN_IF_ERROR(gpu->ZeroGrads());
     gpu->set_loss_scale(1e30f);
     DGCA_ASSIGN_OR_RETURN(LossBreakdown lo, gpu->ForwardBackward(b1, 0.5f, GradReadyFn()));
     (void)lo;
-    DGCA_ASSIGN_OR_RETURN(bool overflow, gpu->UnscaleGradsAndCheck(1e-30f));
-    rows->push_back({"cuda_model unscale: overflow seen at loss scale 1e30", dt, overflow ? 0.0 : kInf, 0.0});
+    DGCA_ASSIGN_OR_RETURN(CudaDgcaModel::GradStats over, gpu->UnscaleAndSquaredNorm(1e-30f));
+    rows->push_back({"cuda_model unscale: overflow seen at loss scale 1e30", dt, over.found_inf ? 0.0 : kInf, 0.0});
     gpu->set_loss_scale(1.0f);
   }
 

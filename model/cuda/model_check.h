@@ -25,7 +25,7 @@
 //     (w_new - w_old) per tensor (worst row) and, for bf16/fp16, that the
 //     16-bit copy equals round(master) exactly (AdamW's half_out);
 //   fp16 only: the backward runs at loss scale 1024 (gradients compared
-//     after dividing), UnscaleGradsAndCheck reproduces the CPU gradients
+//     after dividing), UnscaleAndSquaredNorm reproduces the CPU gradients
 //     with no overflow, and at loss scale 1e30 it reports the overflow;
 //   a forward after the step (losses), and Predict on batch 2 (fraction of
 //     slots whose prediction differs).
