@@ -32,11 +32,6 @@ using Rows = std::vector<CheckRow>;
 using bf16_t = __nv_bfloat16;
 
 
-float RoundTo(DType t, float x) {
-  if (t == DType::kBF16) return __bfloat162float(__float2bfloat16(x));
-  if (t == DType::kF16) return __half2float(__float2half(x));
-  return x;
-}
 
 std::vector<float> RandVec(size_t n, Rng* rng, float lo, float hi, DType t) {
   std::uniform_real_distribution<float> u(lo, hi);

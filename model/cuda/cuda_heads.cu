@@ -834,11 +834,7 @@ Status CudaHeads<T>::Forward(const T* h, const T* z, const T* E, const int32_t* 
   DGCA_RETURN_IF_ERROR(CheckHost(cand, x, y, Tn, V, /*need_y=*/true));
   if (Tn > 0 && (h == nullptr || z == nullptr || (candidate_ && E == nullptr)))
     return InvalidArgumentError("CudaHeads::Forward: h, z (and E with the candidate head) are required");
-  T_ = Tn;
-  V_ = V;
-  h_ = h;
-  z_ = z;
-  E_ = E;
+  SetForwardInputs(h, z, E, Tn, V);
   cudaStream_t stream = ctx_->stream();
   if (Tn > 0) {
     if (candidate_) {

@@ -22,14 +22,15 @@
 namespace dgca {
 namespace cuda {
 
-const char* PrecisionName(Precision p) {
+DType PrecisionDType(Precision p) {
   switch (p) {
-    case Precision::kBf16: return "bf16";
-    case Precision::kFp16: return "fp16";
+    case Precision::kBf16: return DType::kBF16;
+    case Precision::kFp16: return DType::kF16;
     case Precision::kFloat32: break;
   }
-  return "fp32";
+  return DType::kF32;
 }
+const char* PrecisionName(Precision p) { return DTypeName(PrecisionDType(p)); }
 
 StatusOr<Precision> ParsePrecision(const std::string& s) {
   if (s == "fp32" || s == "float32" || s == "float") return Precision::kFloat32;
@@ -672,8 +673,9 @@ class CudaDgcaModelImpl final : public CudaDgcaModel {
     // gradient callbacks (their consumers order themselves after each
     // layer's work) nor while profiling (the marks are host calls).
     const bool graphs = graphs_ != nullptr && !ready && profiler_ == nullptr;
-    const GraphCache::Key key = sh.Key(L_eff_);
+    GraphCache::Key key;  // built only where graphs are used
     if (graphs) {
+      key = sh.Key(L_eff_);
       // A replayed forward calls none of the modules' forward methods:
       // leave their host state as those calls would have.
       bert_.SetForwardShape(sh.B, L_eff_, prompt_.enabled(), sh.R);

@@ -67,6 +67,7 @@
 #include "model/core/status.h"
 #include "model/cuda/cuda_context.h"
 #include "model/cuda/device_params.h"
+#include "model/cuda/dtype.h"
 #include "model/cuda/graph_cache.h"
 #include "model/cuda/step_profiler.h"
 #include "model/nn/model.h"
@@ -79,9 +80,10 @@ namespace cuda {
 // 16-bit weight copy in that type, fp32 accumulation, fp32 master weights,
 // gradients and moments. fp16 gradients need loss scaling against underflow:
 // the caller multiplies grad_scale by the loss scale (the CUDA train device
-// does, model/cuda/cuda_train_device.h) and unscales (UnscaleGrads).
+// does, model/cuda/cuda_train_device.h) and unscales (UnscaleAndSquaredNorm).
 enum class Precision { kFloat32, kBf16, kFp16 };
-const char* PrecisionName(Precision p);  // "fp32", "bf16", "fp16"
+DType PrecisionDType(Precision p);       // the activations' and weight copy's type
+const char* PrecisionName(Precision p);  // DTypeName of it: "fp32", "bf16", "fp16"
 // "fp32"/"float32"/"float", "bf16"/"bfloat16" or "fp16"/"float16"/"half";
 // INVALID_ARGUMENT otherwise.
 StatusOr<Precision> ParsePrecision(const std::string& s);

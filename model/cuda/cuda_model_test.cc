@@ -10,6 +10,7 @@
 
 #include "model/core/batch.h"
 #include "model/core/config.h"
+#include "model/cuda/check_test_util.h"
 #include "model/cuda/cuda_context.h"
 #include "model/cuda/cuda_model.h"
 #include "model/cuda/gemm.h"
@@ -45,15 +46,9 @@ TEST(CudaModelTest, WholeStepMatchesCpu) {
   auto ctx = CudaContext::Create(0);
   ASSERT_TRUE(ctx.ok()) << ctx.status().ToString();
   GemmRunner gemm(ctx->get());
-  std::mt19937_64 rng(12345);
-  for (const OpCheck& c : ModelChecks()) {
-    std::vector<CheckRow> rows;
-    Status s = c.run(**ctx, &gemm, &rng, &rows);
-    EXPECT_TRUE(s.ok()) << c.name << ": " << s.ToString();
-    EXPECT_FALSE(rows.empty()) << c.name;
-    for (const CheckRow& r : rows)
-      EXPECT_TRUE(r.pass()) << r.op << " " << r.dtype << ": " << r.max_rel_err << " > " << r.tolerance;
-  }
+  const uint64_t seed = 12345;
+  std::mt19937_64 rng(seed);
+  for (const OpCheck& c : ModelChecks()) check_test::ExpectCheckPasses(c, **ctx, &gemm, &rng, seed);
 }
 
 TEST(CudaModelTest, BadBatchIsRejectedNamingTheField) {

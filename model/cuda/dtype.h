@@ -33,6 +33,13 @@ template <> __host__ __device__ __forceinline__ float FromF<float>(float x) { re
 template <> __host__ __device__ __forceinline__ bf16 FromF<bf16>(float x) { return __float2bfloat16(x); }
 template <> __host__ __device__ __forceinline__ __half FromF<__half>(float x) { return __float2half(x); }
 
+// x as a t-typed buffer holds it (the CPU side of the GPU checks).
+inline float RoundTo(DType t, float x) {
+  if (t == DType::kBF16) return ToF(FromF<bf16>(x));
+  if (t == DType::kF16) return ToF(FromF<__half>(x));
+  return x;
+}
+
 }  // namespace cuda
 }  // namespace dgca
 

@@ -15,7 +15,6 @@ void GraphCache::Clear() {
 }
 
 void GraphCache::Touch(const Key& key, Entry* e) {
-  if (e->exec == nullptr) return;
   lru_.erase(e->lru);
   lru_.push_front(key);
   e->lru = lru_.begin();

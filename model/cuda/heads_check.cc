@@ -51,7 +51,7 @@ int RandInt(Rng* rng, int lo, int hi) {  // [lo, hi)
 // The values a T-typed GPU buffer holds.
 template <typename T>
 void RoundTo(std::vector<float>* v) {
-  for (float& x : *v) x = ToF(FromF<T>(x));
+  for (float& x : *v) x = RoundTo(kDType<T>, x);
 }
 
 StatusOr<std::vector<float>> DownFloats(const float* dev, size_t n) {
@@ -101,7 +101,7 @@ Status CheckHeads(const HeadsCase& hc, const CudaContext& ctx, GemmRunner* gemm,
                   Rows* rows) {
   constexpr bool kHalf = !std::is_same_v<T, float>;
   const char* dtype = DTypeName(kDType<T>);
-  const double tol = !kHalf ? kF32Tol : std::is_same_v<T, bf16> ? kBf16Tol : kF16Tol;
+  const double tol = DefaultTolerance(kDType<T>);
   const double loss_tol = kHalf ? kHalfLossTol : kF32Tol;
   const std::string prefix = std::string("heads ") + hc.name + ": ";
   ModelConfig cfg;

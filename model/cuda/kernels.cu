@@ -46,11 +46,6 @@ __global__ void CastFromFloatKernel(T* out, const float* inp, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     out[i] = FromF<T>(inp[i]);
 }
-template <typename T>
-__global__ void CastToFloatKernel(float* out, const T* inp, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    out[i] = ToF(inp[i]);
-}
 
 // One warp per row. Two passes over the row (mean, then centered variance:
 // the CPU kernel accumulates in double; two-pass fp32 is close enough for
@@ -446,12 +441,6 @@ Status CastFromFloat(cudaStream_t stream, T* out, const float* inp, int64_t n) {
   CastFromFloatKernel<T><<<Blocks(n, 256), 256, 0, stream>>>(out, inp, n);
   return Launched("CastFromFloat");
 }
-template <typename T>
-Status CastToFloat(cudaStream_t stream, float* out, const T* inp, int64_t n) {
-  if (n <= 0) return OkStatus();
-  CastToFloatKernel<T><<<Blocks(n, 256), 256, 0, stream>>>(out, inp, n);
-  return Launched("CastToFloat");
-}
 
 template <typename T>
 Status LayerNormForward(cudaStream_t stream, T* out, float* mean, float* rstd, const T* inp,
@@ -624,7 +613,6 @@ DGCA_INSTANTIATE(__half)
 
 #define DGCA_INSTANTIATE_HALF(H)                                                                  \
   template Status CastFromFloat<H>(cudaStream_t, H*, const float*, int64_t);                      \
-  template Status CastToFloat<H>(cudaStream_t, float*, const H*, int64_t);                        \
   template Status AdamW<H>(cudaStream_t, float*, float*, float*, const float*, H*, int64_t, float, \
                            float, float, float, float, int64_t, float);
 DGCA_INSTANTIATE_HALF(bf16)

@@ -33,11 +33,9 @@ namespace dgca {
 namespace cuda {
 
 
-// Conversions of n elements (T = bf16 or __half; round to nearest even).
+// Conversion of n elements (T = bf16 or __half; round to nearest even).
 template <typename T>
 Status CastFromFloat(cudaStream_t stream, T* out, const float* inp, int64_t n);
-template <typename T>
-Status CastToFloat(cudaStream_t stream, float* out, const T* inp, int64_t n);
 
 // out = (inp - mean) * rstd * gamma + beta per row of c; mean, rstd [n] fp32.
 template <typename T>

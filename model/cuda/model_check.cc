@@ -17,6 +17,7 @@
 
 #include "model/core/batch.h"
 #include "model/core/config.h"
+#include "model/cuda/check_io.h"
 #include "model/cuda/cuda_model.h"
 #include "model/nn/model.h"
 #include "model/nn/params.h"
@@ -110,8 +111,6 @@ Batch MakeBatch(const ModelConfig& c, int L, const std::vector<int>& lengths, ui
   return b;
 }
 
-float RoundBf16(float x) { return __bfloat162float(__float2bfloat16(x)); }
-float RoundF16(float x) { return __half2float(__float2half(x)); }
 // fp16 runs scale the loss by this (a power of two: exact to undo) so the
 // check covers the scaled backward and UnscaleAndSquaredNorm.
 constexpr float kCheckLossScale = 1024.0f;
@@ -186,7 +185,7 @@ Status CheckModel(Precision prec, const CudaContext& ctx, Rng* rng, Rows* rows) 
   const bool bf16 = prec == Precision::kBf16, fp16 = prec == Precision::kFp16;
   const bool half = bf16 || fp16;
   const double tol = bf16 ? kModelBf16Tol : fp16 ? kModelF16Tol : kF32Tol;
-  auto round16 = [&](float x) { return bf16 ? RoundBf16(x) : fp16 ? RoundF16(x) : x; };
+  auto round16 = [&](float x) { return RoundTo(PrecisionDType(prec), x); };
   const int max_batch = 4, L = 32;
   const uint64_t seed = (*rng)();
 
@@ -294,28 +293,14 @@ Status CheckModel(Precision prec, const CudaContext& ctx, Rng* rng, Rows* rows) 
   if (half) {
     // AdamW's half_out: the copy the forward reads == round(master), exactly.
     DeviceParams* dp = gpu->device_params();
-    std::vector<uint16_t> bits(n);
-    std::vector<float> master(n);
     DGCA_RETURN_IF_ERROR(CudaStatus(cudaDeviceSynchronize(), "cudaDeviceSynchronize"));
-    const void* copy = bf16 ? static_cast<const void*>(dp->copy<__nv_bfloat16>())
-                            : static_cast<const void*>(dp->copy<__half>());
-    DGCA_RETURN_IF_ERROR(CudaStatus(
-        cudaMemcpy(bits.data(), copy, sizeof(uint16_t) * n, cudaMemcpyDeviceToHost), "cudaMemcpy copy"));
-    DGCA_RETURN_IF_ERROR(CudaStatus(
-        cudaMemcpy(master.data(), dp->master(), sizeof(float) * n, cudaMemcpyDeviceToHost),
-        "cudaMemcpy master"));
+    StatusOr<std::vector<float>> copy = bf16 ? DownloadAsFloat(dp->copy<__nv_bfloat16>(), n)
+                                             : DownloadAsFloat(dp->copy<__half>(), n);
+    DGCA_RETURN_IF_ERROR(copy.status());
+    DGCA_ASSIGN_OR_RETURN(std::vector<float> master, DownloadAsFloat(dp->master(), n));
     double e = 0;
     for (int64_t j = 0; j < n; ++j) {
-      float c;
-      if (bf16) {
-        __nv_bfloat16 b;
-        std::memcpy(&b, &bits[j], 2);
-        c = __bfloat162float(b);
-      } else {
-        __half h;
-        std::memcpy(&h, &bits[j], 2);
-        c = __half2float(h);
-      }
+      const float c = (*copy)[j];
       const double d = std::fabs(double(c) - round16(master[j]));
       e = std::max(e, std::isnan(d) ? kInf : d);
     }

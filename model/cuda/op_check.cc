@@ -37,7 +37,6 @@ StatusOr<PeerErrors> ParsePeerErrors(const std::string& json_text, const std::st
                                 "(bench/gpu/torch_reference.py --mode op-errors)");
   }
   PeerErrors out;
-  out.source = source;
   for (const auto& [dtype, ops] : errors->object) {
     if (!ops.is_object()) {
       return InvalidArgumentError(source + ":" + ops.Where() + ": errors." + dtype + " must be an object of op: error");
@@ -75,16 +74,10 @@ using Bytes = DeviceArray<uint8_t>;
 using Rows = std::vector<CheckRow>;
 
 
-double Tol(DType t) { return t == DType::kF32 ? kF32Tol : t == DType::kBF16 ? kBf16Tol : kF16Tol; }
 size_t Size(DType t) { return t == DType::kF32 ? 4 : 2; }
 
-float Round(DType t, float x) {
-  if (t == DType::kBF16) return __bfloat162float(__float2bfloat16(x));
-  if (t == DType::kF16) return __half2float(__float2half(x));
-  return x;
-}
 std::vector<float> Round(DType t, std::vector<float> v) {
-  for (float& x : v) x = Round(t, x);
+  for (float& x : v) x = RoundTo(t, x);
   return v;
 }
 std::vector<float> Rand(size_t n, Rng* rng, float lo = -1.0f, float hi = 1.0f) {
@@ -214,7 +207,7 @@ Status CheckGemm(const GemmCase& c, const CudaContext& ctx, GemmRunner* gemm, Rn
                      std::to_string(c.K) + (c.batch > 1 ? " x" + std::to_string(c.batch) : "") + " ->" +
                      DTypeName(c.out);
   // Tolerance of the coarser of input and output precision.
-  Add(rows, name, c.in, got, want, std::max(Tol(c.in), Tol(c.out)));
+  Add(rows, name, c.in, got, want, std::max(DefaultTolerance(c.in), DefaultTolerance(c.out)));
   return OkStatus();
 }
 
@@ -259,7 +252,7 @@ Status CheckLayerNorm(const CudaContext& ctx, GemmRunner*, Rng* rng, Rows* rows)
   DGCA_RETURN_IF_ERROR(LayerNormBackward<T>(ctx.stream(), P<T>(ddinp), false, F(ddg), F(ddb), P<T>(ddout), P<T>(dx),
                                             P<T>(dg), F(dmean_ref), F(drstd_ref), n, c, F(scratch)));
   DGCA_RETURN_IF_ERROR(ctx.Synchronize());
-  const double tol = Tol(t);
+  const double tol = DefaultTolerance(t);
   DGCA_ASSIGN_OR_RETURN(auto g_out, Down(t, dout_fwd));
   DGCA_ASSIGN_OR_RETURN(auto g_mean, Down(DType::kF32, dmean));
   DGCA_ASSIGN_OR_RETURN(auto g_rstd, Down(DType::kF32, drstd));
@@ -296,8 +289,8 @@ Status CheckGelu(const CudaContext& ctx, GemmRunner*, Rng* rng, Rows* rows) {
   DGCA_RETURN_IF_ERROR(ctx.Synchronize());
   DGCA_ASSIGN_OR_RETURN(auto g_out, Down(t, dout_fwd));
   DGCA_ASSIGN_OR_RETURN(auto g_dinp, Down(t, ddinp));
-  Add(rows, "gelu_fwd", t, g_out, out, Tol(t));
-  Add(rows, "gelu_bwd", t, g_dinp, dinp, Tol(t));
+  Add(rows, "gelu_fwd", t, g_out, out, DefaultTolerance(t));
+  Add(rows, "gelu_bwd", t, g_dinp, dinp, DefaultTolerance(t));
   return OkStatus();
 }
 
@@ -317,7 +310,7 @@ Status CheckSoftmax(const CudaContext& ctx, GemmRunner*, Rng* rng, Rows* rows) {
     DGCA_RETURN_IF_ERROR(SoftmaxRows<T>(ctx.stream(), P<T>(dy), P<T>(dx), r, cols));
     DGCA_RETURN_IF_ERROR(ctx.Synchronize());
     DGCA_ASSIGN_OR_RETURN(auto got, Down(t, dy));
-    Add(rows, "softmax_rows cols=" + std::to_string(cols), t, got, want, Tol(t));
+    Add(rows, "softmax_rows cols=" + std::to_string(cols), t, got, want, DefaultTolerance(t));
   }
   return OkStatus();
 }
@@ -404,8 +397,8 @@ Status CheckEmbedding(const CudaContext& ctx, GemmRunner*, Rng* rng, Rows* rows)
   DGCA_ASSIGN_OR_RETURN(auto g_add, Down(t, dadd));
   DGCA_ASSIGN_OR_RETURN(auto g_det, Down(DType::kF32, ddt_det));
   DGCA_ASSIGN_OR_RETURN(auto g_atomic, Down(DType::kF32, ddt_atomic));
-  Add(rows, "embedding_fwd", t, g_fwd, fwd, Tol(t));
-  Add(rows, "embedding_add", t, g_add, add, Tol(t));
+  Add(rows, "embedding_fwd", t, g_fwd, fwd, DefaultTolerance(t));
+  Add(rows, "embedding_add", t, g_add, add, DefaultTolerance(t));
   // The deterministic backward sums in the CPU's order: bitwise equal.
   Add(rows, "embedding_bwd deterministic (exact)", t, g_det, dtable, 0.0);
   Add(rows, "embedding_bwd atomic", t, g_atomic, dtable, kF32Tol);
@@ -437,7 +430,7 @@ Status CheckBias(const CudaContext& ctx, GemmRunner*, Rng* rng, Rows* rows) {
   DGCA_RETURN_IF_ERROR(ctx.Synchronize());
   DGCA_ASSIGN_OR_RETURN(auto g_x, Down(t, dx));
   DGCA_ASSIGN_OR_RETURN(auto g_cs, Down(DType::kF32, ddst));
-  Add(rows, "bias_add" + sz, t, g_x, want, Tol(t));
+  Add(rows, "bias_add" + sz, t, g_x, want, DefaultTolerance(t));
   Add(rows, "column_sum_add" + sz, t, g_cs, colsum, kF32Tol);
   }
   return OkStatus();
@@ -470,7 +463,7 @@ Status CheckCrossEntropy(const CudaContext& ctx, GemmRunner*, Rng* rng, Rows* ro
   DGCA_ASSIGN_OR_RETURN(auto g_grad, Down(t, dgrad));
   // Losses are computed in fp32 from the (rounded) logits: fp32 tolerance.
   Add(rows, "cross_entropy.loss", t, g_loss, row_loss, kF32Tol);
-  Add(rows, "cross_entropy.dlogits", t, g_grad, dlogits, Tol(t));
+  Add(rows, "cross_entropy.dlogits", t, g_grad, dlogits, DefaultTolerance(t));
   return OkStatus();
 }
 
@@ -499,7 +492,7 @@ Status CheckAdamW(const CudaContext& ctx, GemmRunner*, Rng* rng, Rows* rows) {
     m[j] = b1 * m[j] + (1.0f - b1) * gj;
     v[j] = b2 * v[j] + (1.0f - b2) * gj * gj;
     p[j] -= step_size * m[j] / (std::sqrt(v[j]) * inv_sqrt_bc2 + eps);
-    copy[j] = Round(h, p[j]);
+    copy[j] = RoundTo(h, p[j]);
   }
   DGCA_RETURN_IF_ERROR(SyncDevice());
   DGCA_RETURN_IF_ERROR(AdamW(ctx.stream(), F(dp), F(dm), F(dv), F(dg), P<H>(dcopy), n, lr, b1, b2, eps, wd, step,

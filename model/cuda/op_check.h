@@ -25,6 +25,7 @@
 
 #include "model/core/status.h"
 #include "model/cuda/cuda_context.h"
+#include "model/cuda/dtype.h"
 #include "model/cuda/gemm.h"
 
 namespace dgca {
@@ -35,6 +36,10 @@ constexpr double kBf16Tol = 1e-2;
 constexpr double kF16Tol = 5e-3;
 constexpr double kAttnBf16Tol = 2e-2;
 constexpr double kAttnF16Tol = 1e-2;
+// kF32Tol, kBf16Tol or kF16Tol for t.
+inline double DefaultTolerance(DType t) {
+  return t == DType::kF32 ? kF32Tol : t == DType::kBF16 ? kBf16Tol : kF16Tol;
+}
 
 struct CheckRow {
   std::string op;     // "layernorm_bwd.dgamma"
@@ -66,7 +71,6 @@ double MaxRelErr(const std::vector<float>& got, const std::vector<float>& want);
 struct PeerErrors {
   // dtype -> (op name prefix, error)
   std::map<std::string, std::vector<std::pair<std::string, double>>> by_dtype;
-  std::string source;  // the file
 };
 // INVALID_ARGUMENT naming the file and place for anything else.
 StatusOr<PeerErrors> ParsePeerErrors(const std::string& json_text, const std::string& source);
