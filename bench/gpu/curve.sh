@@ -53,6 +53,10 @@ W=$(mktemp -d)
 LOG="$OUT/curve.log"
 : > "$LOG"
 
+if [ ! -x "$DGCA_TRAIN" ] && [ "$DGCA_TRAIN" != "$BUILD/model/dgca-train" ]; then
+  echo "curve.sh: DGCA_TRAIN=$DGCA_TRAIN is not an executable (this script builds only $BUILD/model/dgca-train)"
+  exit 2
+fi
 if [ ! -x "$DGCA_TRAIN" ]; then
   cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDGCA_MODEL_ONLY=ON -DDGCA_WITH_CUDA=ON \
     -DCMAKE_CUDA_ARCHITECTURES="$ARCH" > "$OUT/build.log" 2>&1 &&

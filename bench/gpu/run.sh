@@ -77,8 +77,7 @@ build_ok=1
 # shellcheck disable=SC2086  # CMAKE_CUDA is several flags
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDGCA_MODEL_ONLY=ON $CMAKE_CUDA \
   > "$OUT/build.log" 2>&1 || build_ok=0
-targets="dgca-model-check$SFX dgca-bench$SFX dgca-train dgca-train$SFX"
-[ -z "$SFX" ] && targets="dgca-model-check dgca-bench dgca-train"
+targets="dgca-model-check$SFX dgca-bench$SFX dgca-train${SFX:+ dgca-train$SFX}"
 if [ $build_ok = 1 ] && ninja -C "$BUILD" -t targets all 2>/dev/null | grep -q "^cuda_ops_test$SFX:"; then
   targets="$targets cuda_ops_test$SFX"
 fi

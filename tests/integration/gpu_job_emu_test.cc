@@ -27,17 +27,6 @@ std::string FixtureRoot() {
   return Env("DGCA_SOURCE_DIR", ".") + "/tests/fixtures/nvlink-8-h100/root";
 }
 
-pid_t StartEmuAgent(const CoordinatorProcess& coord, const std::string& state_dir) {
-  mkdir(state_dir.c_str(), 0755);
-  std::string bin = EmuWorkerBin();
-  std::string root = FixtureRoot();
-  return SpawnLogged({bin, "agent", "--coordinator", coord.address(), "--token-file",
-                      coord.token_file(), "--node-name", "emu-gpu-node", "--state-dir",
-                      state_dir, "--worker-binary", bin, "--topology-root", root,
-                      "--heartbeat-interval", "0.5"},
-                     state_dir + "/agent.log");
-}
-
 // A 2-rank tiny job: 4 steps of global batch 8, eval on `eval_file`.
 std::string WriteSpec(const std::string& dir, const std::string& name, const std::string& device,
                       const std::string& backend, const std::string& eval_file,
@@ -98,7 +87,8 @@ TEST(GpuJobEmuTest, CudaNcclJobOnAnEmulatedH100NodeMatchesTheCpuGlooJob) {
   CoordinatorProcess coord(dir + "/state");
   ASSERT_TRUE(coord.Start("127.0.0.1:0", {"--no-local-agent"}));
   std::string agent_dir = dir + "/agent";
-  pid_t agent = StartEmuAgent(coord, agent_dir);
+  pid_t agent = StartAgent(coord, "emu-gpu-node", agent_dir, EmuWorkerBin(),
+                           {"--worker-binary", EmuWorkerBin(), "--topology-root", FixtureRoot()});
 
   Result nodes;
   ASSERT_TRUE(WaitUntil(
@@ -171,8 +161,7 @@ TEST(GpuJobEmuTest, CudaNcclJobOnAnEmulatedH100NodeMatchesTheCpuGlooJob) {
   // The losses move (a trainer stuck at its first loss would pass the above).
   EXPECT_GT(std::fabs(cpu[4] - cpu[1]), 1e-3);
 
-  kill(agent, SIGTERM);
-  waitpid(agent, nullptr, 0);
+  StopAgent(agent);
   coord.Stop();
   if (!::testing::Test::HasFailure()) std::system(("rm -rf " + dir).c_str());
 }

@@ -242,6 +242,32 @@ inline Result Dgca(const CoordinatorProcess& c, std::vector<std::string> args,
   return Exec(argv, timeout);
 }
 
+// A `dgca-worker agent` (`bin`, default WorkerBin()) as node `node` of
+// `coord`, state and agent.log in `state_dir` (created), heartbeat every
+// 0.5 s, plus `extra` flags. Returns its pid.
+inline pid_t StartAgent(const CoordinatorProcess& coord, const std::string& node,
+                        const std::string& state_dir, const std::string& bin = WorkerBin(),
+                        const std::vector<std::string>& extra = {}) {
+  mkdir(state_dir.c_str(), 0755);
+  std::vector<std::string> argv = {bin, "agent", "--coordinator", coord.address(), "--token-file",
+                                   coord.token_file(), "--node-name", node, "--state-dir", state_dir,
+                                   "--heartbeat-interval", "0.5"};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  return SpawnLogged(argv, state_dir + "/agent.log");
+}
+
+// SIGTERM, then SIGKILL if it has not exited within 15 s; reaps it.
+inline void StopAgent(pid_t pid) {
+  if (pid <= 0) return;
+  kill(pid, SIGTERM);
+  for (int i = 0; i < 150; ++i) {
+    if (waitpid(pid, nullptr, WNOHANG) == pid) return;
+    std::this_thread::sleep_for(100ms);
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+}
+
 // A tiny 2-rank CPU job on the shared ECSpell law data: `steps` steps of
 // global batch 8, sequences of 32 characters, eval at the end on 500
 // sentences. Returns the spec's path (in `dir`).

@@ -11,35 +11,6 @@ namespace dgca {
 namespace itest {
 namespace {
 
-pid_t StartAgent(const std::string& address, const std::string& token_file,
-                 const std::string& node, const std::string& state_dir) {
-  mkdir(state_dir.c_str(), 0755);
-  pid_t pid = fork();
-  if (pid == 0) {
-    std::string log = state_dir + "/agent.log";
-    int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-    dup2(fd, 1);
-    dup2(fd, 2);
-    std::string bin = WorkerBin();
-    execl(bin.c_str(), bin.c_str(), "agent", "--coordinator", address.c_str(), "--token-file",
-          token_file.c_str(), "--node-name", node.c_str(), "--state-dir", state_dir.c_str(),
-          "--heartbeat-interval", "0.5", static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  return pid;
-}
-
-void StopAgent(pid_t pid) {
-  if (pid <= 0) return;
-  kill(pid, SIGTERM);
-  for (int i = 0; i < 150; ++i) {
-    if (waitpid(pid, nullptr, WNOHANG) == pid) return;
-    std::this_thread::sleep_for(100ms);
-  }
-  kill(pid, SIGKILL);
-  waitpid(pid, nullptr, 0);
-}
-
 TEST(MultiAgentTest, TwoAgentsRunATwoRankJob) {
   if (!HavePrograms()) GTEST_SKIP() << "programs not built under " << BuildDir();
   if (!HaveSharedData()) GTEST_SKIP() << "no ECSpell data under " << SharedData();
@@ -47,8 +18,8 @@ TEST(MultiAgentTest, TwoAgentsRunATwoRankJob) {
   mkdir((dir + "/state").c_str(), 0755);
   CoordinatorProcess coord(dir + "/state");
   ASSERT_TRUE(coord.Start("127.0.0.1:0", {"--no-local-agent"}));
-  pid_t a1 = StartAgent(coord.address(), coord.token_file(), "node-a", dir + "/a");
-  pid_t a2 = StartAgent(coord.address(), coord.token_file(), "node-b", dir + "/b");
+  pid_t a1 = StartAgent(coord, "node-a", dir + "/a");
+  pid_t a2 = StartAgent(coord, "node-b", dir + "/b");
 
   Result nodes;
   bool both = WaitUntil(
