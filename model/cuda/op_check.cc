@@ -13,6 +13,7 @@
 #include "model/core/json.h"
 #include "model/cpu/ops.h"
 #include "model/cuda/attention.h"
+#include "model/cuda/flash_attention.h"
 #include "model/cuda/kernels.h"
 
 namespace dgca {
@@ -362,6 +363,59 @@ Status CheckAttention(const CudaContext& ctx, GemmRunner* gemm, Rng* rng, Rows* 
   return OkStatus();
 }
 
+// The fused kernels (flash_attention.h) against the same CPU reference, on
+// shapes that cover their edges: head sizes 32 and 64, partial query and
+// key tiles, several key tiles, a padded sequence and one whose keys are all
+// padding (its rows must come out zero). The backward runs on the fused
+// forward's own out and log-sum-exp (that is what it is given in training).
+template <typename T>
+Status CheckFusedAttention(const CudaContext& ctx, GemmRunner*, Rng* rng, Rows* rows) {
+  const DType t = kDType<T>;
+  struct Shape {
+    int B, L, H, nh;
+  };
+  for (const Shape& s : {Shape{3, 75, 128, 2}, Shape{2, 40, 64, 2}}) {
+    const int B = s.B, L = s.L, H = s.H, nh = s.nh;
+    const std::string tag =
+        " (fused, L=" + std::to_string(L) + ", d=" + std::to_string(H / nh) + ")";
+    if (!FusedAttentionSupported(t, L, H, nh)) return InternalError("fused attention: check shape unsupported" + tag);
+    std::vector<float> qkv = Round(t, Rand(size_t(B) * L * 3 * H, rng, -1.5f, 1.5f));
+    std::vector<int32_t> mask(size_t(B) * L, 1);
+    std::uniform_int_distribution<int> len(L / 2, L - 1);
+    const int real = len(*rng);
+    for (int j = real; j < L; ++j) mask[L + j] = 0;                 // batch 1 padded
+    if (B > 2) std::fill(mask.begin() + 2 * L, mask.begin() + 3 * L, 0);  // batch 2: no real key
+    std::vector<float> out(size_t(B) * L * H), probs(size_t(B) * nh * L * L);
+    cpu::Context cc;
+    cpu::AttentionForward(cc, out.data(), probs.data(), qkv.data(), mask.data(), B, L, H, nh);
+    DGCA_ASSIGN_OR_RETURN(Bytes dqkv, Up(t, qkv));
+    DGCA_ASSIGN_OR_RETURN(DeviceArray<int32_t> dmask, UpInts(mask));
+    DGCA_ASSIGN_OR_RETURN(Bytes dout, Poisoned(t, out.size()));
+    DGCA_ASSIGN_OR_RETURN(Bytes dlse, Poisoned(DType::kF32, size_t(B) * nh * L));
+    DGCA_RETURN_IF_ERROR(SyncDevice());
+    DGCA_RETURN_IF_ERROR(
+        FusedAttentionForward<T>(ctx.stream(), P<T>(dout), P<float>(dlse), P<T>(dqkv), dmask.get(), B, L, H, nh));
+    DGCA_RETURN_IF_ERROR(ctx.Synchronize());
+    DGCA_ASSIGN_OR_RETURN(auto g_out, Down(t, dout));
+    const double tol = t == DType::kBF16 ? kAttnBf16Tol : kAttnF16Tol;
+    Add(rows, "attention_fwd.out" + tag, t, g_out, out, tol);
+
+    std::vector<float> h_dout = Round(t, Rand(out.size(), rng));
+    std::vector<float> h_dqkv(qkv.size());
+    cpu::AttentionBackward(cc, h_dqkv.data(), h_dout.data(), qkv.data(), Round(t, probs).data(), B, L, H, nh);
+    DGCA_ASSIGN_OR_RETURN(Bytes ddout, Up(t, h_dout));
+    DGCA_ASSIGN_OR_RETURN(Bytes ddqkv, Poisoned(t, qkv.size()));
+    DGCA_ASSIGN_OR_RETURN(Bytes bscratch, Poisoned(DType::kF32, FusedAttentionBackwardScratchFloats(B, L, nh)));
+    DGCA_RETURN_IF_ERROR(SyncDevice());
+    DGCA_RETURN_IF_ERROR(FusedAttentionBackward<T>(ctx.stream(), P<T>(ddqkv), P<T>(ddout), P<T>(dqkv), P<T>(dout),
+                                                   P<float>(dlse), dmask.get(), B, L, H, nh, P<float>(bscratch)));
+    DGCA_RETURN_IF_ERROR(ctx.Synchronize());
+    DGCA_ASSIGN_OR_RETURN(auto g_dqkv, Down(t, ddqkv));
+    Add(rows, "attention_bwd.dqkv" + tag, t, g_dqkv, h_dqkv, tol);
+  }
+  return OkStatus();
+}
+
 // ---------------------------------------------------------------- embedding
 template <typename T>
 Status CheckEmbedding(const CudaContext& ctx, GemmRunner*, Rng* rng, Rows* rows) {
@@ -641,6 +695,8 @@ std::vector<OpCheck> BuildChecks() {
   DGCA_CHECK_ALL_TYPES("gelu", CheckGelu)
   DGCA_CHECK_ALL_TYPES("softmax", CheckSoftmax)
   DGCA_CHECK_ALL_TYPES("attention", CheckAttention)
+  v.push_back(Make<bf16>("attention (fused)", CheckFusedAttention<bf16>));
+  v.push_back(Make<__half>("attention (fused)", CheckFusedAttention<__half>));
   DGCA_CHECK_ALL_TYPES("embedding", CheckEmbedding)
   DGCA_CHECK_ALL_TYPES("bias", CheckBias)
   DGCA_CHECK_ALL_TYPES("cross_entropy", CheckCrossEntropy)

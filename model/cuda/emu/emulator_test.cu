@@ -16,6 +16,7 @@
 
 #include <cublasLt.h>
 #include <cub/device/device_radix_sort.cuh>
+#include <mma.h>
 
 #include <cmath>
 #include <cstdlib>
@@ -129,6 +130,33 @@ __global__ void PartialMaskKernel(int* out) {
 }
 __global__ void ShuffleOutsideMaskKernel(int* out) {
   if (threadIdx.x < 16) out[threadIdx.x] = __shfl_xor_sync(0x0000ffffu, int(threadIdx.x), 16);
+}
+
+// One warp: c (16x16 fp32, row-major) = a (16x16 row-major) * b (16x16
+// col-major) + c, through nvcuda::wmma (the emulated mma.h).
+template <typename T>
+__global__ void WmmaKernel(float* c, const T* a, const T* b) {
+  namespace wmma = nvcuda::wmma;
+  wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> fa;
+  wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> fb;
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+  wmma::load_matrix_sync(fa, a, 16);
+  wmma::load_matrix_sync(fb, b, 16);
+  wmma::load_matrix_sync(acc, c, 16, wmma::mem_row_major);
+  for (int i = 0; i < acc.num_elements; ++i) acc.x[i] *= 2.0f;  // element-wise: any mapping
+  wmma::mma_sync(acc, fa, fb, acc);
+  wmma::store_matrix_sync(c, acc, 16, wmma::mem_row_major);
+}
+// A load from a pointer that is not 32-byte aligned (a + 1 element).
+__global__ void WmmaMisalignedKernel(const __half* a) {
+  nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, __half, nvcuda::wmma::row_major> fa;
+  nvcuda::wmma::load_matrix_sync(fa, a + 1, 16);
+}
+// Half the warp skips the collective.
+__global__ void WmmaHalfWarpKernel(const __half* a) {
+  if (threadIdx.x >= 16) return;
+  nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, __half, nvcuda::wmma::row_major> fa;
+  nvcuda::wmma::load_matrix_sync(fa, a, 16);
 }
 
 // ------------------------------------------------------------------ helpers
@@ -560,6 +588,35 @@ TEST(EmulatorLibraries, CublasLtRejectsMisalignedOperandsAndBadShapes) {
   cublasLtDestroy(h);
 }
 
+TEST(EmulatorLibraries, WmmaComputesTheTileProduct) {
+  const int n = 16;
+  std::vector<float> fa(n * n), fb(n * n), fc(n * n);
+  for (int i = 0; i < n * n; ++i) {
+    fa[i] = float((i * 7) % 11 - 5) / 4.0f;  // exact in bf16 and fp16
+    fb[i] = float((i * 5) % 13 - 6) / 8.0f;
+    fc[i] = float(i % 9) - 4.0f;
+  }
+  std::vector<__nv_bfloat16> ha(n * n), hb(n * n);
+  for (int i = 0; i < n * n; ++i) {
+    ha[i] = __float2bfloat16(fa[i]);
+    hb[i] = __float2bfloat16(fb[i]);
+  }
+  auto* a = DeviceAlloc<__nv_bfloat16>(n * n);
+  auto* b = DeviceAlloc<__nv_bfloat16>(n * n);
+  float* c = DeviceAlloc<float>(n * n);
+  Upload(a, ha);
+  Upload(b, hb);
+  Upload(c, fc);
+  WmmaKernel<__nv_bfloat16><<<1, 32>>>(c, a, b);
+  std::vector<float> got = Download(c, n * n);
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j < n; ++j) {
+      float want = 2.0f * fc[i * n + j];
+      for (int k = 0; k < n; ++k) want += fa[i * n + k] * fb[j * n + k];  // b col-major: (k, j) at j*16 + k
+      ASSERT_EQ(got[i * n + j], want) << i << "," << j;
+    }
+}
+
 // ------------------------------------------------------------------ faults
 // Each runs in a child process: a device fault is sticky.
 int DeadlockChild() {
@@ -601,6 +658,25 @@ int HostPointerArgChild() {
 TEST(EmulatorFaultsDeathTest, HostPointerPassedToAKernel) {
   EXPECT_EXIT(std::exit(HostPointerArgChild()), ::testing::ExitedWithCode(0),
               "argument 0 .* is neither device nor pinned host memory");
+}
+
+int WmmaMisalignedChild() {
+  __half* a = DeviceAlloc<__half>(512);
+  WmmaMisalignedKernel<<<1, 32>>>(a);
+  return cudaDeviceSynchronize() == cudaErrorMisalignedAddress ? 0 : 1;
+}
+TEST(EmulatorFaultsDeathTest, WmmaPointerMustBe256BitAligned) {
+  EXPECT_EXIT(std::exit(WmmaMisalignedChild()), ::testing::ExitedWithCode(0),
+              "emulator_test.cu:[0-9]+: wmma::load_matrix_sync: the pointer is not 256-bit aligned");
+}
+
+int WmmaHalfWarpChild() {
+  __half* a = DeviceAlloc<__half>(256);
+  WmmaHalfWarpKernel<<<1, 32>>>(a);
+  return cudaDeviceSynchronize() == cudaErrorLaunchFailure ? 0 : 1;
+}
+TEST(EmulatorFaultsDeathTest, WmmaIsAWarpCollective) {
+  EXPECT_EXIT(std::exit(WmmaHalfWarpChild()), ::testing::ExitedWithCode(0), "names lane 16, which has exited");
 }
 
 TEST(EmulatorFaultsDeathTest, KernelWritingOnePastTheEndFaults) {

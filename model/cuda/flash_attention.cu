@@ -1,0 +1,410 @@
+// Fused attention kernels (flash_attention.h says what and why). Layout of
+// every kernel: a block of 4 warps owns 64 rows of one (batch, head) — 16
+// rows per warp, one wmma tile high — and streams the other side (keys, or
+// queries in the dK/dV kernel) through shared memory 32 rows at a time.
+// Per warp, a 16x32 fp32 score tile and a 16x32 T probability tile live in
+// shared memory; the row-wise softmax arithmetic is done there by lane
+// pairs (lane 2r and 2r+1 own row r, 16 columns each), because a wmma
+// accumulator's element-to-lane mapping is unspecified.
+#include "model/cuda/flash_attention.h"
+
+#include <mma.h>
+
+#include <cmath>
+#include <initializer_list>
+#include <string>
+#include <type_traits>
+
+#include "model/cuda/cuda_context.h"
+
+namespace dgca {
+namespace cuda {
+namespace {
+
+namespace wmma = nvcuda::wmma;
+
+constexpr int kWarps = 4;
+constexpr int kThreads = 32 * kWarps;
+constexpr int kWarpRows = 16;                   // rows a warp owns: one wmma tile high
+constexpr int kBlockRows = kWarps * kWarpRows;  // rows a block owns
+constexpr int kTile = 32;                       // rows streamed per step
+// Shared-memory row pitches, padded so that the 16 rows of a wmma load do
+// not all start in the same bank; each keeps rows 16-byte multiples and
+// 16-row blocks 32-byte aligned (wmma's requirements).
+constexpr int kSP = kTile + 4;  // fp32 score tile
+constexpr int kPP = kTile + 8;  // T probability tile
+template <int D>
+constexpr int kPitch = D + 8;  // T tiles of D columns
+
+using Acc = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
+template <typename T>
+using FragA = wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major>;
+template <typename T, typename Layout>
+using FragB = wmma::fragment<wmma::matrix_b, 16, 16, 16, T, Layout>;
+
+// Rows [0, valid) of a [rows, D] tile of T at src (row stride ld elements)
+// into shared memory at dst (pitch kPitch<D>), zeros after; 16-byte
+// accesses by the whole block.
+template <typename T, int D>
+__device__ __forceinline__ void LoadTile(T* dst, const T* src, int64_t ld, int rows, int valid) {
+  constexpr int kVec = 16 / sizeof(T);
+  constexpr int kPerRow = D / kVec;
+  for (int i = threadIdx.x; i < rows * kPerRow; i += kThreads) {
+    const int r = i / kPerRow, c = (i % kPerRow) * kVec;
+    uint4 v = make_uint4(0u, 0u, 0u, 0u);
+    if (r < valid) v = *reinterpret_cast<const uint4*>(src + r * ld + c);
+    *reinterpret_cast<uint4*>(dst + r * kPitch<D> + c) = v;
+  }
+}
+
+template <int N>
+__device__ __forceinline__ void Zero(Acc (&acc)[N]) {
+#pragma unroll
+  for (int n = 0; n < N; ++n) wmma::fill_fragment(acc[n], 0.0f);
+}
+
+// acc[n] += A * B[:, 16n..16n+16) for A [16, K] row-major (pitch lda) and
+// B [K, 16N]: row-major (element (k, j) at b[k * ldb + j]) or col-major
+// (at b[j * ldb + k]). The whole warp.
+template <typename T, typename BLayout, int K, int N>
+__device__ __forceinline__ void Mma(Acc (&acc)[N], const T* a, int lda, const T* b, int ldb) {
+  constexpr bool kRowB = std::is_same<BLayout, wmma::row_major>::value;
+#pragma unroll
+  for (int k = 0; k < K; k += 16) {
+    FragA<T> fa;
+    wmma::load_matrix_sync(fa, a + k, lda);
+#pragma unroll
+    for (int n = 0; n < N; ++n) {
+      FragB<T, BLayout> fb;
+      wmma::load_matrix_sync(fb, kRowB ? b + k * ldb + n * 16 : b + n * 16 * ldb + k, ldb);
+      wmma::mma_sync(acc[n], fa, fb, acc[n]);
+    }
+  }
+}
+
+// s [16, kTile] (pitch kSP, fp32) = a [16, D] * b [kTile, D]^T, both T
+// tiles of pitch kPitch<D>. The whole warp.
+template <typename T, int D>
+__device__ __forceinline__ void ProductNT(float* s, const T* a, const T* b) {
+  Acc acc[kTile / 16];
+  Zero(acc);
+  Mma<T, wmma::col_major, D, kTile / 16>(acc, a, kPitch<D>, b, kPitch<D>);
+#pragma unroll
+  for (int n = 0; n < kTile / 16; ++n) wmma::store_matrix_sync(s + n * 16, acc[n], kSP, wmma::mem_row_major);
+}
+
+// Writes the warp's [16, D] result (acc) times `mult` as T to dst (row
+// stride ld), rows [0, valid) only; `stage` is the warp's fp32 scratch
+// (16 x kSP). The whole warp.
+template <typename T, int D>
+__device__ __forceinline__ void WriteRows(T* dst, int64_t ld, int valid, Acc (&acc)[D / 16], float mult,
+                                          float* stage) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int n = 0; n < D / 16; ++n) {
+    wmma::store_matrix_sync(stage, acc[n], kSP, wmma::mem_row_major);
+    __syncwarp();
+    for (int e = lane; e < 256; e += 32) {
+      const int r = e >> 4, c = e & 15;
+      if (r < valid) dst[r * ld + n * 16 + c] = FromF<T>(stage[r * kSP + c] * mult);
+    }
+    __syncwarp();
+  }
+}
+
+// Grid (ceil(L/64), nh, B). out and lse for 64 queries of one head.
+template <typename T, int D>
+__global__ void __launch_bounds__(kThreads)
+    FlashForwardKernel(T* out, float* lse, const T* qkv, const int32_t* mask, int L, int H, int nh, float scale) {
+  constexpr int P = kPitch<D>;
+  __shared__ __align__(32) T q_s[kBlockRows * P];
+  __shared__ __align__(32) T k_s[kTile * P];
+  __shared__ __align__(32) T v_s[kTile * P];
+  __shared__ __align__(32) float s_s[kWarps][kWarpRows * kSP];
+  __shared__ __align__(32) T p_s[kWarps][kWarpRows * kPP];
+  __shared__ int keep_s[kTile];
+  const int b = blockIdx.z, h = blockIdx.y, q0 = blockIdx.x * kBlockRows;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t H3 = 3 * int64_t(H);
+  const T* base = qkv + int64_t(b) * L * H3 + int64_t(h) * D;
+  const int32_t* keys_real = mask + int64_t(b) * L;
+  LoadTile<T, D>(q_s, base + q0 * H3, H3, kBlockRows, min(kBlockRows, L - q0));
+  float* s_w = s_s[warp];
+  T* p_w = p_s[warp];
+  const T* q_w = q_s + warp * kWarpRows * P;
+  const int r = lane >> 1, c0 = (lane & 1) * 16;  // this lane's row and columns of a tile
+  const float* s_row = s_w + r * kSP + c0;
+  const int tiles = (L + kTile - 1) / kTile;
+
+  // Pass 1: each row's max and sum of exp(score - max) over the real keys.
+  float mx = -INFINITY, sum = 0.0f;
+  for (int t = 0; t < tiles; ++t) {
+    const int k0 = t * kTile;
+    __syncthreads();  // k_s and keep_s of the previous tile are no longer read
+    LoadTile<T, D>(k_s, base + H + k0 * H3, H3, kTile, min(kTile, L - k0));
+    if (threadIdx.x < kTile) keep_s[threadIdx.x] = k0 + int(threadIdx.x) < L && keys_real[k0 + threadIdx.x] != 0;
+    __syncthreads();
+    ProductNT<T, D>(s_w, q_w, k_s);
+    __syncwarp();
+    float tmax = -INFINITY;
+    for (int j = 0; j < 16; ++j)
+      if (keep_s[c0 + j]) tmax = fmaxf(tmax, s_row[j] * scale);
+    tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 1));
+    const float nmax = fmaxf(mx, tmax);
+    float tsum = 0.0f;
+    if (nmax != -INFINITY) {
+      for (int j = 0; j < 16; ++j)
+        if (keep_s[c0 + j]) tsum += expf(s_row[j] * scale - nmax);
+    }
+    tsum += __shfl_xor_sync(0xffffffffu, tsum, 1);
+    if (nmax != -INFINITY) {
+      sum = sum * expf(mx - nmax) + tsum;  // exp(-inf) = 0 on the first real key
+      mx = nmax;
+    }
+    __syncwarp();  // s_w is rewritten by the next tile
+  }
+
+  // Pass 2: P = exp(score - max) / sum rounded to T (as the GEMM version
+  // stores its probabilities), out += P V.
+  const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+  Acc o[D / 16];
+  Zero(o);
+  for (int t = 0; t < tiles; ++t) {
+    const int k0 = t * kTile, valid = min(kTile, L - k0);
+    __syncthreads();
+    LoadTile<T, D>(k_s, base + H + k0 * H3, H3, kTile, valid);
+    LoadTile<T, D>(v_s, base + 2 * H + k0 * H3, H3, kTile, valid);
+    if (threadIdx.x < kTile) keep_s[threadIdx.x] = k0 + int(threadIdx.x) < L && keys_real[k0 + threadIdx.x] != 0;
+    __syncthreads();
+    ProductNT<T, D>(s_w, q_w, k_s);
+    __syncwarp();
+    for (int j = 0; j < 16; ++j)
+      p_w[r * kPP + c0 + j] = FromF<T>(keep_s[c0 + j] ? expf(s_row[j] * scale - mx) * inv : 0.0f);
+    __syncwarp();
+    Mma<T, wmma::row_major, kTile, D / 16>(o, p_w, kPP, v_s, P);
+  }
+  const int row0 = q0 + warp * kWarpRows;
+  if ((lane & 1) == 0 && row0 + r < L)
+    lse[(int64_t(b) * nh + h) * L + row0 + r] = sum > 0.0f ? mx + logf(sum) : INFINITY;
+  WriteRows<T, D>(out + (int64_t(b) * L + row0) * H + int64_t(h) * D, H, L - row0, o, 1.0f, s_w);
+}
+
+// One warp per row of [B*L*nh] (row (b*L + i)*nh + h is dout/out's
+// [B,L,H] row (b, i) at columns h*D..): dvec[b, h, i] = sum dout * out.
+template <typename T, int D>
+__global__ void __launch_bounds__(kThreads)
+    RowDotKernel(float* dvec, const T* dout, const T* out, int L, int nh, int64_t rows) {
+  const int64_t row = int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31;
+  if (row >= rows) return;  // whole warps
+  float s = 0.0f;
+  for (int c = lane; c < D; c += 32) s += ToF(dout[row * D + c]) * ToF(out[row * D + c]);
+  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+  if (lane == 0) {
+    const int64_t h = row % nh, bi = row / nh, b = bi / L, i = bi % L;
+    dvec[(b * nh + h) * L + i] = s;
+  }
+}
+
+// Grid (ceil(L/64), nh, B). dK and dV of 64 keys of one head, over every
+// query: P^T = exp(K Q^T * scale - lse) (zero for padding keys),
+// dV = P^T dO, dP^T = V dO^T, dS^T = P^T (dP^T - D), dK = scale dS^T Q.
+template <typename T, int D>
+__global__ void __launch_bounds__(kThreads)
+    FlashBackwardKVKernel(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* dvec,
+                          const int32_t* mask, int L, int H, int nh, float scale) {
+  constexpr int P = kPitch<D>;
+  __shared__ __align__(32) T k_s[kBlockRows * P];
+  __shared__ __align__(32) T v_s[kBlockRows * P];
+  __shared__ __align__(32) T q_s[kTile * P];
+  __shared__ __align__(32) T do_s[kTile * P];
+  __shared__ __align__(32) float s_s[kWarps][kWarpRows * kSP];
+  __shared__ __align__(32) T p_s[kWarps][kWarpRows * kPP];
+  __shared__ float lse_s[kTile];
+  __shared__ float d_s[kTile];
+  const int b = blockIdx.z, h = blockIdx.y, k0 = blockIdx.x * kBlockRows;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t H3 = 3 * int64_t(H);
+  const T* base = qkv + int64_t(b) * L * H3 + int64_t(h) * D;
+  const T* obase = dout + int64_t(b) * L * H + int64_t(h) * D;
+  const float* lse_bh = lse + (int64_t(b) * nh + h) * L;
+  const float* d_bh = dvec + (int64_t(b) * nh + h) * L;
+  const int valid_keys = min(kBlockRows, L - k0);
+  LoadTile<T, D>(k_s, base + H + k0 * H3, H3, kBlockRows, valid_keys);
+  LoadTile<T, D>(v_s, base + 2 * H + k0 * H3, H3, kBlockRows, valid_keys);
+  float* s_w = s_s[warp];
+  T* p_w = p_s[warp];
+  const int r = lane >> 1, c0 = (lane & 1) * 16;
+  const float* s_row = s_w + r * kSP + c0;
+  const int row0 = k0 + warp * kWarpRows;
+  const bool keep = row0 + r < L && mask[int64_t(b) * L + row0 + r] != 0;
+  Acc dk[D / 16], dv[D / 16];
+  Zero(dk);
+  Zero(dv);
+  const int tiles = (L + kTile - 1) / kTile;
+  for (int t = 0; t < tiles; ++t) {
+    const int q0 = t * kTile, valid = min(kTile, L - q0);
+    __syncthreads();  // the previous tile's q_s, do_s, lse_s, d_s are no longer read
+    LoadTile<T, D>(q_s, base + q0 * H3, H3, kTile, valid);
+    LoadTile<T, D>(do_s, obase + q0 * int64_t(H), H, kTile, valid);
+    if (threadIdx.x < kTile) {
+      const int q = q0 + threadIdx.x;
+      lse_s[threadIdx.x] = q < L ? lse_bh[q] : INFINITY;
+      d_s[threadIdx.x] = q < L ? d_bh[q] : 0.0f;
+    }
+    __syncthreads();
+    ProductNT<T, D>(s_w, k_s + warp * kWarpRows * P, q_s);  // S^T = K Q^T
+    __syncwarp();
+    for (int j = 0; j < 16; ++j)
+      p_w[r * kPP + c0 + j] = FromF<T>(keep ? expf(s_row[j] * scale - lse_s[c0 + j]) : 0.0f);
+    __syncwarp();
+    Mma<T, wmma::row_major, kTile, D / 16>(dv, p_w, kPP, do_s, P);  // dV += P^T dO
+    ProductNT<T, D>(s_w, v_s + warp * kWarpRows * P, do_s);         // dP^T = V dO^T
+    __syncwarp();
+    for (int j = 0; j < 16; ++j) {
+      const int idx = r * kPP + c0 + j;
+      p_w[idx] = FromF<T>(ToF(p_w[idx]) * (s_row[j] - d_s[c0 + j]));  // dS^T
+    }
+    __syncwarp();
+    Mma<T, wmma::row_major, kTile, D / 16>(dk, p_w, kPP, q_s, P);  // dK += dS^T Q
+  }
+  T* dst = dqkv + (int64_t(b) * L + row0) * H3 + int64_t(h) * D;
+  WriteRows<T, D>(dst + H, H3, L - row0, dk, scale, s_w);
+  WriteRows<T, D>(dst + 2 * H, H3, L - row0, dv, 1.0f, s_w);
+}
+
+// Grid (ceil(L/64), nh, B). dQ of 64 queries of one head, over every key:
+// P = exp(Q K^T * scale - lse), dP = dO V^T, dS = P (dP - D),
+// dQ = scale dS K.
+template <typename T, int D>
+__global__ void __launch_bounds__(kThreads)
+    FlashBackwardQKernel(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* dvec,
+                         const int32_t* mask, int L, int H, int nh, float scale) {
+  constexpr int P = kPitch<D>;
+  __shared__ __align__(32) T q_s[kBlockRows * P];
+  __shared__ __align__(32) T do_s[kBlockRows * P];
+  __shared__ __align__(32) T k_s[kTile * P];
+  __shared__ __align__(32) T v_s[kTile * P];
+  __shared__ __align__(32) float s_s[kWarps][kWarpRows * kSP];
+  __shared__ __align__(32) T p_s[kWarps][kWarpRows * kPP];
+  __shared__ int keep_s[kTile];
+  const int b = blockIdx.z, h = blockIdx.y, q0 = blockIdx.x * kBlockRows;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t H3 = 3 * int64_t(H);
+  const T* base = qkv + int64_t(b) * L * H3 + int64_t(h) * D;
+  const int32_t* keys_real = mask + int64_t(b) * L;
+  const int valid_rows = min(kBlockRows, L - q0);
+  LoadTile<T, D>(q_s, base + q0 * H3, H3, kBlockRows, valid_rows);
+  LoadTile<T, D>(do_s, dout + (int64_t(b) * L + q0) * H + int64_t(h) * D, H, kBlockRows, valid_rows);
+  float* s_w = s_s[warp];
+  T* p_w = p_s[warp];
+  const int r = lane >> 1, c0 = (lane & 1) * 16;
+  const float* s_row = s_w + r * kSP + c0;
+  const int row0 = q0 + warp * kWarpRows;
+  const int64_t bh = int64_t(b) * nh + h;
+  const float row_lse = row0 + r < L ? lse[bh * L + row0 + r] : INFINITY;
+  const float row_d = row0 + r < L ? dvec[bh * L + row0 + r] : 0.0f;
+  Acc dq[D / 16];
+  Zero(dq);
+  const int tiles = (L + kTile - 1) / kTile;
+  for (int t = 0; t < tiles; ++t) {
+    const int k0 = t * kTile, valid = min(kTile, L - k0);
+    __syncthreads();
+    LoadTile<T, D>(k_s, base + H + k0 * H3, H3, kTile, valid);
+    LoadTile<T, D>(v_s, base + 2 * H + k0 * H3, H3, kTile, valid);
+    if (threadIdx.x < kTile) keep_s[threadIdx.x] = k0 + int(threadIdx.x) < L && keys_real[k0 + threadIdx.x] != 0;
+    __syncthreads();
+    ProductNT<T, D>(s_w, q_s + warp * kWarpRows * P, k_s);  // S = Q K^T
+    __syncwarp();
+    for (int j = 0; j < 16; ++j)
+      p_w[r * kPP + c0 + j] = FromF<T>(keep_s[c0 + j] ? expf(s_row[j] * scale - row_lse) : 0.0f);
+    __syncwarp();
+    ProductNT<T, D>(s_w, do_s + warp * kWarpRows * P, v_s);  // dP = dO V^T
+    __syncwarp();
+    for (int j = 0; j < 16; ++j) {
+      const int idx = r * kPP + c0 + j;
+      p_w[idx] = FromF<T>(ToF(p_w[idx]) * (s_row[j] - row_d));  // dS
+    }
+    __syncwarp();
+    Mma<T, wmma::row_major, kTile, D / 16>(dq, p_w, kPP, k_s, P);  // dQ += dS K
+  }
+  WriteRows<T, D>(dqkv + (int64_t(b) * L + row0) * H3 + int64_t(h) * D, H3, L - row0, dq, scale, s_w);
+}
+
+Status Launched(const char* what) { return CudaStatus(cudaGetLastError(), what); }
+
+bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+Status CheckShape(DType type, int B, int L, int H, int nh, std::initializer_list<const void*> pointers) {
+  if (B < 0 || !FusedAttentionSupported(type, L, H, nh)) {
+    return InvalidArgumentError(std::string("fused attention: unsupported shape or type (") + DTypeName(type) +
+                                ", B " + std::to_string(B) + ", L " + std::to_string(L) + ", H " +
+                                std::to_string(H) + ", heads " + std::to_string(nh) +
+                                "); valid: bf16 or fp16, head size 32 or 64, L in 1..512");
+  }
+  for (const void* p : pointers)
+    if (!Aligned16(p)) return InvalidArgumentError("fused attention: a tensor is not 16-byte aligned");
+  return OkStatus();
+}
+
+template <typename T, int D>
+Status Forward(cudaStream_t stream, T* out, float* lse, const T* qkv, const int32_t* mask, int B, int L, int H,
+               int nh) {
+  const dim3 grid((L + kBlockRows - 1) / kBlockRows, nh, B);
+  FlashForwardKernel<T, D><<<grid, kThreads, 0, stream>>>(out, lse, qkv, mask, L, H, nh,
+                                                          1.0f / std::sqrt(float(D)));
+  return Launched("FlashForwardKernel");
+}
+
+template <typename T, int D>
+Status Backward(cudaStream_t stream, T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse,
+                const int32_t* mask, int B, int L, int H, int nh, float* dvec) {
+  const int64_t rows = int64_t(B) * L * nh;
+  RowDotKernel<T, D><<<unsigned((rows + kWarps - 1) / kWarps), kThreads, 0, stream>>>(dvec, dout, out, L, nh, rows);
+  DGCA_RETURN_IF_ERROR(Launched("RowDotKernel"));
+  const dim3 grid((L + kBlockRows - 1) / kBlockRows, nh, B);
+  const float scale = 1.0f / std::sqrt(float(D));
+  FlashBackwardKVKernel<T, D><<<grid, kThreads, 0, stream>>>(dqkv, dout, qkv, lse, dvec, mask, L, H, nh, scale);
+  DGCA_RETURN_IF_ERROR(Launched("FlashBackwardKVKernel"));
+  FlashBackwardQKernel<T, D><<<grid, kThreads, 0, stream>>>(dqkv, dout, qkv, lse, dvec, mask, L, H, nh, scale);
+  return Launched("FlashBackwardQKernel");
+}
+
+}  // namespace
+
+bool FusedAttentionSupported(DType type, int L, int H, int nh) {
+  if (type == DType::kF32 || nh <= 0 || H % nh != 0 || L < 1 || L > 512) return false;
+  const int d = H / nh;
+  return d == 32 || d == 64;
+}
+
+template <typename T>
+Status FusedAttentionForward(cudaStream_t stream, T* out, float* lse, const T* qkv, const int32_t* mask,
+                             int B, int L, int H, int nh) {
+  DGCA_RETURN_IF_ERROR(CheckShape(kDType<T>, B, L, H, nh, {out, qkv}));
+  if (B == 0) return OkStatus();
+  if (H / nh == 64) return Forward<T, 64>(stream, out, lse, qkv, mask, B, L, H, nh);
+  return Forward<T, 32>(stream, out, lse, qkv, mask, B, L, H, nh);
+}
+
+template <typename T>
+Status FusedAttentionBackward(cudaStream_t stream, T* dqkv, const T* dout, const T* qkv, const T* out,
+                              const float* lse, const int32_t* mask, int B, int L, int H, int nh,
+                              float* scratch) {
+  DGCA_RETURN_IF_ERROR(CheckShape(kDType<T>, B, L, H, nh, {dqkv, dout, qkv, out}));
+  if (B == 0) return OkStatus();
+  if (H / nh == 64) return Backward<T, 64>(stream, dqkv, dout, qkv, out, lse, mask, B, L, H, nh, scratch);
+  return Backward<T, 32>(stream, dqkv, dout, qkv, out, lse, mask, B, L, H, nh, scratch);
+}
+
+#define DGCA_INSTANTIATE(T)                                                                                 \
+  template Status FusedAttentionForward<T>(cudaStream_t, T*, float*, const T*, const int32_t*, int, int, int, \
+                                           int);                                                            \
+  template Status FusedAttentionBackward<T>(cudaStream_t, T*, const T*, const T*, const T*, const float*,    \
+                                            const int32_t*, int, int, int, int, float*);
+DGCA_INSTANTIATE(bf16)
+DGCA_INSTANTIATE(__half)
+#undef DGCA_INSTANTIATE
+
+}  // namespace cuda
+}  // namespace dgca
