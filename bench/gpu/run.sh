@@ -109,15 +109,19 @@ if [ -x "$BUILD/model/cuda_ops_test$SFX" ]; then
   cat "$OUT/cuda_ops_test.out" >> "$OUT/model_check.txt" && rm -f "$OUT/cuda_ops_test.out"
 fi
 # dgca's own throughput rows (the same shape as the PyTorch runs below):
-# with CUDA graphs (the benchmark's batches repeat, so its steps replay) and
-# without (what training on real, variable-shape data mostly gets); one
-# JSON object per line.
+# with CUDA graphs (the benchmark's batches repeat, so its steps replay),
+# without (what training on real, variable-shape data mostly gets), and
+# with the GEMM attention instead of the fused kernels (which to keep as
+# the default is decided by this row); one JSON object per line.
 # shellcheck disable=SC2086
 "$BUILD/model/dgca-bench$SFX" $BENCH_ARGS --precision bf16 --profile --json \
   > "$OUT/dgca_bench.json" 2> "$OUT/dgca_bench.err"
 bench_rc=$?
 # shellcheck disable=SC2086
 "$BUILD/model/dgca-bench$SFX" $BENCH_ARGS --precision bf16 --no-cuda-graphs --json \
+  >> "$OUT/dgca_bench.json" 2>> "$OUT/dgca_bench.err" || bench_rc=1
+# shellcheck disable=SC2086
+"$BUILD/model/dgca-bench$SFX" $BENCH_ARGS --precision bf16 --gemm-attention --json \
   >> "$OUT/dgca_bench.json" 2>> "$OUT/dgca_bench.err" || bench_rc=1
 { echo "==================== dgca-bench stderr (rc=$bench_rc)"; cat "$OUT/dgca_bench.err"; } >> "$OUT/model_check.txt"
 rm -f "$OUT/dgca_bench.err"
@@ -197,7 +201,8 @@ try:
         if "samples_per_second" not in d:
             raise RuntimeError(d.get("error", "no samples_per_second"))
         graphs = d.get("cuda_graphs")
-        label = f"dgca {d['precision']}" + (" CUDA graphs" if graphs else " no graphs")
+        label = (f"dgca {d['precision']}" + (" CUDA graphs" if graphs else " no graphs") +
+                 f", {d.get('attention', '?')} attention")
         if dgca_sps is None:
             dgca_sps = d["samples_per_second"]
         dgca_rows.append((label, d["samples_per_second"]))

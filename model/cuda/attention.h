@@ -4,7 +4,10 @@
 // place, a second batched GEMM with V, merge heads. Same layout and mask
 // semantics as cpu::AttentionForward (model/cpu/ops.h): qkv [B,L,3H],
 // mask [B,L] (1 = real key), out [B,L,H], probs [B,nh,L,L] saved for the
-// backward. A fused (flash-style) kernel replaces this once timed on a GPU.
+// backward. For bf16/fp16 CudaBert runs the fused kernels of
+// flash_attention.h instead (no L*L tensor); this version serves fp32, head
+// sizes those kernels do not take, and the comparison row in bench/gpu
+// (dgca-bench --gemm-attention).
 //
 // Thread-safety: as GemmRunner (one thread, one context).
 #ifndef DGCA_MODEL_CUDA_ATTENTION_H_

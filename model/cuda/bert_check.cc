@@ -101,8 +101,10 @@ void AddRow(Rows* rows, const std::string& op, DType t, const std::vector<float>
   rows->push_back(CheckRow{op, DTypeName(t), MaxRelErr(got, want), tol});
 }
 
+// fused_attention: the attention kernels CudaBert uses for 16-bit T
+// (set_fused_attention); fp32 always runs the GEMM version.
 template <typename T>
-Status CheckBert(const CudaContext& ctx, GemmRunner* gemm, Rng* rng, Rows* rows) {
+Status CheckBertWith(bool fused_attention, const CudaContext& ctx, GemmRunner* gemm, Rng* rng, Rows* rows) {
   const DType t = kDType<T>;
   const double tol = t == DType::kF32 ? kF32Tol : t == DType::kBF16 ? kBertBf16Tol : kBertF16Tol;
   ModelConfig cfg;
@@ -149,7 +151,10 @@ Status CheckBert(const CudaContext& ctx, GemmRunner* gemm, Rng* rng, Rows* rows)
   DGCA_ASSIGN_OR_RETURN(std::unique_ptr<DeviceParams> dparams, DeviceParams::Create(&store, t));
   DGCA_RETURN_IF_ERROR(dparams->Upload(store));
   CudaBert<T> gbert(cfg, max_batch, seq_len, max_rows);
+  DGCA_RETURN_IF_ERROR(gbert.set_fused_attention(fused_attention));
   DGCA_RETURN_IF_ERROR(gbert.Bind(store, dparams.get(), &ctx, gemm));
+  if (gbert.fused_attention() != (fused_attention && t != DType::kF32))
+    return InternalError("cuda_bert check: CudaBert did not take the attention kernels asked for");
 
   const std::vector<float> prompt_rows = RandVec(size_t(S) * H, rng, -0.5f, 0.5f, t);
   DGCA_ASSIGN_OR_RETURN(DeviceArray<T> d_prompt_rows, UploadAs<T>(prompt_rows));
@@ -243,11 +248,23 @@ Status CheckBert(const CudaContext& ctx, GemmRunner* gemm, Rng* rng, Rows* rows)
 
 }  // namespace
 
+// The rows of a 16-bit run say which attention kernels ran.
+template <typename T, bool kFusedAttention>
+Status CheckBert(const CudaContext& ctx, GemmRunner* gemm, Rng* rng, Rows* rows) {
+  const size_t first = rows->size();
+  Status s = CheckBertWith<T>(kFusedAttention, ctx, gemm, rng, rows);
+  if (kDType<T> != DType::kF32)
+    for (size_t i = first; i < rows->size(); ++i) (*rows)[i].op += kFusedAttention ? " [fused attn]" : " [GEMM attn]";
+  return s;
+}
+
 const std::vector<OpCheck>& BertChecks() {
   static const std::vector<OpCheck>* checks = new std::vector<OpCheck>{
-      OpCheck{"cuda_bert fp32", CheckBert<float>},
-      OpCheck{"cuda_bert bf16", CheckBert<bf16_t>},
-      OpCheck{"cuda_bert fp16", CheckBert<__half>},
+      OpCheck{"cuda_bert fp32", CheckBert<float, false>},
+      OpCheck{"cuda_bert bf16 (fused attention)", CheckBert<bf16_t, true>},
+      OpCheck{"cuda_bert fp16 (fused attention)", CheckBert<__half, true>},
+      OpCheck{"cuda_bert bf16 (GEMM attention)", CheckBert<bf16_t, false>},
+      OpCheck{"cuda_bert fp16 (GEMM attention)", CheckBert<__half, false>},
   };
   return *checks;
 }

@@ -12,6 +12,7 @@
 
 #include "model/cuda/attention.h"
 #include "model/cuda/bert_kernels.h"
+#include "model/cuda/flash_attention.h"
 #include "model/cuda/kernels.h"
 
 #if defined(__has_include)
@@ -175,10 +176,8 @@ Status CudaBert<T>::Bind(const ParamStore& layout, DeviceParams* params, const C
 
   // Activations, allocated once (as dgca::Bert::Bind).
   const size_t N = static_cast<size_t>(max_batch_) * seq_len_;
-  const size_t probs = static_cast<size_t>(max_batch_) * nh_ * seq_len_ * seq_len_;
   for (Layer& ly : layers_) {
     DGCA_RETURN_IF_ERROR(Alloc(&ly.qkv, N * 3 * H, "qkv"));
-    DGCA_RETURN_IF_ERROR(Alloc(&ly.probs, probs, "probs"));
     DGCA_RETURN_IF_ERROR(Alloc(&ly.ctx, N * H, "ctx"));
     DGCA_RETURN_IF_ERROR(Alloc(&ly.r1, N * H, "r1"));
     DGCA_RETURN_IF_ERROR(Alloc(&ly.mean1, N, "mean1"));
@@ -215,9 +214,9 @@ Status CudaBert<T>::Bind(const ParamStore& layout, DeviceParams* params, const C
   DGCA_RETURN_IF_ERROR(Alloc(&dg_, N * F, "dg"));
   DGCA_RETURN_IF_ERROR(Alloc(&dsel_, R * H, "dsel"));
   DGCA_RETURN_IF_ERROR(Alloc(&dt_, R * H, "dt"));
-  const int64_t scratch = std::max(AttentionScratchElems(max_batch_, seq_len_, H_),
-                                   AttentionBackwardScratchElems(max_batch_, seq_len_, H_, nh_));
-  DGCA_RETURN_IF_ERROR(Alloc(&attn_scratch_, static_cast<size_t>(scratch), "attention scratch"));
+  DGCA_RETURN_IF_ERROR(Alloc(&mask_, N, "mask"));
+  fused_ = want_fused_ && FusedAttentionSupported(kDType<T>, seq_len_, H_, nh_);
+  DGCA_RETURN_IF_ERROR(AllocAttention());
   // Column-reduction scratch: the largest of every LayerNorm (two sums) and
   // bias gradient this module computes.
   const int Ni = static_cast<int>(N), Ri = static_cast<int>(R);
@@ -231,18 +230,50 @@ Status CudaBert<T>::Bind(const ParamStore& layout, DeviceParams* params, const C
 }
 
 template <typename T>
+Status CudaBert<T>::AllocAttention() {
+  const size_t probs = static_cast<size_t>(max_batch_) * nh_ * seq_len_ * seq_len_;
+  const size_t rows = static_cast<size_t>(max_batch_) * nh_ * seq_len_;
+  // Free first: switching kernels should not need both sets at once.
+  for (Layer& ly : layers_) {
+    ly.probs = DeviceArray<T>();
+    ly.lse = DeviceArray<float>();
+  }
+  attn_scratch_ = DeviceArray<T>();
+  attn_rowdot_ = DeviceArray<float>();
+  if (fused_) {
+    for (Layer& ly : layers_) DGCA_RETURN_IF_ERROR(Alloc(&ly.lse, rows, "lse"));
+    return Alloc(&attn_rowdot_, static_cast<size_t>(FusedAttentionBackwardScratchFloats(max_batch_, seq_len_, nh_)),
+                 "attention row sums");
+  }
+  for (Layer& ly : layers_) DGCA_RETURN_IF_ERROR(Alloc(&ly.probs, probs, "probs"));
+  const int64_t scratch = std::max(AttentionScratchElems(max_batch_, seq_len_, H_),
+                                   AttentionBackwardScratchElems(max_batch_, seq_len_, H_, nh_));
+  return Alloc(&attn_scratch_, static_cast<size_t>(scratch), "attention scratch");
+}
+
+template <typename T>
+Status CudaBert<T>::set_fused_attention(bool on) {
+  want_fused_ = on;
+  if (params_ == nullptr) return OkStatus();  // Bind decides
+  const bool fused = on && FusedAttentionSupported(kDType<T>, seq_len_, H_, nh_);
+  if (fused == fused_) return OkStatus();
+  fused_ = fused;
+  return AllocAttention();
+}
+
+template <typename T>
 size_t CudaBert<T>::activation_bytes() const {
   size_t b = 0;
   auto add = [&b](const auto& a) { b += a.size() * sizeof(*a.get()); };
   for (const Layer& ly : layers_) {
-    add(ly.qkv); add(ly.probs); add(ly.ctx); add(ly.r1); add(ly.mean1); add(ly.rstd1); add(ly.h1);
+    add(ly.qkv); add(ly.probs); add(ly.lse); add(ly.ctx); add(ly.r1); add(ly.mean1); add(ly.rstd1); add(ly.h1);
     add(ly.f1); add(ly.g); add(ly.r2); add(ly.mean2); add(ly.rstd2); add(ly.out);
   }
   add(emb_in_); add(emb_out_); add(emb_mean_); add(emb_rstd_);
   add(pos_ids_); add(type_ids_); add(word_ids_); add(prompt_ids_);
   add(rows_); add(sel_); add(t1_); add(t2_); add(t3_); add(tmean_); add(trstd_); add(logits_);
   add(dcur_); add(dtmp_); add(dctx_); add(dqkv_); add(dg_); add(dsel_); add(dt_); add(attn_scratch_);
-  add(col_scratch_);
+  add(attn_rowdot_); add(mask_); add(col_scratch_);
   return b;
 }
 
@@ -250,14 +281,14 @@ template <typename T>
 Status CudaBert<T>::PoisonActivations() {
   auto p = [](auto& a) { return a.Poison(); };
   for (Layer& ly : layers_) {
-    for (Status s : {p(ly.qkv), p(ly.probs), p(ly.ctx), p(ly.r1), p(ly.mean1), p(ly.rstd1), p(ly.h1),
+    for (Status s : {p(ly.qkv), p(ly.probs), p(ly.lse), p(ly.ctx), p(ly.r1), p(ly.mean1), p(ly.rstd1), p(ly.h1),
                      p(ly.f1), p(ly.g), p(ly.r2), p(ly.mean2), p(ly.rstd2), p(ly.out)})
       DGCA_RETURN_IF_ERROR(s);
   }
   for (Status s : {p(emb_in_), p(emb_out_), p(emb_mean_), p(emb_rstd_), p(pos_ids_), p(type_ids_),
                    p(word_ids_), p(prompt_ids_), p(rows_), p(sel_), p(t1_), p(t2_), p(t3_), p(tmean_),
                    p(trstd_), p(logits_), p(dcur_), p(dtmp_), p(dctx_), p(dqkv_), p(dg_), p(dsel_), p(dt_),
-                   p(attn_scratch_), p(col_scratch_)})
+                   p(attn_scratch_), p(attn_rowdot_), p(mask_), p(col_scratch_)})
     DGCA_RETURN_IF_ERROR(s);
   // cudaMemset may still be running; the model's stream does not wait for
   // the legacy stream.
@@ -355,6 +386,12 @@ Status CudaBert<T>::EncoderForward(const int32_t* mask, int B, int L) {
   }
   B_ = B;
   L_ = L;
+  if (fused_) {  // the fused backward needs the mask; the caller may reuse its array
+    DGCA_RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(mask_.get(), mask, sizeof(int32_t) * B * L,
+                                                    cudaMemcpyDeviceToDevice, stream()),
+                                    "CudaBert: mask copy"));
+    mask = mask_.get();
+  }
   for (int l = 0; l < cfg_.layers; ++l)
     DGCA_RETURN_IF_ERROR(LayerForward(l, l == 0 ? emb_out_.get() : layers_[l - 1].out.get(), mask));
   return OkStatus();
@@ -374,8 +411,16 @@ Status CudaBert<T>::LayerForward(int l, const T* x, const int32_t* mask) {
   cudaStream_t s = stream();
   // Self-attention: one GEMM for q, k, v.
   DGCA_RETURN_IF_ERROR(Linear(ly.qkv.get(), x, ly.qkv_w, ly.qkv_b, N, H, 3 * H));
-  DGCA_RETURN_IF_ERROR(AttentionForward<T>(*ctx_, gemm_, ly.ctx.get(), ly.probs.get(), ly.qkv.get(), mask, B_, L_,
-                                           H, nh_, attn_scratch_.get()));
+  if constexpr (!std::is_same_v<T, float>) {
+    if (fused_) {
+      DGCA_RETURN_IF_ERROR(
+          FusedAttentionForward<T>(s, ly.ctx.get(), ly.lse.get(), ly.qkv.get(), mask, B_, L_, H, nh_));
+    }
+  }
+  if (!fused_) {
+    DGCA_RETURN_IF_ERROR(AttentionForward<T>(*ctx_, gemm_, ly.ctx.get(), ly.probs.get(), ly.qkv.get(), mask, B_,
+                                             L_, H, nh_, attn_scratch_.get()));
+  }
   // Output projection + bias + residual in one GEMM, LayerNorm (post-LN).
   DGCA_RETURN_IF_ERROR(Linear(ly.r1.get(), ly.ctx.get(), ly.ao_w, ly.ao_b, N, H, H, x));
   DGCA_RETURN_IF_ERROR(LayerNormForward<T>(s, ly.h1.get(), ly.mean1.get(), ly.rstd1.get(), ly.r1.get(),
@@ -463,8 +508,17 @@ Status CudaBert<T>::LayerBackward(int l, const T* x, T* dcur) {
                                             W(ly.ln1_w), ly.mean1.get(), ly.rstd1.get(), N, H, col_scratch_.get()));
   // r1 = ctx Wo^T + bo + x.
   DGCA_RETURN_IF_ERROR(LinearBack(dctx_.get(), false, ly.ao_w, ly.ao_b, dcur, ly.ctx.get(), N, H, H));
-  DGCA_RETURN_IF_ERROR(AttentionBackward<T>(*ctx_, gemm_, dqkv_.get(), dctx_.get(), ly.qkv.get(), ly.probs.get(),
-                                            B_, L_, H, nh_, attn_scratch_.get()));
+  if constexpr (!std::is_same_v<T, float>) {
+    if (fused_) {
+      DGCA_RETURN_IF_ERROR(FusedAttentionBackward<T>(s, dqkv_.get(), dctx_.get(), ly.qkv.get(), ly.ctx.get(),
+                                                     ly.lse.get(), mask_.get(), B_, L_, H, nh_,
+                                                     attn_rowdot_.get()));
+    }
+  }
+  if (!fused_) {
+    DGCA_RETURN_IF_ERROR(AttentionBackward<T>(*ctx_, gemm_, dqkv_.get(), dctx_.get(), ly.qkv.get(),
+                                              ly.probs.get(), B_, L_, H, nh_, attn_scratch_.get()));
+  }
   // qkv = x Wqkv^T + bqkv: d x += dqkv Wqkv.
   return LinearBack(dcur, true, ly.qkv_w, ly.qkv_b, dqkv_.get(), x, N, H, 3 * H);
 }

@@ -95,6 +95,18 @@ class CudaBert {
   // (faster for many rows, order-dependent rounding).
   void set_deterministic(bool d) { deterministic_ = d; }
 
+  // Attention kernels. For T = bf16/fp16 the fused ones
+  // (flash_attention.h: no [B,nh,L,L] tensor; each layer keeps a
+  // [B,nh,L] fp32 log-sum-exp instead of its probabilities) are the default
+  // wherever FusedAttentionSupported(T, seq_len, H, heads); off, or for fp32,
+  // the GEMM version (attention.h). Before Bind it only records the wish;
+  // after Bind it reallocates the per-layer buffers the choice needs, so
+  // call it between steps (a backward uses the kernel its forward used).
+  // INTERNAL when an allocation fails.
+  Status set_fused_attention(bool on);
+  // Whether the fused kernels run (after Bind).
+  bool fused_attention() const { return fused_; }
+
   // Row i of [B*L] gets prompt_rows[prompt_slot[i]] when prompt_rows is
   // non-null and prompt_slot[i] >= 0, else the word embedding of ids[i];
   // then + token type, + position (i mod L) (HF's order of the sums); then
@@ -165,7 +177,8 @@ class CudaBert {
     std::string fwd_name, bwd_name;  // NVTX range names
     // Activations (N = B*L rows), as dgca::Bert::Layer.
     DeviceArray<T> qkv;    // [N, 3H]
-    DeviceArray<T> probs;  // [B, nh, L, L]
+    DeviceArray<T> probs;    // [B, nh, L, L] (GEMM attention)
+    DeviceArray<float> lse;  // [B, nh, L] (fused attention)
     DeviceArray<T> ctx;    // [N, H]
     DeviceArray<T> r1;     // [N, H] projection + bias + residual (LN1 input)
     DeviceArray<float> mean1, rstd1;
@@ -177,6 +190,8 @@ class CudaBert {
     DeviceArray<T> out;    // [N, H]
   };
 
+  // (Re)allocates what the chosen attention kernels need (fused_ set).
+  Status AllocAttention();
   Status LayerForward(int l, const T* x, const int32_t* mask);
   // dcur: dL/d(out_l) on entry, dL/d(x_l) on return.
   Status LayerBackward(int l, const T* x, T* dcur);
@@ -199,6 +214,8 @@ class CudaBert {
   const CudaContext* ctx_ = nullptr;
   GemmRunner* gemm_ = nullptr;
   bool deterministic_ = true;
+  bool want_fused_ = true;  // set_fused_attention's wish
+  bool fused_ = false;      // what runs: the wish where supported
 
   int wte_idx_ = -1, pos_idx_ = -1, type_idx_ = -1, eln_w_ = -1, eln_b_ = -1;
   int head_first_ = -1, hd_w_ = -1, hd_b_ = -1, hln_w_ = -1, hln_b_ = -1, hbias_ = -1;
@@ -218,8 +235,13 @@ class CudaBert {
   DeviceArray<float> tmean_, trstd_;
   // Backward scratch.
   DeviceArray<T> dcur_, dtmp_, dctx_, dqkv_, dg_, dsel_, dt_;
-  // Attention scratch (forward and backward share it).
+  // Attention scratch (forward and backward share it): the GEMM version's,
+  // or the fused backward's row sums (attn_rowdot_).
   DeviceArray<T> attn_scratch_;
+  DeviceArray<float> attn_rowdot_;
+  // The forward's mask [N], kept for the fused backward (the caller's array
+  // may be reused once the forward is enqueued).
+  DeviceArray<int32_t> mask_;
   // Column reductions' chunk sums (kernels.h ColumnSumScratchElems).
   DeviceArray<float> col_scratch_;
 };

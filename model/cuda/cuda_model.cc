@@ -395,6 +395,11 @@ class CudaDgcaModelImpl final : public CudaDgcaModel {
     heads_.set_deterministic(d);
     if (graphs_ != nullptr) graphs_->Clear();  // the graphs hold the other kernels
   }
+  Status set_fused_attention(bool on) override {
+    if (graphs_ != nullptr) graphs_->Clear();  // they hold the other kernels and buffers
+    return bert_.set_fused_attention(on);
+  }
+  bool fused_attention() const override { return bert_.fused_attention(); }
 
  private:
   cudaStream_t stream() const { return ctx_->stream(); }

@@ -150,6 +150,12 @@ class CudaDgcaModel : public DgcaModel {
   // gradients use atomicAdd (order-dependent last bits), as PyTorch does
   // unless torch.use_deterministic_algorithms(True).
   virtual void set_deterministic(bool deterministic) = 0;
+  // The fused (flash-style) attention kernels for bf16/fp16 (on by default
+  // where the shape allows; CudaBert::set_fused_attention). Off: the GEMM
+  // version, which stores each layer's [B,nh,L,L] probabilities. Call
+  // between steps; INTERNAL when reallocating fails.
+  virtual Status set_fused_attention(bool on) = 0;
+  virtual bool fused_attention() const = 0;
   // GEMM shapes cuBLASLt had no algorithm for (run by the slow
   // FallbackGemm, model/cuda/gemm.h); dgca-bench reports it.
   virtual size_t gemm_fallback_plans() const = 0;

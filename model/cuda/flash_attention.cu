@@ -340,7 +340,7 @@ Status CheckShape(DType type, int B, int L, int H, int nh, std::initializer_list
     return InvalidArgumentError(std::string("fused attention: unsupported shape or type (") + DTypeName(type) +
                                 ", B " + std::to_string(B) + ", L " + std::to_string(L) + ", H " +
                                 std::to_string(H) + ", heads " + std::to_string(nh) +
-                                "); valid: bf16 or fp16, head size 32 or 64, L in 1..512");
+                                "); valid: bf16 or fp16, head size 16, 32 or 64, L in 1..512");
   }
   for (const void* p : pointers)
     if (!Aligned16(p)) return InvalidArgumentError("fused attention: a tensor is not 16-byte aligned");
@@ -375,7 +375,7 @@ Status Backward(cudaStream_t stream, T* dqkv, const T* dout, const T* qkv, const
 bool FusedAttentionSupported(DType type, int L, int H, int nh) {
   if (type == DType::kF32 || nh <= 0 || H % nh != 0 || L < 1 || L > 512) return false;
   const int d = H / nh;
-  return d == 32 || d == 64;
+  return d == 16 || d == 32 || d == 64;
 }
 
 template <typename T>
@@ -383,8 +383,11 @@ Status FusedAttentionForward(cudaStream_t stream, T* out, float* lse, const T* q
                              int B, int L, int H, int nh) {
   DGCA_RETURN_IF_ERROR(CheckShape(kDType<T>, B, L, H, nh, {out, qkv}));
   if (B == 0) return OkStatus();
-  if (H / nh == 64) return Forward<T, 64>(stream, out, lse, qkv, mask, B, L, H, nh);
-  return Forward<T, 32>(stream, out, lse, qkv, mask, B, L, H, nh);
+  switch (H / nh) {
+    case 64: return Forward<T, 64>(stream, out, lse, qkv, mask, B, L, H, nh);
+    case 32: return Forward<T, 32>(stream, out, lse, qkv, mask, B, L, H, nh);
+    default: return Forward<T, 16>(stream, out, lse, qkv, mask, B, L, H, nh);
+  }
 }
 
 template <typename T>
@@ -393,8 +396,11 @@ Status FusedAttentionBackward(cudaStream_t stream, T* dqkv, const T* dout, const
                               float* scratch) {
   DGCA_RETURN_IF_ERROR(CheckShape(kDType<T>, B, L, H, nh, {dqkv, dout, qkv, out}));
   if (B == 0) return OkStatus();
-  if (H / nh == 64) return Backward<T, 64>(stream, dqkv, dout, qkv, out, lse, mask, B, L, H, nh, scratch);
-  return Backward<T, 32>(stream, dqkv, dout, qkv, out, lse, mask, B, L, H, nh, scratch);
+  switch (H / nh) {
+    case 64: return Backward<T, 64>(stream, dqkv, dout, qkv, out, lse, mask, B, L, H, nh, scratch);
+    case 32: return Backward<T, 32>(stream, dqkv, dout, qkv, out, lse, mask, B, L, H, nh, scratch);
+    default: return Backward<T, 16>(stream, dqkv, dout, qkv, out, lse, mask, B, L, H, nh, scratch);
+  }
 }
 
 #define DGCA_INSTANTIATE(T)                                                                                 \

@@ -28,7 +28,7 @@
 // (loops over key tiles): both recompute P from the log-sum-exp, so no
 // atomics and the result is deterministic.
 //
-// Supported: T = bf16 or __half, head size d = H / nh of 32 or 64, L in
+// Supported: T = bf16 or __half, head size d = H / nh of 16, 32 or 64, L in
 // 1..512, 16-byte aligned qkv, out, dout and dqkv (cudaMalloc's are).
 // FusedAttentionSupported says whether a shape qualifies; the functions
 // return INVALID_ARGUMENT otherwise. Every call only enqueues on `stream`.

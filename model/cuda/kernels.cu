@@ -1,6 +1,6 @@
 // CUDA kernels mirroring model/cpu/ops.cc. Straightforward first versions:
 // correct, coalesced, fp32 arithmetic; the fused and vectorized versions
-// (16-byte accesses, persistent grids, flash attention) come with the CUDA
+// (16-byte accesses, persistent grids) come with the CUDA
 // model once there is a GPU to time them on.
 #include "model/cuda/kernels.h"
 

@@ -364,7 +364,7 @@ Status CheckAttention(const CudaContext& ctx, GemmRunner* gemm, Rng* rng, Rows* 
 }
 
 // The fused kernels (flash_attention.h) against the same CPU reference, on
-// shapes that cover their edges: head sizes 32 and 64, partial query and
+// shapes that cover their edges: head sizes 16, 32 and 64, partial query and
 // key tiles, several key tiles, a padded sequence and one whose keys are all
 // padding (its rows must come out zero). The backward runs on the fused
 // forward's own out and log-sum-exp (that is what it is given in training).
@@ -374,7 +374,7 @@ Status CheckFusedAttention(const CudaContext& ctx, GemmRunner*, Rng* rng, Rows* 
   struct Shape {
     int B, L, H, nh;
   };
-  for (const Shape& s : {Shape{3, 75, 128, 2}, Shape{2, 40, 64, 2}}) {
+  for (const Shape& s : {Shape{3, 75, 128, 2}, Shape{2, 40, 64, 2}, Shape{2, 20, 32, 2}}) {
     const int B = s.B, L = s.L, H = s.H, nh = s.nh;
     const std::string tag =
         " (fused, L=" + std::to_string(L) + ", d=" + std::to_string(H / nh) + ")";

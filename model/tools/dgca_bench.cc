@@ -41,6 +41,10 @@
 // many were. (Real training data changes shape from batch to batch and
 // replays far less: bench/gpu/run.sh runs both.)
 //
+// Attention: the fused (flash-style) kernels for bf16/fp16 unless
+// --gemm-attention (cuda_model.h set_fused_attention); the JSON's
+// "attention" says which ran ("fused" or "gemm"; fp32 is always "gemm").
+//
 // Profile (--profile): after the timed steps, a few more steps run with
 // cudaEvent marks (model/cuda/step_profiler.h): GPU time per phase of the
 // step (encoder fwd, mlm head fwd, heads+loss, the loss read-back's host
@@ -54,7 +58,8 @@
 //
 // Usage: dgca-bench [--preset bert-base] [--batch 128] [--seq 128]
 //          [--micro-batch N] [--steps 30] [--warmup 5] [--precision bf16|fp16|fp32]
-//          [--device 0] [--peak-tflops X] [--profile] [--no-cuda-graphs] [--json]
+//          [--device 0] [--peak-tflops X] [--profile] [--no-cuda-graphs]
+//          [--gemm-attention] [--json]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -87,13 +92,14 @@ struct Args {
   bool json = false;
   bool profile = false;
   bool graphs = true;
+  bool fused_attention = true;
 };
 
 int Usage(const std::string& msg) {
   std::fprintf(stderr,
                "dgca-bench: %s\nusage: dgca-bench [--preset tiny|small|bert-base] [--batch N] "
                "[--seq N] [--micro-batch N] [--steps N] [--warmup N] [--precision bf16|fp16|fp32] "
-               "[--device N] [--peak-tflops X] [--profile] [--no-cuda-graphs] [--json]\n",
+               "[--device N] [--peak-tflops X] [--profile] [--no-cuda-graphs] [--gemm-attention] [--json]\n",
                msg.c_str());
   return 3;
 }
@@ -206,6 +212,10 @@ int main(int argc, char** argv) {
       a.profile = true;
       continue;
     }
+    if (k == "--gemm-attention") {
+      a.fused_attention = false;
+      continue;
+    }
     if (k == "--no-cuda-graphs") {
       a.graphs = false;
       continue;
@@ -255,6 +265,9 @@ int main(int argc, char** argv) {
   if (!model.ok()) return Fail(a, 1, "creating the model: " + model.status().ToString());
   dgca::cuda::CudaDgcaModel& m = **model;
   m.set_cuda_graphs(a.graphs);
+  if (auto s = m.set_fused_attention(a.fused_attention); !s.ok())
+    return Fail(a, 1, "choosing the attention kernels: " + s.ToString());
+  const char* attention = m.fused_attention() ? "fused" : "gemm";
   const int accum = a.batch / a.micro;
   std::vector<Batch> batches;
   for (int i = 0; i < accum; ++i) batches.push_back(MakeBatch(*cfg, a.micro, a.seq, 1000u + i));
@@ -354,10 +367,10 @@ int main(int argc, char** argv) {
     }
     const dgca::cuda::GraphCache::Stats gs = m.cuda_graph_stats();
     std::printf("\"gemm_fallback_plans\": %zu, \"loss_first\": %.6f, \"loss_last\": %.6f, \"cuda_graphs\": %s, "
-                "\"graph_replays\": %lld, \"graph_captures\": %lld, \"graph_failures\": %lld",
+                "\"graph_replays\": %lld, \"graph_captures\": %lld, \"graph_failures\": %lld, \"attention\": \"%s\"",
                 m.gemm_fallback_plans(), first_loss, last_loss, a.graphs ? "true" : "false",
                 static_cast<long long>(gs.replayed), static_cast<long long>(gs.captured),
-                static_cast<long long>(gs.capture_failures));
+                static_cast<long long>(gs.capture_failures), attention);
     if (a.profile) {
       std::printf(", \"profile\": {\"steps\": %d, \"step_ms\": %.4f, \"gemm_ms\": %.4f, \"gemms_per_step\": %d, "
                   "\"phase_ms\": {",
@@ -384,6 +397,7 @@ int main(int argc, char** argv) {
     } else {
       std::printf("  MFU              n/a (unknown device peak; --peak-tflops)\n");
     }
+    std::printf("  attention        %s kernels\n", attention);
     std::printf("  loss             first %.4f, last %.4f\n", first_loss, last_loss);
     std::printf("  GEMM fallbacks   %zu shapes without a cuBLASLt algorithm (slow path)\n",
                 m.gemm_fallback_plans());
