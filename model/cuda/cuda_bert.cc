@@ -215,8 +215,7 @@ Status CudaBert<T>::Bind(const ParamStore& layout, DeviceParams* params, const C
   DGCA_RETURN_IF_ERROR(Alloc(&dsel_, R * H, "dsel"));
   DGCA_RETURN_IF_ERROR(Alloc(&dt_, R * H, "dt"));
   DGCA_RETURN_IF_ERROR(Alloc(&mask_, N, "mask"));
-  fused_ = want_fused_ && FusedAttentionSupported(kDType<T>, seq_len_, H_, nh_);
-  DGCA_RETURN_IF_ERROR(AllocAttention());
+  DGCA_RETURN_IF_ERROR(AllocAttention(want_fused_ && FusedAttentionSupported(kDType<T>, seq_len_, H_, nh_)));
   // Column-reduction scratch: the largest of every LayerNorm (two sums) and
   // bias gradient this module computes.
   const int Ni = static_cast<int>(N), Ri = static_cast<int>(R);
@@ -230,7 +229,9 @@ Status CudaBert<T>::Bind(const ParamStore& layout, DeviceParams* params, const C
 }
 
 template <typename T>
-Status CudaBert<T>::AllocAttention() {
+Status CudaBert<T>::AllocAttention(bool fused) {
+  attention_ready_ = false;  // until every buffer of the new choice exists
+  fused_ = fused;
   const size_t probs = static_cast<size_t>(max_batch_) * nh_ * seq_len_ * seq_len_;
   const size_t rows = static_cast<size_t>(max_batch_) * nh_ * seq_len_;
   // Free first: switching kernels should not need both sets at once.
@@ -240,15 +241,19 @@ Status CudaBert<T>::AllocAttention() {
   }
   attn_scratch_ = DeviceArray<T>();
   attn_rowdot_ = DeviceArray<float>();
-  if (fused_) {
+  if (fused) {
     for (Layer& ly : layers_) DGCA_RETURN_IF_ERROR(Alloc(&ly.lse, rows, "lse"));
-    return Alloc(&attn_rowdot_, static_cast<size_t>(FusedAttentionBackwardScratchFloats(max_batch_, seq_len_, nh_)),
-                 "attention row sums");
+    DGCA_RETURN_IF_ERROR(Alloc(
+        &attn_rowdot_, static_cast<size_t>(FusedAttentionBackwardScratchFloats(max_batch_, seq_len_, nh_)),
+        "attention row sums"));
+  } else {
+    for (Layer& ly : layers_) DGCA_RETURN_IF_ERROR(Alloc(&ly.probs, probs, "probs"));
+    const int64_t scratch = std::max(AttentionScratchElems(max_batch_, seq_len_, H_),
+                                     AttentionBackwardScratchElems(max_batch_, seq_len_, H_, nh_));
+    DGCA_RETURN_IF_ERROR(Alloc(&attn_scratch_, static_cast<size_t>(scratch), "attention scratch"));
   }
-  for (Layer& ly : layers_) DGCA_RETURN_IF_ERROR(Alloc(&ly.probs, probs, "probs"));
-  const int64_t scratch = std::max(AttentionScratchElems(max_batch_, seq_len_, H_),
-                                   AttentionBackwardScratchElems(max_batch_, seq_len_, H_, nh_));
-  return Alloc(&attn_scratch_, static_cast<size_t>(scratch), "attention scratch");
+  attention_ready_ = true;
+  return OkStatus();
 }
 
 template <typename T>
@@ -256,9 +261,8 @@ Status CudaBert<T>::set_fused_attention(bool on) {
   want_fused_ = on;
   if (params_ == nullptr) return OkStatus();  // Bind decides
   const bool fused = on && FusedAttentionSupported(kDType<T>, seq_len_, H_, nh_);
-  if (fused == fused_) return OkStatus();
-  fused_ = fused;
-  return AllocAttention();
+  if (fused == fused_ && attention_ready_) return OkStatus();
+  return AllocAttention(fused);
 }
 
 template <typename T>
@@ -384,6 +388,9 @@ Status CudaBert<T>::EncoderForward(const int32_t* mask, int B, int L) {
     return InvalidArgumentError("CudaBert::EncoderForward: B=" + std::to_string(B) + " L=" + std::to_string(L) +
                                 " outside 1.." + std::to_string(max_batch_) + " x 1.." + std::to_string(seq_len_));
   }
+  if (!attention_ready_)
+    return FailedPreconditionError("CudaBert::EncoderForward: the attention buffers are missing (an allocation in "
+                                   "Bind or set_fused_attention failed)");
   B_ = B;
   L_ = L;
   if (fused_) {  // the fused backward needs the mask; the caller may reuse its array

@@ -102,7 +102,8 @@ class CudaBert {
   // the GEMM version (attention.h). Before Bind it only records the wish;
   // after Bind it reallocates the per-layer buffers the choice needs, so
   // call it between steps (a backward uses the kernel its forward used).
-  // INTERNAL when an allocation fails.
+  // INTERNAL when an allocation fails; forwards then fail with
+  // FAILED_PRECONDITION until a later call succeeds.
   Status set_fused_attention(bool on);
   // Whether the fused kernels run (after Bind).
   bool fused_attention() const { return fused_; }
@@ -190,8 +191,9 @@ class CudaBert {
     DeviceArray<T> out;    // [N, H]
   };
 
-  // (Re)allocates what the chosen attention kernels need (fused_ set).
-  Status AllocAttention();
+  // Frees the attention buffers and allocates what `fused` (the kernels to
+  // run from now on) needs; attention_ready_ says whether that succeeded.
+  Status AllocAttention(bool fused);
   Status LayerForward(int l, const T* x, const int32_t* mask);
   // dcur: dL/d(out_l) on entry, dL/d(x_l) on return.
   Status LayerBackward(int l, const T* x, T* dcur);
@@ -216,6 +218,7 @@ class CudaBert {
   bool deterministic_ = true;
   bool want_fused_ = true;  // set_fused_attention's wish
   bool fused_ = false;      // what runs: the wish where supported
+  bool attention_ready_ = false;  // its buffers are allocated
 
   int wte_idx_ = -1, pos_idx_ = -1, type_idx_ = -1, eln_w_ = -1, eln_b_ = -1;
   int head_first_ = -1, hd_w_ = -1, hd_b_ = -1, hln_w_ = -1, hln_b_ = -1, hbias_ = -1;

@@ -14,6 +14,7 @@
 #include "model/cuda/attention.h"
 #include "model/cuda/check_test_util.h"
 #include "model/cuda/cuda_context.h"
+#include "model/cuda/flash_attention.h"
 #include "model/cuda/gemm.h"
 #include "model/cuda/kernels.h"
 #include "model/cuda/op_check.h"
@@ -73,6 +74,31 @@ TEST(GemmRunnerTest, RejectsBadArgumentsWithClearMessages) {
   s = gemm.Run(g);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(gemm.cached_plans(), 0u);
+}
+
+// Which shapes the fused attention takes, and the errors for the others
+// (before any launch: no device needed).
+TEST(FusedAttentionTest, SupportedShapesAndClearErrors) {
+  EXPECT_TRUE(FusedAttentionSupported(DType::kBF16, 128, 768, 12));  // bert-base, d = 64
+  EXPECT_TRUE(FusedAttentionSupported(DType::kF16, 512, 128, 4));    // d = 32, the longest L
+  EXPECT_TRUE(FusedAttentionSupported(DType::kBF16, 1, 64, 4));      // d = 16
+  EXPECT_FALSE(FusedAttentionSupported(DType::kF32, 128, 768, 12));  // fp32: the GEMM version
+  EXPECT_FALSE(FusedAttentionSupported(DType::kBF16, 513, 768, 12));
+  EXPECT_FALSE(FusedAttentionSupported(DType::kBF16, 128, 1024, 8));  // d = 128
+  EXPECT_FALSE(FusedAttentionSupported(DType::kBF16, 128, 96, 4));    // d = 24
+  EXPECT_FALSE(FusedAttentionSupported(DType::kBF16, 128, 100, 3));   // H % heads != 0
+  alignas(16) static bf16 buf[64];
+  static float lse[8];
+  static int32_t mask[8];
+  Status s = FusedAttentionForward<bf16>(nullptr, buf, lse, buf, mask, 1, 8, 96, 4);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("head size 16, 32 or 64"), std::string::npos) << s.ToString();
+  s = FusedAttentionForward<bf16>(nullptr, buf + 1, lse, buf, mask, 1, 8, 64, 4);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("16-byte aligned"), std::string::npos) << s.ToString();
+  s = FusedAttentionBackward<bf16>(nullptr, buf, buf, buf, buf, lse, mask, 1, 8, 64, 4, nullptr);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("null lse, mask or scratch"), std::string::npos) << s.ToString();
 }
 
 TEST(OpCheckTest, MaxRelErrIsNormalizedAndCatchesPoison) {

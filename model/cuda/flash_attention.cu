@@ -11,6 +11,7 @@
 #include <mma.h>
 
 #include <cmath>
+#include <cstring>
 #include <initializer_list>
 #include <string>
 #include <type_traits>
@@ -95,18 +96,26 @@ __device__ __forceinline__ void ProductNT(float* s, const T* a, const T* b) {
 
 // Writes the warp's [16, D] result (acc) times `mult` as T to dst (row
 // stride ld), rows [0, valid) only; `stage` is the warp's fp32 scratch
-// (16 x kSP). The whole warp.
+// (16 x kSP). Each lane converts 8 consecutive values of one row and
+// stores them as one 16-byte access (dst, ld and the column offsets keep
+// 16-byte alignment: H is a multiple of 16 and the bases are aligned).
+// The whole warp.
 template <typename T, int D>
 __device__ __forceinline__ void WriteRows(T* dst, int64_t ld, int valid, Acc (&acc)[D / 16], float mult,
                                           float* stage) {
   const int lane = threadIdx.x & 31;
+  const int r = lane >> 1, c = (lane & 1) * 8;
 #pragma unroll
   for (int n = 0; n < D / 16; ++n) {
     wmma::store_matrix_sync(stage, acc[n], kSP, wmma::mem_row_major);
     __syncwarp();
-    for (int e = lane; e < 256; e += 32) {
-      const int r = e >> 4, c = e & 15;
-      if (r < valid) dst[r * ld + n * 16 + c] = FromF<T>(stage[r * kSP + c] * mult);
+    if (r < valid) {
+      T v[8];
+#pragma unroll
+      for (int e = 0; e < 8; ++e) v[e] = FromF<T>(stage[r * kSP + c + e] * mult);
+      uint4 u;
+      memcpy(&u, v, sizeof(u));
+      *reinterpret_cast<uint4*>(dst + r * ld + n * 16 + c) = u;
     }
     __syncwarp();
   }
@@ -132,7 +141,10 @@ __global__ void __launch_bounds__(kThreads)
   float* s_w = s_s[warp];
   T* p_w = p_s[warp];
   const T* q_w = q_s + warp * kWarpRows * P;
-  const int r = lane >> 1, c0 = (lane & 1) * 16;  // this lane's row and columns of a tile
+  // This lane's row and columns of a tile. The loops over them start at
+  // column r (mod 16): rows r and r + 8 share banks at pitch kSP, and the
+  // rotation spreads the lanes of a pass over different banks.
+  const int r = lane >> 1, c0 = (lane & 1) * 16;
   const float* s_row = s_w + r * kSP + c0;
   const int tiles = (L + kTile - 1) / kTile;
 
@@ -147,14 +159,18 @@ __global__ void __launch_bounds__(kThreads)
     ProductNT<T, D>(s_w, q_w, k_s);
     __syncwarp();
     float tmax = -INFINITY;
-    for (int j = 0; j < 16; ++j)
+    for (int i = 0; i < 16; ++i) {
+      const int j = (i + r) & 15;
       if (keep_s[c0 + j]) tmax = fmaxf(tmax, s_row[j] * scale);
+    }
     tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 1));
     const float nmax = fmaxf(mx, tmax);
     float tsum = 0.0f;
     if (nmax != -INFINITY) {
-      for (int j = 0; j < 16; ++j)
+      for (int i = 0; i < 16; ++i) {
+        const int j = (i + r) & 15;
         if (keep_s[c0 + j]) tsum += expf(s_row[j] * scale - nmax);
+      }
     }
     tsum += __shfl_xor_sync(0xffffffffu, tsum, 1);
     if (nmax != -INFINITY) {
@@ -178,8 +194,10 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
     ProductNT<T, D>(s_w, q_w, k_s);
     __syncwarp();
-    for (int j = 0; j < 16; ++j)
+    for (int i = 0; i < 16; ++i) {
+      const int j = (i + r) & 15;
       p_w[r * kPP + c0 + j] = FromF<T>(keep_s[c0 + j] ? expf(s_row[j] * scale - mx) * inv : 0.0f);
+    }
     __syncwarp();
     Mma<T, wmma::row_major, kTile, D / 16>(o, p_w, kPP, v_s, P);
   }
@@ -255,14 +273,16 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
     ProductNT<T, D>(s_w, k_s + warp * kWarpRows * P, q_s);  // S^T = K Q^T
     __syncwarp();
-    for (int j = 0; j < 16; ++j)
+    for (int i = 0; i < 16; ++i) {
+      const int j = (i + r) & 15;
       p_w[r * kPP + c0 + j] = FromF<T>(keep ? expf(s_row[j] * scale - lse_s[c0 + j]) : 0.0f);
+    }
     __syncwarp();
     Mma<T, wmma::row_major, kTile, D / 16>(dv, p_w, kPP, do_s, P);  // dV += P^T dO
     ProductNT<T, D>(s_w, v_s + warp * kWarpRows * P, do_s);         // dP^T = V dO^T
     __syncwarp();
-    for (int j = 0; j < 16; ++j) {
-      const int idx = r * kPP + c0 + j;
+    for (int i = 0; i < 16; ++i) {
+      const int j = (i + r) & 15, idx = r * kPP + c0 + j;
       p_w[idx] = FromF<T>(ToF(p_w[idx]) * (s_row[j] - d_s[c0 + j]));  // dS^T
     }
     __syncwarp();
@@ -316,13 +336,15 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
     ProductNT<T, D>(s_w, q_s + warp * kWarpRows * P, k_s);  // S = Q K^T
     __syncwarp();
-    for (int j = 0; j < 16; ++j)
+    for (int i = 0; i < 16; ++i) {
+      const int j = (i + r) & 15;
       p_w[r * kPP + c0 + j] = FromF<T>(keep_s[c0 + j] ? expf(s_row[j] * scale - row_lse) : 0.0f);
+    }
     __syncwarp();
     ProductNT<T, D>(s_w, do_s + warp * kWarpRows * P, v_s);  // dP = dO V^T
     __syncwarp();
-    for (int j = 0; j < 16; ++j) {
-      const int idx = r * kPP + c0 + j;
+    for (int i = 0; i < 16; ++i) {
+      const int j = (i + r) & 15, idx = r * kPP + c0 + j;
       p_w[idx] = FromF<T>(ToF(p_w[idx]) * (s_row[j] - row_d));  // dS
     }
     __syncwarp();
@@ -335,7 +357,8 @@ Status Launched(const char* what) { return CudaStatus(cudaGetLastError(), what);
 
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-Status CheckShape(DType type, int B, int L, int H, int nh, std::initializer_list<const void*> pointers) {
+Status CheckShape(DType type, int B, int L, int H, int nh, std::initializer_list<const void*> pointers,
+                  std::initializer_list<const void*> others) {
   if (B < 0 || !FusedAttentionSupported(type, L, H, nh)) {
     return InvalidArgumentError(std::string("fused attention: unsupported shape or type (") + DTypeName(type) +
                                 ", B " + std::to_string(B) + ", L " + std::to_string(L) + ", H " +
@@ -343,7 +366,10 @@ Status CheckShape(DType type, int B, int L, int H, int nh, std::initializer_list
                                 "); valid: bf16 or fp16, head size 16, 32 or 64, L in 1..512");
   }
   for (const void* p : pointers)
-    if (!Aligned16(p)) return InvalidArgumentError("fused attention: a tensor is not 16-byte aligned");
+    if (p == nullptr || !Aligned16(p))
+      return InvalidArgumentError("fused attention: a tensor is null or not 16-byte aligned");
+  for (const void* p : others)
+    if (p == nullptr) return InvalidArgumentError("fused attention: null lse, mask or scratch");
   return OkStatus();
 }
 
@@ -381,7 +407,7 @@ bool FusedAttentionSupported(DType type, int L, int H, int nh) {
 template <typename T>
 Status FusedAttentionForward(cudaStream_t stream, T* out, float* lse, const T* qkv, const int32_t* mask,
                              int B, int L, int H, int nh) {
-  DGCA_RETURN_IF_ERROR(CheckShape(kDType<T>, B, L, H, nh, {out, qkv}));
+  DGCA_RETURN_IF_ERROR(CheckShape(kDType<T>, B, L, H, nh, {out, qkv}, {lse, mask}));
   if (B == 0) return OkStatus();
   switch (H / nh) {
     case 64: return Forward<T, 64>(stream, out, lse, qkv, mask, B, L, H, nh);
@@ -394,7 +420,7 @@ template <typename T>
 Status FusedAttentionBackward(cudaStream_t stream, T* dqkv, const T* dout, const T* qkv, const T* out,
                               const float* lse, const int32_t* mask, int B, int L, int H, int nh,
                               float* scratch) {
-  DGCA_RETURN_IF_ERROR(CheckShape(kDType<T>, B, L, H, nh, {dqkv, dout, qkv, out}));
+  DGCA_RETURN_IF_ERROR(CheckShape(kDType<T>, B, L, H, nh, {dqkv, dout, qkv, out}, {lse, mask, scratch}));
   if (B == 0) return OkStatus();
   switch (H / nh) {
     case 64: return Backward<T, 64>(stream, dqkv, dout, qkv, out, lse, mask, B, L, H, nh, scratch);

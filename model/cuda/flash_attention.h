@@ -60,7 +60,8 @@ Status FusedAttentionForward(cudaStream_t stream, T* out, float* lse, const T* q
 inline int64_t FusedAttentionBackwardScratchFloats(int B, int L, int nh) { return int64_t(B) * nh * L; }
 
 // dqkv [B,L,3H] (overwritten) from dout [B,L,H], the forward's qkv, out,
-// lse and the mask.
+// lse and the mask. dqkv must not overlap qkv, dout or out (the dQ kernel
+// reads qkv after the dK/dV kernel has written dqkv).
 template <typename T>
 Status FusedAttentionBackward(cudaStream_t stream, T* dqkv, const T* dout, const T* qkv, const T* out,
                               const float* lse, const int32_t* mask, int B, int L, int H, int nh,
