@@ -170,6 +170,12 @@ std::vector<ParamSpec> ListParameters(const ModelConfig& cfg) {
   return p;
 }
 
+bool FusedAttentionShape(int seq_len, int hidden, int heads) {
+  if (heads <= 0 || hidden % heads != 0 || seq_len < 1 || seq_len > 512) return false;
+  const int d = hidden / heads;
+  return d == 16 || d == 32 || d == 64;
+}
+
 int64_t CountParameters(const ModelConfig& cfg) {
   int64_t n = 0;
   for (const ParamSpec& p : ListParameters(cfg)) n += p.numel();

@@ -45,6 +45,13 @@ StatusOr<ModelConfig> ApplyPreset(const std::string& preset, ModelConfig base);
 // Equals the sum of ListParameters(cfg) numels (see config.cc for the list).
 int64_t CountParameters(const ModelConfig& cfg);
 
+// Whether a 16-bit CUDA run of this shape takes the fused attention
+// kernels (model/cuda/flash_attention.h: head size hidden / heads of 16, 32
+// or 64, seq_len 1..512), which keep a [heads, L] fp32 log-sum-exp per layer
+// and sample instead of [heads, L, L] probabilities. The kernels' own
+// FusedAttentionSupported and the memory model both ask this.
+bool FusedAttentionShape(int seq_len, int hidden, int heads);
+
 // Every trainable tensor of the model, in forward order, with its name and
 // shape (HF BertForMaskedLM names for BERT; the decoder weight is tied to the
 // word embeddings and not listed). The model's ParamStore::total_numel must

@@ -17,7 +17,9 @@ namespace dgca {
 // Each encoder layer saves for its backward:
 //   layer input x                      L*H   (QKV weight gradients)
 //   Q, K, V                            3*L*H
-//   attention probabilities            A*L*L (softmax backward, P·V backward)
+//   attention probabilities            A*L*L (softmax backward, P·V backward);
+//     with the fused attention kernels (FusedAttentionShape, 16-bit) only
+//     the row log-sum-exp, A*L in fp32
 //   context (probs·V, heads merged)    L*H   (output projection backward)
 //   attention output + residual        L*H   (LayerNorm 1 input)
 //   LayerNorm 1 output                 L*H   (FFN input)
@@ -25,8 +27,8 @@ namespace dgca {
 //   GELU output                        L*F   (second FFN GEMM backward)
 //   FFN output + residual              L*H   (LayerNorm 2 input)
 //   LayerNorm 1 and 2 mean/rstd        4*L   (fp32)
-//   => (8*L*H + A*L*L + 2*L*F) * e + 16*L bytes; LayerNorm 2's output is
-//      the next layer's input x, counted there.
+//   => (8*L*H + A*L*L + 2*L*F) * e + 16*L bytes (fused: A*L*L*e becomes
+//      A*L*4); LayerNorm 2's output is the next layer's input x, counted there.
 // Heads, on R = 2*T rows (T target slots plus at most T MFT-masked source
 // positions):
 //   MLM transform: dense out, GELU out, LN out  3*R*H * e, LN stats 2*R fp32
@@ -39,8 +41,8 @@ namespace dgca {
 //
 // Workspace: 32 MiB of GEMM workspace (cuBLASLt's recommended size on
 // Hopper) plus the largest per-step temporary that is not saved: one layer's
-// attention scores before softmax for one sample (A*L*L*4), and the prompt
-// encoder (a few 2P x 8H buffers).
+// attention scores before softmax for one sample (A*L*L*4; none with the
+// fused kernels), and the prompt encoder (a few 2P x 8H buffers).
 MemoryEstimate EstimateMemory(const ModelConfig& cfg, int seq_len, Precision precision) {
   MemoryEstimate m;
   const double N = static_cast<double>(CountParameters(cfg));
@@ -54,15 +56,17 @@ MemoryEstimate EstimateMemory(const ModelConfig& cfg, int seq_len, Precision pre
   const double T = MaxCharsForSeqLen(seq_len, cfg.prompt_length);
   const double R = 2.0 * T;
 
+  const bool fused = precision != Precision::kFp32 && FusedAttentionShape(seq_len, cfg.hidden, cfg.heads);
+  const double attention = fused ? A * L * 4.0 : A * L * L * e;
   double act = 2.0 * L * H * e + 2.0 * L * 4.0;
-  act += cfg.layers * ((8.0 * L * H + A * L * L + 2.0 * L * F) * e + 4.0 * L * 4.0);
+  act += cfg.layers * ((8.0 * L * H + 2.0 * L * F) * e + attention + 4.0 * L * 4.0);
   act += 3.0 * R * H * e + 2.0 * R * 4.0 + 2.0 * R * V * 4.0;
   if (cfg.candidate && K > 0) act += 3.0 * T * H * e;
   act += (2.0 * T * K + 4.0 * T) * 4.0;
   m.activations_per_sample = act;
 
   const double P2 = 2.0 * cfg.prompt_length;
-  m.workspace = 32.0 * 1024 * 1024 + A * L * L * 4.0 + 4.0 * P2 * 8.0 * H * 4.0;
+  m.workspace = 32.0 * 1024 * 1024 + (fused ? 0.0 : A * L * L * 4.0) + 4.0 * P2 * 8.0 * H * 4.0;
   return m;
 }
 

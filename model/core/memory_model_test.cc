@@ -49,6 +49,24 @@ TEST(MemoryModelTest, MonotoneAndHalfPrecisionSmaller) {
   EXPECT_LT(a.total(0), 2.2e9);
 }
 
+// bf16/fp16 at a fused-attention shape keep A*L fp32 per layer instead of
+// A*L*L 16-bit probabilities, and no A*L*L scores temporary.
+TEST(MemoryModelTest, FusedAttentionDropsTheProbabilities) {
+  ModelConfig cfg;  // bert-base: d = 64
+  const double L = 128, A = 12, layers = 12;
+  MemoryEstimate fp32 = EstimateMemory(cfg, 128, Precision::kFp32);
+  MemoryEstimate bf16 = EstimateMemory(cfg, 128, Precision::kBf16);
+  ModelConfig d128 = cfg;
+  d128.heads = 6;  // d = 128: the GEMM version, probabilities kept
+  MemoryEstimate bf16_gemm = EstimateMemory(d128, 128, Precision::kBf16);
+  EXPECT_DOUBLE_EQ(bf16_gemm.activations_per_sample - bf16.activations_per_sample,
+                   layers * (6 * L * L * 2 - A * L * 4));
+  EXPECT_DOUBLE_EQ(fp32.workspace - bf16.workspace, A * L * L * 4);
+  EXPECT_TRUE(FusedAttentionShape(128, 768, 12));
+  EXPECT_FALSE(FusedAttentionShape(128, 768, 6));
+  EXPECT_FALSE(FusedAttentionShape(513, 768, 12));
+}
+
 TEST(MemoryModelTest, MaxMicroBatch) {
   MemoryEstimate m;
   m.params = 100;

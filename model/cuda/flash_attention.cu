@@ -16,6 +16,7 @@
 #include <string>
 #include <type_traits>
 
+#include "model/core/config.h"
 #include "model/cuda/cuda_context.h"
 
 namespace dgca {
@@ -399,9 +400,7 @@ Status Backward(cudaStream_t stream, T* dqkv, const T* dout, const T* qkv, const
 }  // namespace
 
 bool FusedAttentionSupported(DType type, int L, int H, int nh) {
-  if (type == DType::kF32 || nh <= 0 || H % nh != 0 || L < 1 || L > 512) return false;
-  const int d = H / nh;
-  return d == 16 || d == 32 || d == 64;
+  return type != DType::kF32 && FusedAttentionShape(L, H, nh);
 }
 
 template <typename T>
