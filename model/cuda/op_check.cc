@@ -317,18 +317,38 @@ Status CheckSoftmax(const CudaContext& ctx, GemmRunner*, Rng* rng, Rows* rows) {
 }
 
 // ---------------------------------------------------------------- attention
+// An attention case and its CPU forward: random qkv (rounded to t); the
+// mask pads batch 1 from a random length on and, when B > 2, leaves batch 2
+// without any real key (its rows must come out zero).
+struct AttentionReference {
+  std::vector<float> qkv, out, probs;
+  std::vector<int32_t> mask;
+};
+AttentionReference MakeAttentionReference(DType t, int B, int L, int H, int nh, Rng* rng) {
+  AttentionReference r;
+  r.qkv = Round(t, Rand(size_t(B) * L * 3 * H, rng, -1.5f, 1.5f));
+  r.mask.assign(size_t(B) * L, 1);
+  std::uniform_int_distribution<int> len(L / 2, L - 1);
+  const int real = len(*rng);
+  for (int j = real; j < L; ++j) r.mask[L + j] = 0;
+  if (B > 2) std::fill(r.mask.begin() + 2 * L, r.mask.begin() + 3 * L, 0);
+  r.out.resize(size_t(B) * L * H);
+  r.probs.resize(size_t(B) * nh * L * L);
+  cpu::Context cc;
+  cpu::AttentionForward(cc, r.out.data(), r.probs.data(), r.qkv.data(), r.mask.data(), B, L, H, nh);
+  return r;
+}
+
 template <typename T>
 Status CheckAttention(const CudaContext& ctx, GemmRunner* gemm, Rng* rng, Rows* rows) {
   const DType t = kDType<T>;
   const int B = 2, L = 40, H = 64, nh = 4;
-  std::vector<float> qkv = Round(t, Rand(size_t(B) * L * 3 * H, rng, -1.5f, 1.5f));
-  std::vector<int32_t> mask(size_t(B) * L, 1);
-  std::uniform_int_distribution<int> len(L / 2, L - 1);
-  const int real = len(*rng);
-  for (int j = real; j < L; ++j) mask[L + j] = 0;  // batch 1 padded
-  std::vector<float> out(size_t(B) * L * H), probs(size_t(B) * nh * L * L);
+  const AttentionReference ref = MakeAttentionReference(t, B, L, H, nh, rng);
+  const std::vector<float>& qkv = ref.qkv;
+  const std::vector<float>& out = ref.out;
+  const std::vector<float>& probs = ref.probs;
+  const std::vector<int32_t>& mask = ref.mask;
   cpu::Context cc;
-  cpu::AttentionForward(cc, out.data(), probs.data(), qkv.data(), mask.data(), B, L, H, nh);
   DGCA_ASSIGN_OR_RETURN(Bytes dqkv, Up(t, qkv));
   DGCA_ASSIGN_OR_RETURN(DeviceArray<int32_t> dmask, UpInts(mask));
   DGCA_ASSIGN_OR_RETURN(Bytes dout, Poisoned(t, out.size()));
@@ -379,15 +399,12 @@ Status CheckFusedAttention(const CudaContext& ctx, GemmRunner*, Rng* rng, Rows* 
     const std::string tag =
         " (fused, L=" + std::to_string(L) + ", d=" + std::to_string(H / nh) + ")";
     if (!FusedAttentionSupported(t, L, H, nh)) return InternalError("fused attention: check shape unsupported" + tag);
-    std::vector<float> qkv = Round(t, Rand(size_t(B) * L * 3 * H, rng, -1.5f, 1.5f));
-    std::vector<int32_t> mask(size_t(B) * L, 1);
-    std::uniform_int_distribution<int> len(L / 2, L - 1);
-    const int real = len(*rng);
-    for (int j = real; j < L; ++j) mask[L + j] = 0;                 // batch 1 padded
-    if (B > 2) std::fill(mask.begin() + 2 * L, mask.begin() + 3 * L, 0);  // batch 2: no real key
-    std::vector<float> out(size_t(B) * L * H), probs(size_t(B) * nh * L * L);
+    const AttentionReference ref = MakeAttentionReference(t, B, L, H, nh, rng);
+    const std::vector<float>& qkv = ref.qkv;
+  const std::vector<float>& out = ref.out;
+  const std::vector<float>& probs = ref.probs;
+    const std::vector<int32_t>& mask = ref.mask;
     cpu::Context cc;
-    cpu::AttentionForward(cc, out.data(), probs.data(), qkv.data(), mask.data(), B, L, H, nh);
     DGCA_ASSIGN_OR_RETURN(Bytes dqkv, Up(t, qkv));
     DGCA_ASSIGN_OR_RETURN(DeviceArray<int32_t> dmask, UpInts(mask));
     DGCA_ASSIGN_OR_RETURN(Bytes dout, Poisoned(t, out.size()));
