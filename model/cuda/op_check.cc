@@ -401,8 +401,8 @@ Status CheckFusedAttention(const CudaContext& ctx, GemmRunner*, Rng* rng, Rows* 
     if (!FusedAttentionSupported(t, L, H, nh)) return InternalError("fused attention: check shape unsupported" + tag);
     const AttentionReference ref = MakeAttentionReference(t, B, L, H, nh, rng);
     const std::vector<float>& qkv = ref.qkv;
-  const std::vector<float>& out = ref.out;
-  const std::vector<float>& probs = ref.probs;
+    const std::vector<float>& out = ref.out;
+    const std::vector<float>& probs = ref.probs;
     const std::vector<int32_t>& mask = ref.mask;
     cpu::Context cc;
     DGCA_ASSIGN_OR_RETURN(Bytes dqkv, Up(t, qkv));
