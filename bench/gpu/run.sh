@@ -109,8 +109,8 @@ if [ -x "$BUILD/model/cuda_ops_test$SFX" ]; then
   cat "$OUT/cuda_ops_test.out" >> "$OUT/model_check.txt" && rm -f "$OUT/cuda_ops_test.out"
 fi
 # dgca's own throughput rows (the same shape as the PyTorch runs below):
-# with CUDA graphs (the benchmark's batches repeat, so its steps replay),
-# without (what training on real, variable-shape data mostly gets), and
+# with CUDA graphs (the encoder segments replay, as in training), without
+# (data-parallel overlap, which keeps per-layer callbacks, runs so), and
 # with the GEMM attention instead of the fused kernels (which to keep as
 # the default is decided by this row); one JSON object per line.
 # shellcheck disable=SC2086

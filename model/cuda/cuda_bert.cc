@@ -367,9 +367,7 @@ Status CudaBert<T>::EmbedForward(const int32_t* ids, const int32_t* token_types,
   if (prompt_rows != nullptr && prompt_slot == nullptr)
     return InvalidArgumentError("CudaBert::EmbedForward: prompt_rows given without prompt_slot");
   NvtxRange range("bert.embed.fwd");
-  B_ = B;
-  L_ = L;
-  used_prompt_ = prompt_rows != nullptr;
+  SetEncoderShape(B, L, prompt_rows != nullptr);
   const int N = B * L;
   // The index arrays for backward's scatter-adds and the (w + t) + p sum in
   // one kernel: a row takes its word embedding or its prompt row (the
@@ -391,8 +389,7 @@ Status CudaBert<T>::EncoderForward(const int32_t* mask, int B, int L) {
   if (!attention_ready_)
     return FailedPreconditionError("CudaBert::EncoderForward: the attention buffers are missing (an allocation in "
                                    "Bind or set_fused_attention failed)");
-  B_ = B;
-  L_ = L;
+  SetEncoderShape(B, L, used_prompt_);
   if (fused_) {  // the fused backward needs the mask; the caller may reuse its array
     DGCA_RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(mask_.get(), mask, sizeof(int32_t) * B * L,
                                                     cudaMemcpyDeviceToDevice, stream()),

@@ -152,15 +152,15 @@ class CudaBert {
   // ADDED, fp32; dprompt may be null when there is no prompt encoder).
   Status EmbedBackward(float* dprompt);
 
-  // The host-side state a forward leaves for the backward (batch, length,
-  // prompt use, head rows), set without enqueuing anything: for a forward
-  // replayed from a CUDA graph (model/cuda/graph_cache.h), whose kernels
-  // ran without this object's forward methods being called.
-  void SetForwardShape(int B, int L, bool used_prompt, int R) {
+  // The host-side state the embedding and encoder forward leave for the
+  // backward (batch, length, prompt use), set without enqueuing anything:
+  // EmbedForward and EncoderForward set it through this, and a caller that
+  // replays their work from a CUDA graph (model/cuda/graph_cache.h) calls it
+  // instead of them.
+  void SetEncoderShape(int B, int L, bool used_prompt) {
     B_ = B;
     L_ = L;
     used_prompt_ = used_prompt;
-    R_ = R;
   }
 
   // Test hook: fills every activation and scratch buffer with NaN

@@ -380,7 +380,10 @@ class CudaDgcaModelImpl final : public CudaDgcaModel {
   Status Synchronize() override { return ctx_->Synchronize(); }
   size_t gemm_fallback_plans() const override { return gemm_.fallback_plans(); }
   void set_cuda_graphs(bool on) override {
-    if (on && graphs_ == nullptr) graphs_ = std::make_unique<GraphCache>(stream());
+    // Two segments per (batch size, trimmed length): room for every length
+    // bucket of seq_len (multiples of 8) and a short last batch, at most 64.
+    const size_t capacity = std::min<size_t>(64, 2 * (static_cast<size_t>(seq_len_) / 8 + 2));
+    if (on && graphs_ == nullptr) graphs_ = std::make_unique<GraphCache>(stream(), capacity);
     if (!on) graphs_.reset();
   }
   GraphCache::Stats cuda_graph_stats() const override {
@@ -677,21 +680,8 @@ class CudaDgcaModelImpl final : public CudaDgcaModel {
     // CUDA graphs where they fit (cuda_model.h): not with per-layer
     // gradient callbacks (their consumers order themselves after each
     // layer's work) nor while profiling (the marks are host calls).
-    const bool graphs = graphs_ != nullptr && !ready && profiler_ == nullptr;
-    GraphCache::Key key;  // built only where graphs are used
-    if (graphs) {
-      key = sh.Key(L_eff_);
-      // A replayed forward calls none of the modules' forward methods:
-      // leave their host state as those calls would have.
-      bert_.SetForwardShape(sh.B, L_eff_, prompt_.enabled(), sh.R);
-      if (heads_on_) {
-        heads_.SetForwardInputs(bert_.gathered(), bert_.logits(), dp_->weight<T>(wte_),
-                                sh.fusion_term() ? NS : 0, cfg_.vocab_size);
-      }
-      DGCA_RETURN_IF_ERROR(graphs_->Run(key, [&] { return EnqueueForward(sh); }));
-    } else {
-      DGCA_RETURN_IF_ERROR(EnqueueForward(sh));
-    }
+    sh.graphs = graphs_ != nullptr && !ready && profiler_ == nullptr;
+    DGCA_RETURN_IF_ERROR(EnqueueForward(sh));
     // One host synchronization: the loss decides whether the backward runs.
     DGCA_RETURN_IF_ERROR(Mark("loss read-back"));
     LossBreakdown lb;
@@ -724,28 +714,31 @@ class CudaDgcaModelImpl final : public CudaDgcaModel {
       return InternalError("DgcaModel: the loss is not finite (" + std::to_string(lb.total) + ")");
     lb_ = lb;
     if (!backward) return OkStatus();
-    if (graphs) {
-      GraphCache::Key bkey = key;
-      bkey.push_back(-1);  // the backward of that forward
-      return graphs_->Run(bkey, [&] { return EnqueueBackward(sh, ready); });
-    }
     return EnqueueBackward(sh, ready);
   }
 
-  // What the device work of one forward or backward depends on besides
-  // memory contents: a CUDA graph's key.
+  // One micro-batch's shape, as the enqueue functions need it.
   struct StepShape {
     int B = 0, R = 0, NS = 0;
     bool have_labels = false, backward = false;
     float grad_scale = 1.0f;
+    bool graphs = false;  // the encoder segments run as CUDA graphs
     bool compute_loss() const { return have_labels || R > NS; }
     bool fusion_term() const { return have_labels && NS > 0; }
-    GraphCache::Key Key(int L) const {
-      uint32_t bits;
-      std::memcpy(&bits, &grad_scale, sizeof(bits));
-      return {B, L, R, NS, have_labels, backward, bits};
-    }
   };
+
+  // CUDA graphs cover the encoder segments of a step: embeddings + layers
+  // forward, and layers + embedding + prompt backward. Their device work
+  // depends only on the batch size and the trimmed length (L_eff, a
+  // multiple of 8), which repeat from batch to batch in training, while the
+  // head rows and target slots change with every batch: the heads and the
+  // MLM head (a few dozen kernels) run eagerly. The graph key is what the
+  // captured kernels' host arguments depend on: segment, B, L_eff.
+  enum Segment : int64_t { kEncoderForward = 1, kEncoderBackward = 2 };
+  Status RunSegment(const StepShape& sh, Segment seg, const std::function<Status()>& enqueue) {
+    if (!sh.graphs) return enqueue();
+    return graphs_->Run({seg, sh.B, L_eff_}, enqueue);
+  }
 
   // The forward's device work: encoder, MLM head, heads / cross-entropy,
   // and the copies of the losses into pinned host memory. Only enqueues
@@ -755,7 +748,12 @@ class CudaDgcaModelImpl final : public CudaDgcaModel {
     const int V = cfg_.vocab_size;
     const float grad_scale = sh.grad_scale;
     DGCA_RETURN_IF_ERROR(Mark("encoder fwd"));
-    DGCA_RETURN_IF_ERROR(RunEncoder(sh.B));
+    if (sh.graphs) {
+      // A replay calls none of CudaBert's forward methods: leave its host
+      // state as they would have.
+      bert_.SetEncoderShape(sh.B, L_eff_, prompt_.enabled());
+    }
+    DGCA_RETURN_IF_ERROR(RunSegment(sh, kEncoderForward, [&] { return RunEncoder(sh.B); }));
     const int32_t* in = d_in_.get();
     T* z = nullptr;
     if (sh.compute_loss() || sh.backward) {
@@ -817,22 +815,23 @@ class CudaDgcaModelImpl final : public CudaDgcaModel {
     DGCA_RETURN_IF_ERROR(Mark("mlm head bwd"));
     DGCA_RETURN_IF_ERROR(bert_.MlmHeadBackward(dz, extra, NS));
     DGCA_RETURN_IF_ERROR(Ready(ready, bert_.head_first_index()));
-    DGCA_RETURN_IF_ERROR(Mark("encoder bwd"));
-    DGCA_RETURN_IF_ERROR(bert_.EncoderBackward(
-        [&](int l) -> Status { return Ready(ready, bert_.layer_first_index(l)); }));
-    DGCA_RETURN_IF_ERROR(Mark("embed+prompt bwd"));
-    float* dprompt = nullptr;
-    if (prompt_.enabled()) {
-      DGCA_RETURN_IF_ERROR(CudaStatus(
-          cudaMemsetAsync(dprompt_.get(), 0, sizeof(float) * dprompt_.size(), stream()),
-          "cudaMemsetAsync dprompt"));
-      dprompt = dprompt_.get();
-    }
-    DGCA_RETURN_IF_ERROR(bert_.EmbedBackward(dprompt));
-    DGCA_RETURN_IF_ERROR(Ready(ready, bert_.body_first_index()));
-    if (prompt_.enabled()) DGCA_RETURN_IF_ERROR(prompt_.Backward(dprompt));
-    DGCA_RETURN_IF_ERROR(Ready(ready, 0));
-    return OkStatus();
+    return RunSegment(sh, kEncoderBackward, [&]() -> Status {
+      DGCA_RETURN_IF_ERROR(Mark("encoder bwd"));
+      DGCA_RETURN_IF_ERROR(bert_.EncoderBackward(
+          [&](int l) -> Status { return Ready(ready, bert_.layer_first_index(l)); }));
+      DGCA_RETURN_IF_ERROR(Mark("embed+prompt bwd"));
+      float* dprompt = nullptr;
+      if (prompt_.enabled()) {
+        DGCA_RETURN_IF_ERROR(CudaStatus(
+            cudaMemsetAsync(dprompt_.get(), 0, sizeof(float) * dprompt_.size(), stream()),
+            "cudaMemsetAsync dprompt"));
+        dprompt = dprompt_.get();
+      }
+      DGCA_RETURN_IF_ERROR(bert_.EmbedBackward(dprompt));
+      DGCA_RETURN_IF_ERROR(Ready(ready, bert_.body_first_index()));
+      if (prompt_.enabled()) DGCA_RETURN_IF_ERROR(prompt_.Backward(dprompt));
+      return Ready(ready, 0);
+    });
   }
 
   ModelConfig cfg_;

@@ -164,10 +164,12 @@ class CudaDgcaModel : public DgcaModel {
   // heads+loss fwd, loss read-back (the host sync), heads bwd, mlm head bwd,
   // encoder bwd, embed+prompt bwd, adamw. Not owned.
   virtual void set_profiler(StepProfiler* profiler) = 0;
-  // CUDA graphs for repeated step shapes (graph_cache.h): the forward and
-  // the backward of a micro-batch whose shape (batch, trimmed length, head
-  // rows, target slots, labels, grad scale) was seen before are captured
-  // once and replayed with one launch each. Off by default. Never used with
+  // CUDA graphs for the encoder (graph_cache.h): the embeddings + layers
+  // forward and the layers + embedding + prompt backward of a micro-batch
+  // whose batch size and trimmed length (a multiple of 8) were seen before
+  // are captured once and replayed with one launch each; the MLM head and
+  // the heads, whose shapes change with every batch's labelled rows, run
+  // eagerly (a few dozen launches). Off by default. Never used with
   // per-layer GradReadyFn callbacks (data parallel overlap: the all-reduces
   // order themselves after each layer) or with a profiler.
   virtual void set_cuda_graphs(bool on) = 0;

@@ -80,9 +80,9 @@ class CudaTrainDevice : public TrainDevice {
     const int64_t passes = s.eager + s.captured + s.replayed;
     if (passes == 0) return "";
     return "CUDA graphs: " + std::to_string(s.replayed) + " of " + std::to_string(passes) +
-           " forward/backward passes replayed, " + std::to_string(s.captured) + " captured, " +
-           std::to_string(s.eager) + " without a graph (new shapes, " + std::to_string(s.capture_failures) +
-           " failed captures)";
+           " encoder forward/backward passes replayed, " + std::to_string(s.captured) + " captured, " +
+           std::to_string(s.eager) + " without a graph (new batch size or length, " +
+           std::to_string(s.capture_failures) + " failed captures)";
   }
   bool last_step_skipped() const override { return found_inf_; }
   Status FinishStep() override { return model_->Synchronize(); }

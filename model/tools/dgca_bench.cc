@@ -36,10 +36,10 @@
 // else "n/a".
 //
 // CUDA graphs (cuda_model.h set_cuda_graphs) are on unless
-// --no-cuda-graphs: the synthetic batches repeat, so after the first two
-// steps every forward and backward is a graph replay; the JSON says how
-// many were. (Real training data changes shape from batch to batch and
-// replays far less: bench/gpu/run.sh runs both.)
+// --no-cuda-graphs: the encoder forward and backward are replayed once a
+// batch size and trimmed length have been seen twice (as in training,
+// whose lengths fall in a few multiples of 8), the heads run eagerly; the
+// JSON says how many passes replayed. bench/gpu/run.sh runs both.
 //
 // Attention: the fused (flash-style) kernels for bf16/fp16 unless
 // --gemm-attention (cuda_model.h set_fused_attention); the JSON's
