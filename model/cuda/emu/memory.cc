@@ -12,6 +12,7 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#include <set>
 
 #include "model/cuda/emu/internal.h"
 
@@ -45,6 +46,12 @@ size_t RoundUp(size_t x, size_t a) { return (x + a - 1) / a * a; }
 std::map<uintptr_t, Mapping>& Mappings() {
   static auto* m = new std::map<uintptr_t, Mapping>;
   return *m;
+}
+// The live device mappings (values of Mappings(), whose nodes never move):
+// what DeviceAccessScope opens and closes, without walking the freed ones.
+std::set<Mapping*>& LiveDevice() {
+  static auto* s = new std::set<Mapping*>;
+  return *s;
 }
 std::deque<uintptr_t>& FreedOrder() {
   static auto* d = new std::deque<uintptr_t>;
@@ -158,7 +165,8 @@ void* Allocate(size_t bytes, MemKind kind) {
   SetAccess(m, PROT_READ | PROT_WRITE);
   FillPoison(reinterpret_cast<void*>(m.begin), usable);
   if (kind == MemKind::kDevice && ProtectDevice() && g_access_depth == 0) SetAccess(m, PROT_NONE);
-  Mappings()[m.map_begin] = m;
+  Mapping& stored = Mappings()[m.map_begin] = m;
+  if (kind == MemKind::kDevice) LiveDevice().insert(&stored);
   g_in_use[int(kind)] += bytes;
   return reinterpret_cast<void*>(m.begin);
 }
@@ -185,6 +193,7 @@ bool Free(void* p, MemKind kind, std::string* overrun) {
   mprotect(reinterpret_cast<void*>(m.map_begin), m.map_len, PROT_NONE);
   madvise(reinterpret_cast<void*>(m.map_begin), m.map_len, MADV_DONTNEED);
   m.live = false;
+  LiveDevice().erase(&m);
   g_in_use[int(kind)] -= m.size;
   FreedOrder().push_back(m.map_begin);
   while (FreedOrder().size() > kMaxFreedMappings) {
@@ -202,14 +211,12 @@ size_t BytesInUse(MemKind kind) { return g_in_use[int(kind)]; }
 
 DeviceAccessScope::DeviceAccessScope() {
   if (g_access_depth++ == 0 && ProtectDevice()) {
-    for (auto& [begin, m] : Mappings())
-      if (m.live && m.kind == MemKind::kDevice) SetAccess(m, PROT_READ | PROT_WRITE);
+    for (Mapping* m : LiveDevice()) SetAccess(*m, PROT_READ | PROT_WRITE);
   }
 }
 DeviceAccessScope::~DeviceAccessScope() {
   if (--g_access_depth == 0 && ProtectDevice()) {
-    for (auto& [begin, m] : Mappings())
-      if (m.live && m.kind == MemKind::kDevice) SetAccess(m, PROT_NONE);
+    for (Mapping* m : LiveDevice()) SetAccess(*m, PROT_NONE);
   }
 }
 
