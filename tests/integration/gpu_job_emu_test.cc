@@ -27,31 +27,18 @@ std::string FixtureRoot() {
   return Env("DGCA_SOURCE_DIR", ".") + "/tests/fixtures/nvlink-8-h100/root";
 }
 
-// A 2-rank tiny job: 4 steps of global batch 8, eval on `eval_file`.
+// A 2-rank tiny job: 4 steps of global batch 8 in micro-batches of 4, eval
+// on `eval_file`.
 std::string WriteSpec(const std::string& dir, const std::string& name, const std::string& device,
                       const std::string& backend, const std::string& eval_file,
                       const std::string& precision = "fp32") {
-  std::string path = dir + "/" + name + ".yaml";
-  WriteFile(path,
-            "name: " + name + "\n"
-            "model: {preset: tiny}\n"
-            "data:\n"
-            "  train: " + SharedData() + "/ecspell/train_law.txt\n"
-            "  eval: " + eval_file + "\n"
-            "  max_seq_len: 32\n"
-            "train:\n"
-            "  steps: 4\n"
-            "  global_batch: 8\n"
-            "  micro_batch: 4\n"
-            "  accumulation: 1\n"
-            "  precision: " + precision + "\n"
-            "  eval_every: 0\n"
-            "  checkpoint_every: 0\n"
-            "  optimizer: {lr: 1.0e-3}\n"
-            "resources: {ranks: 2, device: " + device + ", threads_per_rank: 1}\n"
-            "comm: {backend: " + backend + "}\n"
-            "tuning: {mode: off}\n");
-  return path;
+  TinySpecOptions o;
+  o.device = device;
+  o.backend = backend;
+  o.eval_file = eval_file;
+  o.precision = precision;
+  o.micro_batch = 4;
+  return WriteTinySpec(dir, name, 4, o);
 }
 
 // "step N/M loss X" lines of a rank log: step -> loss.

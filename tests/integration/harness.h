@@ -271,26 +271,49 @@ inline void StopAgent(pid_t pid) {
 // A tiny 2-rank CPU job on the shared ECSpell law data: `steps` steps of
 // global batch 8, sequences of 32 characters, eval at the end on 500
 // sentences. Returns the spec's path (in `dir`).
+// What a tiny job spec may set beyond the CPU defaults.
+struct TinySpecOptions {
+  int ranks = 2;
+  std::string device = "cpu";
+  std::string backend;    // comm.backend; empty: the planner's choice
+  std::string eval_file;  // data.eval; empty: ECSpell test_law.txt
+  std::string precision;  // train.precision; empty: the default
+  int micro_batch = 0;    // with accumulation 1; 0: the planner's choice
+};
+
+// A tiny-preset job on ECSpell law: `steps` steps of global batch 8.
 inline std::string WriteTinySpec(const std::string& dir, const std::string& name, int steps,
-                                 int ranks = 2) {
+                                 const TinySpecOptions& o) {
   std::string path = dir + "/" + name + ".yaml";
+  std::string train = "train:\n"
+                      "  steps: " + std::to_string(steps) + "\n"
+                      "  global_batch: 8\n";
+  if (o.micro_batch > 0)
+    train += "  micro_batch: " + std::to_string(o.micro_batch) + "\n  accumulation: 1\n";
+  if (!o.precision.empty()) train += "  precision: " + o.precision + "\n";
+  train += "  eval_every: 0\n"
+           "  checkpoint_every: 0\n"
+           "  optimizer: {lr: 1.0e-3}\n";
   WriteFile(path,
             "name: " + name + "\n"
             "model:\n"
             "  preset: tiny\n"
             "data:\n"
             "  train: " + SharedData() + "/ecspell/train_law.txt\n"
-            "  eval: " + SharedData() + "/ecspell/test_law.txt\n"
-            "  max_seq_len: 32\n"
-            "train:\n"
-            "  steps: " + std::to_string(steps) + "\n"
-            "  global_batch: 8\n"
-            "  eval_every: 0\n"
-            "  checkpoint_every: 0\n"
-            "  optimizer: {lr: 1.0e-3}\n"
-            "resources: {ranks: " + std::to_string(ranks) + ", device: cpu, threads_per_rank: 1}\n"
+            "  eval: " + (o.eval_file.empty() ? SharedData() + "/ecspell/test_law.txt" : o.eval_file) + "\n"
+            "  max_seq_len: 32\n" +
+            train +
+            "resources: {ranks: " + std::to_string(o.ranks) + ", device: " + o.device +
+            ", threads_per_rank: 1}\n" +
+            (o.backend.empty() ? std::string() : "comm: {backend: " + o.backend + "}\n") +
             "tuning: {mode: off}\n");
   return path;
+}
+inline std::string WriteTinySpec(const std::string& dir, const std::string& name, int steps,
+                                 int ranks = 2) {
+  TinySpecOptions o;
+  o.ranks = ranks;
+  return WriteTinySpec(dir, name, steps, o);
 }
 
 inline bool HaveSharedData() { return Exists(SharedData() + "/ecspell/train_law.txt"); }
