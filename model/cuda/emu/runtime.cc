@@ -296,25 +296,29 @@ cudaError_t FreeOf(void* p, MemKind kind, const std::string& call, const std::st
 }
 
 enum class Space { kPageable, kPinned, kDevice };
-Space SpaceOf(const void* p) {
-  AllocationInfo a;
-  if (FindAllocation(p, 0, &a)) return a.kind == MemKind::kDevice ? Space::kDevice : Space::kPinned;
-  return Space::kPageable;
+// Where a pointer lies, looked up once: its space and, unless pageable,
+// the allocation it is in.
+struct Place {
+  Space space = Space::kPageable;
+  AllocationInfo alloc;
+};
+Place PlaceOf(const void* p) {
+  Place pl;
+  if (FindAllocation(p, 0, &pl.alloc)) pl.space = pl.alloc.kind == MemKind::kDevice ? Space::kDevice : Space::kPinned;
+  return pl;
 }
 const char* SpaceName(Space s) {
   return s == Space::kDevice ? "device" : s == Space::kPinned ? "pinned host" : "pageable host";
 }
 
-cudaError_t CheckRange(const void* p, size_t bytes, Space space, const char* role, const std::string& call) {
-  if (space == Space::kPageable) return cudaSuccess;
-  if (FindAllocation(p, bytes, nullptr)) return cudaSuccess;
-  AllocationInfo a;
-  FindAllocation(p, 0, &a);
+cudaError_t CheckRange(const void* p, size_t bytes, const Place& pl, const char* role, const std::string& call) {
+  if (pl.space == Space::kPageable) return cudaSuccess;
+  const uintptr_t offset = reinterpret_cast<uintptr_t>(p) - pl.alloc.begin;
+  if (offset + bytes <= pl.alloc.size) return cudaSuccess;
   return ApiError(cudaErrorInvalidValue, call + ": the " + role + " range of " + std::to_string(bytes) +
-                                             " bytes at offset " +
-                                             std::to_string(reinterpret_cast<uintptr_t>(p) - a.begin) +
-                                             " overruns its " + SpaceName(space) + " allocation of " +
-                                             std::to_string(a.size) + " bytes");
+                                             " bytes at offset " + std::to_string(offset) + " overruns its " +
+                                             SpaceName(pl.space) + " allocation of " +
+                                             std::to_string(pl.alloc.size) + " bytes");
 }
 
 cudaError_t Copy(void* dst, const void* src, size_t count, cudaMemcpyKind kind, cudaStream_t stream, bool async) {
@@ -324,7 +328,8 @@ cudaError_t Copy(void* dst, const void* src, size_t count, cudaMemcpyKind kind, 
   if (count == 0) return cudaSuccess;
   StreamImpl* s = Resolve(async ? stream : nullptr);
   if (s == nullptr) return ApiError(cudaErrorInvalidResourceHandle, call + ": unknown or destroyed stream");
-  const Space sd = SpaceOf(dst), ss = SpaceOf(src);
+  const Place pd = PlaceOf(dst), ps = PlaceOf(src);
+  const Space sd = pd.space, ss = ps.space;
   const bool dst_dev = sd == Space::kDevice, src_dev = ss == Space::kDevice;
   bool kind_ok = true;
   switch (kind) {
@@ -340,8 +345,8 @@ cudaError_t Copy(void* dst, const void* src, size_t count, cudaMemcpyKind kind, 
                                                SpaceName(ss) + " memory and the destination " + SpaceName(sd) +
                                                " memory");
   }
-  if (cudaError_t e = CheckRange(dst, count, sd, "destination", call); e != cudaSuccess) return e;
-  if (cudaError_t e = CheckRange(src, count, ss, "source", call); e != cudaSuccess) return e;
+  if (cudaError_t e = CheckRange(dst, count, pd, "destination", call); e != cudaSuccess) return e;
+  if (cudaError_t e = CheckRange(src, count, ps, "source", call); e != cudaSuccess) return e;
   const std::string what = call + " of " + std::to_string(count) + " bytes " + SpaceName(ss) + " -> " + SpaceName(sd);
   if (!async)
     if (cudaError_t e = UnsafeDuringCapture(call); e != cudaSuccess) return e;
@@ -372,11 +377,12 @@ cudaError_t Set(void* p, int value, size_t count, cudaStream_t stream, bool asyn
   if (count == 0) return cudaSuccess;
   StreamImpl* s = Resolve(async ? stream : nullptr);
   if (s == nullptr) return ApiError(cudaErrorInvalidResourceHandle, call + ": unknown or destroyed stream");
-  const Space sp = SpaceOf(p);
+  const Place pl = PlaceOf(p);
+  const Space sp = pl.space;
   if (sp == Space::kPageable) {
     return ApiError(cudaErrorInvalidValue, call + ": the pointer is pageable host memory, not device memory");
   }
-  if (cudaError_t e = CheckRange(p, count, sp, "destination", call); e != cudaSuccess) return e;
+  if (cudaError_t e = CheckRange(p, count, pl, "destination", call); e != cudaSuccess) return e;
   if (!async)
     if (cudaError_t e = UnsafeDuringCapture(call); e != cudaSuccess) return e;
   EnqueueOp(s, call + " of " + std::to_string(count) + " bytes", [p, value, count] { std::memset(p, value, count); },
