@@ -13,7 +13,9 @@ namespace dgca {
 // T = MaxCharsForSeqLen(L, P) target slots.
 //
 // Embeddings: sum of word+position+type (L*H) and LayerNorm output (L*H) in
-//   e bytes, LN mean/rstd 2*L in fp32.
+//   e bytes, LN mean/rstd 2*L in fp32; the attention mask, L int32; with the
+//   fused attention its backward's row sums, A*L fp32 (one set for all
+//   layers).
 // Each encoder layer saves for its backward:
 //   layer input x                      L*H   (QKV weight gradients)
 //   Q, K, V                            3*L*H
@@ -58,7 +60,10 @@ MemoryEstimate EstimateMemory(const ModelConfig& cfg, int seq_len, Precision pre
 
   const bool fused = precision != Precision::kFp32 && FusedAttentionShape(seq_len, cfg.hidden, cfg.heads);
   const double attention = fused ? A * L * 4.0 : A * L * L * e;
-  double act = 2.0 * L * H * e + 2.0 * L * 4.0;
+  // Embeddings (sum and LayerNorm output, LN stats), the attention mask the
+  // backward keeps (int32), and with the fused kernels their backward's
+  // row sums (A*L fp32, shared by the layers).
+  double act = 2.0 * L * H * e + 2.0 * L * 4.0 + 4.0 * L + (fused ? A * L * 4.0 : 0.0);
   act += cfg.layers * ((8.0 * L * H + 2.0 * L * F) * e + attention + 4.0 * L * 4.0);
   act += 3.0 * R * H * e + 2.0 * R * 4.0 + 2.0 * R * V * 4.0;
   if (cfg.candidate && K > 0) act += 3.0 * T * H * e;

@@ -25,7 +25,7 @@ TEST(MemoryModelTest, ActivationsMatchHandFormula) {
   const double L = 64, H = 128, A = 2, F = 512, V = 1000, K = 8, e = 4;
   const double T = (64 - 2 - 6) / 2;  // 28
   const double R = 2 * T;
-  const double expect = 2 * L * H * e + 2 * L * 4 +
+  const double expect = 2 * L * H * e + 2 * L * 4 + 4 * L +
                         2 * ((8 * L * H + A * L * L + 2 * L * F) * e + 4 * L * 4) +
                         3 * R * H * e + 2 * R * 4 + 2 * R * V * 4 + 3 * T * H * e +
                         (2 * T * K + 4 * T) * 4;
@@ -50,7 +50,8 @@ TEST(MemoryModelTest, MonotoneAndHalfPrecisionSmaller) {
 }
 
 // bf16/fp16 at a fused-attention shape keep A*L fp32 per layer instead of
-// A*L*L 16-bit probabilities, and no A*L*L scores temporary.
+// A*L*L 16-bit probabilities (plus one A*L fp32 of backward row sums), and
+// no A*L*L scores temporary.
 TEST(MemoryModelTest, FusedAttentionDropsTheProbabilities) {
   ModelConfig cfg;  // bert-base: d = 64
   const double L = 128, A = 12, layers = 12;
@@ -60,7 +61,7 @@ TEST(MemoryModelTest, FusedAttentionDropsTheProbabilities) {
   d128.heads = 6;  // d = 128: the GEMM version, probabilities kept
   MemoryEstimate bf16_gemm = EstimateMemory(d128, 128, Precision::kBf16);
   EXPECT_DOUBLE_EQ(bf16_gemm.activations_per_sample - bf16.activations_per_sample,
-                   layers * (6 * L * L * 2 - A * L * 4));
+                   layers * (6 * L * L * 2 - A * L * 4) - A * L * 4);
   EXPECT_DOUBLE_EQ(fp32.workspace - bf16.workspace, A * L * L * 4);
   EXPECT_TRUE(FusedAttentionShape(128, 768, 12));
   EXPECT_FALSE(FusedAttentionShape(128, 768, 6));

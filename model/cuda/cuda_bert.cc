@@ -98,6 +98,7 @@ CudaBert<T>::CudaBert(const ModelConfig& cfg, int max_batch, int seq_len, int ma
 template <typename T>
 Status CudaBert<T>::Bind(const ParamStore& layout, DeviceParams* params, const CudaContext* ctx,
                          GemmRunner* gemm) {
+  bound_ = false;
   // The layout and config are validated first (no CUDA involved), then the
   // device objects.
   if (!layout.finalized()) return FailedPreconditionError("CudaBert::Bind: the ParamStore is not finalized");
@@ -225,6 +226,7 @@ Status CudaBert<T>::Bind(const ParamStore& layout, DeviceParams* params, const C
                     ColumnSumScratchElems(Ri, V_)})
     col = std::max(col, e);
   DGCA_RETURN_IF_ERROR(Alloc(&col_scratch_, static_cast<size_t>(std::max<int64_t>(col, 1)), "column scratch"));
+  bound_ = true;
   return OkStatus();
 }
 
@@ -259,7 +261,7 @@ Status CudaBert<T>::AllocAttention(bool fused) {
 template <typename T>
 Status CudaBert<T>::set_fused_attention(bool on) {
   want_fused_ = on;
-  if (params_ == nullptr) return OkStatus();  // Bind decides
+  if (!bound_) return OkStatus();  // Bind decides
   const bool fused = on && FusedAttentionSupported(kDType<T>, seq_len_, H_, nh_);
   if (fused == fused_ && attention_ready_) return OkStatus();
   return AllocAttention(fused);

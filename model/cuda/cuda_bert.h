@@ -105,8 +105,8 @@ class CudaBert {
   // INTERNAL when an allocation fails; forwards then fail with
   // FAILED_PRECONDITION until a later call succeeds.
   Status set_fused_attention(bool on);
-  // Whether the fused kernels run (after Bind).
-  bool fused_attention() const { return fused_; }
+  // Whether the fused kernels run (after a successful Bind).
+  bool fused_attention() const { return fused_ && attention_ready_; }
 
   // Row i of [B*L] gets prompt_rows[prompt_slot[i]] when prompt_rows is
   // non-null and prompt_slot[i] >= 0, else the word embedding of ids[i];
@@ -161,6 +161,7 @@ class CudaBert {
     B_ = B;
     L_ = L;
     used_prompt_ = used_prompt;
+    forward_fused_ = fused_;
   }
 
   // Test hook: fills every activation and scratch buffer with NaN
@@ -219,6 +220,8 @@ class CudaBert {
   bool want_fused_ = true;  // set_fused_attention's wish
   bool fused_ = false;      // what runs: the wish where supported
   bool attention_ready_ = false;  // its buffers are allocated
+  bool forward_fused_ = false;    // the kernels the last forward ran
+  bool bound_ = false;            // Bind succeeded
 
   int wte_idx_ = -1, pos_idx_ = -1, type_idx_ = -1, eln_w_ = -1, eln_b_ = -1;
   int head_first_ = -1, hd_w_ = -1, hd_b_ = -1, hln_w_ = -1, hln_b_ = -1, hbias_ = -1;
@@ -256,6 +259,11 @@ void NvtxPop();
 template <typename T>
 template <typename Fn>
 Status CudaBert<T>::EncoderBackward(const Fn& on_layer) {
+  if (!attention_ready_ || forward_fused_ != fused_) {
+    return FailedPreconditionError(
+        "CudaBert::EncoderBackward: the attention kernels changed since the forward (set_fused_attention "
+        "between a forward and its backward) or their buffers are missing");
+  }
   for (int l = cfg_.layers - 1; l >= 0; --l) {
     const T* x = l == 0 ? emb_out_.get() : layers_[l - 1].out.get();
     DGCA_RETURN_IF_ERROR(LayerBackward(l, x, dcur_.get()));

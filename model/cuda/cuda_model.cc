@@ -381,8 +381,9 @@ class CudaDgcaModelImpl final : public CudaDgcaModel {
   size_t gemm_fallback_plans() const override { return gemm_.fallback_plans(); }
   void set_cuda_graphs(bool on) override {
     // Two segments per (batch size, trimmed length): room for every length
-    // bucket of seq_len (multiples of 8) and a short last batch, at most 64.
-    const size_t capacity = std::min<size_t>(64, 2 * (static_cast<size_t>(seq_len_) / 8 + 2));
+    // bucket of seq_len (multiples of 8, and seq_len itself) and a short
+    // last batch. An executable graph of a few hundred nodes is small.
+    const size_t capacity = 2 * ((static_cast<size_t>(seq_len_) + 7) / 8 + 2);
     if (on && graphs_ == nullptr) graphs_ = std::make_unique<GraphCache>(stream(), capacity);
     if (!on) graphs_.reset();
   }

@@ -75,8 +75,10 @@ Status GraphCache::Run(const Key& key, const std::function<Status()>& enqueue) {
       auto old = entries_.find(lru_.back());
       lru_.pop_back();
       if (old != entries_.end()) {
+        // Keep the entry (its key was seen): it is captured again on its
+        // next sight instead of running eagerly first.
         cudaGraphExecDestroy(old->second.exec);
-        entries_.erase(old);
+        old->second.exec = nullptr;
       }
     }
   }

@@ -15,7 +15,8 @@
 //
 // A capture CUDA rejects is not an error: the key runs without a graph from
 // then on (stats().capture_failures says how often). At most `capacity`
-// keys keep graphs (least recently used evicted).
+// keys keep graphs (least recently used evicted; an evicted key is captured
+// again on its next sight).
 //
 // Thread-safety: not thread-safe; one thread, one stream.
 #ifndef DGCA_MODEL_CUDA_GRAPH_CACHE_H_

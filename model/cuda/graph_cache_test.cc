@@ -1,0 +1,68 @@
+// GraphCache (graph_cache.h): eager on first sight, captured on the second,
+// replayed after; an evicted key is captured again on its next sight.
+// Needs a CUDA device; runs on the CUDA emulator in ctest
+// (graph_cache_test_emu), whose graphs follow CUDA's capture rules.
+#include "model/cuda/graph_cache.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/cuda/check_test_util.h"
+#include "model/cuda/cuda_context.h"
+
+namespace dgca {
+namespace cuda {
+namespace {
+
+TEST(GraphCacheTest, CapturesOnSecondSightReplaysAndRecapturesAfterEviction) {
+  std::string why;
+  if (!check_test::HaveDevice(&why)) GTEST_SKIP() << "needs a CUDA device: " << why;
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  DeviceArray<uint8_t> buf;
+  ASSERT_TRUE(buf.Allocate(64).ok());
+  int enqueued = 0;  // how often the work itself was called (eager or captured)
+  // Key {v}: fill the buffer with byte v.
+  auto run = [&](GraphCache* cache, int v) {
+    return cache->Run({v}, [&] {
+      ++enqueued;
+      return CudaStatus(cudaMemsetAsync(buf.get(), v, 64, stream), "cudaMemsetAsync");
+    });
+  };
+  auto contents = [&]() -> int {
+    std::vector<uint8_t> h;
+    if (cudaStreamSynchronize(stream) != cudaSuccess || !buf.Download(&h).ok()) return -1;
+    for (uint8_t b : h)
+      if (b != h[0]) return -2;
+    return h[0];
+  };
+  {
+    GraphCache cache(stream, /*capacity=*/1);
+    ASSERT_TRUE(run(&cache, 1).ok());  // eager
+    EXPECT_EQ(contents(), 1);
+    ASSERT_TRUE(run(&cache, 2).ok());  // eager
+    EXPECT_EQ(contents(), 2);
+    ASSERT_TRUE(run(&cache, 1).ok());  // captured (and launched)
+    EXPECT_EQ(contents(), 1);
+    ASSERT_TRUE(run(&cache, 2).ok());  // captured: evicts key 1's graph
+    EXPECT_EQ(contents(), 2);
+    ASSERT_TRUE(run(&cache, 2).ok());  // replayed
+    EXPECT_EQ(contents(), 2);
+    ASSERT_TRUE(run(&cache, 1).ok());  // seen before: captured again, not eager
+    EXPECT_EQ(contents(), 1);
+    EXPECT_EQ(enqueued, 5);
+    const GraphCache::Stats& s = cache.stats();
+    EXPECT_EQ(s.eager, 2);
+    EXPECT_EQ(s.captured, 3);
+    EXPECT_EQ(s.replayed, 1);
+    EXPECT_EQ(s.capture_failures, 0);
+  }
+  ASSERT_EQ(cudaStreamDestroy(stream), cudaSuccess);
+}
+
+}  // namespace
+}  // namespace cuda
+}  // namespace dgca
