@@ -102,9 +102,12 @@ struct TrainConfig {
   // GPU: every gradient reduction in a fixed order (bit-reproducible runs,
   // slower embedding backward). The CPU trainer is always deterministic.
   bool deterministic = false;
-  // GPU: replay the forward and backward of repeated micro-batch shapes
-  // from CUDA graphs (only without data-parallel overlap callbacks).
+  // GPU: replay the encoder forward and backward of repeated batch sizes and
+  // lengths from CUDA graphs (only without data-parallel overlap callbacks).
   bool cuda_graphs = true;
+  // GPU, bf16/fp16: the fused attention kernels where the shape allows
+  // (model/cuda/flash_attention.h); false: the GEMM + softmax version.
+  bool fused_attention = true;
 
   // Data parallel.
   double bucket_mb = 25.0;

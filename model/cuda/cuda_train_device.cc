@@ -26,7 +26,8 @@ class CudaTrainDevice : public TrainDevice {
 
   std::string Describe() const override {
     return "cuda:" + std::to_string(ctx_->device()) + " " + ctx_->description() + ", " +
-           PrecisionName(model_->precision()) + (deterministic_ ? ", deterministic" : "");
+           PrecisionName(model_->precision()) + (model_->fused_attention() ? ", fused attention" : "") +
+           (deterministic_ ? ", deterministic" : "");
   }
   DgcaModel* model() override { return model_.get(); }
   ParamStore& params() override { return model_->params(); }
@@ -130,6 +131,7 @@ TrainDeviceFactory CudaTrainDeviceFactory(std::shared_ptr<const CudaContext> ctx
                                                 spec.seed, p, ctx.get()));
     model->set_deterministic(spec.deterministic);
     model->set_cuda_graphs(spec.cuda_graphs);
+    DGCA_RETURN_IF_ERROR(model->set_fused_attention(spec.fused_attention));
     return std::unique_ptr<TrainDevice>(
         new CudaTrainDevice(ctx, std::move(model), spec.adam, spec.deterministic, std::move(scaler)));
   };

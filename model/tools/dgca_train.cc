@@ -24,7 +24,9 @@
 //   [--json FILE] [--checkpoint-dir DIR [--checkpoint-every N]]
 //   [--max-eval-samples N]
 //   [--deterministic]   (GPU: bit-reproducible gradient reductions, slower)
-//   [--no-cuda-graphs]  (GPU: no graph replay of repeated step shapes)
+//   [--no-cuda-graphs]  (GPU: no graph replay of the encoder)
+//   [--gemm-attention]  (GPU bf16/fp16: the GEMM + softmax attention instead
+//                        of the fused kernels)
 // Exit status: 0 done, 1 training failed (the error on stderr), 2 bad flags
 // or a device this build does not have.
 #include <cmath>
@@ -58,7 +60,7 @@ int Usage(const std::string& msg) {
                "  [--gpu N] [--precision fp32|bf16|fp16] [--loss-scale X (fp16: the first loss scale)]\n"
                "  [--init-from FILE] [--dump-batches FILE]\n"
                "  [--json FILE] [--checkpoint-dir DIR [--checkpoint-every N]] [--max-eval-samples N]\n"
-               "  [--deterministic] [--no-cuda-graphs]\n"
+               "  [--deterministic] [--no-cuda-graphs] [--gemm-attention]\n"
                "A --checkpoint-dir holding a checkpoint is resumed from; without --checkpoint-every\n"
                "the run writes one checkpoint there at the end.\n",
                msg.c_str());
@@ -116,6 +118,10 @@ int main(int argc, char** argv) {
     }
     if (f == "--no-cuda-graphs") {
       cfg.cuda_graphs = false;
+      continue;
+    }
+    if (f == "--gemm-attention") {
+      cfg.fused_attention = false;
       continue;
     }
     if (f == "--help" || f == "-h") {

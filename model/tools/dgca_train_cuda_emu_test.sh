@@ -6,7 +6,9 @@
 #      weight decay: every step's loss and gradient norm within 1e-4
 #      relative of the CPU's (reduction order differs);
 #   2. bf16 and fp16 (loss scale 65536): every step's loss within 2e-2
-#      relative of the CPU's fp32;
+#      relative of the CPU's fp32; bf16 again with --gemm-attention (the
+#      GEMM + softmax attention instead of the default fused kernels, which
+#      the device line names): the same bound;
 #   3. fp16 from loss scale 4e6, where the scaled fp16 gradients overflow:
 #      step 1 is skipped and the scale halves, as torch's GradScaler;
 #   4. resume: the same fp16 run stopped after step 1 (checkpoint, loss
@@ -36,6 +38,10 @@ for p in bf16 fp16; do
   "$EMU" "${COMMON[@]}" --steps 4 --device cuda --precision $p --json "$W/$p.json" > /dev/null 2> "$W/$p.log" ||
     { tail -30 "$W/$p.log"; fail "cuda $p run"; }
 done
+grep -q "^device: cuda:0 .*, bf16, fused attention" "$W/bf16.log" || fail "bf16 without the fused attention: $(grep -m1 ^device "$W/bf16.log")"
+"$EMU" "${COMMON[@]}" --steps 4 --device cuda --precision bf16 --gemm-attention --json "$W/bf16_gemm.json" \
+  > /dev/null 2> "$W/bf16_gemm.log" || { tail -30 "$W/bf16_gemm.log"; fail "cuda bf16 --gemm-attention run"; }
+if grep -q "^device: .*fused attention" "$W/bf16_gemm.log"; then fail "--gemm-attention still fused"; fi
 F16=(--device cuda --precision fp16 --loss-scale 4e6)
 "$EMU" "${COMMON[@]}" "${F16[@]}" --steps 4 --json "$W/overflow.json" > /dev/null 2> "$W/overflow.log" ||
   { tail -30 "$W/overflow.log"; fail "cuda fp16 overflow run"; }
@@ -52,6 +58,7 @@ import json, os, sys
 w = sys.argv[1]
 steps = lambda f: json.load(open(os.path.join(w, f)))["steps"]
 cpu, fp32, bf16, fp16 = steps("cpu.json"), steps("fp32.json"), steps("bf16.json"), steps("fp16.json")
+bf16_gemm = steps("bf16_gemm.json")
 over, part2 = steps("overflow.json"), steps("part2.json")
 for run in (fp32, bf16, fp16, over):
     assert [s["step"] for s in run] == [1, 2, 3, 4], run
@@ -62,7 +69,7 @@ for c, g in zip(cpu, fp32):
         worst = max(worst, rel(g[k], c[k]))
         assert rel(g[k], c[k]) <= 1e-4, ("fp32", c["step"], k, g[k], c[k])
 half = {}
-for name, run in (("bf16", bf16), ("fp16", fp16)):
+for name, run in (("bf16", bf16), ("fp16", fp16), ("bf16 GEMM attention", bf16_gemm)):
     half[name] = max(rel(g["loss"], c["loss"]) for c, g in zip(cpu, run))
     assert half[name] <= 2e-2, (name, [(g["loss"], c["loss"]) for c, g in zip(cpu, run)])
 assert all(s["loss_scale"] == 65536 and not s["skipped"] for s in fp16), fp16
@@ -72,7 +79,8 @@ assert [s["step"] for s in part2] == [2, 3, 4], part2
 for a, b in zip(over[1:], part2):
     for k in ("loss", "loss_scale", "skipped", "grad_norm"):
         assert a[k] == b[k], ("resume", a["step"], k, b[k], a[k])
-print(f"fp32 worst relative difference {worst:.2e}; bf16 worst loss difference {half['bf16']:.2e}, "
+print(f"fp32 worst relative difference {worst:.2e}; bf16 worst loss difference {half['bf16']:.2e} "
+      f"(GEMM attention {half['bf16 GEMM attention']:.2e}), "
       f"fp16 {half['fp16']:.2e}; fp16 from scale 4e6: skipped {[s['step'] for s in over if s['skipped']]}, "
       f"scales {[s['loss_scale'] for s in over]}; resumed steps 2-4 {[round(s['loss'], 6) for s in part2]} "
       f"vs {[round(s['loss'], 6) for s in over[1:]]}")
