@@ -386,7 +386,8 @@ Status CheckAttention(const CudaContext& ctx, GemmRunner* gemm, Rng* rng, Rows* 
 // The fused kernels (flash_attention.h) against the same CPU reference, on
 // shapes that cover their edges: head sizes 16, 32 and 64, partial query and
 // key tiles, several key tiles, a padded sequence and one whose keys are all
-// padding (its rows must come out zero). The backward runs on the fused
+// padding (its rows must come out zero), bert-base's heads (L 128, H 768,
+// 12 heads) and the longest sequence (512). The backward runs on the fused
 // forward's own out and log-sum-exp (that is what it is given in training).
 template <typename T>
 Status CheckFusedAttention(const CudaContext& ctx, GemmRunner*, Rng* rng, Rows* rows) {
@@ -394,7 +395,8 @@ Status CheckFusedAttention(const CudaContext& ctx, GemmRunner*, Rng* rng, Rows* 
   struct Shape {
     int B, L, H, nh;
   };
-  for (const Shape& s : {Shape{3, 75, 128, 2}, Shape{2, 40, 64, 2}, Shape{2, 20, 32, 2}}) {
+  for (const Shape& s : {Shape{3, 75, 128, 2}, Shape{2, 40, 64, 2}, Shape{2, 20, 32, 2},
+                         Shape{2, 128, 768, 12}, Shape{2, 512, 128, 2}}) {
     const int B = s.B, L = s.L, H = s.H, nh = s.nh;
     const std::string tag =
         " (fused, L=" + std::to_string(L) + ", d=" + std::to_string(H / nh) + ")";
