@@ -12,7 +12,8 @@
 #      6's rule), the built-in ones elsewhere; cuda_ops_test when GoogleTest
 #      was found;
 #   3. dgca-bench --profile (bert-base, seq 128, batch 128, bf16): samples/s,
-#      memory, MFU and where the step's time goes;
+#      memory, MFU and where the step's time goes; then without CUDA graphs
+#      and with --gemm-attention (the GEMM attention instead of the fused);
 #   4. the trainer check (dgca-train cuda vs cpu, fp32) when the data is here;
 #   5. the PyTorch peer (torch_reference.py): the same model and batch, bf16
 #      autocast, eager and torch.compile.

@@ -4,6 +4,10 @@
 //
 // Not included: the CUDA context and allocator fragmentation (the planner
 // adds its own margin), communication buckets (they depend on the plan).
+// 16-bit runs are modelled with the fused attention wherever
+// FusedAttentionShape allows (the trainer's default); one run with
+// --gemm-attention keeps A*L*L probabilities per layer and sample and
+// needs more.
 //
 // Thread-safety: pure functions.
 #ifndef DGCA_MODEL_CORE_MEMORY_MODEL_H_

@@ -2,7 +2,9 @@
 // (cuda_bert.h) against dgca::Bert (model/nn/bert.h), in the table format
 // of op_check.h (one CheckRow per compared tensor).
 //
-// What it does, per precision: a small config (hidden 64, 2 layers, 4
+// What it does, per precision (and for bf16 and fp16 once with each
+// attention kernel: the fused ones, CudaBert's default, and the GEMM
+// version; their rows end in " [fused attn]" / " [GEMM attn]"): a small config (hidden 64, 2 layers, 4
 // heads, ffn 128, vocab 300, P = 2), the CPU ParamStore declared exactly as
 // the CPU model declares it (DeclareWordEmbeddings, DeclareBody,
 // DeclareMlmHead, Finalize, Bind, InitParams), then every value redrawn at
@@ -43,7 +45,9 @@ namespace cuda {
 constexpr double kBertBf16Tol = 3e-2;
 constexpr double kBertF16Tol = 1e-2;
 
-// "cuda_bert fp32", "cuda_bert bf16", "cuda_bert fp16".
+// "cuda_bert fp32", "cuda_bert bf16 (fused attention)", "cuda_bert fp16
+// (fused attention)", "cuda_bert bf16 (GEMM attention)", "cuda_bert fp16
+// (GEMM attention)".
 const std::vector<OpCheck>& BertChecks();
 
 }  // namespace cuda

@@ -23,13 +23,15 @@
 //
 // Streams and memory: everything is enqueued on ctx->stream(); forward and
 // backward never synchronize with the host and never allocate (all
-// activations and scratch are allocated once in Bind()). Methods return the
+// activations and scratch are allocated once in Bind(); set_fused_attention
+// reallocates the attention buffers, between steps). Methods return the
 // launch status; asynchronous kernel faults surface at the next
 // CudaContext::Synchronize().
 //
 // Index inputs (ids, token types, prompt slots, mask, head rows) are device
 // int32 arrays that the caller has range-checked (as for dgca::Bert). Token
-// types and the gathered rows are copied into CudaBert's own buffers, so the
+// types, the gathered rows and (for the fused attention's backward) the mask
+// are copied into CudaBert's own buffers, so the
 // caller's arrays may be reused once the forward has been enqueued and the
 // stream has consumed them.
 //
@@ -168,7 +170,8 @@ class CudaBert {
   // (DeviceArray::Poison) so a kernel that skips an element, or reads a
   // buffer before it is written, shows up. Synchronous.
   Status PoisonActivations();
-  // Bytes of activations and scratch allocated by Bind().
+  // Bytes of activations and scratch allocated by Bind() /
+  // set_fused_attention().
   size_t activation_bytes() const;
 
  private:

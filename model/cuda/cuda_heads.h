@@ -38,8 +38,7 @@
 // with out != nullptr copies it to the host (ONE cudaMemcpyAsync of 48
 // bytes into pinned memory + one stream synchronization); with
 // out == nullptr Forward is fully asynchronous (no host sync, no
-// allocation), so a steady-state step can be captured in a CUDA graph and
-// the losses read from device_losses() later. Backward reads N_c (the
+// allocation; the losses are read from device_losses() later). Backward reads N_c (the
 // number of slots with y ∈ C) from that device struct, not from the host.
 //
 // Ids: the GPU version TRUSTS the ids (the caller validated them on the
@@ -142,17 +141,6 @@ class CudaHeads {
   Status Predict(const T* h, const T* z, const T* E, const int32_t* cand, const int32_t* x,
                  int T_slots, int V, int32_t* pred);
 
-  // The state Forward() leaves for Backward(), set without enqueuing
-  // anything: for a forward replayed from a CUDA graph
-  // (model/cuda/graph_cache.h), which ran its kernels without Forward().
-  void SetForwardInputs(const T* h, const T* z, const T* E, int T_slots, int V) {
-    h_ = h;
-    z_ = z;
-    E_ = E;
-    T_ = T_slots;
-    V_ = V;
-  }
-
   // The losses of the last Forward() on the device (valid once the stream
   // reaches that point).
   const DeviceHeadLosses* device_losses() const { return losses_.get(); }
@@ -162,6 +150,15 @@ class CudaHeads {
   Status PoisonScratch();
 
  private:
+  // The state Forward() leaves for Backward().
+  void SetForwardInputs(const T* h, const T* z, const T* E, int T_slots, int V) {
+    h_ = h;
+    z_ = z;
+    E_ = E;
+    T_ = T_slots;
+    V_ = V;
+  }
+
   // Copies W_c (weight<T>) into the aligned wc_ the GEMMs read.
   Status CopyDenseWeight();
   Status CheckHost(const void* cand, const void* x, const void* y, int slots, int V, bool need_y) const;

@@ -554,10 +554,11 @@ class CudaDgcaModelImpl final : public CudaDgcaModel {
           break;
         }
     for (int32_t row : rows_) le = std::max(le, row % L + 1);
-    // Rounded up to a multiple of 8 (within L): the bf16 attention GEMMs use
-    // L_eff as the probabilities' leading dimension and L_eff^2 as their
-    // batch stride, and cuBLASLt's tensor-core kernels want 16-byte aligned
-    // rows (with an odd L_eff the alignment drops to 2 bytes). The extra
+    // Rounded up to a multiple of 8 (within L): the 16-bit GEMM attention
+    // uses L_eff as the probabilities' leading dimension and L_eff^2 as
+    // their batch stride, and cuBLASLt's tensor-core kernels want 16-byte
+    // aligned rows (with an odd L_eff the alignment drops to 2 bytes); the
+    // multiples of 8 are also the CUDA-graph length buckets. The extra
     // positions are padding (mask 0): no real token attends to them and
     // their gradients are exactly zero, so the result is the CPU model's,
     // which trims to the exact length.
@@ -728,8 +729,8 @@ class CudaDgcaModelImpl final : public CudaDgcaModel {
     bool fusion_term() const { return have_labels && NS > 0; }
   };
 
-  // CUDA graphs cover the encoder segments of a step: embeddings + layers
-  // forward, and layers + embedding + prompt backward. Their device work
+  // CUDA graphs cover the encoder segments of a step: prompt encoder +
+  // embeddings + layers forward, and layers + embedding + prompt backward. Their device work
   // depends only on the batch size and the trimmed length (L_eff, a
   // multiple of 8), which repeat from batch to batch in training, while the
   // head rows and target slots change with every batch: the heads and the
@@ -741,9 +742,9 @@ class CudaDgcaModelImpl final : public CudaDgcaModel {
     return graphs_->Run({seg, sh.B, L_eff_}, enqueue);
   }
 
-  // The forward's device work: encoder, MLM head, heads / cross-entropy,
-  // and the copies of the losses into pinned host memory. Only enqueues
-  // (graph-capturable).
+  // The forward's device work: encoder (a graph segment when sh.graphs),
+  // MLM head, heads / cross-entropy (eager), and the copies of the losses
+  // into pinned host memory. Only enqueues.
   Status EnqueueForward(const StepShape& sh) {
     const int NS = sh.NS, R = sh.R, M = R - NS;
     const int V = cfg_.vocab_size;

@@ -1,6 +1,6 @@
 // CudaDgcaModel: the DGCA-ReLM model (model/nn/model.h) on one GPU — the
 // assembly of CudaPromptEncoder, CudaBert<T> and CudaHeads<T> in exactly the
-// order of the CPU model (model/nn/model.cc), for T = float or bf16.
+// order of the CPU model (model/nn/model.cc), for T = float, bf16 or fp16.
 //
 // Status: run by ctest on the CUDA emulator (model/cuda/emu); not yet on a GPU. model/cuda/model_check.h
 // (dgca-model-check "cuda_model") compares a whole training step against
@@ -164,8 +164,9 @@ class CudaDgcaModel : public DgcaModel {
   // heads+loss fwd, loss read-back (the host sync), heads bwd, mlm head bwd,
   // encoder bwd, embed+prompt bwd, adamw. Not owned.
   virtual void set_profiler(StepProfiler* profiler) = 0;
-  // CUDA graphs for the encoder (graph_cache.h): the embeddings + layers
-  // forward and the layers + embedding + prompt backward of a micro-batch
+  // CUDA graphs for the encoder (graph_cache.h): the prompt encoder +
+  // embeddings + layers forward and the layers + embedding + prompt
+  // backward of a micro-batch
   // whose batch size and trimmed length (a multiple of 8) were seen before
   // are captured once and replayed with one launch each; the MLM head and
   // the heads, whose shapes change with every batch's labelled rows, run

@@ -53,7 +53,7 @@ Status GraphCache::Capture(Entry* e, const std::function<Status()>& enqueue) {
 }
 
 Status GraphCache::Run(const Key& key, const std::function<Status()>& enqueue) {
-  if (entries_.size() > 4096) {  // shapes that never repeat: forget the ones without a graph
+  if (entries_.size() > 4096) {  // a safety net for keys that never repeat: forget those without a graph
     for (auto it = entries_.begin(); it != entries_.end();)
       it = it->second.exec == nullptr ? entries_.erase(it) : std::next(it);
   }

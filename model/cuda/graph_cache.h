@@ -1,5 +1,5 @@
 // GraphCache: CUDA graphs for repeated device work. The caller names a
-// piece of stream work by a key (the shape of a forward or a backward);
+// piece of stream work by a key (e.g. segment, batch size, trimmed length);
 // the first time a key is seen the work is enqueued as usual (so GEMM plans
 // and buffers settle), the second time it is captured into a graph
 // (cudaStreamBeginCapture, thread-local mode), and from then on the graph
@@ -45,7 +45,7 @@ class GraphCache {
     int64_t capture_failures = 0;
   };
 
-  GraphCache(cudaStream_t stream, size_t capacity = 16) : stream_(stream), capacity_(capacity) {}
+  GraphCache(cudaStream_t stream, size_t capacity) : stream_(stream), capacity_(capacity) {}
   ~GraphCache() { Clear(); }
   GraphCache(const GraphCache&) = delete;
   GraphCache& operator=(const GraphCache&) = delete;

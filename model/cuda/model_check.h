@@ -30,8 +30,18 @@
 //   a forward after the step (losses), and Predict on batch 2 (fraction of
 //     slots whose prediction differs).
 // Relative error = max|gpu - cpu| / max|cpu| per tensor (the key bias uses
-// max(|key.bias grad|, |value.bias grad|) as scale, as bert_check does);
-// losses |gpu - cpu| / |cpu|.
+// max(|key.bias grad|, |value.bias grad|) as scale, as bert_check does, and
+// the detector's one-logit bias max(|detector.bias grad|, |detector.weight
+// grad|): both gradients can cancel to near zero; kScalePartners in
+// model_check.cc); losses |gpu - cpu| / |cpu|. bf16 and fp16 run the fused
+// attention (the check config's head size is 16).
+//
+// CUDA graphs ("cuda_model graphs fp32/bf16"): two models, one with graphs,
+// six forward+backward and forward-only passes over three batches (two of
+// the same batch size and trimmed length with different rows, slots and
+// labels) with alternating grad scales: losses and accumulated gradients
+// bitwise equal to the eager model's, the encoder segments captured 4
+// times and replayed 10 times.
 //
 // Tolerances: fp32 kF32Tol = 1e-4 (issue 6) for losses and gradients; the
 // AdamW update 1e-4 for both precisions (fp32 master, same inputs);
@@ -57,7 +67,8 @@ namespace cuda {
 constexpr double kModelBf16Tol = 5e-2;
 constexpr double kModelF16Tol = 2e-2;
 
-// "cuda_model fp32", "cuda_model bf16", "cuda_model fp16".
+// "cuda_model fp32", "cuda_model bf16", "cuda_model fp16", "cuda_model
+// graphs fp32", "cuda_model graphs bf16".
 const std::vector<OpCheck>& ModelChecks();
 
 }  // namespace cuda

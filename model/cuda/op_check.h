@@ -8,7 +8,7 @@
 //   error is the output rounding (2^-9 relative) plus fp32-vs-fp32 noise;
 //   kBf16Tol = 1e-2, kF16Tol = 5e-3 (kAttnBf16Tol = 2e-2, kAttnF16Tol =
 //   1e-2 where probabilities are rounded
-//   before the second GEMM) until the next GPU session measures PyTorch's
+//   before the second GEMM, or before P·V in the fused kernels) until the next GPU session measures PyTorch's
 //   own low-precision error and sets 2x that (the flash-attention rule).
 //
 // Used by model/cuda/cuda_ops_test.cc and dgca-model-check. Needs a GPU.

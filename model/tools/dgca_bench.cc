@@ -36,10 +36,11 @@
 // else "n/a".
 //
 // CUDA graphs (cuda_model.h set_cuda_graphs) are on unless
-// --no-cuda-graphs: the encoder forward and backward are replayed once a
-// batch size and trimmed length have been seen twice (as in training,
-// whose lengths fall in a few multiples of 8), the heads run eagerly; the
-// JSON says how many passes replayed. bench/gpu/run.sh runs both.
+// --no-cuda-graphs: the encoder forward and backward of a batch size and
+// trimmed length are captured on their second sight and replayed from the
+// third (as in training, whose lengths fall in a few multiples of 8), the
+// heads run eagerly; the JSON says how many passes replayed.
+// bench/gpu/run.sh runs three rows: graphs, no graphs, --gemm-attention.
 //
 // Attention: the fused (flash-style) kernels for bf16/fp16 unless
 // --gemm-attention (cuda_model.h set_fused_attention); the JSON's

@@ -37,7 +37,8 @@ class TrainDevice {
  public:
   virtual ~TrainDevice() = default;
 
-  // "cpu (2 threads)", "cuda:0 NVIDIA H100 80GB HBM3 (sm_90, 132 SMs), bf16".
+  // "cpu (2 threads)", "cuda:0 NVIDIA H100 80GB HBM3 (sm_90, 132 SMs), bf16,
+  // fused attention".
   virtual std::string Describe() const = 0;
   virtual DgcaModel* model() = 0;
   virtual ParamStore& params() = 0;

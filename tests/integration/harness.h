@@ -268,9 +268,6 @@ inline void StopAgent(pid_t pid) {
   waitpid(pid, nullptr, 0);
 }
 
-// A tiny 2-rank CPU job on the shared ECSpell law data: `steps` steps of
-// global batch 8, sequences of 32 characters, eval at the end on 500
-// sentences. Returns the spec's path (in `dir`).
 // What a tiny job spec may set beyond the CPU defaults.
 struct TinySpecOptions {
   int ranks = 2;
@@ -281,7 +278,9 @@ struct TinySpecOptions {
   int micro_batch = 0;    // with accumulation 1; 0: the planner's choice
 };
 
-// A tiny-preset job on ECSpell law: `steps` steps of global batch 8.
+// A tiny job on the shared ECSpell law data: `steps` steps of global batch
+// 8, sequences of 32 characters, eval at the end (test_law.txt unless
+// o.eval_file). Returns the spec's path (in `dir`).
 inline std::string WriteTinySpec(const std::string& dir, const std::string& name, int steps,
                                  const TinySpecOptions& o) {
   std::string path = dir + "/" + name + ".yaml";
@@ -309,6 +308,7 @@ inline std::string WriteTinySpec(const std::string& dir, const std::string& name
             "tuning: {mode: off}\n");
   return path;
 }
+// The same on `ranks` CPU ranks.
 inline std::string WriteTinySpec(const std::string& dir, const std::string& name, int steps,
                                  int ranks = 2) {
   TinySpecOptions o;

@@ -1,5 +1,6 @@
 // The CUDA emulator: model/cuda's kernels, launches, streams, events,
-// memory, cuBLASLt calls and CUB sorts executed on the CPU, so the CUDA
+// memory, cuBLASLt calls, CUB sorts and nvcuda::wmma tiles (include/mma.h:
+// warp-collective, alignment and ldm checks) executed on the CPU, so the CUDA
 // backend is exercised (against its CPU reference) on machines without a
 // GPU. It is what nvcc's old "device emulation" mode was, plus the checks a
 // GPU would not give you:
