@@ -344,15 +344,11 @@ Status CheckAttention(const CudaContext& ctx, GemmRunner* gemm, Rng* rng, Rows* 
   const DType t = kDType<T>;
   const int B = 2, L = 40, H = 64, nh = 4;
   const AttentionReference ref = MakeAttentionReference(t, B, L, H, nh, rng);
-  const std::vector<float>& qkv = ref.qkv;
-  const std::vector<float>& out = ref.out;
-  const std::vector<float>& probs = ref.probs;
-  const std::vector<int32_t>& mask = ref.mask;
   cpu::Context cc;
-  DGCA_ASSIGN_OR_RETURN(Bytes dqkv, Up(t, qkv));
-  DGCA_ASSIGN_OR_RETURN(DeviceArray<int32_t> dmask, UpInts(mask));
-  DGCA_ASSIGN_OR_RETURN(Bytes dout, Poisoned(t, out.size()));
-  DGCA_ASSIGN_OR_RETURN(Bytes dprobs, Poisoned(t, probs.size()));
+  DGCA_ASSIGN_OR_RETURN(Bytes dqkv, Up(t, ref.qkv));
+  DGCA_ASSIGN_OR_RETURN(DeviceArray<int32_t> dmask, UpInts(ref.mask));
+  DGCA_ASSIGN_OR_RETURN(Bytes dout, Poisoned(t, ref.out.size()));
+  DGCA_ASSIGN_OR_RETURN(Bytes dprobs, Poisoned(t, ref.probs.size()));
   DGCA_ASSIGN_OR_RETURN(Bytes scratch, Poisoned(t, AttentionScratchElems(B, L, H)));
   DGCA_RETURN_IF_ERROR(SyncDevice());
   DGCA_RETURN_IF_ERROR(AttentionForward<T>(ctx, gemm, P<T>(dout), P<T>(dprobs), P<T>(dqkv), dmask.get(), B, L, H,
@@ -361,18 +357,18 @@ Status CheckAttention(const CudaContext& ctx, GemmRunner* gemm, Rng* rng, Rows* 
   DGCA_ASSIGN_OR_RETURN(auto g_out, Down(t, dout));
   DGCA_ASSIGN_OR_RETURN(auto g_probs, Down(t, dprobs));
   const double tol = t == DType::kF32 ? kF32Tol : t == DType::kBF16 ? kAttnBf16Tol : kAttnF16Tol;
-  Add(rows, "attention_fwd.out", t, g_out, out, tol);
-  Add(rows, "attention_fwd.probs", t, g_probs, probs, tol);
+  Add(rows, "attention_fwd.out", t, g_out, ref.out, tol);
+  Add(rows, "attention_fwd.probs", t, g_probs, ref.probs, tol);
 
   // Backward from the reference probabilities (rounded to T, as the GPU
   // reads them), so it is checked independently of the forward.
-  std::vector<float> probs_t = Round(t, probs);
-  std::vector<float> h_dout = Round(t, Rand(out.size(), rng));
-  std::vector<float> h_dqkv(qkv.size());
-  cpu::AttentionBackward(cc, h_dqkv.data(), h_dout.data(), qkv.data(), probs_t.data(), B, L, H, nh);
+  std::vector<float> probs_t = Round(t, ref.probs);
+  std::vector<float> h_dout = Round(t, Rand(ref.out.size(), rng));
+  std::vector<float> h_dqkv(ref.qkv.size());
+  cpu::AttentionBackward(cc, h_dqkv.data(), h_dout.data(), ref.qkv.data(), probs_t.data(), B, L, H, nh);
   DGCA_ASSIGN_OR_RETURN(Bytes dprobs_ref, Up(t, probs_t));
   DGCA_ASSIGN_OR_RETURN(Bytes ddout, Up(t, h_dout));
-  DGCA_ASSIGN_OR_RETURN(Bytes ddqkv, Poisoned(t, qkv.size()));
+  DGCA_ASSIGN_OR_RETURN(Bytes ddqkv, Poisoned(t, ref.qkv.size()));
   DGCA_ASSIGN_OR_RETURN(Bytes bscratch, Poisoned(t, AttentionBackwardScratchElems(B, L, H, nh)));
   DGCA_RETURN_IF_ERROR(SyncDevice());
   DGCA_RETURN_IF_ERROR(AttentionBackward<T>(ctx, gemm, P<T>(ddqkv), P<T>(ddout), P<T>(dqkv), P<T>(dprobs_ref), B, L,
@@ -402,14 +398,10 @@ Status CheckFusedAttention(const CudaContext& ctx, GemmRunner*, Rng* rng, Rows* 
         " (fused, L=" + std::to_string(L) + ", d=" + std::to_string(H / nh) + ")";
     if (!FusedAttentionSupported(t, L, H, nh)) return InternalError("fused attention: check shape unsupported" + tag);
     const AttentionReference ref = MakeAttentionReference(t, B, L, H, nh, rng);
-    const std::vector<float>& qkv = ref.qkv;
-    const std::vector<float>& out = ref.out;
-    const std::vector<float>& probs = ref.probs;
-    const std::vector<int32_t>& mask = ref.mask;
     cpu::Context cc;
-    DGCA_ASSIGN_OR_RETURN(Bytes dqkv, Up(t, qkv));
-    DGCA_ASSIGN_OR_RETURN(DeviceArray<int32_t> dmask, UpInts(mask));
-    DGCA_ASSIGN_OR_RETURN(Bytes dout, Poisoned(t, out.size()));
+    DGCA_ASSIGN_OR_RETURN(Bytes dqkv, Up(t, ref.qkv));
+    DGCA_ASSIGN_OR_RETURN(DeviceArray<int32_t> dmask, UpInts(ref.mask));
+    DGCA_ASSIGN_OR_RETURN(Bytes dout, Poisoned(t, ref.out.size()));
     DGCA_ASSIGN_OR_RETURN(Bytes dlse, Poisoned(DType::kF32, size_t(B) * nh * L));
     DGCA_RETURN_IF_ERROR(SyncDevice());
     DGCA_RETURN_IF_ERROR(
@@ -417,13 +409,13 @@ Status CheckFusedAttention(const CudaContext& ctx, GemmRunner*, Rng* rng, Rows* 
     DGCA_RETURN_IF_ERROR(ctx.Synchronize());
     DGCA_ASSIGN_OR_RETURN(auto g_out, Down(t, dout));
     const double tol = t == DType::kBF16 ? kAttnBf16Tol : kAttnF16Tol;
-    Add(rows, "attention_fwd.out" + tag, t, g_out, out, tol);
+    Add(rows, "attention_fwd.out" + tag, t, g_out, ref.out, tol);
 
-    std::vector<float> h_dout = Round(t, Rand(out.size(), rng));
-    std::vector<float> h_dqkv(qkv.size());
-    cpu::AttentionBackward(cc, h_dqkv.data(), h_dout.data(), qkv.data(), Round(t, probs).data(), B, L, H, nh);
+    std::vector<float> h_dout = Round(t, Rand(ref.out.size(), rng));
+    std::vector<float> h_dqkv(ref.qkv.size());
+    cpu::AttentionBackward(cc, h_dqkv.data(), h_dout.data(), ref.qkv.data(), Round(t, ref.probs).data(), B, L, H, nh);
     DGCA_ASSIGN_OR_RETURN(Bytes ddout, Up(t, h_dout));
-    DGCA_ASSIGN_OR_RETURN(Bytes ddqkv, Poisoned(t, qkv.size()));
+    DGCA_ASSIGN_OR_RETURN(Bytes ddqkv, Poisoned(t, ref.qkv.size()));
     DGCA_ASSIGN_OR_RETURN(Bytes bscratch, Poisoned(DType::kF32, FusedAttentionBackwardScratchFloats(B, L, nh)));
     DGCA_RETURN_IF_ERROR(SyncDevice());
     DGCA_RETURN_IF_ERROR(FusedAttentionBackward<T>(ctx.stream(), P<T>(ddqkv), P<T>(ddout), P<T>(dqkv), P<T>(dout),
