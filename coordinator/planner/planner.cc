@@ -287,6 +287,7 @@ class Planner {
     return m;
   }
   void Precision();
+  void Attention();
   void Threads();
   void Env();
   void Trials();
@@ -655,8 +656,53 @@ void Planner::Precision() {
                                              : ::dgca::Precision::kFp32;
 }
 
+// The attention kernels of CUDA ranks (model/cuda/flash_attention.h): the
+// fused ones where they apply (16-bit, head size 16/32/64, L <= 512), the
+// GEMM + softmax version otherwise or when the spec asks for it.
+void Planner::Attention() {
+  const std::string want = absl::AsciiStrToLower(spec_.train().attention());
+  const bool asked = want == "fused" || want == "gemm";
+  if (!cuda_) {
+    plan_.set_attention("");
+    if (asked)
+      Warn(absl::StrCat("train.attention ", want,
+                        " on CPU ranks: the CPU backend has one attention (fp32)"));
+    return;
+  }
+  const int d = cfg_.heads > 0 ? cfg_.hidden / cfg_.heads : 0;
+  std::string why_not;  // why the fused kernels cannot run, if they cannot
+  if (precision_ == ::dgca::Precision::kFp32) {
+    why_not = "fp32: the fused kernels are bf16/fp16 only";
+  } else if (!FusedAttentionShape(seq_len_, cfg_.hidden, cfg_.heads)) {
+    why_not = absl::StrFormat(
+        "head size %d (hidden %d / %d heads), seq_len %d: the fused kernels take head "
+        "sizes 16, 32 and 64 and seq_len up to 512",
+        d, cfg_.hidden, cfg_.heads, seq_len_);
+  }
+  if (want == "gemm") {
+    plan_.set_attention("gemm");
+    Decide(&plan_, "train.attention", "gemm", v1::USER, "set in the spec");
+  } else if (!why_not.empty()) {
+    plan_.set_attention("gemm");
+    Decide(&plan_, "train.attention", "gemm", v1::PLANNER,
+           absl::StrCat("GEMM + softmax attention: ", why_not));
+    if (want == "fused")
+      Warn(absl::StrCat("train.attention fused cannot run here (", why_not, "): GEMM attention"));
+  } else {
+    plan_.set_attention("fused");
+    Decide(&plan_, "train.attention", "fused", want == "fused" ? v1::USER : v1::PLANNER,
+           want == "fused"
+               ? "set in the spec"
+               : absl::StrFormat(
+                     "%s, head size %d, seq_len %d <= 512: fused flash-style kernels (each "
+                     "layer keeps a [heads, L] log-sum-exp per sample, not [heads, L, L] "
+                     "probabilities)",
+                     plan_.precision(), d, seq_len_));
+  }
+}
+
 void Planner::Memory() {
-  MemoryEstimate est = EstimateMemory(cfg_, seq_len_, precision_);
+  MemoryEstimate est = EstimateMemory(cfg_, seq_len_, precision_, plan_.attention() != "gemm");
   double budget = 0;
   if (cuda_) {
     double mem = 0;
@@ -1425,6 +1471,7 @@ absl::StatusOr<v1::Plan> Planner::Run() {
   Ranks();
   Backend();
   Precision();
+  Attention();
   Memory();
   BatchAndBuckets();
   Threads();

@@ -356,6 +356,66 @@ TEST(PlannerNvlink, DefaultsWithoutMeasurementStillPlan) {
   EXPECT_TRUE(warned);
 }
 
+// ---- Attention kernels ------------------------------------------------------------------
+
+TEST(PlannerAttention, FusedWhereItAppliesAndSaysWhy) {
+  const v1::Topology h100 = Fixture("nvlink-8-h100");
+  // bert-base (head size 64), seq 128, bf16 on H100: the fused kernels.
+  auto plan = MakePlan(DefaultJobSpec(), {h100}, PlannerMeasurements{});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->attention(), "fused");
+  EXPECT_EQ(Find(*plan, "train.attention").source(), v1::PLANNER);
+  EXPECT_TRUE(absl::StrContains(Find(*plan, "train.attention").reason(), "bf16, head size 64"))
+      << Find(*plan, "train.attention").reason();
+  // fp32: the GEMM version, and why.
+  v1::JobSpec fp32 = DefaultJobSpec();
+  fp32.mutable_train()->set_precision("fp32");
+  auto p32 = MakePlan(fp32, {h100}, PlannerMeasurements{});
+  ASSERT_TRUE(p32.ok());
+  EXPECT_EQ(p32->attention(), "gemm");
+  EXPECT_TRUE(absl::StrContains(Find(*p32, "train.attention").reason(), "fp32"));
+  // A head size the kernels do not take (768 / 6 = 128), asked for fused:
+  // GEMM, with a warning that names the reason.
+  v1::JobSpec d128 = DefaultJobSpec();
+  d128.mutable_model()->set_preset("custom");
+  d128.mutable_model()->set_layers(12);
+  d128.mutable_model()->set_hidden(768);
+  d128.mutable_model()->set_heads(6);
+  d128.mutable_model()->set_ffn(3072);
+  d128.mutable_train()->set_attention("fused");
+  auto pd = MakePlan(d128, {h100}, PlannerMeasurements{});
+  ASSERT_TRUE(pd.ok()) << pd.status();
+  EXPECT_EQ(pd->attention(), "gemm");
+  EXPECT_TRUE(absl::StrContains(absl::StrJoin(pd->warnings(), "\n"), "head size 128"))
+      << absl::StrJoin(pd->warnings(), "\n");
+  // The user's gemm wins, and the memory bound counts the probabilities.
+  v1::JobSpec gemm = DefaultJobSpec();
+  gemm.mutable_train()->set_attention("gemm");
+  gemm.mutable_data()->set_max_seq_len(512);
+  v1::JobSpec fused512 = DefaultJobSpec();
+  fused512.mutable_data()->set_max_seq_len(512);
+  auto pg = MakePlan(gemm, {h100}, PlannerMeasurements{});
+  auto pf = MakePlan(fused512, {h100}, PlannerMeasurements{});
+  ASSERT_TRUE(pg.ok() && pf.ok());
+  EXPECT_EQ(pg->attention(), "gemm");
+  EXPECT_EQ(Find(*pg, "train.attention").source(), v1::USER);
+  // "... -> at most N samples" in the micro-batch reason: the memory bound.
+  auto bound = [](const v1::Plan& p) {
+    const std::string r = Find(p, "train.micro_batch").reason();
+    const size_t at = r.find("at most ");
+    return at == std::string::npos ? -1 : std::atoi(r.c_str() + at + 8);
+  };
+  EXPECT_GT(bound(*pg), 0) << Find(*pg, "train.micro_batch").reason();
+  EXPECT_LT(bound(*pg), bound(*pf));  // bert-base, seq 512: 206 vs 271 samples
+  // CPU ranks: no attention decision, a warning when the spec asks.
+  v1::JobSpec cpu = DefaultJobSpec();
+  cpu.mutable_train()->set_attention("fused");
+  auto pc = MakePlan(cpu, {Fixture("cpu-only")}, PlannerMeasurements{});
+  ASSERT_TRUE(pc.ok());
+  EXPECT_EQ(pc->attention(), "");
+  EXPECT_TRUE(absl::StrContains(absl::StrJoin(pc->warnings(), "\n"), "train.attention fused on CPU"));
+}
+
 // ---- PCIe machines ---------------------------------------------------------------------
 
 TEST(PlannerPcie, A100AcrossSocketsUsesTheWorstPath) {

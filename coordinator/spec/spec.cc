@@ -414,6 +414,8 @@ void Parser::ParseTop(const YAML::Node& root, v1::JobSpec* spec) {
          int32_t x = 0; Int(v, p, 0, kI32, true, &x); train->set_accumulation(x); }},
       {"precision", [&](const YAML::Node& v, const std::string& p) {
          Enum(v, p, {"auto", "fp32", "fp16", "bf16"}, train->mutable_precision()); }},
+      {"attention", [&](const YAML::Node& v, const std::string& p) {
+         Enum(v, p, {"auto", "fused", "gemm"}, train->mutable_attention()); }},
       {"optimizer", optimizer_fn},
       {"eval_every", [&](const YAML::Node& v, const std::string& p) {
          int64_t x = train->eval_every(); Int(v, p, 0, kI64, false, &x); train->set_eval_every(x); }},
@@ -668,6 +670,7 @@ v1::JobSpec DefaultJobSpec() {
   t->set_micro_batch(0);
   t->set_accumulation(0);
   t->set_precision("auto");
+  t->set_attention("auto");
   t->mutable_optimizer()->set_lr(5.0e-5);
   t->mutable_optimizer()->set_weight_decay(0);
   t->mutable_optimizer()->set_warmup_steps(0);

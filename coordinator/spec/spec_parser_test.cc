@@ -156,6 +156,17 @@ TEST(SpecParser, BadEnumListsValidValues) {
   EXPECT_EQ(r.problems[0].message(), "expected one of auto | cuda | cpu, got 'tpu'");
 }
 
+TEST(SpecParser, TrainAttention) {
+  EXPECT_EQ(Parse("name: x\n").spec.train().attention(), "auto");
+  SpecParseResult r = Parse("train:\n  attention: gemm\n");
+  ASSERT_TRUE(r.ok()) << FormatProblems(r.problems);
+  EXPECT_EQ(r.spec.train().attention(), "gemm");
+  SpecParseResult bad = Parse("train:\n  attention: flash\n");
+  ASSERT_EQ(bad.problems.size(), 1u);
+  EXPECT_EQ(FormatProblem(bad.problems[0]),
+            "job.yaml:2:14: train.attention: expected one of auto | fused | gemm, got 'flash'\n");
+}
+
 TEST(SpecParser, SyntaxErrorHasLineColumn) {
   SpecParseResult r = Parse("name: x\ntrain: {steps: 5\n");
   ASSERT_EQ(r.problems.size(), 1u);

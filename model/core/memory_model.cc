@@ -45,7 +45,8 @@ namespace dgca {
 // Hopper) plus the largest per-step temporary that is not saved: one layer's
 // attention scores before softmax for one sample (A*L*L*4; none with the
 // fused kernels), and the prompt encoder (a few 2P x 8H buffers).
-MemoryEstimate EstimateMemory(const ModelConfig& cfg, int seq_len, Precision precision) {
+MemoryEstimate EstimateMemory(const ModelConfig& cfg, int seq_len, Precision precision,
+                              bool fused_attention) {
   MemoryEstimate m;
   const double N = static_cast<double>(CountParameters(cfg));
   m.params = 4.0 * N + (precision == Precision::kFp32 ? 0.0 : 2.0 * N);
@@ -58,7 +59,8 @@ MemoryEstimate EstimateMemory(const ModelConfig& cfg, int seq_len, Precision pre
   const double T = MaxCharsForSeqLen(seq_len, cfg.prompt_length);
   const double R = 2.0 * T;
 
-  const bool fused = precision != Precision::kFp32 && FusedAttentionShape(seq_len, cfg.hidden, cfg.heads);
+  const bool fused = fused_attention && precision != Precision::kFp32 &&
+                     FusedAttentionShape(seq_len, cfg.hidden, cfg.heads);
   const double attention = fused ? A * L * 4.0 : A * L * L * e;
   // Embeddings (sum and LayerNorm output, LN stats), the attention mask the
   // backward keeps (int32), and with the fused kernels their backward's

@@ -34,7 +34,10 @@ struct MemoryEstimate {
 // Bytes of activation element for `precision` (4 for fp32, 2 for fp16/bf16).
 int ActivationBytes(Precision precision);
 
-MemoryEstimate EstimateMemory(const ModelConfig& cfg, int seq_len, Precision precision);
+// fused_attention: whether a 16-bit run takes the fused attention kernels
+// where FusedAttentionShape allows (TrainConfig::fused_attention).
+MemoryEstimate EstimateMemory(const ModelConfig& cfg, int seq_len, Precision precision,
+                              bool fused_attention = true);
 
 // The largest micro-batch whose total fits `budget_bytes` (0 when even one
 // sample does not fit).

@@ -63,6 +63,10 @@ TEST(MemoryModelTest, FusedAttentionDropsTheProbabilities) {
   EXPECT_DOUBLE_EQ(bf16_gemm.activations_per_sample - bf16.activations_per_sample,
                    layers * (6 * L * L * 2 - A * L * 4) - A * L * 4);
   EXPECT_DOUBLE_EQ(fp32.workspace - bf16.workspace, A * L * L * 4);
+  // The same shape with the GEMM attention asked for: probabilities kept.
+  MemoryEstimate bf16_asked_gemm = EstimateMemory(cfg, 128, Precision::kBf16, /*fused_attention=*/false);
+  EXPECT_DOUBLE_EQ(bf16_asked_gemm.activations_per_sample - bf16.activations_per_sample,
+                   layers * (A * L * L * 2 - A * L * 4) - A * L * 4);
   EXPECT_TRUE(FusedAttentionShape(128, 768, 12));
   EXPECT_FALSE(FusedAttentionShape(128, 768, 6));
   EXPECT_FALSE(FusedAttentionShape(513, 768, 12));

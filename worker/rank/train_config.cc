@@ -170,6 +170,14 @@ absl::StatusOr<TrainConfig> TrainConfigFromSpec(const v1::JobSpec& spec, const v
     return absl::InvalidArgumentError(
         absl::StrCat("train.precision: '", prec, "' is not one of auto, fp32, fp16, bf16"));
   }
+  // train.attention: the plan's (CUDA ranks), else the spec's; only "gemm"
+  // turns the fused kernels off (they run only where they apply anyway).
+  const std::string attention = !plan.attention().empty() ? Lower(plan.attention()) : Lower(t.attention());
+  if (!attention.empty() && attention != "auto" && attention != "fused" && attention != "gemm") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("train.attention: '", attention, "' is not one of auto, fused, gemm"));
+  }
+  c.fused_attention = attention != "gemm";
   const auto& o = t.optimizer();
   c.lr = static_cast<float>(o.lr());
   c.weight_decay = static_cast<float>(o.weight_decay());

@@ -128,6 +128,26 @@ TEST(TrainConfigTest, ErrorsNameTheField) {
   EXPECT_NE(std::string(e.status().message()).find("precision"), std::string::npos);
 }
 
+TEST(TrainConfigTest, AttentionFromPlanThenSpec) {
+  v1::JobSpec spec = Parse("data: {train: x.txt}\n");
+  v1::Plan p = SimplePlan(spec, 1);
+  auto c = TrainConfigFromSpec(spec, p);
+  ASSERT_TRUE(c.ok());
+  EXPECT_TRUE(c->fused_attention);  // auto: the trainer's default
+  p.set_attention("gemm");           // the planner's choice for CUDA ranks
+  c = TrainConfigFromSpec(spec, p);
+  ASSERT_TRUE(c.ok());
+  EXPECT_FALSE(c->fused_attention);
+  v1::JobSpec asked = Parse("data: {train: x.txt}\ntrain: {attention: gemm}\n");
+  c = TrainConfigFromSpec(asked, SimplePlan(asked, 1));  // no planner: the spec's
+  ASSERT_TRUE(c.ok());
+  EXPECT_FALSE(c->fused_attention);
+  p.set_attention("flash");
+  auto e = TrainConfigFromSpec(spec, p);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(std::string(e.status().message()).find("train.attention"), std::string::npos);
+}
+
 TEST(TrainConfigTest, ResolvePath) {
   EXPECT_EQ(ResolvePath("/a", "b/c"), "/a/b/c");
   EXPECT_EQ(ResolvePath("/a/", "b"), "/a/b");
