@@ -124,6 +124,13 @@ bench_rc=$?
 # shellcheck disable=SC2086
 "$BUILD/model/dgca-bench$SFX" $BENCH_ARGS --precision bf16 --gemm-attention --json \
   >> "$OUT/dgca_bench.json" 2>> "$OUT/dgca_bench.err" || bench_rc=1
+# The attention kernels alone at that shape, fused against GEMM, forward and
+# backward (TFLOP/s say how far each is from the tensor cores). The JSON is
+# printed in the summary, then kept at the end of model_check.txt (at most 8
+# files come back).
+# shellcheck disable=SC2086
+"$BUILD/model/dgca-bench$SFX" $BENCH_ARGS --precision bf16 --attention-only --json \
+  > "$OUT/attention.json" 2>> "$OUT/dgca_bench.err" || bench_rc=1
 { echo "==================== dgca-bench stderr (rc=$bench_rc)"; cat "$OUT/dgca_bench.err"; } >> "$OUT/model_check.txt"
 rm -f "$OUT/dgca_bench.err"
 
@@ -254,7 +261,22 @@ try:
             print(f"  {k:28s} " + ("n/a (no kernel)" if v is None else f"{v:.3e}  -> 2x = {2 * v:.3e}"))
 except Exception as ex:  # noqa: BLE001
     print(f"op errors: failed: {ex}")
+try:
+    d = json.load(open(os.path.join(out, "attention.json")))
+    if "rows" not in d:
+        raise RuntimeError(d.get("error", "no rows"))
+    print(f"attention alone (dgca-bench --attention-only: {d['precision']}, batch {d['batch']}, seq {d['seq']}, "
+          f"hidden {d['hidden']}, {d['heads']} heads; TFLOP/s as FlashAttention counts, bwd = 2.5x fwd):")
+    print("| kernels | fwd ms | bwd ms | fwd TFLOP/s | bwd TFLOP/s | MiB kept |")
+    print("|---|---|---|---|---|---|")
+    for r in d["rows"]:
+        print(f"| {r['kernel']} | {r['fwd_ms']:.3f} | {r['bwd_ms']:.3f} | {r['fwd_tflops']:.1f} | "
+              f"{r['bwd_tflops']:.1f} | {r['bytes'] / 2**20:.1f} |")
+except Exception as ex:  # noqa: BLE001
+    print(f"attention bench: failed: {ex}")
 PYEOF
+{ echo "==================== dgca-bench --attention-only"; cat "$OUT/attention.json"; } >> "$OUT/model_check.txt" 2>/dev/null
+rm -f "$OUT/attention.json"
 echo "dgca-bench exit: $bench_rc (0 ok, 1 fail, 2 no GPU): $(head -c 1500 "$OUT/dgca_bench.json")"
 [ $check_rc = 0 ] || exit 1
 exit 0

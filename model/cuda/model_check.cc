@@ -127,11 +127,14 @@ double MaxAbs(const float* p, int64_t n) {
 
 // Tensors whose reference gradient can cancel to near zero, and the
 // tensor whose scale their terms have: the key bias (softmax makes its true
-// gradient zero; it is rounding noise of the value bias' scale) and the
+// gradient zero; it is rounding noise of the value bias' scale); the
 // detector's one-logit bias (a signed sum over the batch's target slots:
 // seen at 1.1e-4 from terms near 0.1 in fp16, where the GPU's 4e-6
-// difference read as 4% relative; the per-slot terms are what the
-// detector weight's gradient is made of).
+// difference read as 4% relative; the per-slot terms are what the detector
+// weight's gradient is made of); and the gate's scalars, bias and detector
+// scale (sums over the slots of the same per-slot gate gradient the gate
+// weight's is made of: det_scale read 7.3e-2 against 5e-2 in a bf16 run
+// whose other gradients were within 1e-2).
 struct ScalePartner {
   const char* suffix;
   const char* partner_suffix;
@@ -139,6 +142,8 @@ struct ScalePartner {
 constexpr ScalePartner kScalePartners[] = {
     {"attention.self.key.bias", "attention.self.value.bias"},
     {"detector.bias", "detector.weight"},
+    {"fusion.gate.bias", "fusion.gate.weight"},
+    {"fusion.gate.det_scale", "fusion.gate.weight"},
 };
 
 // max|got - want| / scale; scale = max|want| (for a kScalePartners tensor

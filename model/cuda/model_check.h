@@ -31,9 +31,9 @@
 //     slots whose prediction differs).
 // Relative error = max|gpu - cpu| / max|cpu| per tensor (the key bias uses
 // max(|key.bias grad|, |value.bias grad|) as scale, as bert_check does, and
-// the detector's one-logit bias max(|detector.bias grad|, |detector.weight
-// grad|): both gradients can cancel to near zero; kScalePartners in
-// model_check.cc); losses |gpu - cpu| / |cpu|. bf16 and fp16 run the fused
+// the detector's one-logit bias and the gate's bias and detector scale
+// use the detector / gate weight's gradient scale too: all are signed sums
+// that can cancel to near zero; kScalePartners in model_check.cc); losses |gpu - cpu| / |cpu|. bf16 and fp16 run the fused
 // attention (the check config's head size is 16).
 //
 // CUDA graphs ("cuda_model graphs fp32/bf16"): two models, one with graphs,

@@ -60,12 +60,13 @@
 // Usage: dgca-bench [--preset bert-base] [--batch 128] [--seq 128]
 //          [--micro-batch N] [--steps 30] [--warmup 5] [--precision bf16|fp16|fp32]
 //          [--device 0] [--peak-tflops X] [--profile] [--no-cuda-graphs]
-//          [--gemm-attention] [--json]
+//          [--gemm-attention] [--attention-only] [--json]
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -73,8 +74,11 @@
 
 #include "model/core/batch.h"
 #include "model/core/config.h"
+#include "model/cuda/attention.h"
 #include "model/cuda/cuda_context.h"
 #include "model/cuda/cuda_model.h"
+#include "model/cuda/flash_attention.h"
+#include "model/cuda/gemm.h"
 #include "model/cuda/step_profiler.h"
 #include "model/train/optimizer.h"
 
@@ -94,13 +98,15 @@ struct Args {
   bool profile = false;
   bool graphs = true;
   bool fused_attention = true;
+  bool attention_only = false;
 };
 
 int Usage(const std::string& msg) {
   std::fprintf(stderr,
                "dgca-bench: %s\nusage: dgca-bench [--preset tiny|small|bert-base] [--batch N] "
                "[--seq N] [--micro-batch N] [--steps N] [--warmup N] [--precision bf16|fp16|fp32] "
-               "[--device N] [--peak-tflops X] [--profile] [--no-cuda-graphs] [--gemm-attention] [--json]\n",
+               "[--device N] [--peak-tflops X] [--profile] [--no-cuda-graphs] [--gemm-attention] "
+               "[--attention-only] [--json]\n",
                msg.c_str());
   return 3;
 }
@@ -128,6 +134,121 @@ int Fail(const Args& a, int code, const std::string& msg) {
   std::fprintf(stderr, "dgca-bench: %s\n", msg.c_str());
   if (a.json) std::printf("{\"impl\": \"dgca\", \"error\": \"%s\"}\n", JsonEscape(msg).c_str());
   return code;
+}
+
+// --attention-only: the attention kernels alone at the run's shape (micro-
+// batch, seq, the preset's hidden and heads; the last eighth of every row is
+// padding), the fused ones (flash_attention.h) against the GEMM version
+// (attention.h), forward and backward each timed with cudaEvents (median of
+// --steps after --warmup). FLOPs as FlashAttention counts them: forward
+// 4 B heads L^2 d (QK^T and PV), backward 2.5x that; the fused kernels do
+// more (the forward's second QK^T, the backward's S and dP in both kernels).
+template <typename T>
+int AttentionBench(const Args& a, const ModelConfig& cfg, const dgca::cuda::CudaContext& ctx) {
+  using namespace dgca::cuda;
+  using dgca::Status;
+  const int B = a.micro, L = a.seq, H = cfg.hidden, nh = cfg.heads;
+  const DType t = kDType<T>;
+  if (!FusedAttentionSupported(t, L, H, nh))
+    return Fail(a, 1, "the fused attention does not take this shape (head size " + std::to_string(H / nh) +
+                          ", seq " + std::to_string(L) + ")");
+  const size_t n_qkv = size_t(B) * L * 3 * H, n_out = size_t(B) * L * H;
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  auto random = [&](size_t n) {
+    std::vector<T> v(n);
+    for (T& x : v) x = FromF<T>(u(rng));
+    return v;
+  };
+  std::vector<int32_t> mask(size_t(B) * L, 1);
+  for (int b = 0; b < B; ++b)
+    for (int j = L - L / 8; j < L; ++j) mask[size_t(b) * L + j] = 0;
+  DeviceArray<T> qkv, out, dout, dqkv, probs, scratch;
+  DeviceArray<float> lse, rowdot;
+  DeviceArray<int32_t> dmask;
+  const int64_t gemm_scratch = std::max(AttentionScratchElems(B, L, H), AttentionBackwardScratchElems(B, L, H, nh));
+  for (Status s : {qkv.Upload(random(n_qkv)), dout.Upload(random(n_out)), out.Allocate(n_out),
+                   dqkv.Allocate(n_qkv), dmask.Upload(mask), probs.Allocate(size_t(B) * nh * L * L),
+                   scratch.Allocate(size_t(gemm_scratch)), lse.Allocate(size_t(B) * nh * L),
+                   rowdot.Allocate(size_t(FusedAttentionBackwardScratchFloats(B, L, nh)))})
+    if (!s.ok()) return Fail(a, 1, "attention bench buffers: " + s.ToString());
+  GemmRunner gemm(&ctx);
+  cudaStream_t st = ctx.stream();
+  cudaEvent_t e0 = nullptr, e1 = nullptr;
+  if (cudaEventCreate(&e0) != cudaSuccess || cudaEventCreate(&e1) != cudaSuccess)
+    return Fail(a, 1, "cudaEventCreate failed");
+  // Median milliseconds of fn over a.steps runs after a.warmup; < 0 on error.
+  std::string error;
+  auto time = [&](const std::function<Status()>& fn) -> double {
+    std::vector<float> ms;
+    for (int i = 0; i < a.warmup + a.steps; ++i) {
+      cudaEventRecord(e0, st);
+      if (Status s = fn(); !s.ok()) {
+        error = s.ToString();
+        return -1;
+      }
+      cudaEventRecord(e1, st);
+      float m = 0;
+      if (cudaEventSynchronize(e1) != cudaSuccess || cudaEventElapsedTime(&m, e0, e1) != cudaSuccess) {
+        error = "cudaEventElapsedTime failed";
+        return -1;
+      }
+      if (i >= a.warmup) ms.push_back(m);
+    }
+    std::sort(ms.begin(), ms.end());
+    return ms[ms.size() / 2];
+  };
+  struct Row {
+    const char* kernel;
+    double fwd_ms, bwd_ms;
+    size_t bytes;  // what the forward keeps for the backward, plus scratch
+  };
+  std::vector<Row> rows;
+  rows.push_back({"fused",
+                  time([&] { return FusedAttentionForward<T>(st, out.get(), lse.get(), qkv.get(), dmask.get(), B, L, H, nh); }),
+                  time([&] {
+                    return FusedAttentionBackward<T>(st, dqkv.get(), dout.get(), qkv.get(), out.get(), lse.get(),
+                                                     dmask.get(), B, L, H, nh, rowdot.get());
+                  }),
+                  lse.size() * sizeof(float) + rowdot.size() * sizeof(float)});
+  rows.push_back({"gemm",
+                  time([&] {
+                    return AttentionForward<T>(ctx, &gemm, out.get(), probs.get(), qkv.get(), dmask.get(), B, L, H,
+                                               nh, scratch.get());
+                  }),
+                  time([&] {
+                    return AttentionBackward<T>(ctx, &gemm, dqkv.get(), dout.get(), qkv.get(), probs.get(), B, L, H,
+                                                nh, scratch.get());
+                  }),
+                  probs.size() * sizeof(T) + scratch.size() * sizeof(T)});
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  if (!error.empty()) return Fail(a, 1, "attention bench: " + error);
+  if (Status s = ctx.Synchronize(); !s.ok()) return Fail(a, 1, "attention bench: " + s.ToString());
+  const double fwd_flops = 4.0 * B * nh * double(L) * L * (H / nh), bwd_flops = 2.5 * fwd_flops;
+  auto tflops = [](double flops, double ms) { return ms > 0 ? flops / (ms * 1e-3) / 1e12 : 0.0; };
+  if (a.json) {
+    std::printf("{\"impl\": \"dgca-attention\", \"precision\": \"%s\", \"batch\": %d, \"seq\": %d, "
+                "\"hidden\": %d, \"heads\": %d, \"device\": \"%s\", \"rows\": [",
+                DTypeName(t), B, L, H, nh, JsonEscape(ctx.description()).c_str());
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const Row& r = rows[i];
+      std::printf("%s{\"kernel\": \"%s\", \"fwd_ms\": %.4f, \"bwd_ms\": %.4f, \"fwd_tflops\": %.2f, "
+                  "\"bwd_tflops\": %.2f, \"bytes\": %zu}",
+                  i ? ", " : "", r.kernel, r.fwd_ms, r.bwd_ms, tflops(fwd_flops, r.fwd_ms),
+                  tflops(bwd_flops, r.bwd_ms), r.bytes);
+    }
+    std::printf("]}\n");
+  } else {
+    std::printf("dgca-bench --attention-only: %s, %s, batch %d, seq %d, hidden %d, %d heads\n",
+                ctx.description().c_str(), DTypeName(t), B, L, H, nh);
+    std::printf("  %-8s %10s %10s %12s %12s %12s\n", "kernels", "fwd ms", "bwd ms", "fwd TFLOP/s", "bwd TFLOP/s",
+                "MiB kept");
+    for (const Row& r : rows)
+      std::printf("  %-8s %10.3f %10.3f %12.1f %12.1f %12.1f\n", r.kernel, r.fwd_ms, r.bwd_ms,
+                  tflops(fwd_flops, r.fwd_ms), tflops(bwd_flops, r.bwd_ms), r.bytes / 1048576.0);
+  }
+  return 0;
 }
 
 // As bench/torch_dgca.py make_batch (layout and sizes; own random numbers).
@@ -217,6 +338,10 @@ int main(int argc, char** argv) {
       a.fused_attention = false;
       continue;
     }
+    if (k == "--attention-only") {
+      a.attention_only = true;
+      continue;
+    }
     if (k == "--no-cuda-graphs") {
       a.graphs = false;
       continue;
@@ -259,6 +384,11 @@ int main(int argc, char** argv) {
 
   auto ctx = dgca::cuda::CudaContext::Create(a.device);
   if (!ctx.ok()) return Fail(a, 2, ctx.status().ToString());
+  if (a.attention_only) {
+    if (*prec == dgca::cuda::Precision::kBf16) return AttentionBench<dgca::cuda::bf16>(a, *cfg, **ctx);
+    if (*prec == dgca::cuda::Precision::kFp16) return AttentionBench<__half>(a, *cfg, **ctx);
+    return Usage("--attention-only compares the bf16/fp16 kernels: --precision bf16 or fp16");
+  }
   size_t free0 = 0, total = 0;
   if (cudaMemGetInfo(&free0, &total) != cudaSuccess) return Fail(a, 1, "cudaMemGetInfo failed");
 
