@@ -406,7 +406,8 @@ TEST(PlannerAttention, FusedWhereItAppliesAndSaysWhy) {
     return at == std::string::npos ? -1 : std::atoi(r.c_str() + at + 8);
   };
   EXPECT_GT(bound(*pg), 0) << Find(*pg, "train.micro_batch").reason();
-  EXPECT_LT(bound(*pg), bound(*pf));  // bert-base, seq 512: 206 vs 271 samples
+  EXPECT_LT(bound(*pg), bound(*pf));
+  std::cout << "bert-base seq 512 on an H100, at most: GEMM " << bound(*pg) << ", fused " << bound(*pf) << " samples\n";
   // CPU ranks: no attention decision, a warning when the spec asks.
   v1::JobSpec cpu = DefaultJobSpec();
   cpu.mutable_train()->set_attention("fused");

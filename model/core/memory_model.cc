@@ -7,17 +7,20 @@
 
 namespace dgca {
 
-// Activation model, per sample, elements of e bytes (e = 4 fp32, 2 half;
-// LayerNorm statistics and vocabulary logits are always fp32). L = seq_len,
-// H = hidden, A = heads, F = ffn, V = vocab, K = candidates,
-// T = MaxCharsForSeqLen(L, P) target slots.
+// Activation model, per sample: what the trainer allocates for one sample
+// of seq_len (the CUDA model's buffers, model/cuda/cuda_bert.h and
+// cuda_model.h; the CPU model's are the same or smaller), elements of e
+// bytes (e = 4 fp32, 2 bf16/fp16; LayerNorm statistics, ids and per-slot
+// head values 4). L = seq_len, H = hidden, A = heads, F = ffn, V = vocab,
+// K = candidates, T = MaxCharsForSeqLen(L, P) target slots, R = 2T head
+// rows (target slots plus at most T MFT-masked source positions).
 //
-// Embeddings: sum of word+position+type (L*H) and LayerNorm output (L*H) in
-//   e bytes, LN mean/rstd 2*L in fp32; the attention mask, L int32; with the
-//   fused attention its backward's row sums, A*L fp32 (one set for all
-//   layers).
+// Inputs: ids, mask, token types, prompt slots (4L), head row ids and
+//   targets (2R), slot source ids (T), candidates (TK): int32.
+// Embeddings: sum of word+position+type and LayerNorm output (2LH e), LN
+//   stats (2L fp32), the four index arrays and the mask the backward keeps
+//   (5L int32).
 // Each encoder layer saves for its backward:
-//   layer input x                      L*H   (QKV weight gradients)
 //   Q, K, V                            3*L*H
 //   attention probabilities            A*L*L (softmax backward, P·V backward);
 //     with the fused attention kernels (FusedAttentionShape, 16-bit) only
@@ -28,23 +31,25 @@ namespace dgca {
 //   FFN intermediate before GELU       L*F
 //   GELU output                        L*F   (second FFN GEMM backward)
 //   FFN output + residual              L*H   (LayerNorm 2 input)
+//   LayerNorm 2 output = next input    L*H
 //   LayerNorm 1 and 2 mean/rstd        4*L   (fp32)
 //   => (8*L*H + A*L*L + 2*L*F) * e + 16*L bytes (fused: A*L*L*e becomes
-//      A*L*4); LayerNorm 2's output is the next layer's input x, counted there.
-// Heads, on R = 2*T rows (T target slots plus at most T MFT-masked source
-// positions):
-//   MLM transform: dense out, GELU out, LN out  3*R*H * e, LN stats 2*R fp32
-//   vocabulary logits and their gradient         2*R*V * 4
-// Detector, candidate head and fusion on T slots:
-//   candidate dense out, GELU out, LN out        3*T*H * e
-//   candidate scores, softmax, gates, detector   (2*T*K + 4*T) * 4
+//      A*L*4).
+// Backward scratch, one set for all layers: dhidden, its temporary and
+//   dcontext (3LH), dQKV (3LH), dGELU (LF), in e; the attention's: fused,
+//   the row sums (A*L fp32); GEMM, split heads and dprobs
+//   (max(4LH, 7LH + A*L*L) e).
+// MLM head on R rows: gathered rows, dense, GELU and LN outputs, their two
+//   gradients and the heads' dhidden (7RH e), LN stats and row losses (3R
+//   fp32), vocabulary logits with their gradient written in place (RV e).
+// Candidate head on T slots: pre-activation, normalised, LN output and two
+//   gradients (5TH fp32) and the gradient in e (TH); scores, log q and
+//   their gradient, sort keys (6TK), per-slot values (16T), fp32/int32.
 // The prompt encoder works on 2P vectors per batch, not per sample: it is
 // in the workspace.
 //
-// Workspace: 32 MiB of GEMM workspace (cuBLASLt's recommended size on
-// Hopper) plus the largest per-step temporary that is not saved: one layer's
-// attention scores before softmax for one sample (A*L*L*4; none with the
-// fused kernels), and the prompt encoder (a few 2P x 8H buffers).
+// Workspace: kGemmWorkspaceBytes (allocated with the CUDA context) plus the
+// prompt encoder (a few 2P x 8H buffers).
 MemoryEstimate EstimateMemory(const ModelConfig& cfg, int seq_len, Precision precision,
                               bool fused_attention) {
   MemoryEstimate m;
@@ -61,19 +66,19 @@ MemoryEstimate EstimateMemory(const ModelConfig& cfg, int seq_len, Precision pre
 
   const bool fused = fused_attention && precision != Precision::kFp32 &&
                      FusedAttentionShape(seq_len, cfg.hidden, cfg.heads);
-  const double attention = fused ? A * L * 4.0 : A * L * L * e;
-  // Embeddings (sum and LayerNorm output, LN stats), the attention mask the
-  // backward keeps (int32), and with the fused kernels their backward's
-  // row sums (A*L fp32, shared by the layers).
-  double act = 2.0 * L * H * e + 2.0 * L * 4.0 + 4.0 * L + (fused ? A * L * 4.0 : 0.0);
-  act += cfg.layers * ((8.0 * L * H + 2.0 * L * F) * e + attention + 4.0 * L * 4.0);
-  act += 3.0 * R * H * e + 2.0 * R * 4.0 + 2.0 * R * V * 4.0;
-  if (cfg.candidate && K > 0) act += 3.0 * T * H * e;
-  act += (2.0 * T * K + 4.0 * T) * 4.0;
+  double act = (4.0 * L + 2.0 * R + T + T * K) * 4.0;                       // inputs
+  act += 2.0 * L * H * e + 2.0 * L * 4.0 + 5.0 * L * 4.0;                  // embeddings
+  act += cfg.layers * ((8.0 * L * H + 2.0 * L * F) * e + 4.0 * L * 4.0 +  // layers
+                       (fused ? A * L * 4.0 : A * L * L * e));
+  act += (6.0 * L * H + L * F) * e;                                        // backward scratch
+  act += fused ? A * L * 4.0 : std::max(4.0 * L * H, 7.0 * L * H + A * L * L) * e;
+  act += 7.0 * R * H * e + 3.0 * R * 4.0 + R * V * e;                      // MLM head
+  if (cfg.candidate && K > 0) act += 5.0 * T * H * 4.0 + T * H * e + 6.0 * T * K * 4.0;
+  act += 16.0 * T * 4.0;                                                   // per-slot heads
   m.activations_per_sample = act;
 
   const double P2 = 2.0 * cfg.prompt_length;
-  m.workspace = 32.0 * 1024 * 1024 + (fused ? 0.0 : A * L * L * 4.0) + 4.0 * P2 * 8.0 * H * 4.0;
+  m.workspace = kGemmWorkspaceBytes + 4.0 * P2 * 8.0 * H * 4.0;
   return m;
 }
 

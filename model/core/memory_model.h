@@ -19,6 +19,10 @@
 
 namespace dgca {
 
+// cuBLASLt's workspace (its recommended size on Hopper), allocated with the
+// CUDA context (model/cuda/cuda_context.h), not by the model.
+constexpr double kGemmWorkspaceBytes = 32.0 * 1024 * 1024;
+
 struct MemoryEstimate {
   double params = 0;                  // fp32 master weights (+ half copy for fp16/bf16)
   double grads = 0;                   // fp32 gradients

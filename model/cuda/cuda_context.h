@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "model/core/memory_model.h"  // kGemmWorkspaceBytes
 #include "model/core/status.h"
 
 namespace dgca {
@@ -39,7 +40,7 @@ int VisibleDeviceCount(std::string* error);
 class CudaContext {
  public:
   // Default cuBLASLt workspace: 32 MiB (what cuBLAS recommends for Hopper).
-  static constexpr size_t kDefaultWorkspaceBytes = size_t{32} << 20;
+  static constexpr size_t kDefaultWorkspaceBytes = static_cast<size_t>(kGemmWorkspaceBytes);
 
   // Binds `device`, creates a non-blocking stream, a cuBLASLt handle and the
   // workspace. FAILED_PRECONDITION without a visible device or with `device`

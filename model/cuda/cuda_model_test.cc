@@ -10,6 +10,7 @@
 
 #include "model/core/batch.h"
 #include "model/core/config.h"
+#include "model/core/memory_model.h"
 #include "model/cuda/check_test_util.h"
 #include "model/cuda/cuda_context.h"
 #include "model/cuda/cuda_model.h"
@@ -49,6 +50,50 @@ TEST(CudaModelTest, WholeStepMatchesCpu) {
   const uint64_t seed = 12345;
   std::mt19937_64 rng(seed);
   for (const OpCheck& c : ModelChecks()) check_test::ExpectCheckPasses(c, **ctx, &gemm, &rng, seed);
+}
+
+// The planner sizes micro-batches with EstimateMemory
+// (model/core/memory_model.h): it must predict what the CUDA model
+// allocates (device memory in use after Create and one step, less the GEMM
+// workspace the context holds) for each precision and attention kernel.
+// The emulator counts bytes exactly (5%); a GPU's allocator rounds to pages.
+TEST(CudaModelTest, MemoryModelPredictsWhatTheModelAllocates) {
+  std::string why;
+  if (VisibleDeviceCount(&why) == 0) GTEST_SKIP() << "no CUDA device visible: " << why;
+#if defined(DGCA_CUDA_EMULATOR)
+  const double tolerance = 0.05;
+#else
+  const double tolerance = 0.25;
+#endif
+  auto ctx = CudaContext::Create(0);
+  ASSERT_TRUE(ctx.ok()) << ctx.status().ToString();
+  ModelConfig cfg = ApplyPreset("tiny", ModelConfig()).value();
+  const int B = 4, L = 64;
+  struct Case {
+    Precision prec;
+    dgca::Precision core;
+    bool fused;
+  };
+  for (const Case& c : {Case{Precision::kFloat32, dgca::Precision::kFp32, false},
+                        Case{Precision::kBf16, dgca::Precision::kBf16, true},
+                        Case{Precision::kBf16, dgca::Precision::kBf16, false},
+                        Case{Precision::kFp16, dgca::Precision::kFp16, true}}) {
+    size_t free0 = 0, free1 = 0, total = 0;
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    ASSERT_EQ(cudaMemGetInfo(&free0, &total), cudaSuccess);
+    {
+      auto m = CudaDgcaModel::Create(cfg, B, L, 3, c.prec, ctx->get());
+      ASSERT_TRUE(m.ok()) << m.status().ToString();
+      ASSERT_TRUE((*m)->set_fused_attention(c.fused).ok());
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      ASSERT_EQ(cudaMemGetInfo(&free1, &total), cudaSuccess);
+    }
+    const double measured = double(free0) - double(free1);
+    const double predicted = EstimateMemory(cfg, L, c.core, c.fused).total(B) - kGemmWorkspaceBytes;
+    EXPECT_NEAR(predicted / measured, 1.0, tolerance)
+        << PrecisionName(c.prec) << (c.fused ? " fused" : " GEMM") << " attention: predicted " << predicted
+        << " bytes, allocated " << measured;
+  }
 }
 
 TEST(CudaModelTest, BadBatchIsRejectedNamingTheField) {

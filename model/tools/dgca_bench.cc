@@ -26,7 +26,10 @@
 // peak; cuBLASLt's workspace is in the context part). device_used_bytes
 // is the total in use (context included). Not directly the same measure
 // as PyTorch's max_memory_allocated (allocator bytes only), which is
-// smaller than what the caching allocator holds.
+// smaller than what the caching allocator holds. predicted_memory_bytes is
+// what the planner's memory model (model/core/memory_model.h) expects for
+// this run (less the GEMM workspace, which the context holds): the
+// measured peak says how far off it is.
 //
 // MFU: flops_per_sample as bench/torch_dgca.py (about 73 GFLOP/sample for
 // bert-base, seq 128: 3 x forward, forward = layers x (2 T (4H^2 + 2HF) +
@@ -74,6 +77,7 @@
 
 #include "model/core/batch.h"
 #include "model/core/config.h"
+#include "model/core/memory_model.h"
 #include "model/cuda/attention.h"
 #include "model/cuda/cuda_context.h"
 #include "model/cuda/cuda_model.h"
@@ -478,6 +482,13 @@ int main(int argc, char** argv) {
   const double model_bytes = static_cast<double>(free0) - static_cast<double>(free1);
   const double used_bytes = static_cast<double>(total) - static_cast<double>(free1);
   const int64_t nparams = m.params().total_numel();
+  const dgca::Precision core_prec = *prec == dgca::cuda::Precision::kBf16   ? dgca::Precision::kBf16
+                                    : *prec == dgca::cuda::Precision::kFp16 ? dgca::Precision::kFp16
+                                                                            : dgca::Precision::kFp32;
+  // The model's part: the GEMM workspace came with the context, before free0.
+  const double predicted_bytes =
+      dgca::EstimateMemory(*cfg, a.seq, core_prec, m.fused_attention()).total(a.micro) -
+      dgca::kGemmWorkspaceBytes;
 
   if (a.json) {
     std::printf("{\"impl\": \"dgca\", \"precision\": \"%s\", \"preset\": \"%s\", \"seq\": %d, \"batch\": %d, "
@@ -488,9 +499,9 @@ int main(int argc, char** argv) {
                 a.warmup, JsonEscape((*ctx)->description()).c_str(), static_cast<long long>(nparams), sps, med,
                 mean);
     for (size_t i = 0; i < secs.size(); ++i) std::printf("%s%.6f", i ? ", " : "", secs[i]);
-    std::printf("], \"peak_memory_bytes\": %.0f, \"device_used_bytes\": %.0f, \"flops_per_sample\": %.6e, "
-                "\"achieved_tflops\": %.3f, ",
-                model_bytes, used_bytes, fps, tflops);
+    std::printf("], \"peak_memory_bytes\": %.0f, \"predicted_memory_bytes\": %.0f, \"device_used_bytes\": %.0f, "
+                "\"flops_per_sample\": %.6e, \"achieved_tflops\": %.3f, ",
+                model_bytes, predicted_bytes, used_bytes, fps, tflops);
     if (peak > 0) {
       std::printf("\"peak_tflops\": %.1f, \"mfu\": %.4f, ", peak / 1e12, tflops * 1e12 / peak);
     } else {
@@ -522,6 +533,8 @@ int main(int argc, char** argv) {
                 a.steps, a.warmup);
     std::printf("  memory           %.2f GiB for the model (%.2f GiB in use on the device)\n", model_bytes / (1 << 30),
                 used_bytes / (1 << 30));
+    std::printf("  memory model     %.2f GiB predicted for this run (model/core/memory_model.h)\n",
+                predicted_bytes / (1 << 30));
     std::printf("  flops/sample     %.1f GFLOP; achieved %.1f TFLOP/s\n", fps / 1e9, tflops);
     if (peak > 0) {
       std::printf("  MFU              %.3f (peak %.0f TFLOP/s)\n", tflops * 1e12 / peak, peak / 1e12);
