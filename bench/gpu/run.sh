@@ -222,6 +222,10 @@ try:
         if graphs:
             print(f"({label}: {d.get('graph_replays')} passes replayed, {d.get('graph_captures')} captured, "
                   f"{d.get('graph_failures')} failed captures)")
+        if d.get("predicted_memory_bytes") and d.get("peak_memory_bytes"):
+            print(f"({label}: the planner's memory model predicted {d['predicted_memory_bytes'] / 2**30:.2f} GiB, "
+                  f"measured {d['peak_memory_bytes'] / 2**30:.2f} GiB, "
+                  f"{d['predicted_memory_bytes'] / d['peak_memory_bytes']:.3f}x)")
         prof = prof or d.get("profile")
 except Exception as e:  # noqa: BLE001
     print(f"| dgca bf16 | failed: {e} (see the end of model_check.txt) ||||||")
@@ -272,6 +276,17 @@ try:
     for r in d["rows"]:
         print(f"| {r['kernel']} | {r['fwd_ms']:.3f} | {r['bwd_ms']:.3f} | {r['fwd_tflops']:.1f} | "
               f"{r['bwd_tflops']:.1f} | {r['bytes'] / 2**20:.1f} |")
+    # Which attention to keep as the default (CudaBert: fused): the kernels
+    # alone and the whole step, side by side.
+    k = {r["kernel"]: r["fwd_ms"] + r["bwd_ms"] for r in d["rows"]}
+    step = {label.split(", ")[-1].split()[0]: v for label, v in dgca_rows if "CUDA graphs" in label}
+    if "fused" in k and "gemm" in k and k["fused"] > 0:
+        verdict = "faster" if k["fused"] < k["gemm"] else "SLOWER"
+        line = (f"fused attention is {verdict} than GEMM alone: fwd+bwd {k['fused']:.3f} vs {k['gemm']:.3f} ms "
+                f"({k['gemm'] / k['fused']:.2f}x)")
+        if "fused" in step and "gemm" in step:
+            line += f"; whole step {step['fused']:.1f} vs {step['gemm']:.1f} samples/s ({step['fused'] / step['gemm']:.2f}x)"
+        print(line)
 except Exception as ex:  # noqa: BLE001
     print(f"attention bench: failed: {ex}")
 PYEOF
