@@ -32,6 +32,15 @@ DType PrecisionDType(Precision p) {
 }
 const char* PrecisionName(Precision p) { return DTypeName(PrecisionDType(p)); }
 
+dgca::Precision CorePrecision(Precision p) {
+  switch (p) {
+    case Precision::kBf16: return dgca::Precision::kBf16;
+    case Precision::kFp16: return dgca::Precision::kFp16;
+    case Precision::kFloat32: break;
+  }
+  return dgca::Precision::kFp32;
+}
+
 StatusOr<Precision> ParsePrecision(const std::string& s) {
   if (s == "fp32" || s == "float32" || s == "float") return Precision::kFloat32;
   if (s == "bf16" || s == "bfloat16") return Precision::kBf16;

@@ -84,6 +84,7 @@ namespace cuda {
 enum class Precision { kFloat32, kBf16, kFp16 };
 DType PrecisionDType(Precision p);       // the activations' and weight copy's type
 const char* PrecisionName(Precision p);  // DTypeName of it: "fp32", "bf16", "fp16"
+dgca::Precision CorePrecision(Precision p);  // the same, as model/core's enum (memory model, configs)
 // "fp32"/"float32"/"float", "bf16"/"bfloat16" or "fp16"/"float16"/"half";
 // INVALID_ARGUMENT otherwise.
 StatusOr<Precision> ParsePrecision(const std::string& s);

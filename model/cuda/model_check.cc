@@ -410,30 +410,22 @@ Status CheckGraphs(Precision prec, const CudaContext& ctx, Rng* rng, Rows* rows)
   return graphed->Synchronize();
 }
 
+// The OpCheck running fn (CheckModel or CheckGraphs) at precision p.
+OpCheck AtPrecision(const std::string& name, Status (*fn)(Precision, const CudaContext&, Rng*, Rows*),
+                    Precision p) {
+  return OpCheck{name + " " + PrecisionName(p),
+                 [fn, p](const CudaContext& ctx, GemmRunner*, Rng* rng, Rows* rows) { return fn(p, ctx, rng, rows); }};
+}
+
 }  // namespace
 
 const std::vector<OpCheck>& ModelChecks() {
   static const std::vector<OpCheck>* checks = new std::vector<OpCheck>{
-      {"cuda_model fp32",
-       [](const CudaContext& ctx, GemmRunner*, Rng* rng, Rows* rows) {
-         return CheckModel(Precision::kFloat32, ctx, rng, rows);
-       }},
-      {"cuda_model bf16",
-       [](const CudaContext& ctx, GemmRunner*, Rng* rng, Rows* rows) {
-         return CheckModel(Precision::kBf16, ctx, rng, rows);
-       }},
-      {"cuda_model fp16",
-       [](const CudaContext& ctx, GemmRunner*, Rng* rng, Rows* rows) {
-         return CheckModel(Precision::kFp16, ctx, rng, rows);
-       }},
-      {"cuda_model graphs fp32",
-       [](const CudaContext& ctx, GemmRunner*, Rng* rng, Rows* rows) {
-         return CheckGraphs(Precision::kFloat32, ctx, rng, rows);
-       }},
-      {"cuda_model graphs bf16",
-       [](const CudaContext& ctx, GemmRunner*, Rng* rng, Rows* rows) {
-         return CheckGraphs(Precision::kBf16, ctx, rng, rows);
-       }},
+      AtPrecision("cuda_model", CheckModel, Precision::kFloat32),
+      AtPrecision("cuda_model", CheckModel, Precision::kBf16),
+      AtPrecision("cuda_model", CheckModel, Precision::kFp16),
+      AtPrecision("cuda_model graphs", CheckGraphs, Precision::kFloat32),
+      AtPrecision("cuda_model graphs", CheckGraphs, Precision::kBf16),
   };
   return *checks;
 }

@@ -482,12 +482,9 @@ int main(int argc, char** argv) {
   const double model_bytes = static_cast<double>(free0) - static_cast<double>(free1);
   const double used_bytes = static_cast<double>(total) - static_cast<double>(free1);
   const int64_t nparams = m.params().total_numel();
-  const dgca::Precision core_prec = *prec == dgca::cuda::Precision::kBf16   ? dgca::Precision::kBf16
-                                    : *prec == dgca::cuda::Precision::kFp16 ? dgca::Precision::kFp16
-                                                                            : dgca::Precision::kFp32;
   // The model's part: the GEMM workspace came with the context, before free0.
   const double predicted_bytes =
-      dgca::EstimateMemory(*cfg, a.seq, core_prec, m.fused_attention()).total(a.micro) -
+      dgca::EstimateMemory(*cfg, a.seq, dgca::cuda::CorePrecision(*prec), m.fused_attention()).total(a.micro) -
       dgca::kGemmWorkspaceBytes;
 
   if (a.json) {
