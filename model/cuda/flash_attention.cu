@@ -59,6 +59,12 @@ __device__ __forceinline__ void LoadTile(T* dst, const T* src, int64_t ld, int r
   }
 }
 
+// keep[j] = whether key k0 + j (of the tile's kTile) exists and is real
+// (keys_real: the batch row's mask). The block's first kTile threads.
+__device__ __forceinline__ void KeepKeys(int* keep, const int32_t* keys_real, int k0, int L) {
+  if (threadIdx.x < kTile) keep[threadIdx.x] = k0 + int(threadIdx.x) < L && keys_real[k0 + threadIdx.x] != 0;
+}
+
 template <int N>
 __device__ __forceinline__ void Zero(Acc (&acc)[N]) {
 #pragma unroll
@@ -155,7 +161,7 @@ __global__ void __launch_bounds__(kThreads)
     const int k0 = t * kTile;
     __syncthreads();  // k_s and keep_s of the previous tile are no longer read
     LoadTile<T, D>(k_s, base + H + k0 * H3, H3, kTile, min(kTile, L - k0));
-    if (threadIdx.x < kTile) keep_s[threadIdx.x] = k0 + int(threadIdx.x) < L && keys_real[k0 + threadIdx.x] != 0;
+    KeepKeys(keep_s, keys_real, k0, L);
     __syncthreads();
     ProductNT<T, D>(s_w, q_w, k_s);
     __syncwarp();
@@ -191,7 +197,7 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
     LoadTile<T, D>(k_s, base + H + k0 * H3, H3, kTile, valid);
     LoadTile<T, D>(v_s, base + 2 * H + k0 * H3, H3, kTile, valid);
-    if (threadIdx.x < kTile) keep_s[threadIdx.x] = k0 + int(threadIdx.x) < L && keys_real[k0 + threadIdx.x] != 0;
+    KeepKeys(keep_s, keys_real, k0, L);
     __syncthreads();
     ProductNT<T, D>(s_w, q_w, k_s);
     __syncwarp();
@@ -333,7 +339,7 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
     LoadTile<T, D>(k_s, base + H + k0 * H3, H3, kTile, valid);
     LoadTile<T, D>(v_s, base + 2 * H + k0 * H3, H3, kTile, valid);
-    if (threadIdx.x < kTile) keep_s[threadIdx.x] = k0 + int(threadIdx.x) < L && keys_real[k0 + threadIdx.x] != 0;
+    KeepKeys(keep_s, keys_real, k0, L);
     __syncthreads();
     ProductNT<T, D>(s_w, q_s + warp * kWarpRows * P, k_s);  // S = Q K^T
     __syncwarp();
