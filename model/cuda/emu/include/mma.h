@@ -27,6 +27,7 @@
 #include <string>
 #include <type_traits>
 
+#include "model/cuda/dtype.h"  // ToF / FromF
 #include "model/cuda/emu/emulator.h"
 
 namespace nvcuda {
@@ -55,20 +56,6 @@ template <int M, int N, int K>
 struct Shape<accumulator, M, N, K> {
   static constexpr int rows = M, cols = N;
 };
-
-inline float ToFloat(float x) { return x; }
-inline float ToFloat(__nv_bfloat16 x) { return __bfloat162float(x); }
-inline float ToFloat(__half x) { return __half2float(x); }
-template <typename T>
-T FromFloat(float x) {
-  if constexpr (std::is_same<T, __nv_bfloat16>::value) {
-    return __float2bfloat16(x);
-  } else if constexpr (std::is_same<T, __half>::value) {
-    return __float2half(x);
-  } else {
-    return x;
-  }
-}
 
 // The warp-collective checks of one wmma call (see the header comment).
 // One collective per call (each costs a round of the warp's fibers): for a
@@ -171,16 +158,16 @@ void mma_sync(fragment<accumulator, M, N, K, Tacc>& d, const fragment<matrix_a, 
   std::memcpy(&cache.b, &b, sizeof(b));
   std::memcpy(&cache.c, &c, sizeof(c));
   float fa[M * K], fbt[N * K], out[M * N];  // b transposed: both operands read along k
-  for (int i = 0; i < M * K; ++i) fa[i] = detail::ToFloat(a.x[i]);
+  for (int i = 0; i < M * K; ++i) fa[i] = ::dgca::cuda::ToF(a.x[i]);
   for (int k = 0; k < K; ++k)
-    for (int j = 0; j < N; ++j) fbt[j * K + k] = detail::ToFloat(b.x[k * N + j]);
+    for (int j = 0; j < N; ++j) fbt[j * K + k] = ::dgca::cuda::ToF(b.x[k * N + j]);
   for (int i = 0; i < M; ++i)
     for (int j = 0; j < N; ++j) {
-      float acc = detail::ToFloat(c.x[i * N + j]);
+      float acc = ::dgca::cuda::ToF(c.x[i * N + j]);
       for (int k = 0; k < K; ++k) acc += fa[i * K + k] * fbt[j * K + k];
       out[i * N + j] = acc;
     }
-  for (int i = 0; i < M * N; ++i) d.x[i] = detail::FromFloat<Tacc>(out[i]);
+  for (int i = 0; i < M * N; ++i) d.x[i] = ::dgca::cuda::FromF<Tacc>(out[i]);
   cache.d = d;
   cache.valid = true;
 }
