@@ -26,6 +26,47 @@ PRESETS = {
 PAD, UNK, CLS, SEP, MASK = 0, 100, 101, 102, 103
 
 
+def bert_config(s, vocab_size, max_position=512, type_vocab=2):
+    """transformers' BertConfig for a PRESETS entry: post-LN, exact erf GELU,
+    no dropout, LayerNorm eps 1e-12 (model/nn/bert.cc), eager attention."""
+    cfg = BertConfig(vocab_size=vocab_size, hidden_size=s["hidden"], num_hidden_layers=s["layers"],
+                     num_attention_heads=s["heads"], intermediate_size=s["ffn"],
+                     hidden_act="gelu", hidden_dropout_prob=0.0,
+                     attention_probs_dropout_prob=0.0, max_position_embeddings=max_position,
+                     type_vocab_size=type_vocab, layer_norm_eps=1e-12)
+    cfg.attn_implementation = "eager"
+    return cfg
+
+
+HEADS = {  # DgcaRelm name -> dgca name (model/nn/heads.cc)
+    "detector.weight": "detector.weight",
+    "detector.bias": "detector.bias",
+    "gate.weight": "fusion.gate.weight",
+    "gate.bias": "fusion.gate.bias",
+    "gate_det_scale": "fusion.gate.det_scale",
+    "cand_dense.weight": "candidate.dense.weight",
+    "cand_dense.bias": "candidate.dense.bias",
+    "cand_ln.weight": "candidate.LayerNorm.weight",
+    "cand_ln.bias": "candidate.LayerNorm.bias",
+}
+
+
+def dgca_name(torch_name):
+    """dgca's parameter name for a DgcaRelm parameter (None: not one of dgca's)."""
+    if torch_name in HEADS:
+        return HEADS[torch_name]
+    if torch_name.startswith("bert."):  # DgcaRelm.bert is a BertForMaskedLM: HF names below it
+        return torch_name[len("bert."):]
+    if torch_name.startswith("prompt."):  # same names (model/nn/prompt_encoder.cc)
+        return torch_name
+    return None
+
+
+def dgca_decays(name):
+    """dgca's weight-decay flag (ParamInfo::weight_decay): matrices and gate scalars, not biases/LayerNorm."""
+    return not (name.endswith("bias") or "LayerNorm" in name)
+
+
 class PromptEncoder(nn.Module):
     def __init__(self, P, H):
         super().__init__()
@@ -41,21 +82,22 @@ class PromptEncoder(nn.Module):
 
 
 class DgcaRelm(nn.Module):
+    """preset: a PRESETS name or a dict of the same keys (layers, hidden,
+    heads, ffn). lambda_detector / lambda_candidate weigh those losses in
+    the total as model/nn/heads.cc does (ModelConfig's defaults: 1)."""
+
     def __init__(self, preset="small", vocab_size=21128, prompt_length=3, top_k=8,
-                 detector=True, candidate=True, fusion=True):
+                 detector=True, candidate=True, fusion=True, max_position=512,
+                 lambda_detector=1.0, lambda_candidate=1.0):
         super().__init__()
-        s = PRESETS[preset]
+        s = PRESETS[preset] if isinstance(preset, str) else preset
         H = s["hidden"]
-        cfg = BertConfig(vocab_size=vocab_size, hidden_size=H, num_hidden_layers=s["layers"],
-                         num_attention_heads=s["heads"], intermediate_size=s["ffn"],
-                         hidden_act="gelu", hidden_dropout_prob=0.0,
-                         attention_probs_dropout_prob=0.0, max_position_embeddings=512,
-                         layer_norm_eps=1e-12)
-        cfg.attn_implementation = "eager"
+        cfg = bert_config(s, vocab_size, max_position)
         self.bert = BertForMaskedLM(cfg)
         self.H, self.P, self.K = H, prompt_length, top_k
         self.prompt = PromptEncoder(prompt_length, H)
         self.use_det, self.use_cand, self.use_fusion = detector, candidate, fusion
+        self.lambdas = dict(detector=lambda_detector, candidate=lambda_candidate)
         self.detector = nn.Linear(H, 1)
         self.gate = nn.Linear(H, 1)
         self.gate_det_scale = nn.Parameter(torch.ones(1))
@@ -108,7 +150,7 @@ class DgcaRelm(nn.Module):
         if b["mft_index"].numel() > 0:
             zm = self.bert.cls(flat[b["mft_index"]])
             parts["mft"] = F.cross_entropy(zm, b["mft_labels"])
-        loss = sum(parts.values())
+        loss = sum(self.lambdas.get(k, 1.0) * v for k, v in parts.items())
         return loss, parts
 
 

@@ -33,35 +33,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from torch_dgca import DgcaRelm  # noqa: E402
-
-HEADS = {  # torch_dgca name -> dgca name (model/nn/heads.cc)
-    "detector.weight": "detector.weight",
-    "detector.bias": "detector.bias",
-    "gate.weight": "fusion.gate.weight",
-    "gate.bias": "fusion.gate.bias",
-    "gate_det_scale": "fusion.gate.det_scale",
-    "cand_dense.weight": "candidate.dense.weight",
-    "cand_dense.bias": "candidate.dense.bias",
-    "cand_ln.weight": "candidate.LayerNorm.weight",
-    "cand_ln.bias": "candidate.LayerNorm.bias",
-}
-
-
-def dgca_name(torch_name):
-    """dgca's parameter name for a DgcaRelm parameter (None: not one of dgca's)."""
-    if torch_name in HEADS:
-        return HEADS[torch_name]
-    if torch_name.startswith("bert."):  # DgcaRelm.bert is a BertForMaskedLM: HF names below it
-        return torch_name[len("bert."):]
-    if torch_name.startswith("prompt."):  # same names (model/nn/prompt_encoder.cc)
-        return torch_name
-    return None
-
-
-def dgca_decays(name):
-    """dgca's weight-decay flag (ParamInfo::weight_decay): matrices and gate scalars, not biases/LayerNorm."""
-    return not (name.endswith("bias") or "LayerNorm" in name)
+from torch_dgca import DgcaRelm, dgca_decays, dgca_name  # noqa: E402
 
 
 def build(preset, seed):

@@ -10,7 +10,9 @@ and MFU against --peak-tflops (flops_per_sample from torch_dgca.py, about
 Mode `op-errors` measures instead PyTorch's own bf16 and fp16 error against
 fp32 on the ops that dgca-model-check checks, with its metric
     max|out - ref| / max|ref|
-so that the bf16/fp16 tolerances can be set to 2x these (issue 6's rule).
+so that the bf16/fp16 tolerances can be set to 2x these (issue 6's rule),
+and on its whole-model checks (bench/gpu/model_errors.py: BERT and the
+whole training step at the checks' configs, autocast against fp32).
 
 Examples (bench/gpu/run.sh runs these on the GPU machine):
   python3 bench/gpu/torch_reference.py --mode eager   --preset bert-base --seq 128 --batch 128
@@ -30,6 +32,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from torch_dgca import DgcaRelm, flops_per_sample, make_batch  # noqa: E402
+from model_errors import model_errors  # noqa: E402
 
 
 def sync(device):
@@ -122,8 +125,15 @@ def op_errors(args, device):
                   metric="max|out-ref|/max|ref| vs fp32 on low-precision-rounded inputs",
                   tolerance_rule="dgca's tolerance for a dtype = 2x these", device=str(device),
                   torch=torch.__version__, errors={})
+    # For information (not a tolerance): the whole-model errors of an
+    # autocast run, the way this file trains. Autocast keeps LayerNorm
+    # outputs and the residual stream in fp32, so its activation errors are
+    # smaller than a run whose activations are 16-bit (PyTorch's own pure
+    # run, dgca's); its gradients' errors are of the same size.
+    result["autocast_model_errors"] = {}
     for name, low in (("bf16", torch.bfloat16), ("fp16", torch.float16)):
         result["errors"][name] = dtype_errors(args, device, low)
+        result["autocast_model_errors"][name] = model_errors(device, low, args.seed, "autocast")
     return result
 
 
@@ -200,6 +210,10 @@ def dtype_errors(args, device, bf):
         return rel_err(lb.grad, lf.grad)
 
     measure("cross_entropy.dlogits", ce_bwd)
+    # The whole-model rows (CudaBert, the whole training step): PyTorch's
+    # error on the same model, shapes and batch layout, run in the low
+    # dtype as the ops above are (bench/gpu/model_errors.py).
+    rows.update(model_errors(device, bf, args.seed, "pure"))
     return rows
 
 

@@ -1,0 +1,318 @@
+"""PyTorch's own low-precision error on dgca-model-check's whole-model checks.
+
+Issue 6's rule: dgca's bf16/fp16 results must be within 2x the error that
+PyTorch's own low-precision run (autocast, as bench/gpu/torch_reference.py
+trains) has against fp32. The op rows of dgca-model-check get their PyTorch
+error from torch_reference.py's op measurements; this module measures the
+rows built from the whole model, by building what those checks build:
+
+  bert check  (model/cuda/bert_check.cc): BERT alone at its config (vocab
+              300, hidden 64, 2 layers, 4 heads, ffn 128, token types,
+              prompt rows), its weight redraw, its two micro-steps
+              (B, L, R) = (3, 24, 16), (2, 19, 11) with random dlogits and
+              the extra gathered-row gradient, gradients ADDED over both;
+  model check (model/cuda/model_check.cc): the DGCA-ReLM model at
+              CheckConfig (prompt 2, LSTM prompt encoder, detector, top-4
+              candidates, gated fusion, lambdas 0.7 / 0.4), its init
+              (non-decayed tensors + U(-0.1, 0.1)), its batch layout with
+              rows of 9/12/6/13 and 7/10/5 characters at L = 32, two
+              micro-batches at grad scale 0.5, fp16 with loss scale 1024.
+
+Weights and inputs are drawn fresh here (this side cannot draw dgca's);
+the error of a class of outputs is a property of the arithmetic at that
+shape and scale, not of one draw. Every weight and input is rounded to the
+low precision first, so fp32 and autocast see the same values, as the
+dgca check's CPU reference and GPU do.
+
+The measure is dgca-model-check's: max|out - ref| / max|ref| per tensor
+(gradients of the key bias, the detector bias and the gate's scalars
+scaled by their partner tensor, as model_check.cc's kScalePartners;
+the q/k/v biases as one block, as bert_check.cc), |out - ref| / |ref| for
+a loss. A class's error is the worst over its members (every tensor's
+gradient, every loss of both micro-batches): a single scalar's rounding
+luck is no measure of PyTorch's error, the worst of a class is.
+
+model_errors(device, low_dtype, seed) -> {row prefix: error} with the
+prefixes dgca-model-check's rows start with (ApplyPeerTolerance matches
+the longest prefix).
+"""
+import contextlib
+import copy
+import random
+import sys
+
+import torch
+
+from torch_dgca import DgcaRelm, bert_config, dgca_decays, dgca_name
+
+# model_check.cc kScalePartners: dgca name suffix -> partner suffix.
+SCALE_PARTNERS = {
+    "attention.self.key.bias": "attention.self.value.bias",
+    "detector.bias": "detector.weight",
+    "fusion.gate.bias": "fusion.gate.weight",
+    "fusion.gate.det_scale": "fusion.gate.weight",
+}
+
+CHECK_SHAPE = dict(layers=2, hidden=64, heads=4, ffn=128)  # CheckConfig / bert_check's cfg
+CHECK_VOCAB, CHECK_MAX_POSITION, CHECK_PROMPT = 300, 64, 2
+CLS, SEP, MASK = 2, 3, 4  # model_check.cc's token ids
+
+
+def rel_err(out, ref, scale=None):
+    """max|out - ref| / max(max|ref|, scale); inf for a non-finite value."""
+    out, ref = out.detach().double(), ref.detach().double()
+    if not (torch.isfinite(out).all() and torch.isfinite(ref).all()):
+        return float("inf")
+    s = float(ref.abs().max()) if ref.numel() else 0.0
+    if scale is not None:
+        s = max(s, scale)
+    d = float((out - ref).abs().max()) if ref.numel() else 0.0
+    return d / s if s > 0 else d
+
+
+def scalar_err(got, want):
+    got, want = float(got), float(want)
+    if want != want or got != got:
+        return float("inf")
+    return abs(got) if want == 0 else abs(got - want) / abs(want)
+
+
+def lowered(model, low, mode):
+    """The low-precision copy of `model`: its parameters in `low` (mode
+    "pure", the flash-attention rule's PyTorch run) or fp32 parameters run
+    under autocast (mode "autocast", as torch_reference.py trains)."""
+    m = copy.deepcopy(model)
+    return m.to(low) if mode == "pure" else m
+
+
+def low_precision(device, low, mode, is_low):
+    """The context the low-precision copy runs in: autocast for mode
+    "autocast", nothing otherwise (the pure copy's tensors are `low`)."""
+    if is_low and mode == "autocast":
+        return torch.autocast(device_type=device.type, dtype=low)
+    return contextlib.nullcontext()
+
+
+def round_params(model, low):
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(p.to(low).float())
+
+
+# ---------------------------------------------------------------- bert check
+
+def bert_step_input(B, L, R, gen, low):
+    """bert_check.cc MakeStep: row 0 unpadded, the others a random length in
+    (L/2, L]; token type 1 on each row's second half; prompt slots 0..P-1 at
+    positions 1..P and P..2P-1 just before the last real token; R distinct
+    gathered rows; dlogits and the extra rows' gradient in +-0.05."""
+    P = CHECK_PROMPT
+    ids = torch.zeros(B, L, dtype=torch.long)
+    types = torch.zeros(B, L, dtype=torch.long)
+    slot = torch.full((B, L), -1, dtype=torch.long)
+    mask = torch.zeros(B, L, dtype=torch.long)
+    for b in range(B):
+        n = L if b == 0 else int(torch.randint(L // 2 + 1, L + 1, (1,), generator=gen))
+        mask[b, :n] = 1
+        ids[b, :n] = torch.randint(5, CHECK_VOCAB, (n,), generator=gen)
+        types[b, n // 2:n] = 1
+        slot[b, 1:1 + P] = torch.arange(P)
+        second = n - 1 - P
+        slot[b, second:n - 1] = torch.arange(P, 2 * P)
+    rows = torch.randperm(B * L, generator=gen)[:R]
+    extra_rows = R // 2
+
+    def rnd(*shape):
+        return ((torch.rand(*shape, generator=gen) - 0.5) * 0.1).to(low).float()
+
+    return dict(ids=ids, types=types, slot=slot, mask=mask, rows=rows,
+                dlogits=rnd(R, CHECK_VOCAB), extra=rnd(extra_rows, CHECK_SHAPE["hidden"]))
+
+
+def bert_errors(device, low, seed, mode="pure"):
+    from transformers import BertForMaskedLM
+    gen = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    ref = BertForMaskedLM(bert_config(CHECK_SHAPE, CHECK_VOCAB, CHECK_MAX_POSITION))
+    with torch.no_grad():  # bert_check.cc's redraw of every value
+        for name, p in ref.named_parameters():
+            lo, hi = -0.15, 0.15
+            if name.endswith(".bias"):
+                lo, hi = -0.1, 0.1
+            elif name.endswith("LayerNorm.weight"):
+                lo, hi = 0.8, 1.2
+            elif "embeddings" in name:
+                lo, hi = -0.5, 0.5
+            p.copy_(torch.rand(p.shape, generator=gen) * (hi - lo) + lo)
+    round_params(ref, low)
+    ref = ref.to(device)
+    lowm = lowered(ref, low, mode)
+    S, H = 2 * CHECK_PROMPT, CHECK_SHAPE["hidden"]
+    prompt0 = (torch.rand(S, H, generator=gen) - 0.5).to(low).float().to(device)
+    prompts = [prompt0.clone().requires_grad_(), prompt0.to(lowm.dtype).clone().requires_grad_()]
+    errs = {"bert.hidden": 0.0, "bert.gathered": 0.0, "bert.logits": 0.0}
+    for B, L, R in ((3, 24, 16), (2, 19, 11)):
+        x = {k: v.to(device) for k, v in bert_step_input(B, L, R, gen, low).items()}
+        outs = []
+        for m, prompt, is_low in ((ref, prompts[0], False), (lowm, prompts[1], True)):
+            with low_precision(device, low, mode, is_low):
+                emb = m.bert.embeddings.word_embeddings(x["ids"])
+                emb = torch.where((x["slot"] >= 0).unsqueeze(-1), prompt[x["slot"].clamp(min=0)].to(emb.dtype), emb)
+                hidden = m.bert(inputs_embeds=emb, attention_mask=x["mask"],
+                                token_type_ids=x["types"]).last_hidden_state.reshape(B * L, H)
+                gathered = hidden[x["rows"]]
+                logits = m.cls(gathered)
+                n = x["extra"].shape[0]
+                loss = (logits.float() * x["dlogits"]).sum() + (gathered[:n].float() * x["extra"]).sum()
+            loss.backward()
+            outs.append((hidden, gathered, logits))
+        for k, i in (("bert.hidden", 0), ("bert.gathered", 1), ("bert.logits", 2)):
+            errs[k] = max(errs[k], rel_err(outs[1][i], outs[0][i]))
+    ref_p, low_p = dict(ref.named_parameters()), dict(lowm.named_parameters())
+    worst = 0.0
+    for name, p in ref_p.items():
+        if name.endswith("attention.self.key.bias") or name.endswith("attention.self.value.bias"):
+            continue  # one [3H] block with the query bias, as bert_check.cc compares them
+        names = [name]
+        if name.endswith("attention.self.query.bias"):
+            stem = name[:-len("query.bias")]
+            names = [stem + "query.bias", stem + "key.bias", stem + "value.bias"]
+        g_ref = torch.cat([ref_p[n].grad.reshape(-1) for n in names])
+        g_low = torch.cat([low_p[n].grad.reshape(-1) for n in names])
+        worst = max(worst, rel_err(g_low, g_ref))
+    errs["bert.grad "] = worst
+    errs["bert.dprompt"] = rel_err(prompts[1].grad, prompts[0].grad)
+    return errs
+
+
+# --------------------------------------------------------------- model check
+
+def check_batch(lengths, L, rnd, device):
+    """model_check.cc MakeBatch in torch_dgca's batch dict: [CLS] prompt*P
+    source (MFT-masked where correct and odd) prompt*P [MASK]*n [SEP]; one
+    or two errors per row; K = 4 candidates: the source, the target for
+    even slots, padding (-1) last for every third slot."""
+    P, K, V = CHECK_PROMPT, 4, CHECK_VOCAB
+    B = len(lengths)
+    ids = torch.zeros(B, L, dtype=torch.long)
+    att = torch.zeros(B, L, dtype=torch.long)
+    slot = torch.full((B, L), -1, dtype=torch.long)
+    slot_index, src_all, trg_all, cands, mft_index, mft_labels = [], [], [], [], [], []
+
+    def tok():
+        return rnd.randrange(5, V)
+
+    for r, n in enumerate(lengths):
+        src = [tok() for _ in range(n)]
+        trg = list(src)
+        trg[r % n] = tok()
+        if n > 3:
+            trg[n - 1] = tok()
+        pos = 0
+        ids[r, pos] = CLS
+        pos += 1
+        for k in range(P):
+            slot[r, pos], ids[r, pos] = k, CLS
+            pos += 1
+        for i in range(n):
+            ids[r, pos] = src[i]
+            if src[i] == trg[i] and i % 2 == 1:
+                ids[r, pos] = MASK
+                mft_index.append(r * L + pos)
+                mft_labels.append(src[i])
+            pos += 1
+        for k in range(P):
+            slot[r, pos], ids[r, pos] = P + k, SEP
+            pos += 1
+        for i in range(n):
+            ids[r, pos] = MASK
+            slot_index.append(r * L + pos)
+            src_all.append(src[i])
+            trg_all.append(trg[i])
+            c = [src[i]]
+            for k in range(1, K):
+                if k == 1 and i % 2 == 0:
+                    c.append(trg[i])
+                elif k == K - 1 and i % 3 == 0:
+                    c.append(-1)
+                else:
+                    c.append(tok())
+            cands.append(c)
+            pos += 1
+        ids[r, pos] = SEP
+        pos += 1
+        att[r, :pos] = 1
+    t = lambda v: torch.tensor(v, dtype=torch.long)  # noqa: E731
+    out = dict(input_ids=ids, attention_mask=att, prompt_slot=slot, slot_index=t(slot_index),
+               slot_source=t(src_all), slot_target=t(trg_all), candidates=t(cands),
+               mft_index=t(mft_index), mft_labels=t(mft_labels))
+    return {k: v.to(device) for k, v in out.items()}
+
+
+def tensor_errs(low_grads, ref_grads):
+    """dgca name -> model_check.cc TensorErr of the low-precision gradient."""
+    out = {}
+    for name, g_ref in ref_grads.items():
+        scale = None
+        for suffix, partner in SCALE_PARTNERS.items():
+            if name.endswith(suffix):
+                pn = name[:-len(suffix)] + partner
+                if pn in ref_grads:
+                    scale = float(ref_grads[pn].abs().max())
+        out[name] = rel_err(low_grads[name], g_ref, scale)
+    return out
+
+
+def whole_model_errors(device, low, seed, mode="pure"):
+    fp16 = low == torch.float16
+    loss_scale = 1024.0 if fp16 else 1.0
+    torch.manual_seed(seed)
+    ref = DgcaRelm(dict(CHECK_SHAPE), vocab_size=CHECK_VOCAB, prompt_length=CHECK_PROMPT, top_k=4,
+                   max_position=CHECK_MAX_POSITION, lambda_detector=0.7, lambda_candidate=0.4)
+    gen = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():  # model_check.cc: non-trivial biases and LayerNorm parameters
+        for n, p in ref.named_parameters():
+            if not dgca_decays(dgca_name(n)):
+                p.add_((torch.rand(p.shape, generator=gen) - 0.5) * 0.2)
+    round_params(ref, low)
+    ref = ref.to(device).train()
+    lowm = lowered(ref, low, mode)
+    rnd = random.Random(seed)
+    batches = [check_batch([9, 12, 6, 13], 32, rnd, device), check_batch([7, 10, 5], 32, rnd, device)]
+    loss_err, grad_err = 0.0, {}
+    for step, b in enumerate(batches, 1):
+        parts = []
+        for m, is_low in ((ref, False), (lowm, True)):
+            with low_precision(device, low, mode, is_low):
+                loss, p = m(b)
+            (loss.float() * 0.5 * (loss_scale if is_low else 1.0)).backward()
+            parts.append({k: float(v.detach()) for k, v in dict(p, total=loss).items()})
+        for k in parts[0]:
+            loss_err = max(loss_err, scalar_err(parts[1][k], parts[0][k]))
+        gr = {dgca_name(n): p.grad.detach().clone() for n, p in ref.named_parameters()}
+        gl = {dgca_name(n): p.grad.detach().float() / loss_scale for n, p in lowm.named_parameters()}
+        grad_err[step] = max(tensor_errs(gl, gr).values())
+    sq_ref = sum(float((g.double() ** 2).sum()) for g in gr.values())
+    sq_low = sum(float((g.double() ** 2).sum()) for g in gl.values())
+    return {
+        "cuda_model micro1 loss.": loss_err,
+        "cuda_model micro2 loss.": loss_err,
+        "cuda_model after adamw loss.": loss_err,
+        "cuda_model micro1 grads": grad_err[1],
+        "cuda_model micro2 accumulated grad": grad_err[2],
+        "cuda_model unscaled grads": grad_err[2],
+        "cuda_model unscaled grad squared norm": scalar_err(sq_low, sq_ref),
+    }
+
+
+def model_errors(device, low, seed, mode="pure"):
+    """Both checks' PyTorch errors as {dgca-model-check row prefix: error};
+    a check PyTorch cannot run at this dtype on this device (fp16 LSTM on
+    the CPU) is left out, its reason printed to stderr."""
+    out = {}
+    for fn in (bert_errors, whole_model_errors):
+        try:
+            out.update(fn(device, low, seed, mode))
+        except (RuntimeError, NotImplementedError) as e:
+            print(f"model errors: {fn.__name__} {low} {mode}: {e}", file=sys.stderr)
+    return out
