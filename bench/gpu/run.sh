@@ -321,6 +321,9 @@ try:
         if "fused" in step and "gemm" in step:
             line += f"; whole step {step['fused']:.1f} vs {step['gemm']:.1f} samples/s ({step['fused'] / step['gemm']:.2f}x)"
         print(line)
+    if "auto_keeps" in d:
+        print(f"train.attention: auto (the default) would keep the {d['auto_keeps']} kernels at this shape "
+              f"(each rank times both at startup; fused unless GEMM is 5% faster)")
 except Exception as ex:  # noqa: BLE001
     print(f"attention bench: failed: {ex}")
 PYEOF

@@ -288,6 +288,7 @@ class Planner {
   }
   void Precision();
   void Attention();
+  void AttentionTimed();
   void Threads();
   void Env();
   void Trials();
@@ -319,6 +320,7 @@ class Planner {
   std::string mem_why_;
   std::string step_why_;
   double device_memory_ = 0;
+  double budget_ = 0;  // the memory budget per rank (Memory()); 0 = unknown
   MemoryEstimate est_;
 };
 
@@ -701,6 +703,40 @@ void Planner::Attention() {
   }
 }
 
+// train.attention auto, where the fused kernels run, once the micro-batch is
+// final: when the GEMM version's [heads, L, L] probabilities would also fit
+// the memory budget at that micro-batch, the plan says "auto" and each rank
+// times both at startup and keeps the faster (model/cuda/attention_tune.h;
+// which is faster depends on the card and shape, and is cheaper to measure
+// than to predict). Otherwise the plan stays "fused" and says why.
+void Planner::AttentionTimed() {
+  if (!cuda_ || plan_.attention() != "fused") return;
+  if (!absl::AsciiStrToLower(spec_.train().attention()).empty() &&
+      absl::AsciiStrToLower(spec_.train().attention()) != "auto")
+    return;  // the user's "fused"
+  const int m = plan_.micro_batch();
+  const double gemm = EstimateMemory(cfg_, seq_len_, precision_, /*fused_attention=*/false).total(m);
+  const int d = cfg_.heads > 0 ? cfg_.hidden / cfg_.heads : 0;
+  if (budget_ > 0 && gemm > budget_) {
+    std::string reason;
+    for (const auto& dec : plan_.decisions())
+      if (dec.name() == "train.attention") reason = dec.reason();
+    Decide(&plan_, "train.attention", "fused", v1::PLANNER,
+           absl::StrCat(reason, "; not timed against the GEMM version: its probabilities would need ",
+                        Bytes(gemm), " at micro-batch ", m, ", over the ", Bytes(budget_), " budget"));
+    return;
+  }
+  plan_.set_attention("auto");
+  Decide(&plan_, "train.attention", "auto", v1::PLANNER,
+         absl::StrFormat(
+             "%s, head size %d, seq_len %d <= 512: each rank times the fused flash-style kernels and the "
+             "GEMM version (one layer's forward + backward at micro-batch %d) when it starts and keeps the "
+             "faster (the fused unless GEMM is 5%% faster; the fused untimed in deterministic mode); the "
+             "GEMM version's [heads, L, L] probabilities fit too (%s at micro-batch %d, budget %s)",
+             plan_.precision(), d, seq_len_, m, Bytes(gemm), m,
+             budget_ > 0 ? Bytes(budget_) : std::string("unknown")));
+}
+
 void Planner::Memory() {
   MemoryEstimate est = EstimateMemory(cfg_, seq_len_, precision_, plan_.attention() != "gemm");
   double budget = 0;
@@ -740,6 +776,7 @@ void Planner::Memory() {
                                  ranks_here, Bytes(budget));
     }
   }
+  budget_ = budget;
   if (budget > 0) {
     in_.max_micro = MaxMicroBatch(est, budget);
     mem_why_ += absl::StrFormat(
@@ -1477,6 +1514,7 @@ absl::StatusOr<v1::Plan> Planner::Run() {
   Threads();
   Env();
   Trials();
+  AttentionTimed();
   if (in_.per_sample <= 0)
     plan_.set_predicted_single_rank_samples_per_second(0);
   return plan_;

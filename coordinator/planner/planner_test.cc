@@ -360,13 +360,23 @@ TEST(PlannerNvlink, DefaultsWithoutMeasurementStillPlan) {
 
 TEST(PlannerAttention, FusedWhereItAppliesAndSaysWhy) {
   const v1::Topology h100 = Fixture("nvlink-8-h100");
-  // bert-base (head size 64), seq 128, bf16 on H100: the fused kernels.
+  // bert-base (head size 64), seq 128, bf16 on H100: the fused kernels run
+  // and the GEMM version's probabilities fit too, so the ranks time both.
   auto plan = MakePlan(DefaultJobSpec(), {h100}, PlannerMeasurements{});
   ASSERT_TRUE(plan.ok()) << plan.status();
-  EXPECT_EQ(plan->attention(), "fused");
+  EXPECT_EQ(plan->attention(), "auto");
   EXPECT_EQ(Find(*plan, "train.attention").source(), v1::PLANNER);
   EXPECT_TRUE(absl::StrContains(Find(*plan, "train.attention").reason(), "bf16, head size 64"))
       << Find(*plan, "train.attention").reason();
+  EXPECT_TRUE(absl::StrContains(Find(*plan, "train.attention").reason(), "times the fused"))
+      << Find(*plan, "train.attention").reason();
+  // Asked for fused: fused, untimed.
+  v1::JobSpec fused = DefaultJobSpec();
+  fused.mutable_train()->set_attention("fused");
+  auto pfu = MakePlan(fused, {h100}, PlannerMeasurements{});
+  ASSERT_TRUE(pfu.ok());
+  EXPECT_EQ(pfu->attention(), "fused");
+  EXPECT_EQ(Find(*pfu, "train.attention").source(), v1::USER);
   // fp32: the GEMM version, and why.
   v1::JobSpec fp32 = DefaultJobSpec();
   fp32.mutable_train()->set_precision("fp32");
@@ -408,6 +418,19 @@ TEST(PlannerAttention, FusedWhereItAppliesAndSaysWhy) {
   EXPECT_GT(bound(*pg), 0) << Find(*pg, "train.micro_batch").reason();
   EXPECT_LT(bound(*pg), bound(*pf));
   std::cout << "bert-base seq 512 on an H100, at most: GEMM " << bound(*pg) << ", fused " << bound(*pf) << " samples\n";
+  // A micro-batch between the two bounds: the GEMM version would not fit,
+  // so the ranks keep the fused kernels untimed, and the reason says so.
+  v1::JobSpec big = fused512;
+  const int between = (bound(*pg) + bound(*pf)) / 2;
+  big.mutable_train()->set_micro_batch(between);
+  big.mutable_train()->set_global_batch(between * 8);
+  auto pb = MakePlan(big, {h100}, PlannerMeasurements{});
+  ASSERT_TRUE(pb.ok()) << pb.status();
+  EXPECT_EQ(pb->micro_batch(), between);
+  EXPECT_EQ(pb->attention(), "fused");
+  EXPECT_TRUE(absl::StrContains(Find(*pb, "train.attention").reason(), "not timed against the GEMM version"))
+      << Find(*pb, "train.attention").reason();
+  EXPECT_EQ(pf->attention(), "auto") << Find(*pf, "train.attention").reason();  // its micro-batch fits both
   // CPU ranks: no attention decision, a warning when the spec asks.
   v1::JobSpec cpu = DefaultJobSpec();
   cpu.mutable_train()->set_attention("fused");

@@ -182,4 +182,19 @@ int64_t CountParameters(const ModelConfig& cfg) {
   return n;
 }
 
+const char* AttentionKernelsName(AttentionKernels a) {
+  switch (a) {
+    case AttentionKernels::kAuto: return "auto";
+    case AttentionKernels::kFused: return "fused";
+    case AttentionKernels::kGemm: return "gemm";
+  }
+  return "?";
+}
+
+StatusOr<AttentionKernels> ParseAttentionKernels(const std::string& s, const std::string& what) {
+  for (AttentionKernels a : {AttentionKernels::kAuto, AttentionKernels::kFused, AttentionKernels::kGemm})
+    if (s == AttentionKernelsName(a)) return a;
+  return InvalidArgumentError(what + ": '" + s + "' is not one of auto, fused, gemm");
+}
+
 }  // namespace dgca

@@ -66,6 +66,23 @@ std::vector<ParamSpec> ListParameters(const ModelConfig& cfg);
 // "tiny, small, bert-base".
 const char* ValidPresetNames();
 
+// The attention of GPU bf16/fp16 runs: the fused flash-style kernels
+// (model/cuda/flash_attention.h; the shapes FusedAttentionShape takes) or
+// the GEMM + softmax version (model/cuda/attention.h).
+enum class AttentionKernels {
+  // Time both at the run's shape when the device is built (one layer's
+  // forward + backward, model/cuda/attention_tune.h) and keep the faster:
+  // the fused unless the GEMM version is 5% faster. Deterministic runs keep
+  // the fused without timing (a timing must not change a run's numbers).
+  kAuto,
+  kFused,  // the fused kernels where the shape allows, the GEMM version elsewhere
+  kGemm,
+};
+// "auto" | "fused" | "gemm", and back (INVALID_ARGUMENT naming the valid
+// values for anything else; `what` names the flag or field).
+const char* AttentionKernelsName(AttentionKernels a);
+StatusOr<AttentionKernels> ParseAttentionKernels(const std::string& s, const std::string& what);
+
 struct TrainConfig {
   ModelConfig model;
 
@@ -105,9 +122,8 @@ struct TrainConfig {
   // GPU: replay the encoder forward and backward of repeated batch sizes and
   // lengths from CUDA graphs (only without data-parallel overlap callbacks).
   bool cuda_graphs = true;
-  // GPU, bf16/fp16: the fused attention kernels where the shape allows
-  // (model/cuda/flash_attention.h); false: the GEMM + softmax version.
-  bool fused_attention = true;
+  // GPU, bf16/fp16: which attention kernels (AttentionKernels above).
+  AttentionKernels attention = AttentionKernels::kAuto;
 
   // Data parallel.
   double bucket_mb = 25.0;

@@ -72,6 +72,18 @@ TEST(ConfigTest, TinyLstmCountByFormula) {
   EXPECT_EQ(CountParameters(cfg), bert + prompt + heads);
 }
 
+TEST(ConfigTest, AttentionKernelsRoundTripAndBadNamesSayWhatIsValid) {
+  for (AttentionKernels a : {AttentionKernels::kAuto, AttentionKernels::kFused, AttentionKernels::kGemm}) {
+    auto back = ParseAttentionKernels(AttentionKernelsName(a), "--attention");
+    ASSERT_TRUE(back.ok()) << AttentionKernelsName(a);
+    EXPECT_EQ(*back, a);
+  }
+  auto bad = ParseAttentionKernels("flash", "train.attention");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(), "train.attention: 'flash' is not one of auto, fused, gemm");
+  EXPECT_FALSE(ParseAttentionKernels("Fused", "x").ok());  // exact names; callers lower-case specs
+}
+
 TEST(ConfigTest, ListHasUniqueNamesAndSums) {
   ModelConfig cfg = ApplyPreset("small", ModelConfig()).value();
   auto list = ListParameters(cfg);

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "model/cuda/attention.h"
+#include "model/cuda/attention_tune.h"
 #include "model/cuda/check_test_util.h"
 #include "model/cuda/cuda_context.h"
 #include "model/cuda/flash_attention.h"
@@ -99,6 +100,41 @@ TEST(FusedAttentionTest, SupportedShapesAndClearErrors) {
   s = FusedAttentionBackward<bf16>(nullptr, buf, buf, buf, buf, lse, mask, 1, 8, 64, 4, nullptr);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("null lse, mask or scratch"), std::string::npos) << s.ToString();
+}
+
+TEST(AttentionTuneTest, PreferFusedKeepsTheFusedUnlessGemmIsClearlyFaster) {
+  AttentionTiming t;
+  t.fused_fwd_ms = 1.0, t.fused_bwd_ms = 2.0;  // fused 3.0 ms
+  t.gemm_fwd_ms = 1.0, t.gemm_bwd_ms = 1.9;    // GEMM 2.9 ms: 3% faster, within the margin
+  EXPECT_TRUE(PreferFused(t));
+  t.gemm_bwd_ms = 1.8;  // 2.8 ms: 6.7% faster
+  EXPECT_FALSE(PreferFused(t));
+  EXPECT_TRUE(PreferFused(t, /*margin=*/0.1));
+  t.gemm_bwd_ms = 2.5;  // slower
+  EXPECT_TRUE(PreferFused(t));
+  EXPECT_EQ(DescribeTiming(t), "fused 3.000 ms vs GEMM 3.500 ms, one layer's forward + backward");
+}
+
+TEST(AttentionTuneTest, TimesBothVersionsOrSaysWhyNot) {
+  std::string why;
+  if (!HaveDevice(&why)) GTEST_SKIP() << "no CUDA device: " << why;
+  auto ctx = CudaContext::Create(0);
+  ASSERT_TRUE(ctx.ok()) << ctx.status().ToString();
+  auto t = TimeAttention(**ctx, DType::kBF16, 2, 40, 64, 4, /*warmup=*/0, /*reps=*/1);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_GT(t->fused_fwd_ms, 0);
+  EXPECT_GT(t->fused_bwd_ms, 0);
+  EXPECT_GT(t->gemm_fwd_ms, 0);
+  EXPECT_GT(t->gemm_bwd_ms, 0);
+  // The GEMM version keeps [B, heads, L, L] probabilities, the fused [B, heads, L].
+  EXPECT_GE(t->gemm_bytes, size_t(2) * 4 * 40 * 40 * sizeof(bf16));
+  EXPECT_LT(t->fused_bytes, t->gemm_bytes);
+  for (auto bad : {TimeAttention(**ctx, DType::kF32, 2, 40, 64, 4, 0, 1),   // fp32: no fused kernels
+                   TimeAttention(**ctx, DType::kBF16, 2, 40, 96, 4, 0, 1),  // head size 24
+                   TimeAttention(**ctx, DType::kBF16, 2, 40, 64, 4, 0, 0)}) {
+    ASSERT_FALSE(bad.ok());
+    EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument) << bad.status().ToString();
+  }
 }
 
 TEST(OpCheckTest, MaxRelErrIsNormalizedAndCatchesPoison) {

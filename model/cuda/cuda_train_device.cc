@@ -6,6 +6,7 @@
 #include <string>
 #include <utility>
 
+#include "model/cuda/attention_tune.h"
 #include "model/cuda/cuda_model.h"
 
 namespace dgca {
@@ -16,18 +17,20 @@ class CudaTrainDevice : public TrainDevice {
  public:
   // `scaler`: the fp16 loss scaler (empty for fp32 and bf16).
   CudaTrainDevice(std::shared_ptr<const CudaContext> ctx, std::unique_ptr<CudaDgcaModel> model,
-                  const AdamWOptions& aopt, bool deterministic, std::optional<LossScaler> scaler)
+                  const AdamWOptions& aopt, bool deterministic, std::optional<LossScaler> scaler,
+                  std::string attention_note)
       : ctx_(std::move(ctx)),
         model_(std::move(model)),
         aopt_(aopt),
         adam_(&model_->params(), aopt),
         deterministic_(deterministic),
-        scaler_(std::move(scaler)) {}
+        scaler_(std::move(scaler)),
+        attention_note_(std::move(attention_note)) {}
 
   std::string Describe() const override {
     return "cuda:" + std::to_string(ctx_->device()) + " " + ctx_->description() + ", " +
            PrecisionName(model_->precision()) + (model_->fused_attention() ? ", fused attention" : "") +
-           (deterministic_ ? ", deterministic" : "");
+           (deterministic_ ? ", deterministic" : "") + (attention_note_.empty() ? "" : "; " + attention_note_);
   }
   DgcaModel* model() override { return model_.get(); }
   ParamStore& params() override { return model_->params(); }
@@ -107,7 +110,31 @@ class CudaTrainDevice : public TrainDevice {
   bool deterministic_;
   std::optional<LossScaler> scaler_;
   bool found_inf_ = false;  // this step's gradients overflowed (fp16): its update is skipped
+  std::string attention_note_;  // how train.attention auto chose (ApplyAttention)
 };
+
+// spec.attention on the built model. kAuto where the fused kernels apply:
+// both versions timed at the run's shape (attention_tune.h), the faster
+// kept; the fused without timing in deterministic mode, or when the timing
+// or the GEMM version's buffers fail. Returns what was chosen and why for
+// the log's device line ("" when nothing was timed or chosen).
+StatusOr<std::string> ApplyAttention(const TrainDeviceSpec& spec, Precision p, const CudaContext& ctx,
+                                     CudaDgcaModel* model) {
+  DGCA_RETURN_IF_ERROR(model->set_fused_attention(spec.attention != AttentionKernels::kGemm));
+  if (spec.attention != AttentionKernels::kAuto || !model->fused_attention()) return std::string();
+  if (spec.deterministic) return std::string("attention auto: fused, not timed (deterministic run)");
+  StatusOr<AttentionTiming> t = TimeAttention(ctx, PrecisionDType(p), spec.micro_batch, spec.seq_len,
+                                              spec.model.hidden, spec.model.heads, /*warmup=*/2, /*reps=*/5);
+  if (!t.ok()) return "attention auto: fused, the timing failed (" + t.status().ToString() + ")";
+  const std::string timed = DescribeTiming(*t);
+  if (PreferFused(*t)) return "attention auto: fused kept (" + timed + ")";
+  if (Status s = model->set_fused_attention(false); !s.ok()) {
+    DGCA_RETURN_IF_ERROR(model->set_fused_attention(true));
+    return "attention auto: fused kept, the faster GEMM version's buffers did not fit (" + s.ToString() + "; " +
+           timed + ")";
+  }
+  return "attention auto: GEMM chosen (" + timed + ")";
+}
 
 }  // namespace
 
@@ -131,9 +158,9 @@ TrainDeviceFactory CudaTrainDeviceFactory(std::shared_ptr<const CudaContext> ctx
                                                 spec.seed, p, ctx.get()));
     model->set_deterministic(spec.deterministic);
     model->set_cuda_graphs(spec.cuda_graphs);
-    DGCA_RETURN_IF_ERROR(model->set_fused_attention(spec.fused_attention));
-    return std::unique_ptr<TrainDevice>(
-        new CudaTrainDevice(ctx, std::move(model), spec.adam, spec.deterministic, std::move(scaler)));
+    DGCA_ASSIGN_OR_RETURN(std::string note, ApplyAttention(spec, p, *ctx, model.get()));
+    return std::unique_ptr<TrainDevice>(new CudaTrainDevice(ctx, std::move(model), spec.adam, spec.deterministic,
+                                                            std::move(scaler), std::move(note)));
   };
 }
 

@@ -78,7 +78,7 @@
 #include "model/core/batch.h"
 #include "model/core/config.h"
 #include "model/core/memory_model.h"
-#include "model/cuda/attention.h"
+#include "model/cuda/attention_tune.h"
 #include "model/cuda/cuda_context.h"
 #include "model/cuda/cuda_model.h"
 #include "model/cuda/flash_attention.h"
@@ -147,94 +147,28 @@ int Fail(const Args& a, int code, const std::string& msg) {
 // --steps after --warmup). FLOPs as FlashAttention counts them: forward
 // 4 B heads L^2 d (QK^T and PV), backward 2.5x that; the fused kernels do
 // more (the forward's second QK^T, the backward's S and dP in both kernels).
-template <typename T>
-int AttentionBench(const Args& a, const ModelConfig& cfg, const dgca::cuda::CudaContext& ctx) {
+int AttentionBench(const Args& a, dgca::cuda::DType t, const ModelConfig& cfg, const dgca::cuda::CudaContext& ctx) {
   using namespace dgca::cuda;
-  using dgca::Status;
   const int B = a.micro, L = a.seq, H = cfg.hidden, nh = cfg.heads;
-  const DType t = kDType<T>;
   if (!FusedAttentionSupported(t, L, H, nh))
     return Fail(a, 1, "the fused attention does not take this shape (head size " + std::to_string(H / nh) +
                           ", seq " + std::to_string(L) + ")");
-  const size_t n_qkv = size_t(B) * L * 3 * H, n_out = size_t(B) * L * H;
-  std::mt19937 rng(7);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  auto random = [&](size_t n) {
-    std::vector<T> v(n);
-    for (T& x : v) x = FromF<T>(u(rng));
-    return v;
-  };
-  std::vector<int32_t> mask(size_t(B) * L, 1);
-  for (int b = 0; b < B; ++b)
-    for (int j = L - L / 8; j < L; ++j) mask[size_t(b) * L + j] = 0;
-  DeviceArray<T> qkv, out, dout, dqkv, probs, scratch;
-  DeviceArray<float> lse, rowdot;
-  DeviceArray<int32_t> dmask;
-  const int64_t gemm_scratch = std::max(AttentionScratchElems(B, L, H), AttentionBackwardScratchElems(B, L, H, nh));
-  for (Status s : {qkv.Upload(random(n_qkv)), dout.Upload(random(n_out)), out.Allocate(n_out),
-                   dqkv.Allocate(n_qkv), dmask.Upload(mask), probs.Allocate(size_t(B) * nh * L * L),
-                   scratch.Allocate(size_t(gemm_scratch)), lse.Allocate(size_t(B) * nh * L),
-                   rowdot.Allocate(size_t(FusedAttentionBackwardScratchFloats(B, L, nh)))})
-    if (!s.ok()) return Fail(a, 1, "attention bench buffers: " + s.ToString());
-  GemmRunner gemm(&ctx);
-  cudaStream_t st = ctx.stream();
-  cudaEvent_t e0 = nullptr, e1 = nullptr;
-  if (cudaEventCreate(&e0) != cudaSuccess || cudaEventCreate(&e1) != cudaSuccess)
-    return Fail(a, 1, "cudaEventCreate failed");
-  // Median milliseconds of fn over a.steps runs after a.warmup; < 0 on error.
-  std::string error;
-  auto time = [&](const std::function<Status()>& fn) -> double {
-    std::vector<float> ms;
-    for (int i = 0; i < a.warmup + a.steps; ++i) {
-      cudaEventRecord(e0, st);
-      if (Status s = fn(); !s.ok()) {
-        error = s.ToString();
-        return -1;
-      }
-      cudaEventRecord(e1, st);
-      float m = 0;
-      if (cudaEventSynchronize(e1) != cudaSuccess || cudaEventElapsedTime(&m, e0, e1) != cudaSuccess) {
-        error = "cudaEventElapsedTime failed";
-        return -1;
-      }
-      if (i >= a.warmup) ms.push_back(m);
-    }
-    std::sort(ms.begin(), ms.end());
-    return ms[ms.size() / 2];
-  };
+  auto timing = TimeAttention(ctx, t, B, L, H, nh, a.warmup, a.steps);
+  if (!timing.ok()) return Fail(a, 1, "attention bench: " + timing.status().ToString());
   struct Row {
     const char* kernel;
     double fwd_ms, bwd_ms;
     size_t bytes;  // what the forward keeps for the backward, plus scratch
   };
-  std::vector<Row> rows;
-  rows.push_back({"fused",
-                  time([&] { return FusedAttentionForward<T>(st, out.get(), lse.get(), qkv.get(), dmask.get(), B, L, H, nh); }),
-                  time([&] {
-                    return FusedAttentionBackward<T>(st, dqkv.get(), dout.get(), qkv.get(), out.get(), lse.get(),
-                                                     dmask.get(), B, L, H, nh, rowdot.get());
-                  }),
-                  lse.size() * sizeof(float) + rowdot.size() * sizeof(float)});
-  rows.push_back({"gemm",
-                  time([&] {
-                    return AttentionForward<T>(ctx, &gemm, out.get(), probs.get(), qkv.get(), dmask.get(), B, L, H,
-                                               nh, scratch.get());
-                  }),
-                  time([&] {
-                    return AttentionBackward<T>(ctx, &gemm, dqkv.get(), dout.get(), qkv.get(), probs.get(), B, L, H,
-                                                nh, scratch.get());
-                  }),
-                  probs.size() * sizeof(T) + scratch.size() * sizeof(T)});
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  if (!error.empty()) return Fail(a, 1, "attention bench: " + error);
-  if (Status s = ctx.Synchronize(); !s.ok()) return Fail(a, 1, "attention bench: " + s.ToString());
+  const std::vector<Row> rows = {{"fused", timing->fused_fwd_ms, timing->fused_bwd_ms, timing->fused_bytes},
+                                 {"gemm", timing->gemm_fwd_ms, timing->gemm_bwd_ms, timing->gemm_bytes}};
   const double fwd_flops = 4.0 * B * nh * double(L) * L * (H / nh), bwd_flops = 2.5 * fwd_flops;
   auto tflops = [](double flops, double ms) { return ms > 0 ? flops / (ms * 1e-3) / 1e12 : 0.0; };
+  const char* auto_pick = PreferFused(*timing) ? "fused" : "gemm";  // what train.attention: auto would keep
   if (a.json) {
     std::printf("{\"impl\": \"dgca-attention\", \"precision\": \"%s\", \"batch\": %d, \"seq\": %d, "
-                "\"hidden\": %d, \"heads\": %d, \"device\": \"%s\", \"rows\": [",
-                DTypeName(t), B, L, H, nh, JsonEscape(ctx.description()).c_str());
+                "\"hidden\": %d, \"heads\": %d, \"device\": \"%s\", \"auto_keeps\": \"%s\", \"rows\": [",
+                DTypeName(t), B, L, H, nh, JsonEscape(ctx.description()).c_str(), auto_pick);
     for (size_t i = 0; i < rows.size(); ++i) {
       const Row& r = rows[i];
       std::printf("%s{\"kernel\": \"%s\", \"fwd_ms\": %.4f, \"bwd_ms\": %.4f, \"fwd_tflops\": %.2f, "
@@ -251,6 +185,8 @@ int AttentionBench(const Args& a, const ModelConfig& cfg, const dgca::cuda::Cuda
     for (const Row& r : rows)
       std::printf("  %-8s %10.3f %10.3f %12.1f %12.1f %12.1f\n", r.kernel, r.fwd_ms, r.bwd_ms,
                   tflops(fwd_flops, r.fwd_ms), tflops(bwd_flops, r.bwd_ms), r.bytes / 1048576.0);
+    std::printf("  train.attention: auto keeps the %s kernels here (%s)\n", auto_pick,
+                DescribeTiming(*timing).c_str());
   }
   return 0;
 }
@@ -389,8 +325,8 @@ int main(int argc, char** argv) {
   auto ctx = dgca::cuda::CudaContext::Create(a.device);
   if (!ctx.ok()) return Fail(a, 2, ctx.status().ToString());
   if (a.attention_only) {
-    if (*prec == dgca::cuda::Precision::kBf16) return AttentionBench<dgca::cuda::bf16>(a, *cfg, **ctx);
-    if (*prec == dgca::cuda::Precision::kFp16) return AttentionBench<__half>(a, *cfg, **ctx);
+    if (*prec == dgca::cuda::Precision::kBf16) return AttentionBench(a, dgca::cuda::DType::kBF16, *cfg, **ctx);
+    if (*prec == dgca::cuda::Precision::kFp16) return AttentionBench(a, dgca::cuda::DType::kF16, *cfg, **ctx);
     return Usage("--attention-only compares the bf16/fp16 kernels: --precision bf16 or fp16");
   }
   size_t free0 = 0, total = 0;

@@ -25,8 +25,10 @@
 //   [--max-eval-samples N]
 //   [--deterministic]   (GPU: bit-reproducible gradient reductions, slower)
 //   [--no-cuda-graphs]  (GPU: no graph replay of the encoder)
-//   [--gemm-attention]  (GPU bf16/fp16: the GEMM + softmax attention instead
-//                        of the fused kernels)
+//   [--attention auto|fused|gemm]  (GPU bf16/fp16: auto times both
+//                        attention versions at the run's shape when the
+//                        device is built and keeps the faster; default auto)
+//   [--gemm-attention]  (= --attention gemm)
 // Exit status: 0 done, 1 training failed (the error on stderr), 2 bad flags
 // or a device this build does not have.
 #include <cmath>
@@ -60,7 +62,7 @@ int Usage(const std::string& msg) {
                "  [--gpu N] [--precision fp32|bf16|fp16] [--loss-scale X (fp16: the first loss scale)]\n"
                "  [--init-from FILE] [--dump-batches FILE]\n"
                "  [--json FILE] [--checkpoint-dir DIR [--checkpoint-every N]] [--max-eval-samples N]\n"
-               "  [--deterministic] [--no-cuda-graphs] [--gemm-attention]\n"
+               "  [--deterministic] [--no-cuda-graphs] [--attention auto|fused|gemm] [--gemm-attention]\n"
                "A --checkpoint-dir holding a checkpoint is resumed from; without --checkpoint-every\n"
                "the run writes one checkpoint there at the end.\n",
                msg.c_str());
@@ -121,7 +123,7 @@ int main(int argc, char** argv) {
       continue;
     }
     if (f == "--gemm-attention") {
-      cfg.fused_attention = false;
+      cfg.attention = dgca::AttentionKernels::kGemm;
       continue;
     }
     if (f == "--help" || f == "-h") {
@@ -160,6 +162,11 @@ int main(int argc, char** argv) {
     else if (f == "--seed") cfg.seed = static_cast<uint64_t>(num(0, 1e18));
     else if (f == "--threads") cfg.threads = static_cast<int>(num(1, 256));
     else if (f == "--device") device = v;
+    else if (f == "--attention") {
+      auto a = dgca::ParseAttentionKernels(v, "--attention");
+      if (!a.ok()) return Usage(a.status().message());
+      cfg.attention = *a;
+    }
     else if (f == "--gpu") gpu = static_cast<int>(num(0, 64));
     else if (f == "--precision") precision = v;
     else if (f == "--loss-scale") cfg.fp16_init_loss_scale = num(1e-30, 1e30);

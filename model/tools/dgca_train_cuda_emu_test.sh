@@ -6,9 +6,13 @@
 #      weight decay: every step's loss and gradient norm within 1e-4
 #      relative of the CPU's (reduction order differs);
 #   2. bf16 and fp16 (loss scale 65536): every step's loss within 2e-2
-#      relative of the CPU's fp32; bf16 again with --gemm-attention (the
-#      GEMM + softmax attention instead of the default fused kernels, which
-#      the device line names): the same bound;
+#      relative of the CPU's fp32 (bf16 with --attention fused, which the
+#      device line names); bf16 again with --gemm-attention (the GEMM +
+#      softmax attention): the same bound; bf16 with --attention auto (the
+#      default): both versions timed when the device is built, the device
+#      line says which was kept and both times, step 1 within the same
+#      bound; with --deterministic, auto keeps the fused without timing;
+#      --attention flash is refused naming the valid values;
 #   3. fp16 from loss scale 4e6, where the scaled fp16 gradients overflow:
 #      step 1 is skipped and the scale halves, as torch's GradScaler;
 #   4. resume: the same fp16 run stopped after step 1 (checkpoint, loss
@@ -35,13 +39,24 @@ COMMON=(--train "$DATA/ecspell/train_law.txt" --vocab "$DATA/vocab/vocab.txt" --
   { tail -30 "$W/fp32.log"; fail "cuda fp32 run"; }
 grep -q "^device: cuda:0 dgca CUDA emulator" "$W/fp32.log" || fail "no emulated device line: $(head -5 "$W/fp32.log")"
 for p in bf16 fp16; do
-  "$EMU" "${COMMON[@]}" --steps 4 --device cuda --precision $p --json "$W/$p.json" > /dev/null 2> "$W/$p.log" ||
-    { tail -30 "$W/$p.log"; fail "cuda $p run"; }
+  "$EMU" "${COMMON[@]}" --steps 4 --device cuda --precision $p --attention fused --json "$W/$p.json" \
+    > /dev/null 2> "$W/$p.log" || { tail -30 "$W/$p.log"; fail "cuda $p run"; }
 done
 grep -q "^device: cuda:0 .*, bf16, fused attention" "$W/bf16.log" || fail "bf16 without the fused attention: $(grep -m1 ^device "$W/bf16.log")"
 "$EMU" "${COMMON[@]}" --steps 4 --device cuda --precision bf16 --gemm-attention --json "$W/bf16_gemm.json" \
   > /dev/null 2> "$W/bf16_gemm.log" || { tail -30 "$W/bf16_gemm.log"; fail "cuda bf16 --gemm-attention run"; }
 if grep -q "^device: .*fused attention" "$W/bf16_gemm.log"; then fail "--gemm-attention still fused"; fi
+"$EMU" "${COMMON[@]}" --steps 1 --device cuda --precision bf16 --json "$W/bf16_auto.json" \
+  > /dev/null 2> "$W/bf16_auto.log" || { tail -30 "$W/bf16_auto.log"; fail "cuda bf16 --attention auto run"; }
+grep -Eq "^device: .*; attention auto: (fused kept|GEMM chosen) \(fused [0-9.]+ ms vs GEMM [0-9.]+ ms" "$W/bf16_auto.log" ||
+  fail "auto attention did not time both: $(grep -m1 ^device "$W/bf16_auto.log")"
+"$EMU" "${COMMON[@]}" --steps 1 --device cuda --precision bf16 --deterministic --json "$W/bf16_det.json" \
+  > /dev/null 2> "$W/bf16_det.log" || { tail -30 "$W/bf16_det.log"; fail "cuda bf16 deterministic run"; }
+grep -q "^device: .*fused attention, deterministic; attention auto: fused, not timed" "$W/bf16_det.log" ||
+  fail "deterministic auto attention: $(grep -m1 ^device "$W/bf16_det.log")"
+"$EMU" "${COMMON[@]}" --steps 1 --device cuda --precision bf16 --attention flash > /dev/null 2> "$W/flash.log"
+rc=$?
+[ $rc = 2 ] && grep -q "is not one of auto, fused, gemm" "$W/flash.log" || fail "--attention flash: rc $rc, $(cat "$W/flash.log")"
 F16=(--device cuda --precision fp16 --loss-scale 4e6)
 "$EMU" "${COMMON[@]}" "${F16[@]}" --steps 4 --json "$W/overflow.json" > /dev/null 2> "$W/overflow.log" ||
   { tail -30 "$W/overflow.log"; fail "cuda fp16 overflow run"; }
@@ -59,6 +74,7 @@ w = sys.argv[1]
 steps = lambda f: json.load(open(os.path.join(w, f)))["steps"]
 cpu, fp32, bf16, fp16 = steps("cpu.json"), steps("fp32.json"), steps("bf16.json"), steps("fp16.json")
 bf16_gemm = steps("bf16_gemm.json")
+bf16_auto, bf16_det = steps("bf16_auto.json"), steps("bf16_det.json")
 over, part2 = steps("overflow.json"), steps("part2.json")
 for run in (fp32, bf16, fp16, over):
     assert [s["step"] for s in run] == [1, 2, 3, 4], run
@@ -69,7 +85,8 @@ for c, g in zip(cpu, fp32):
         worst = max(worst, rel(g[k], c[k]))
         assert rel(g[k], c[k]) <= 1e-4, ("fp32", c["step"], k, g[k], c[k])
 half = {}
-for name, run in (("bf16", bf16), ("fp16", fp16), ("bf16 GEMM attention", bf16_gemm)):
+for name, run in (("bf16", bf16), ("fp16", fp16), ("bf16 GEMM attention", bf16_gemm),
+                  ("bf16 auto attention", bf16_auto), ("bf16 deterministic", bf16_det)):
     half[name] = max(rel(g["loss"], c["loss"]) for c, g in zip(cpu, run))
     assert half[name] <= 2e-2, (name, [(g["loss"], c["loss"]) for c, g in zip(cpu, run)])
 assert all(s["loss_scale"] == 65536 and not s["skipped"] for s in fp16), fp16

@@ -99,7 +99,7 @@ struct TrainDeviceSpec {
   Precision precision = Precision::kFp32;
   bool deterministic = false;  // TrainConfig::deterministic
   bool cuda_graphs = true;     // TrainConfig::cuda_graphs
-  bool fused_attention = true; // TrainConfig::fused_attention
+  AttentionKernels attention = AttentionKernels::kAuto;  // TrainConfig::attention
   AdamWOptions adam;
   LossScalerOptions loss_scaler;  // fp16 only
 };

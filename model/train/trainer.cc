@@ -217,7 +217,7 @@ StatusOr<TrainResult> Train(const TrainConfig& config, Communicator* comm,
   dspec.precision = config.precision;
   dspec.deterministic = config.deterministic;
   dspec.cuda_graphs = config.cuda_graphs;
-  dspec.fused_attention = config.fused_attention;
+  dspec.attention = config.attention;
   dspec.loss_scaler.init_scale = config.fp16_init_loss_scale;
   dspec.adam.weight_decay = config.weight_decay;
   DGCA_ASSIGN_OR_RETURN(std::unique_ptr<TrainDevice> device, make_device(dspec));

@@ -137,6 +137,11 @@ TEST(GpuJobEmuTest, CudaNcclJobOnAnEmulatedH100NodeMatchesTheCpuGlooJob) {
   // precision reaches the CUDA trainer, and its losses stay within bf16's
   // rounding (8 bits of mantissa: ~4e-3 per rounding) of fp32's.
   EXPECT_NE(bf16_log.find("bf16"), std::string::npos) << bf16_log;
+  // train.attention auto, planned "auto" (bert-tiny's probabilities fit the
+  // H100's budget): each rank timed both attention versions at startup and
+  // says which it kept.
+  static const std::regex auto_re(R"(attention auto: (fused kept|GEMM chosen) \(fused [0-9.]+ ms vs GEMM)");
+  EXPECT_TRUE(std::regex_search(bf16_log, auto_re)) << bf16_log;
   std::map<int, double> bf16 = StepLosses(bf16_log);
   ASSERT_EQ(bf16.size(), 4u) << bf16_log;
   for (const auto& [step, loss] : cpu) {

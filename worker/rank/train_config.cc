@@ -170,14 +170,13 @@ absl::StatusOr<TrainConfig> TrainConfigFromSpec(const v1::JobSpec& spec, const v
     return absl::InvalidArgumentError(
         absl::StrCat("train.precision: '", prec, "' is not one of auto, fp32, fp16, bf16"));
   }
-  // train.attention: the plan's (CUDA ranks), else the spec's; only "gemm"
-  // turns the fused kernels off (they run only where they apply anyway).
+  // train.attention: the plan's (CUDA ranks: "auto" there means the
+  // planner found that both versions fit, so the rank times them), else
+  // the spec's (empty = auto).
   const std::string attention = !plan.attention().empty() ? Lower(plan.attention()) : Lower(t.attention());
-  if (!attention.empty() && attention != "auto" && attention != "fused" && attention != "gemm") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("train.attention: '", attention, "' is not one of auto, fused, gemm"));
-  }
-  c.fused_attention = attention != "gemm";
+  auto kernels = ParseAttentionKernels(attention.empty() ? "auto" : attention, "train.attention");
+  if (!kernels.ok()) return absl::InvalidArgumentError(kernels.status().message());
+  c.attention = *kernels;
   const auto& o = t.optimizer();
   c.lr = static_cast<float>(o.lr());
   c.weight_decay = static_cast<float>(o.weight_decay());

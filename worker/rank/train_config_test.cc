@@ -133,15 +133,19 @@ TEST(TrainConfigTest, AttentionFromPlanThenSpec) {
   v1::Plan p = SimplePlan(spec, 1);
   auto c = TrainConfigFromSpec(spec, p);
   ASSERT_TRUE(c.ok());
-  EXPECT_TRUE(c->fused_attention);  // auto: the trainer's default
+  EXPECT_EQ(c->attention, dgca::AttentionKernels::kAuto);  // the spec's default
   p.set_attention("gemm");           // the planner's choice for CUDA ranks
   c = TrainConfigFromSpec(spec, p);
   ASSERT_TRUE(c.ok());
-  EXPECT_FALSE(c->fused_attention);
+  EXPECT_EQ(c->attention, dgca::AttentionKernels::kGemm);
+  p.set_attention("fused");  // the planner's: the GEMM version would not fit
+  c = TrainConfigFromSpec(spec, p);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->attention, dgca::AttentionKernels::kFused);
   v1::JobSpec asked = Parse("data: {train: x.txt}\ntrain: {attention: gemm}\n");
   c = TrainConfigFromSpec(asked, SimplePlan(asked, 1));  // no planner: the spec's
   ASSERT_TRUE(c.ok());
-  EXPECT_FALSE(c->fused_attention);
+  EXPECT_EQ(c->attention, dgca::AttentionKernels::kGemm);
   p.set_attention("flash");
   auto e = TrainConfigFromSpec(spec, p);
   ASSERT_FALSE(e.ok());

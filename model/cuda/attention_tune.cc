@@ -1,0 +1,130 @@
+#include "model/cuda/attention_tune.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include "model/cuda/attention.h"
+#include "model/cuda/flash_attention.h"
+#include "model/cuda/gemm.h"
+
+namespace dgca {
+namespace cuda {
+namespace {
+
+// cudaEvents, destroyed with the object.
+class EventPair {
+ public:
+  ~EventPair() {
+    if (start_) cudaEventDestroy(start_);
+    if (stop_) cudaEventDestroy(stop_);
+  }
+  Status Create() {
+    DGCA_RETURN_IF_ERROR(CudaStatus(cudaEventCreate(&start_), "cudaEventCreate"));
+    return CudaStatus(cudaEventCreate(&stop_), "cudaEventCreate");
+  }
+  // Median milliseconds of fn over reps runs after warmup.
+  StatusOr<double> Time(cudaStream_t st, int warmup, int reps, const std::function<Status()>& fn) {
+    std::vector<float> ms;
+    for (int i = 0; i < warmup + reps; ++i) {
+      DGCA_RETURN_IF_ERROR(CudaStatus(cudaEventRecord(start_, st), "cudaEventRecord"));
+      DGCA_RETURN_IF_ERROR(fn());
+      DGCA_RETURN_IF_ERROR(CudaStatus(cudaEventRecord(stop_, st), "cudaEventRecord"));
+      DGCA_RETURN_IF_ERROR(CudaStatus(cudaEventSynchronize(stop_), "cudaEventSynchronize"));
+      float m = 0;
+      DGCA_RETURN_IF_ERROR(CudaStatus(cudaEventElapsedTime(&m, start_, stop_), "cudaEventElapsedTime"));
+      if (i >= warmup) ms.push_back(m);
+    }
+    std::sort(ms.begin(), ms.end());
+    return static_cast<double>(ms[ms.size() / 2]);
+  }
+
+ private:
+  cudaEvent_t start_ = nullptr, stop_ = nullptr;
+};
+
+template <typename T>
+StatusOr<AttentionTiming> TimeAs(const CudaContext& ctx, int B, int L, int H, int nh, int warmup, int reps) {
+  const size_t n_qkv = size_t(B) * L * 3 * H, n_out = size_t(B) * L * H;
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  auto random = [&](size_t n) {
+    std::vector<T> v(n);
+    for (T& x : v) x = FromF<T>(u(rng));
+    return v;
+  };
+  std::vector<int32_t> mask(size_t(B) * L, 1);
+  for (int b = 0; b < B; ++b)
+    for (int j = L - L / 8; j < L; ++j) mask[size_t(b) * L + j] = 0;
+  DeviceArray<T> qkv, out, dout, dqkv, probs, scratch;
+  DeviceArray<float> lse, rowdot;
+  DeviceArray<int32_t> dmask;
+  const int64_t gemm_scratch = std::max(AttentionScratchElems(B, L, H), AttentionBackwardScratchElems(B, L, H, nh));
+  for (Status s : {qkv.Upload(random(n_qkv)), dout.Upload(random(n_out)), out.Allocate(n_out),
+                   dqkv.Allocate(n_qkv), dmask.Upload(mask), probs.Allocate(size_t(B) * nh * L * L),
+                   scratch.Allocate(size_t(gemm_scratch)), lse.Allocate(size_t(B) * nh * L),
+                   rowdot.Allocate(size_t(FusedAttentionBackwardScratchFloats(B, L, nh)))}) {
+    if (!s.ok()) return ResourceExhaustedError("attention timing buffers: " + s.ToString());
+  }
+  // The uploads ran on the legacy stream; the timed work runs on ctx's.
+  DGCA_RETURN_IF_ERROR(CudaStatus(cudaDeviceSynchronize(), "cudaDeviceSynchronize"));
+  GemmRunner gemm(&ctx);
+  cudaStream_t st = ctx.stream();
+  EventPair ev;
+  DGCA_RETURN_IF_ERROR(ev.Create());
+  AttentionTiming t;
+  DGCA_ASSIGN_OR_RETURN(t.fused_fwd_ms, ev.Time(st, warmup, reps, [&] {
+    return FusedAttentionForward<T>(st, out.get(), lse.get(), qkv.get(), dmask.get(), B, L, H, nh);
+  }));
+  DGCA_ASSIGN_OR_RETURN(t.fused_bwd_ms, ev.Time(st, warmup, reps, [&] {
+    return FusedAttentionBackward<T>(st, dqkv.get(), dout.get(), qkv.get(), out.get(), lse.get(), dmask.get(), B,
+                                     L, H, nh, rowdot.get());
+  }));
+  DGCA_ASSIGN_OR_RETURN(t.gemm_fwd_ms, ev.Time(st, warmup, reps, [&] {
+    return AttentionForward<T>(ctx, &gemm, out.get(), probs.get(), qkv.get(), dmask.get(), B, L, H, nh,
+                               scratch.get());
+  }));
+  DGCA_ASSIGN_OR_RETURN(t.gemm_bwd_ms, ev.Time(st, warmup, reps, [&] {
+    return AttentionBackward<T>(ctx, &gemm, dqkv.get(), dout.get(), qkv.get(), probs.get(), B, L, H, nh,
+                                scratch.get());
+  }));
+  DGCA_RETURN_IF_ERROR(ctx.Synchronize());
+  t.fused_bytes = lse.size() * sizeof(float) + rowdot.size() * sizeof(float);
+  t.gemm_bytes = probs.size() * sizeof(T) + scratch.size() * sizeof(T);
+  return t;
+}
+
+}  // namespace
+
+StatusOr<AttentionTiming> TimeAttention(const CudaContext& ctx, DType t, int B, int L, int H, int nh,
+                                        int warmup, int reps) {
+  if (reps < 1 || warmup < 0) return InvalidArgumentError("attention timing: reps must be >= 1, warmup >= 0");
+  if (B < 1) return InvalidArgumentError("attention timing: batch must be >= 1");
+  if (!FusedAttentionSupported(t, L, H, nh)) {
+    return InvalidArgumentError(std::string("attention timing: the fused kernels do not take ") + DTypeName(t) +
+                                ", seq " + std::to_string(L) + ", hidden " + std::to_string(H) + ", " +
+                                std::to_string(nh) + " heads (bf16/fp16, head size 16/32/64, seq <= 512)");
+  }
+  if (t == DType::kBF16) return TimeAs<__nv_bfloat16>(ctx, B, L, H, nh, warmup, reps);
+  return TimeAs<__half>(ctx, B, L, H, nh, warmup, reps);
+}
+
+bool PreferFused(const AttentionTiming& t, double margin) {
+  return !(t.gemm_ms() < (1.0 - margin) * t.fused_ms());
+}
+
+std::string DescribeTiming(const AttentionTiming& t) {
+  char buf[160];
+  std::snprintf(buf, sizeof(buf), "fused %.3f ms vs GEMM %.3f ms, one layer's forward + backward", t.fused_ms(),
+                t.gemm_ms());
+  return buf;
+}
+
+}  // namespace cuda
+}  // namespace dgca
