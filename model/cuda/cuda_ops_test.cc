@@ -7,6 +7,7 @@
 
 #include <cctype>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <set>
 #include <string>
@@ -100,6 +101,70 @@ TEST(FusedAttentionTest, SupportedShapesAndClearErrors) {
   s = FusedAttentionBackward<bf16>(nullptr, buf, buf, buf, buf, lse, mask, 1, 8, 64, 4, nullptr);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("null lse, mask or scratch"), std::string::npos) << s.ToString();
+}
+
+// The fused kernels stop at each batch row's last real key (flash_attention.cu
+// LastRealKey): keys after it, whatever they hold, change nothing. Row 1 of
+// two has 40 real keys of 128; its keys 64..127 hold NaN in one run and
+// finite values in the other: out, lse and dqkv must be bitwise the same,
+// and finite (a kernel that still streamed those keys would multiply 0 by
+// NaN). The kernels' agreement with the CPU reference at such shapes is
+// dgca-model-check's "attention (fused)" rows.
+TEST(FusedAttentionTest, KeysAfterTheLastRealKeyAreNeverRead) {
+  std::string why;
+  if (!HaveDevice(&why)) GTEST_SKIP() << "no CUDA device: " << why;
+  auto ctx = CudaContext::Create(0);
+  ASSERT_TRUE(ctx.ok()) << ctx.status().ToString();
+  const int B = 2, L = 128, H = 64, nh = 4, real = 40;
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<bf16> qkv(size_t(B) * L * 3 * H), dout(size_t(B) * L * H);
+  for (bf16& x : qkv) x = FromF<bf16>(u(rng));
+  for (bf16& x : dout) x = FromF<bf16>(u(rng));
+  std::vector<int32_t> mask(size_t(B) * L, 1);
+  for (int j = real; j < L; ++j) mask[L + j] = 0;
+  struct Result {
+    std::vector<bf16> out, dqkv;
+    std::vector<float> lse;
+  };
+  auto run = [&](const std::vector<bf16>& in) -> Result {
+    DeviceArray<bf16> d_qkv, d_out, d_dout, d_dqkv;
+    DeviceArray<float> d_lse, d_scratch;
+    DeviceArray<int32_t> d_mask;
+    Result r;
+    for (Status s : {d_qkv.Upload(in), d_dout.Upload(dout), d_mask.Upload(mask), d_out.Allocate(dout.size()),
+                     d_dqkv.Allocate(in.size()), d_lse.Allocate(size_t(B) * nh * L),
+                     d_scratch.Allocate(size_t(FusedAttentionBackwardScratchFloats(B, L, nh))), d_out.Poison(),
+                     d_dqkv.Poison(), d_lse.Poison()}) {
+      EXPECT_TRUE(s.ok()) << s.ToString();
+    }
+    EXPECT_TRUE(CudaStatus(cudaDeviceSynchronize(), "sync").ok());
+    Status s = FusedAttentionForward<bf16>(ctx->get()->stream(), d_out.get(), d_lse.get(), d_qkv.get(),
+                                           d_mask.get(), B, L, H, nh);
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    s = FusedAttentionBackward<bf16>(ctx->get()->stream(), d_dqkv.get(), d_dout.get(), d_qkv.get(), d_out.get(),
+                                     d_lse.get(), d_mask.get(), B, L, H, nh, d_scratch.get());
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    EXPECT_TRUE((*ctx)->Synchronize().ok());
+    EXPECT_TRUE(d_out.Download(&r.out).ok() && d_dqkv.Download(&r.dqkv).ok() && d_lse.Download(&r.lse).ok());
+    return r;
+  };
+  std::vector<bf16> poisoned = qkv;
+  for (int j = 64; j < L; ++j)  // row 1's keys and values after the tile of its last real key
+    for (int c = H; c < 3 * H; ++c) poisoned[(size_t(L) + j) * 3 * H + c] = FromF<bf16>(NAN);
+  const Result a = run(qkv), b = run(poisoned);
+  ASSERT_EQ(a.out.size(), b.out.size());
+  auto same = [](const auto& x, const auto& y) {
+    return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(x[0])) == 0;
+  };
+  EXPECT_TRUE(same(a.out, b.out));
+  EXPECT_TRUE(same(a.lse, b.lse));
+  EXPECT_TRUE(same(a.dqkv, b.dqkv));
+  for (bf16 x : b.out) ASSERT_TRUE(std::isfinite(ToF(x)));
+  for (bf16 x : b.dqkv) ASSERT_TRUE(std::isfinite(ToF(x)));
+  // The padding keys' gradients are zero.
+  for (int j = real; j < L; ++j)
+    for (int c = H; c < 3 * H; ++c) ASSERT_EQ(ToF(b.dqkv[(size_t(L) + j) * 3 * H + c]), 0.0f) << j << "," << c;
 }
 
 TEST(AttentionTuneTest, PreferFusedKeepsTheFusedUnlessGemmIsClearlyFaster) {

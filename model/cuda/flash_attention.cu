@@ -65,6 +65,28 @@ __device__ __forceinline__ void KeepKeys(int* keep, const int32_t* keys_real, in
   if (threadIdx.x < kTile) keep[threadIdx.x] = k0 + int(threadIdx.x) < L && keys_real[k0 + threadIdx.x] != 0;
 }
 
+// The index of the batch row's last real key (-1: none), for the whole
+// block (every thread gets it; scratch: kWarps ints of shared memory).
+// Keys after it have probability zero for every query, so the loops over
+// key tiles stop at KeyTiles(last) and a block of keys past it has zero
+// gradients: a row shorter than L costs only its own length (the batch is
+// trimmed to its longest row; the others are shorter). Skipping them is
+// exact: they add 0 * V and 0 * Q. The whole block; syncs the block.
+__device__ __forceinline__ int LastRealKey(const int32_t* keys_real, int L, int* scratch) {
+  int last = -1;
+  for (int j = threadIdx.x; j < L; j += kThreads)
+    if (keys_real[j] != 0) last = j;  // j grows: the thread's last is its max
+  for (int o = 16; o > 0; o >>= 1) last = max(last, __shfl_xor_sync(0xffffffffu, last, o));
+  if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = last;
+  __syncthreads();
+  last = scratch[0];
+  for (int w = 1; w < kWarps; ++w) last = max(last, scratch[w]);
+  return last;
+}
+
+// Key tiles of kTile that hold keys 0..last.
+__device__ __forceinline__ int KeyTiles(int last) { return (last + kTile) / kTile; }
+
 template <int N>
 __device__ __forceinline__ void Zero(Acc (&acc)[N]) {
 #pragma unroll
@@ -139,6 +161,7 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ __align__(32) float s_s[kWarps][kWarpRows * kSP];
   __shared__ __align__(32) T p_s[kWarps][kWarpRows * kPP];
   __shared__ int keep_s[kTile];
+  __shared__ int last_s[kWarps];
   const int b = blockIdx.z, h = blockIdx.y, q0 = blockIdx.x * kBlockRows;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t H3 = 3 * int64_t(H);
@@ -153,7 +176,7 @@ __global__ void __launch_bounds__(kThreads)
   // rotation spreads the lanes of a pass over different banks.
   const int r = lane >> 1, c0 = (lane & 1) * 16;
   const float* s_row = s_w + r * kSP + c0;
-  const int tiles = (L + kTile - 1) / kTile;
+  const int tiles = KeyTiles(LastRealKey(keys_real, L, last_s));
 
   // Pass 1: each row's max and sum of exp(score - max) over the real keys.
   float mx = -INFINITY, sum = 0.0f;
@@ -247,6 +270,7 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ __align__(32) T p_s[kWarps][kWarpRows * kPP];
   __shared__ float lse_s[kTile];
   __shared__ float d_s[kTile];
+  __shared__ int last_s[kWarps];
   const int b = blockIdx.z, h = blockIdx.y, k0 = blockIdx.x * kBlockRows;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t H3 = 3 * int64_t(H);
@@ -266,7 +290,9 @@ __global__ void __launch_bounds__(kThreads)
   Acc dk[D / 16], dv[D / 16];
   Zero(dk);
   Zero(dv);
-  const int tiles = (L + kTile - 1) / kTile;
+  // A block of keys after the row's last real key: every probability is
+  // zero, so are dK and dV (written below without streaming the queries).
+  const int tiles = LastRealKey(mask + int64_t(b) * L, L, last_s) < k0 ? 0 : (L + kTile - 1) / kTile;
   for (int t = 0; t < tiles; ++t) {
     const int q0 = t * kTile, valid = min(kTile, L - q0);
     __syncthreads();  // the previous tile's q_s, do_s, lse_s, d_s are no longer read
@@ -315,6 +341,7 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ __align__(32) float s_s[kWarps][kWarpRows * kSP];
   __shared__ __align__(32) T p_s[kWarps][kWarpRows * kPP];
   __shared__ int keep_s[kTile];
+  __shared__ int last_s[kWarps];
   const int b = blockIdx.z, h = blockIdx.y, q0 = blockIdx.x * kBlockRows;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t H3 = 3 * int64_t(H);
@@ -333,7 +360,7 @@ __global__ void __launch_bounds__(kThreads)
   const float row_d = row0 + r < L ? dvec[bh * L + row0 + r] : 0.0f;
   Acc dq[D / 16];
   Zero(dq);
-  const int tiles = (L + kTile - 1) / kTile;
+  const int tiles = KeyTiles(LastRealKey(keys_real, L, last_s));
   for (int t = 0; t < tiles; ++t) {
     const int k0 = t * kTile, valid = min(kTile, L - k0);
     __syncthreads();

@@ -28,6 +28,12 @@
 // (loops over key tiles): both recompute P from the log-sum-exp, so no
 // atomics and the result is deterministic.
 //
+// Keys after a batch row's last real key are never read: the loops over
+// key tiles stop at the tile holding it and a 64-key tile past it writes
+// zero dK and dV at once. A batch is trimmed to its longest row, so its
+// shorter rows cost only their own length (the GEMM version pays L x L for
+// every row). Exact: those keys would add 0 * V and 0 * Q.
+//
 // Supported: T = bf16 or __half, head size d = H / nh of 16, 32 or 64, L in
 // 1..512, 16-byte aligned qkv, out, dout and dqkv (cudaMalloc's are).
 // FusedAttentionSupported says whether a shape qualifies; the functions
