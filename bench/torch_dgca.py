@@ -28,13 +28,14 @@ PAD, UNK, CLS, SEP, MASK = 0, 100, 101, 102, 103
 
 def bert_config(s, vocab_size, max_position=512, type_vocab=2):
     """transformers' BertConfig for a PRESETS entry: post-LN, exact erf GELU,
-    no dropout, LayerNorm eps 1e-12 (model/nn/bert.cc), eager attention."""
+    no dropout, LayerNorm eps 1e-12 (model/nn/bert.cc). The attention is
+    transformers' default for BERT (SDPA in current versions: PyTorch's
+    fused attention kernels, the fastest peer a user gets)."""
     cfg = BertConfig(vocab_size=vocab_size, hidden_size=s["hidden"], num_hidden_layers=s["layers"],
                      num_attention_heads=s["heads"], intermediate_size=s["ffn"],
                      hidden_act="gelu", hidden_dropout_prob=0.0,
                      attention_probs_dropout_prob=0.0, max_position_embeddings=max_position,
                      type_vocab_size=type_vocab, layer_norm_eps=1e-12)
-    cfg.attn_implementation = "eager"
     return cfg
 
 
@@ -63,8 +64,9 @@ def dgca_name(torch_name):
 
 
 def dgca_decays(name):
-    """dgca's weight-decay flag (ParamInfo::weight_decay): matrices and gate scalars, not biases/LayerNorm."""
-    return not (name.endswith("bias") or "LayerNorm" in name)
+    """dgca's weight-decay flag (ParamInfo::weight_decay): matrices and gate scalars, not biases
+    (the LSTM's bias_ih_l0 ... too, model/nn/prompt_encoder.cc) or LayerNorm parameters."""
+    return not (name.rsplit(".", 1)[-1].startswith("bias") or "LayerNorm" in name)
 
 
 class PromptEncoder(nn.Module):
@@ -98,6 +100,10 @@ class DgcaRelm(nn.Module):
         self.prompt = PromptEncoder(prompt_length, H)
         self.use_det, self.use_cand, self.use_fusion = detector, candidate, fusion
         self.lambdas = dict(detector=lambda_detector, candidate=lambda_candidate)
+        # True: the head outputs (logits, detector and gate logits, candidate
+        # scores) go to fp32 before the losses, as dgca computes its losses
+        # (bench/gpu/model_errors.py sets it on a model run in bf16/fp16).
+        self.upcast_logits = False
         self.detector = nn.Linear(H, 1)
         self.gate = nn.Linear(H, 1)
         self.gate_det_scale = nn.Parameter(torch.ones(1))
@@ -119,12 +125,13 @@ class DgcaRelm(nn.Module):
         emb = torch.where((slot >= 0).unsqueeze(-1), prompt[slot.clamp(min=0)], emb)
         hidden = self.bert.bert(inputs_embeds=emb, attention_mask=b["attention_mask"],
                                 token_type_ids=torch.zeros_like(b["input_ids"])).last_hidden_state
+        up = (lambda t: t.float()) if self.upcast_logits else (lambda t: t)  # noqa: E731
         flat = hidden.reshape(-1, self.H)
         h = flat[b["slot_index"]]                        # [T, H]
-        z = self.bert.cls(h)                             # [T, V]
+        z = up(self.bert.cls(h))                         # [T, V]
         x, y, cand = b["slot_source"], b["slot_target"], b["candidates"]
         parts = {}
-        e = self.detector(h).squeeze(-1)
+        e = up(self.detector(h).squeeze(-1))
         if self.use_det:
             parts["detector"] = F.binary_cross_entropy_with_logits(e, (x != y).float())
         valid = cand >= 0
@@ -132,7 +139,7 @@ class DgcaRelm(nn.Module):
         if self.use_cand:
             u = self.cand_ln(F.gelu(self.cand_dense(h)))
             E = self.bert.bert.embeddings.word_embeddings.weight
-            s = torch.einsum("th,tkh->tk", u, E[cand.clamp(min=0)])
+            s = up(torch.einsum("th,tkh->tk", u, E[cand.clamp(min=0)]))
             s = s.masked_fill(~valid, float("-inf"))
             q = torch.softmax(s, dim=-1)
             hit = (cand == y.unsqueeze(-1)) & valid
@@ -141,14 +148,14 @@ class DgcaRelm(nn.Module):
                 logq = torch.log_softmax(s, dim=-1)
                 parts["candidate"] = -(logq.masked_fill(~hit, 0).sum(-1)[has]).mean()
         if self.use_fusion and q is not None:
-            g = torch.sigmoid(self.gate(h).squeeze(-1) + self.gate_det_scale * e)
+            g = torch.sigmoid(up(self.gate(h).squeeze(-1)) + up(self.gate_det_scale) * e)
             P = (1 - g).unsqueeze(-1) * torch.softmax(z, dim=-1)
             P = P.scatter_add(1, cand.clamp(min=0), (g.unsqueeze(-1) * q).masked_fill(~valid, 0))
             parts["fusion"] = -torch.log(P.gather(1, y.unsqueeze(-1)).clamp_min(1e-12)).mean()
         else:
             parts["fusion"] = F.cross_entropy(z, y)
         if b["mft_index"].numel() > 0:
-            zm = self.bert.cls(flat[b["mft_index"]])
+            zm = up(self.bert.cls(flat[b["mft_index"]]))
             parts["mft"] = F.cross_entropy(zm, b["mft_labels"])
         loss = sum(self.lambdas.get(k, 1.0) * v for k, v in parts.items())
         return loss, parts

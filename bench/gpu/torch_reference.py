@@ -132,9 +132,15 @@ def op_errors(args, device):
     # run, dgca's); its gradients' errors are of the same size.
     result["autocast_model_errors"] = {}
     for name, low in (("bf16", torch.bfloat16), ("fp16", torch.float16)):
-        result["errors"][name] = dtype_errors(args, device, low)
-        result["autocast_model_errors"][name] = model_errors(device, low, args.seed, "autocast")
+        result["errors"][name] = finite_or_null(dtype_errors(args, device, low))
+        result["autocast_model_errors"][name] = finite_or_null(model_errors(device, low, args.seed, "autocast", seeds=1))
     return result
+
+
+def finite_or_null(errors):
+    """None (JSON null: dgca-model-check keeps its built-in tolerance) for a
+    non-finite error, which JSON cannot carry."""
+    return {k: v if v is not None and math.isfinite(v) else None for k, v in errors.items()}
 
 
 def dtype_errors(args, device, bf):

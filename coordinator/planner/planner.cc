@@ -717,24 +717,35 @@ void Planner::AttentionTimed() {
   const int m = plan_.micro_batch();
   const double gemm = EstimateMemory(cfg_, seq_len_, precision_, /*fused_attention=*/false).total(m);
   const int d = cfg_.heads > 0 ? cfg_.hidden / cfg_.heads : 0;
-  if (budget_ > 0 && gemm > budget_) {
+  if (budget_ <= 0 || gemm > budget_) {
     std::string reason;
     for (const auto& dec : plan_.decisions())
       if (dec.name() == "train.attention") reason = dec.reason();
     Decide(&plan_, "train.attention", "fused", v1::PLANNER,
-           absl::StrCat(reason, "; not timed against the GEMM version: its probabilities would need ",
-                        Bytes(gemm), " at micro-batch ", m, ", over the ", Bytes(budget_), " budget"));
+           absl::StrCat(reason, "; not timed against the GEMM version: ",
+                        budget_ <= 0
+                            ? "device memory unknown, so nothing says its probabilities would fit"
+                            : absl::StrCat("its probabilities would need ", Bytes(gemm), " at micro-batch ", m,
+                                           ", over the ", Bytes(budget_), " budget")));
     return;
   }
+  // A rank may keep the GEMM version: predict its memory, the larger.
+  const double before = plan_.predicted_memory_bytes();
+  plan_.set_predicted_memory_bytes(gemm + kCudaContextBytes);
+  if (device_memory_ > 0 && plan_.predicted_memory_bytes() > 0.85 * device_memory_ &&
+      before <= 0.85 * device_memory_)
+    Warn(absl::StrFormat("predicted memory %s (with the GEMM attention, if a rank times it faster) is above "
+                         "85%% of %s",
+                         Bytes(plan_.predicted_memory_bytes()), Bytes(device_memory_)));
   plan_.set_attention("auto");
   Decide(&plan_, "train.attention", "auto", v1::PLANNER,
          absl::StrFormat(
              "%s, head size %d, seq_len %d <= 512: each rank times the fused flash-style kernels and the "
              "GEMM version (one layer's forward + backward at micro-batch %d) when it starts and keeps the "
              "faster (the fused unless GEMM is 5%% faster; the fused untimed in deterministic mode); the "
-             "GEMM version's [heads, L, L] probabilities fit too (%s at micro-batch %d, budget %s)",
-             plan_.precision(), d, seq_len_, m, Bytes(gemm), m,
-             budget_ > 0 ? Bytes(budget_) : std::string("unknown")));
+             "GEMM version's [heads, L, L] probabilities fit too (%s at micro-batch %d, budget %s; the "
+             "predicted memory is the GEMM version's)",
+             plan_.precision(), d, seq_len_, m, Bytes(gemm), m, Bytes(budget_)));
 }
 
 void Planner::Memory() {

@@ -431,6 +431,21 @@ TEST(PlannerAttention, FusedWhereItAppliesAndSaysWhy) {
   EXPECT_TRUE(absl::StrContains(Find(*pb, "train.attention").reason(), "not timed against the GEMM version"))
       << Find(*pb, "train.attention").reason();
   EXPECT_EQ(pf->attention(), "auto") << Find(*pf, "train.attention").reason();  // its micro-batch fits both
+  // "auto" predicts the memory of the larger, the GEMM version a rank may keep.
+  v1::JobSpec f512 = fused512;
+  f512.mutable_train()->set_attention("fused");
+  auto pff = MakePlan(f512, {h100}, PlannerMeasurements{});
+  ASSERT_TRUE(pff.ok());
+  EXPECT_EQ(pff->micro_batch(), pf->micro_batch());
+  EXPECT_GT(pf->predicted_memory_bytes(), pff->predicted_memory_bytes());
+  // Device memory unknown: nothing says the GEMM version fits, so fused, untimed.
+  v1::Topology unknown = h100;
+  for (auto& g : *unknown.mutable_gpus()) g.set_memory_bytes(0);
+  auto pu = MakePlan(DefaultJobSpec(), {unknown}, PlannerMeasurements{});
+  ASSERT_TRUE(pu.ok()) << pu.status();
+  EXPECT_EQ(pu->attention(), "fused");
+  EXPECT_TRUE(absl::StrContains(Find(*pu, "train.attention").reason(), "device memory unknown"))
+      << Find(*pu, "train.attention").reason();
   // CPU ranks: no attention decision, a warning when the spec asks.
   v1::JobSpec cpu = DefaultJobSpec();
   cpu.mutable_train()->set_attention("fused");

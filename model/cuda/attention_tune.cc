@@ -29,25 +29,42 @@ class EventPair {
     DGCA_RETURN_IF_ERROR(CudaStatus(cudaEventCreate(&start_), "cudaEventCreate"));
     return CudaStatus(cudaEventCreate(&stop_), "cudaEventCreate");
   }
-  // Median milliseconds of fn over reps runs after warmup.
-  StatusOr<double> Time(cudaStream_t st, int warmup, int reps, const std::function<Status()>& fn) {
-    std::vector<float> ms;
-    for (int i = 0; i < warmup + reps; ++i) {
-      DGCA_RETURN_IF_ERROR(CudaStatus(cudaEventRecord(start_, st), "cudaEventRecord"));
-      DGCA_RETURN_IF_ERROR(fn());
-      DGCA_RETURN_IF_ERROR(CudaStatus(cudaEventRecord(stop_, st), "cudaEventRecord"));
-      DGCA_RETURN_IF_ERROR(CudaStatus(cudaEventSynchronize(stop_), "cudaEventSynchronize"));
-      float m = 0;
-      DGCA_RETURN_IF_ERROR(CudaStatus(cudaEventElapsedTime(&m, start_, stop_), "cudaEventElapsedTime"));
-      if (i >= warmup) ms.push_back(m);
-    }
-    std::sort(ms.begin(), ms.end());
-    return static_cast<double>(ms[ms.size() / 2]);
+  // Milliseconds of one run of fn on st.
+  StatusOr<float> Time(cudaStream_t st, const std::function<Status()>& fn) {
+    DGCA_RETURN_IF_ERROR(CudaStatus(cudaEventRecord(start_, st), "cudaEventRecord"));
+    DGCA_RETURN_IF_ERROR(fn());
+    DGCA_RETURN_IF_ERROR(CudaStatus(cudaEventRecord(stop_, st), "cudaEventRecord"));
+    DGCA_RETURN_IF_ERROR(CudaStatus(cudaEventSynchronize(stop_), "cudaEventSynchronize"));
+    float ms = 0;
+    DGCA_RETURN_IF_ERROR(CudaStatus(cudaEventElapsedTime(&ms, start_, stop_), "cudaEventElapsedTime"));
+    return ms;
   }
 
  private:
   cudaEvent_t start_ = nullptr, stop_ = nullptr;
 };
+
+// The median of each fn's times over `reps` rounds after `warmup` rounds;
+// a round runs every fn once, in turn, so clock and thermal drift fall on
+// all of them alike instead of on whichever was timed last.
+StatusOr<std::vector<double>> TimeInRounds(cudaStream_t st, int warmup, int reps,
+                                           const std::vector<std::function<Status()>>& fns) {
+  EventPair ev;
+  DGCA_RETURN_IF_ERROR(ev.Create());
+  std::vector<std::vector<float>> ms(fns.size());
+  for (int round = 0; round < warmup + reps; ++round) {
+    for (size_t k = 0; k < fns.size(); ++k) {
+      DGCA_ASSIGN_OR_RETURN(float m, ev.Time(st, fns[k]));
+      if (round >= warmup) ms[k].push_back(m);
+    }
+  }
+  std::vector<double> med;
+  for (std::vector<float>& v : ms) {
+    std::sort(v.begin(), v.end());
+    med.push_back(v[v.size() / 2]);
+  }
+  return med;
+}
 
 template <typename T>
 StatusOr<AttentionTiming> TimeAs(const CudaContext& ctx, int B, int L, int H, int nh, int warmup, int reps) {
@@ -70,30 +87,35 @@ StatusOr<AttentionTiming> TimeAs(const CudaContext& ctx, int B, int L, int H, in
                    dqkv.Allocate(n_qkv), dmask.Upload(mask), probs.Allocate(size_t(B) * nh * L * L),
                    scratch.Allocate(size_t(gemm_scratch)), lse.Allocate(size_t(B) * nh * L),
                    rowdot.Allocate(size_t(FusedAttentionBackwardScratchFloats(B, L, nh)))}) {
-    if (!s.ok()) return ResourceExhaustedError("attention timing buffers: " + s.ToString());
+    if (!s.ok()) return Status(s.code(), "attention timing buffers: " + s.message());
   }
   // The uploads ran on the legacy stream; the timed work runs on ctx's.
   DGCA_RETURN_IF_ERROR(CudaStatus(cudaDeviceSynchronize(), "cudaDeviceSynchronize"));
   GemmRunner gemm(&ctx);
   cudaStream_t st = ctx.stream();
-  EventPair ev;
-  DGCA_RETURN_IF_ERROR(ev.Create());
+  DGCA_ASSIGN_OR_RETURN(
+      std::vector<double> ms,
+      TimeInRounds(st, warmup, reps,
+                   {[&] {
+                      return FusedAttentionForward<T>(st, out.get(), lse.get(), qkv.get(), dmask.get(), B, L, H, nh);
+                    },
+                    [&] {
+                      return FusedAttentionBackward<T>(st, dqkv.get(), dout.get(), qkv.get(), out.get(), lse.get(),
+                                                       dmask.get(), B, L, H, nh, rowdot.get());
+                    },
+                    [&] {
+                      return AttentionForward<T>(ctx, &gemm, out.get(), probs.get(), qkv.get(), dmask.get(), B, L,
+                                                 H, nh, scratch.get());
+                    },
+                    [&] {
+                      return AttentionBackward<T>(ctx, &gemm, dqkv.get(), dout.get(), qkv.get(), probs.get(), B, L,
+                                                  H, nh, scratch.get());
+                    }}));
   AttentionTiming t;
-  DGCA_ASSIGN_OR_RETURN(t.fused_fwd_ms, ev.Time(st, warmup, reps, [&] {
-    return FusedAttentionForward<T>(st, out.get(), lse.get(), qkv.get(), dmask.get(), B, L, H, nh);
-  }));
-  DGCA_ASSIGN_OR_RETURN(t.fused_bwd_ms, ev.Time(st, warmup, reps, [&] {
-    return FusedAttentionBackward<T>(st, dqkv.get(), dout.get(), qkv.get(), out.get(), lse.get(), dmask.get(), B,
-                                     L, H, nh, rowdot.get());
-  }));
-  DGCA_ASSIGN_OR_RETURN(t.gemm_fwd_ms, ev.Time(st, warmup, reps, [&] {
-    return AttentionForward<T>(ctx, &gemm, out.get(), probs.get(), qkv.get(), dmask.get(), B, L, H, nh,
-                               scratch.get());
-  }));
-  DGCA_ASSIGN_OR_RETURN(t.gemm_bwd_ms, ev.Time(st, warmup, reps, [&] {
-    return AttentionBackward<T>(ctx, &gemm, dqkv.get(), dout.get(), qkv.get(), probs.get(), B, L, H, nh,
-                                scratch.get());
-  }));
+  t.fused_fwd_ms = ms[0];
+  t.fused_bwd_ms = ms[1];
+  t.gemm_fwd_ms = ms[2];
+  t.gemm_bwd_ms = ms[3];
   DGCA_RETURN_IF_ERROR(ctx.Synchronize());
   t.fused_bytes = lse.size() * sizeof(float) + rowdot.size() * sizeof(float);
   t.gemm_bytes = probs.size() * sizeof(T) + scratch.size() * sizeof(T);

@@ -36,7 +36,8 @@ struct AttentionTiming {
 // `warmup` untimed runs, then the median of `reps`. Its buffers are its own
 // and freed on return. INVALID_ARGUMENT when t is not bf16/fp16 or the
 // fused kernels do not take the shape (FusedAttentionSupported) or reps < 1;
-// RESOURCE_EXHAUSTED when the buffers do not fit; a CUDA error as its status.
+// RESOURCE_EXHAUSTED when the buffers do not fit; any other CUDA error as
+// INTERNAL (the context may be unusable).
 StatusOr<AttentionTiming> TimeAttention(const CudaContext& ctx, DType t, int B, int L, int H, int nh,
                                         int warmup, int reps);
 

@@ -7,7 +7,10 @@ namespace cuda {
 
 Status CudaStatus(cudaError_t err, const std::string& what) {
   if (err == cudaSuccess) return OkStatus();
-  return InternalError(what + ": " + cudaGetErrorName(err) + " (" + cudaGetErrorString(err) + ")");
+  const std::string m = what + ": " + cudaGetErrorName(err) + " (" + cudaGetErrorString(err) + ")";
+  // Out of memory is the one CUDA error a caller can act on (use less).
+  if (err == cudaErrorMemoryAllocation) return ResourceExhaustedError(m);
+  return InternalError(m);
 }
 
 Status CublasStatus(cublasStatus_t st, const std::string& what) {

@@ -95,7 +95,12 @@ class DeviceArray {
     if (n == 0) return OkStatus();
     void* p = nullptr;
     Status s = CudaStatus(cudaMalloc(&p, n * sizeof(T)), "cudaMalloc " + std::to_string(n * sizeof(T)) + " bytes");
-    if (!s.ok()) return s;
+    if (!s.ok()) {
+      // cudaMalloc's failure is not sticky, but it stays the "last error":
+      // clear it, or the next launch check would report it as its own.
+      (void)cudaGetLastError();
+      return s;
+    }
     ptr_ = static_cast<T*>(p);
     n_ = n;
     return OkStatus();

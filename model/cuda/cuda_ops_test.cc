@@ -167,6 +167,25 @@ TEST(FusedAttentionTest, KeysAfterTheLastRealKeyAreNeverRead) {
     for (int c = H; c < 3 * H; ++c) ASSERT_EQ(ToF(b.dqkv[(size_t(L) + j) * 3 * H + c]), 0.0f) << j << "," << c;
 }
 
+// An allocation that does not fit is RESOURCE_EXHAUSTED (what a caller can
+// act on: train.attention auto then keeps the fused kernels), and it leaves
+// no error behind for the next launch check to report as its own.
+TEST(DeviceArrayTest, OutOfMemoryIsResourceExhaustedAndLeavesNoStaleError) {
+  std::string why;
+  if (!HaveDevice(&why)) GTEST_SKIP() << "no CUDA device: " << why;
+  auto ctx = CudaContext::Create(0);
+  ASSERT_TRUE(ctx.ok()) << ctx.status().ToString();
+  DeviceArray<float> huge;
+  Status s = huge.Allocate(size_t(1) << 40);  // 4 TiB
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted) << s.ToString();
+  DeviceArray<float> x, y;
+  ASSERT_TRUE(x.Upload(std::vector<float>(64, 0.5f)).ok());
+  ASSERT_TRUE(y.Allocate(64).ok());
+  EXPECT_TRUE(GeluForward<float>((*ctx)->stream(), y.get(), x.get(), 64).ok());
+  EXPECT_TRUE((*ctx)->Synchronize().ok());
+}
+
 TEST(AttentionTuneTest, PreferFusedKeepsTheFusedUnlessGemmIsClearlyFaster) {
   AttentionTiming t;
   t.fused_fwd_ms = 1.0, t.fused_bwd_ms = 2.0;  // fused 3.0 ms

@@ -5,7 +5,9 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
+#include "model/comm/communicator.h"
 #include "model/cuda/attention_tune.h"
 #include "model/cuda/cuda_model.h"
 
@@ -13,24 +15,86 @@ namespace dgca {
 namespace cuda {
 namespace {
 
+// A failure the fused kernels can carry on after: out of memory, or a
+// shape the timer does not take. Anything else may have broken the context.
+bool Recoverable(const Status& s) {
+  return s.code() == StatusCode::kResourceExhausted || s.code() == StatusCode::kInvalidArgument;
+}
+
+// What ApplyAttention chose: the note for the log's device line ("" when
+// nothing was timed or chosen), and whether a timing decided it.
+struct AttentionChoice {
+  std::string note;
+  bool timed = false;
+};
+
+// spec.attention on the built model (CudaTrainDeviceFactory says how).
+StatusOr<AttentionChoice> ApplyAttention(const TrainDeviceSpec& spec, Precision p, const CudaContext& ctx,
+                                     const AttentionTimer& timer, CudaDgcaModel* model) {
+  DGCA_RETURN_IF_ERROR(model->set_fused_attention(spec.attention != AttentionKernels::kGemm));
+  if (spec.attention != AttentionKernels::kAuto || !model->fused_attention()) return AttentionChoice{};
+  if (spec.deterministic) return AttentionChoice{"attention auto: fused, not timed (deterministic run)"};
+  const DType t = PrecisionDType(p);
+  const int B = spec.micro_batch, L = spec.seq_len, H = spec.model.hidden, nh = spec.model.heads;
+  StatusOr<AttentionTiming> timing =
+      timer ? timer(ctx, t, B, L, H, nh) : TimeAttention(ctx, t, B, L, H, nh, /*warmup=*/2, /*reps=*/7);
+  if (!timing.ok()) {
+    if (!Recoverable(timing.status()))
+      return Status(timing.status().code(), "timing the attention kernels: " + timing.status().message());
+    return AttentionChoice{"attention auto: fused, the timing failed (" + timing.status().ToString() + ")"};
+  }
+  const std::string timed = DescribeTiming(*timing);
+  if (PreferFused(*timing)) return AttentionChoice{"attention auto: fused kept (" + timed + ")", true};
+  if (Status s = model->set_fused_attention(false); !s.ok()) {
+    if (!Recoverable(s)) return s;
+    DGCA_RETURN_IF_ERROR(model->set_fused_attention(true));
+    return AttentionChoice{
+        "attention auto: fused kept, the faster GEMM version's buffers did not fit (" + s.ToString() + "; " + timed +
+            ")",
+        true};
+  }
+  return AttentionChoice{"attention auto: GEMM chosen (" + timed + ")", true};
+}
+
+
 class CudaTrainDevice : public TrainDevice {
  public:
   // `scaler`: the fp16 loss scaler (empty for fp32 and bf16).
   CudaTrainDevice(std::shared_ptr<const CudaContext> ctx, std::unique_ptr<CudaDgcaModel> model,
                   const AdamWOptions& aopt, bool deterministic, std::optional<LossScaler> scaler,
-                  std::string attention_note)
+                  AttentionChoice attention)
       : ctx_(std::move(ctx)),
         model_(std::move(model)),
         aopt_(aopt),
         adam_(&model_->params(), aopt),
         deterministic_(deterministic),
         scaler_(std::move(scaler)),
-        attention_note_(std::move(attention_note)) {}
+        attention_(std::move(attention)) {}
 
   std::string Describe() const override {
     return "cuda:" + std::to_string(ctx_->device()) + " " + ctx_->description() + ", " +
            PrecisionName(model_->precision()) + (model_->fused_attention() ? ", fused attention" : "") +
-           (deterministic_ ? ", deterministic" : "") + (attention_note_.empty() ? "" : "; " + attention_note_);
+           (deterministic_ ? ", deterministic" : "") + (attention_.note.empty() ? "" : "; " + attention_.note);
+  }
+  // The ranks' attention timings differ a little; rank 0's choice wins,
+  // so every rank runs the same kernels (one flag broadcast over NCCL).
+  Status AdoptRankZeroChoices(Communicator* comm, bool* changed) override {
+    *changed = false;
+    if (!attention_.timed || comm->world_size() <= 1) return OkStatus();
+    DeviceArray<float> flag;
+    DGCA_RETURN_IF_ERROR(flag.Upload({model_->fused_attention() ? 1.0f : 0.0f}));
+    DGCA_RETURN_IF_ERROR(comm->Broadcast(flag.get(), 1, 0));
+    std::vector<float> v;
+    DGCA_RETURN_IF_ERROR(flag.Download(&v));
+    const bool fused = v[0] > 0.5f;
+    if (fused == model_->fused_attention()) return OkStatus();
+    if (Status s = model_->set_fused_attention(fused); !s.ok()) {
+      return Status(s.code(), std::string("taking rank 0's attention kernels (") + (fused ? "fused" : "GEMM") +
+                                  "): " + s.message());
+    }
+    attention_.note += std::string("; rank 0 kept ") + (fused ? "the fused kernels" : "GEMM") + ", adopted";
+    *changed = true;
+    return OkStatus();
   }
   DgcaModel* model() override { return model_.get(); }
   ParamStore& params() override { return model_->params(); }
@@ -110,36 +174,13 @@ class CudaTrainDevice : public TrainDevice {
   bool deterministic_;
   std::optional<LossScaler> scaler_;
   bool found_inf_ = false;  // this step's gradients overflowed (fp16): its update is skipped
-  std::string attention_note_;  // how train.attention auto chose (ApplyAttention)
+  AttentionChoice attention_;  // how train.attention auto chose (ApplyAttention)
 };
-
-// spec.attention on the built model. kAuto where the fused kernels apply:
-// both versions timed at the run's shape (attention_tune.h), the faster
-// kept; the fused without timing in deterministic mode, or when the timing
-// or the GEMM version's buffers fail. Returns what was chosen and why for
-// the log's device line ("" when nothing was timed or chosen).
-StatusOr<std::string> ApplyAttention(const TrainDeviceSpec& spec, Precision p, const CudaContext& ctx,
-                                     CudaDgcaModel* model) {
-  DGCA_RETURN_IF_ERROR(model->set_fused_attention(spec.attention != AttentionKernels::kGemm));
-  if (spec.attention != AttentionKernels::kAuto || !model->fused_attention()) return std::string();
-  if (spec.deterministic) return std::string("attention auto: fused, not timed (deterministic run)");
-  StatusOr<AttentionTiming> t = TimeAttention(ctx, PrecisionDType(p), spec.micro_batch, spec.seq_len,
-                                              spec.model.hidden, spec.model.heads, /*warmup=*/2, /*reps=*/5);
-  if (!t.ok()) return "attention auto: fused, the timing failed (" + t.status().ToString() + ")";
-  const std::string timed = DescribeTiming(*t);
-  if (PreferFused(*t)) return "attention auto: fused kept (" + timed + ")";
-  if (Status s = model->set_fused_attention(false); !s.ok()) {
-    DGCA_RETURN_IF_ERROR(model->set_fused_attention(true));
-    return "attention auto: fused kept, the faster GEMM version's buffers did not fit (" + s.ToString() + "; " +
-           timed + ")";
-  }
-  return "attention auto: GEMM chosen (" + timed + ")";
-}
 
 }  // namespace
 
-TrainDeviceFactory CudaTrainDeviceFactory(std::shared_ptr<const CudaContext> ctx) {
-  return [ctx](const TrainDeviceSpec& spec) -> StatusOr<std::unique_ptr<TrainDevice>> {
+TrainDeviceFactory CudaTrainDeviceFactory(std::shared_ptr<const CudaContext> ctx, AttentionTimer timer) {
+  return [ctx, timer](const TrainDeviceSpec& spec) -> StatusOr<std::unique_ptr<TrainDevice>> {
     if (ctx == nullptr) return InvalidArgumentError("cuda train device: no CUDA context");
     Precision p = Precision::kFloat32;
     std::optional<LossScaler> scaler;
@@ -158,9 +199,9 @@ TrainDeviceFactory CudaTrainDeviceFactory(std::shared_ptr<const CudaContext> ctx
                                                 spec.seed, p, ctx.get()));
     model->set_deterministic(spec.deterministic);
     model->set_cuda_graphs(spec.cuda_graphs);
-    DGCA_ASSIGN_OR_RETURN(std::string note, ApplyAttention(spec, p, *ctx, model.get()));
+    DGCA_ASSIGN_OR_RETURN(AttentionChoice attention, ApplyAttention(spec, p, *ctx, timer, model.get()));
     return std::unique_ptr<TrainDevice>(new CudaTrainDevice(ctx, std::move(model), spec.adam, spec.deterministic,
-                                                            std::move(scaler), std::move(note)));
+                                                            std::move(scaler), std::move(attention)));
   };
 }
 

@@ -26,9 +26,11 @@
 #ifndef DGCA_MODEL_CUDA_CUDA_TRAIN_DEVICE_H_
 #define DGCA_MODEL_CUDA_CUDA_TRAIN_DEVICE_H_
 
+#include <functional>
 #include <memory>
 
 #include "model/core/status.h"
+#include "model/cuda/attention_tune.h"
 #include "model/cuda/cuda_context.h"
 #include "model/train/train_device.h"
 
@@ -39,7 +41,19 @@ namespace cuda {
 // `ctx` is shared so the caller can give the same stream to the NCCL
 // communicator (NcclOptions::compute_stream) before training starts; it
 // must stay alive as long as the device.
-TrainDeviceFactory CudaTrainDeviceFactory(std::shared_ptr<const CudaContext> ctx);
+//
+// train.attention (TrainDeviceSpec::attention) is applied when the device is
+// built. kAuto where the fused kernels take the shape: both versions are
+// timed at the spec's micro-batch and seq_len by `timer` (empty: TimeAttention
+// with 2 warm-up and 7 timed rounds) and the faster kept (PreferFused); the
+// device line (Describe) says which and both times. The fused kernels are
+// kept untimed in deterministic runs, and kept when the timing or the GEMM
+// version's buffers run out of memory (RESOURCE_EXHAUSTED) or the timer
+// rejects the shape; any other timing error fails the build (the context may
+// be unusable).
+using AttentionTimer =
+    std::function<StatusOr<AttentionTiming>(const CudaContext& ctx, DType t, int B, int L, int H, int nh)>;
+TrainDeviceFactory CudaTrainDeviceFactory(std::shared_ptr<const CudaContext> ctx, AttentionTimer timer = nullptr);
 
 }  // namespace cuda
 }  // namespace dgca

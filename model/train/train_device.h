@@ -33,6 +33,8 @@
 
 namespace dgca {
 
+class Communicator;  // model/comm/communicator.h
+
 class TrainDevice {
  public:
   virtual ~TrainDevice() = default;
@@ -84,6 +86,18 @@ class TrainDevice {
   // One line about how the run used the device, for the end of the log
   // ("" when there is nothing to say).
   virtual std::string Summary() const { return ""; }
+
+  // Data parallel: where the device chose something by timing it (the CUDA
+  // device's train.attention auto), every rank takes rank 0's choice, so
+  // all ranks run the same kernels (the same rounding, the same step time).
+  // Called by Train() on every rank once the communicator is up, before the
+  // weights are broadcast; `changed` says whether this rank switched.
+  // Default: nothing was timed.
+  virtual Status AdoptRankZeroChoices(Communicator* comm, bool* changed) {
+    (void)comm;
+    *changed = false;
+    return OkStatus();
+  }
 
   virtual Status PullToHost() = 0;   // device values + moments + step -> params()/adam()
   virtual Status PushFromHost() = 0; // params()/adam() -> device

@@ -230,6 +230,11 @@ StatusOr<TrainResult> Train(const TrainConfig& config, Communicator* comm,
                                    "memory; data parallel over it needs the nccl backend, got " +
                                    comm->backend());
   }
+  if (world > 1) {
+    bool changed = false;
+    DGCA_RETURN_IF_ERROR(device->AdoptRankZeroChoices(comm, &changed));
+    if (changed) log("device (rank 0's timed choices adopted): " + device->Describe());
+  }
 
   // Initial weights: resume > init_from > random (from the seed).
   std::string resume_dir;
