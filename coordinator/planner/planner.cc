@@ -742,7 +742,8 @@ void Planner::AttentionTimed() {
          absl::StrFormat(
              "%s, head size %d, seq_len %d <= 512: each rank times the fused flash-style kernels and the "
              "GEMM version (one layer's forward + backward at micro-batch %d) when it starts and keeps the "
-             "faster (the fused unless GEMM is 5%% faster; the fused untimed in deterministic mode); the "
+             "faster (the fused unless GEMM is 5%% faster; every rank takes rank 0's choice; the fused "
+             "untimed in deterministic mode); the "
              "GEMM version's [heads, L, L] probabilities fit too (%s at micro-batch %d, budget %s; the "
              "predicted memory is the GEMM version's)",
              plan_.precision(), d, seq_len_, m, Bytes(gemm), m, Bytes(budget_)));
