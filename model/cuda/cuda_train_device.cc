@@ -22,10 +22,14 @@ bool Recoverable(const Status& s) {
 }
 
 // What ApplyAttention chose: the note for the log's device line ("" when
-// nothing was timed or chosen), and whether a timing decided it.
+// nothing was timed or chosen), and whether the ranks must agree on it.
+// `agree` depends only on the spec (auto, a shape the fused kernels take,
+// not deterministic), the same on every rank: every rank then reaches
+// AdoptRankZeroChoices' broadcast, also one whose own timing failed (a
+// collective some ranks skip would hang the others).
 struct AttentionChoice {
   std::string note;
-  bool timed = false;
+  bool agree = false;
 };
 
 // spec.attention on the built model (CudaTrainDeviceFactory says how).
@@ -41,7 +45,7 @@ StatusOr<AttentionChoice> ApplyAttention(const TrainDeviceSpec& spec, Precision 
   if (!timing.ok()) {
     if (!Recoverable(timing.status()))
       return Status(timing.status().code(), "timing the attention kernels: " + timing.status().message());
-    return AttentionChoice{"attention auto: fused, the timing failed (" + timing.status().ToString() + ")"};
+    return AttentionChoice{"attention auto: fused, the timing failed (" + timing.status().ToString() + ")", true};
   }
   const std::string timed = DescribeTiming(*timing);
   if (PreferFused(*timing)) return AttentionChoice{"attention auto: fused kept (" + timed + ")", true};
@@ -80,7 +84,7 @@ class CudaTrainDevice : public TrainDevice {
   // so every rank runs the same kernels (one flag broadcast over NCCL).
   Status AdoptRankZeroChoices(Communicator* comm, bool* changed) override {
     *changed = false;
-    if (!attention_.timed || comm->world_size() <= 1) return OkStatus();
+    if (!attention_.agree || comm->world_size() <= 1) return OkStatus();
     DeviceArray<float> flag;
     DGCA_RETURN_IF_ERROR(flag.Upload({model_->fused_attention() ? 1.0f : 0.0f}));
     DGCA_RETURN_IF_ERROR(comm->Broadcast(flag.get(), 1, 0));

@@ -179,6 +179,18 @@ TEST_F(AttentionChoiceTest, RanksAdoptRankZerosTimedChoice) {
   EXPECT_FALSE(changed);
   EXPECT_EQ(gemm_at_rank0.broadcasts, 0);
   EXPECT_NE((*det)->Describe().find(", fused attention"), std::string::npos);
+  // This rank's timing ran out of memory, rank 0's did not: it still takes
+  // part in the broadcast (a collective one rank skips hangs the others)
+  // and takes rank 0's choice.
+  spec_.deterministic = false;
+  auto oom = Make(Timer(ResourceExhaustedError("cudaMalloc: cudaErrorMemoryAllocation")));
+  ASSERT_TRUE(oom.ok()) << oom.status().ToString();
+  RankOneOfTwo gemm_again(0.0f);
+  ASSERT_TRUE((*oom)->AdoptRankZeroChoices(&gemm_again, &changed).ok());
+  EXPECT_EQ(gemm_again.broadcasts, 1);
+  EXPECT_TRUE(changed);
+  EXPECT_EQ((*oom)->Describe().find(", fused attention"), std::string::npos) << (*oom)->Describe();
+  EXPECT_NE((*oom)->Describe().find("; rank 0 kept GEMM, adopted"), std::string::npos) << (*oom)->Describe();
 }
 
 }  // namespace
