@@ -129,7 +129,21 @@ class DgcaRelm(nn.Module):
         flat = hidden.reshape(-1, self.H)
         h = flat[b["slot_index"]]                        # [T, H]
         z = up(self.bert.cls(h))                         # [T, V]
-        x, y, cand = b["slot_source"], b["slot_target"], b["candidates"]
+        parts = self.heads(h, z, b["slot_source"], b["slot_target"], b["candidates"],
+                           self.bert.bert.embeddings.word_embeddings.weight)
+        if b["mft_index"].numel() > 0:
+            zm = up(self.bert.cls(flat[b["mft_index"]]))
+            parts["mft"] = F.cross_entropy(zm, b["mft_labels"])
+        loss = sum(self.lambdas.get(k, 1.0) * v for k, v in parts.items())
+        return loss, parts
+
+    def heads(self, h, z, x, y, cand, E):
+        """The DGCA heads' losses on slot states h [T, H], MLM logits z
+        [T, V] (already upcast where upcast_logits), sources x, targets y,
+        candidates cand [T, K] (-1 = padding) and the embedding table E:
+        {"detector", "candidate", "fusion"} as model/nn/heads.cc (the gate
+        adds the detector logit only when the detector is on)."""
+        up = (lambda t: t.float()) if self.upcast_logits else (lambda t: t)  # noqa: E731
         parts = {}
         e = up(self.detector(h).squeeze(-1))
         if self.use_det:
@@ -138,7 +152,6 @@ class DgcaRelm(nn.Module):
         q = None
         if self.use_cand:
             u = self.cand_ln(F.gelu(self.cand_dense(h)))
-            E = self.bert.bert.embeddings.word_embeddings.weight
             s = up(torch.einsum("th,tkh->tk", u, E[cand.clamp(min=0)]))
             s = s.masked_fill(~valid, float("-inf"))
             q = torch.softmax(s, dim=-1)
@@ -148,17 +161,16 @@ class DgcaRelm(nn.Module):
                 logq = torch.log_softmax(s, dim=-1)
                 parts["candidate"] = -(logq.masked_fill(~hit, 0).sum(-1)[has]).mean()
         if self.use_fusion and q is not None:
-            g = torch.sigmoid(up(self.gate(h).squeeze(-1)) + up(self.gate_det_scale) * e)
+            gate = up(self.gate(h).squeeze(-1))
+            if self.use_det:
+                gate = gate + up(self.gate_det_scale) * e
+            g = torch.sigmoid(gate)
             P = (1 - g).unsqueeze(-1) * torch.softmax(z, dim=-1)
-            P = P.scatter_add(1, cand.clamp(min=0), (g.unsqueeze(-1) * q).masked_fill(~valid, 0))
+            P = P.scatter_add(1, cand.clamp(min=0), (g.unsqueeze(-1) * q).masked_fill(~valid, 0).to(P.dtype))
             parts["fusion"] = -torch.log(P.gather(1, y.unsqueeze(-1)).clamp_min(1e-12)).mean()
         else:
             parts["fusion"] = F.cross_entropy(z, y)
-        if b["mft_index"].numel() > 0:
-            zm = up(self.bert.cls(flat[b["mft_index"]]))
-            parts["mft"] = F.cross_entropy(zm, b["mft_labels"])
-        loss = sum(self.lambdas.get(k, 1.0) * v for k, v in parts.items())
-        return loss, parts
+        return parts
 
 
 def make_batch(batch, seq_len, prompt_length=3, top_k=8, vocab_size=21128, chars=None,

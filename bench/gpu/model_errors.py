@@ -13,6 +13,8 @@ by building what those checks build:
               prompt rows), its weight redraw, its two micro-steps
               (B, L, R) = (3, 24, 16), (2, 19, 11) with random dlogits and
               the extra gathered-row gradient, gradients ADDED over both;
+  heads check (model/cuda/heads_check.cc CheckHeads): the DGCA heads
+              alone, heads_errors() says how;
   model check (model/cuda/model_check.cc): the DGCA-ReLM model at
               CheckConfig (prompt 2, LSTM prompt encoder, detector, top-4
               candidates, gated fusion, lambdas 0.7 / 0.4), its init
@@ -347,6 +349,109 @@ def whole_model_errors(device, low, seed, mode="pure"):
     return out
 
 
+# ------------------------------------------------------------- heads check
+
+HEADS_CASES = (  # heads_check.cc: row prefix, detector, gated fusion
+    ("heads gated: ", True, True),
+    ("heads gated no-detector: ", False, True),
+    ("heads fusion none: ", True, False),
+)
+
+
+def heads_errors(device, low, seed, mode="pure"):
+    """heads_check.cc CheckHeads: the heads alone on given slot states h,
+    logits z and embedding table E (H 32, V 200, K 4, 10 slots, lambdas 0.7
+    / 1.3, loss scale 1.7), parameters redrawn (gains in [0.5, 1.5], the
+    rest in [-0.5, 0.5]; candidate.dense.weight rounded for both sides, as
+    the C++ gives its 16-bit GEMM), slot kinds by t % 5 (correct; error
+    with y a candidate; error with y outside; y a duplicated candidate;
+    padding). Rows: the four losses as one vector, dz, dh, dE and every
+    head parameter's gradient (the class's worst)."""
+    H, V, K, T = 32, 200, 4, 10
+    out = {}
+    for prefix, det, gated in HEADS_CASES:
+        gen = torch.Generator().manual_seed(seed)
+        rnd = random.Random(seed)
+        torch.manual_seed(seed)
+        ref = DgcaRelm(dict(layers=1, hidden=H, heads=2, ffn=2 * H), vocab_size=V, prompt_length=1, top_k=K,
+                       detector=det, fusion=gated, lambda_detector=0.7, lambda_candidate=1.3)
+        heads = {"detector.weight": ref.detector.weight, "detector.bias": ref.detector.bias,
+                 "fusion.gate.weight": ref.gate.weight, "fusion.gate.bias": ref.gate.bias,
+                 "fusion.gate.det_scale": ref.gate_det_scale, "candidate.dense.weight": ref.cand_dense.weight,
+                 "candidate.dense.bias": ref.cand_dense.bias, "candidate.LayerNorm.weight": ref.cand_ln.weight,
+                 "candidate.LayerNorm.bias": ref.cand_ln.bias}
+        with torch.no_grad():
+            for name, p in heads.items():
+                lo, hi = (0.5, 1.5) if name in ("candidate.LayerNorm.weight", "fusion.gate.det_scale") else (-0.5, 0.5)
+                p.copy_(torch.rand(p.shape, generator=gen) * (hi - lo) + lo)
+            heads["candidate.dense.weight"].copy_(heads["candidate.dense.weight"].to(low).float())
+        ref = ref.to(device)
+        lowm = lowered(ref, low, mode)
+        lowm.upcast_logits = mode == "pure"
+
+        def rand(*shape, lo, hi):
+            return (torch.rand(*shape, generator=gen) * (hi - lo) + lo).to(low).float().to(device)
+
+        h, z, E = rand(T, H, lo=-1, hi=1), rand(T, V, lo=-4, hi=4), rand(V, H, lo=-0.5, hi=0.5)
+        x, y, cand = [], [], []
+        for t in range(T):
+            c = [rnd.randrange(V)]
+            while len(c) < K:
+                i = rnd.randrange(V)
+                if i not in c:
+                    c.append(i)
+            kind = t % 5
+            if kind == 0:
+                yt = c[0]
+            elif kind == 1:
+                yt = c[2]
+            elif kind == 2:
+                yt = rnd.randrange(V)
+                while yt in c:
+                    yt = rnd.randrange(V)
+            elif kind == 3:
+                c[3] = c[1]
+                yt = c[1]
+            else:
+                c[2] = c[3] = -1
+                yt = c[0]
+            x.append(c[0])
+            y.append(yt)
+            cand.append(c)
+        x, y, cand = (torch.tensor(v, dtype=torch.long, device=device) for v in (x, y, cand))
+        res = []
+        for m, is_low in ((ref, False), (lowm, True)):
+            # The inputs are activations: 16-bit in an autocast run too.
+            dt = low if is_low else torch.float32
+            leaves = [t.to(dt).detach().requires_grad_() for t in (h, z, E)]
+            with low_precision(device, low, mode, is_low):
+                zz = leaves[1].float() if m.upcast_logits else leaves[1]
+                parts = m.heads(leaves[0], zz, x, y, cand, leaves[2])
+                total = sum(m.lambdas.get(k, 1.0) * v for k, v in parts.items())
+            (total.float() * 1.7).backward()
+            losses = torch.stack([total.float()] + [parts[k].float() if k in parts else torch.zeros((), device=device)
+                                                    for k in ("fusion", "detector", "candidate")])
+            named = dict(m.named_parameters())
+            grads = {d: named[n].grad for n, d in (("detector.weight", "detector.weight"),
+                                                    ("detector.bias", "detector.bias"),
+                                                    ("gate.weight", "fusion.gate.weight"),
+                                                    ("gate.bias", "fusion.gate.bias"),
+                                                    ("gate_det_scale", "fusion.gate.det_scale"),
+                                                    ("cand_dense.weight", "candidate.dense.weight"),
+                                                    ("cand_dense.bias", "candidate.dense.bias"),
+                                                    ("cand_ln.weight", "candidate.LayerNorm.weight"),
+                                                    ("cand_ln.bias", "candidate.LayerNorm.bias"))}
+            res.append((losses.detach(), [t.grad for t in leaves], grads))
+        (l_ref, d_ref, g_ref), (l_low, d_low, g_low) = res
+        out[prefix + "losses (total, fusion, det, cand)"] = rel_err(l_low, l_ref)
+        out[prefix + "dz"] = rel_err(d_low[1], d_ref[1])
+        out[prefix + "dh (increment)"] = rel_err(d_low[0], d_ref[0])
+        out[prefix + "dE (increment)"] = rel_err(d_low[2], d_ref[2])
+        out[prefix + "grad "] = max(rel_err(g_low[k], g) for k, g in g_ref.items()
+                                    if g is not None and g_low[k] is not None)
+    return out
+
+
 def model_errors(device, low, seed, mode="pure", seeds=3):
     """Both checks' PyTorch errors as {dgca-model-check row prefix: error},
     each over `seeds` draws (seed, seed + 1, ...; the median, the largest
@@ -354,7 +459,7 @@ def model_errors(device, low, seed, mode="pure", seeds=3):
     PyTorch cannot run at this dtype on this device (fp16 LSTM on the CPU)
     is left out, its reason printed to stderr."""
     out = {}
-    for fn in (bert_errors, whole_model_errors):
+    for fn in (bert_errors, whole_model_errors, heads_errors):
         try:
             draws = [fn(device, low, s, mode) for s in range(seed, seed + seeds)]
         except (RuntimeError, NotImplementedError) as e:
@@ -362,5 +467,6 @@ def model_errors(device, low, seed, mode="pure", seeds=3):
             continue
         for k in draws[0]:
             values = [d[k] for d in draws]
-            out[k] = max(values) if k in LARGEST_OVER_DRAWS or " loss." in k else statistics.median(values)
+            largest = k in LARGEST_OVER_DRAWS or " loss." in k or k.endswith(" losses (total, fusion, det, cand)")
+            out[k] = max(values) if largest else statistics.median(values)
     return out

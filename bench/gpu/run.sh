@@ -10,7 +10,7 @@
 #   2. dgca-model-check: every CUDA op, CudaBert, the heads and the whole
 #      training step against the CPU reference; the low-precision
 #      tolerances are 2x PyTorch's error where step 1 measured it (issue
-#      6's rule: 422 of the 802 rows), the built-in ones elsewhere;
+#      6's rule: 468 of the 802 rows), the built-in ones elsewhere;
 #      cuda_ops_test when GoogleTest was found;
 #   3. dgca-bench --profile (bert-base, seq 128, batch 128, bf16): samples/s,
 #      memory, MFU and where the step's time goes; then without CUDA graphs
