@@ -29,9 +29,9 @@ TEST(CommProbeTest, LocalWorldReportsZeroBusBw) {
 }
 
 TEST(CommProbeTest, TwoGlooRanksMeasureBandwidth) {
-  char tmpl[] = "/tmp/comm_probe_test_XXXXXX";
-  ASSERT_NE(mkdtemp(tmpl), nullptr);
-  const std::string dir = tmpl, out = dir + "/rows.txt";
+  const std::string dir = comm_test::MakeTempDir("comm_probe_test");
+  ASSERT_FALSE(dir.empty());
+  const std::string out = dir + "/rows.txt";
   auto codes = comm_test::RunRanks(2, [&](int r) -> int {
     auto store = std::make_shared<gloo::rendezvous::FileStore>(dir);
     auto comm = MakeGlooCommunicator(store, r, 2);

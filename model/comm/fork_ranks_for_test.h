@@ -15,17 +15,12 @@
 #include <string>
 #include <vector>
 
+#include "model/core/core_test_util.h"
+
 namespace dgca {
 namespace comm_test {
 
-// A fresh directory /tmp/<prefix>_XXXXXX ("" if it cannot be made).
-inline std::string MakeTempDir(const std::string& prefix) {
-  std::string tmpl = "/tmp/" + prefix + "_XXXXXX";
-  std::vector<char> buf(tmpl.begin(), tmpl.end());
-  buf.push_back('\0');
-  char* d = mkdtemp(buf.data());
-  return d ? std::string(d) : std::string();
-}
+using testutil::MakeTempDir;  // a fresh /tmp/<prefix>.XXXXXX ("" if it cannot be made)
 
 // Runs each fn in its own forked child, concurrently; a child exits with
 // fn's return value (0 = ok; 98 = it threw). Children never touch gtest

@@ -143,9 +143,8 @@ TEST(GradientBucketsTest, WorldOfOneCommunicatesNothing) {
 // all-reduces start before backward ends, exposed < total, and the result is
 // the average.
 TEST(GradientBucketsTest, GlooOverlapWithSyntheticBackward) {
-  char tmpl[] = "/tmp/buckets_test_XXXXXX";
-  ASSERT_NE(mkdtemp(tmpl), nullptr);
-  const std::string dir = tmpl;
+  const std::string dir = comm_test::MakeTempDir("buckets_test");
+  ASSERT_FALSE(dir.empty());
   const std::string out = dir + "/rank0.txt";
   auto codes = comm_test::RunRanks(2, [&](int rank) -> int {
     auto store = std::make_shared<gloo::rendezvous::FileStore>(dir);

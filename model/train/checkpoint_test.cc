@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "gtest/gtest.h"
+#include "model/core/core_test_util.h"
 #include "model/core/safetensors.h"
 
 namespace dgca {
@@ -13,10 +14,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string TempDir() {
-  char tmpl[] = "/tmp/checkpoint_test_XXXXXX";
-  return mkdtemp(tmpl);
-}
+std::string TempDir() { return testutil::MakeTempDir("checkpoint_test"); }
 
 void Declare(ParamStore* ps) {
   ps->Declare("bert.embeddings.word_embeddings.weight", {10, 4}, true);

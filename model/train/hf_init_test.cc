@@ -7,6 +7,7 @@
 #include <string>
 
 #include "gtest/gtest.h"
+#include "model/core/core_test_util.h"
 #include "model/core/safetensors.h"
 #include "model/nn/model.h"
 #include "model/train/checkpoint.h"
@@ -52,9 +53,9 @@ TEST(HfInitRealModelTest, GoldenBertForMaskedLMLoadsIntoDgcaModel) {
   views.push_back({"bert.embeddings.position_ids", {1, cfg.max_position}, pos_ids.data()});
   views.push_back({"bert.pooler.dense.weight", {cfg.hidden, cfg.hidden}, pool_w.data()});
   views.push_back({"bert.pooler.dense.bias", {cfg.hidden}, pool_b.data()});
-  char tmpl[] = "/tmp/hf_init_test_XXXXXX";
-  ASSERT_NE(mkdtemp(tmpl), nullptr);
-  const std::string full = std::string(tmpl) + "/hf.safetensors";
+  const std::string dir = testutil::MakeTempDir("hf_init_test");
+  ASSERT_FALSE(dir.empty());
+  const std::string full = dir + "/hf.safetensors";
   ASSERT_TRUE(WriteSafetensors(full, views).ok());
 
   auto r = LoadHfInit(full, &ps);

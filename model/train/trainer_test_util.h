@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "model/core/core_test_util.h"
 #include "model/train/trainer.h"
 
 namespace dgca {
@@ -21,10 +22,7 @@ inline std::string DataDir() {
   return d ? d : "/work/shared/data";
 }
 
-inline std::string TempDir() {
-  char tmpl[] = "/tmp/trainer_test_XXXXXX";
-  return mkdtemp(tmpl);
-}
+inline std::string TempDir() { return MakeTempDir("trainer_test"); }
 
 inline bool HaveData() {
   return std::filesystem::exists(DataDir() + "/ecspell/train_law.txt");

@@ -27,6 +27,7 @@
 #include <thread>
 #include <vector>
 
+#include "model/core/core_test_util.h"
 #include "model/core/json.h"
 
 namespace dgca {
@@ -56,13 +57,7 @@ inline void WriteFile(const std::string& path, const std::string& text) {
 }
 inline bool Exists(const std::string& path) { return access(path.c_str(), F_OK) == 0; }
 
-inline std::string MakeTempDir(const std::string& prefix) {
-  std::string tmpl = "/tmp/" + prefix + ".XXXXXX";
-  std::vector<char> buf(tmpl.begin(), tmpl.end());
-  buf.push_back('\0');
-  char* d = mkdtemp(buf.data());
-  return d ? std::string(d) : std::string();
-}
+using testutil::MakeTempDir;  // a fresh /tmp/<prefix>.XXXXXX ("" if it cannot be made)
 
 // True while `pid` exists and is not a zombie.
 inline bool ProcessAlive(pid_t pid) {

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "dgca/v1/agent.grpc.pb.h"
+#include "model/core/core_test_util.h"
 #include "proto/rpc/rpc_util.h"
 
 namespace dgca {
@@ -118,10 +119,9 @@ class FakeCoordinator final : public v1::AgentService::Service {
 };
 
 std::string MakeTempDir() {
-  char tmpl[] = "/tmp/agent_test.XXXXXX";
-  char* d = mkdtemp(tmpl);
-  EXPECT_NE(d, nullptr);
-  return d ? d : "/tmp";
+  const std::string d = testutil::MakeTempDir("agent_test");
+  EXPECT_FALSE(d.empty());
+  return d.empty() ? "/tmp" : d;
 }
 
 std::string ReadFile(const std::string& path) {

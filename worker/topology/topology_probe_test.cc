@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "model/core/core_test_util.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "gtest/gtest.h"
@@ -263,9 +264,7 @@ TEST(TopologyProbe, WorkstationWithoutGpuDetailsReportsUnknowns) {
 class TempTree {
  public:
   TempTree() {
-    char tmpl[] = "/tmp/dgca_topo_XXXXXX";
-    char* d = mkdtemp(tmpl);
-    root_ = d ? d : "";
+    root_ = testutil::MakeTempDir("dgca_topo");
   }
   ~TempTree() {
     if (!root_.empty()) {
