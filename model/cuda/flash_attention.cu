@@ -87,6 +87,15 @@ __device__ __forceinline__ int LastRealKey(const int32_t* keys_real, int L, int*
 // Key tiles of kTile that hold keys 0..last.
 __device__ __forceinline__ int KeyTiles(int last) { return (last + kTile) / kTile; }
 
+// Calls fn(j) for j = 0..15: the lane's 16 columns c0 + j of its tile row r
+// (lane pairs own a row: r = lane / 2, c0 = 16 (lane % 2)), starting at
+// column r (mod 16): rows r and r + 8 share banks at pitch kSP, and the
+// rotation spreads the lanes of a pass over different banks.
+template <typename Fn>
+__device__ __forceinline__ void ForLaneColumns(int r, Fn fn) {
+  for (int i = 0; i < 16; ++i) fn((i + r) & 15);
+}
+
 template <int N>
 __device__ __forceinline__ void Zero(Acc (&acc)[N]) {
 #pragma unroll
@@ -171,9 +180,7 @@ __global__ void __launch_bounds__(kThreads)
   float* s_w = s_s[warp];
   T* p_w = p_s[warp];
   const T* q_w = q_s + warp * kWarpRows * P;
-  // This lane's row and columns of a tile. The loops over them start at
-  // column r (mod 16): rows r and r + 8 share banks at pitch kSP, and the
-  // rotation spreads the lanes of a pass over different banks.
+  // This lane's row and columns of a tile (ForLaneColumns).
   const int r = lane >> 1, c0 = (lane & 1) * 16;
   const float* s_row = s_w + r * kSP + c0;
   const int tiles = KeyTiles(LastRealKey(keys_real, L, last_s));
@@ -189,18 +196,16 @@ __global__ void __launch_bounds__(kThreads)
     ProductNT<T, D>(s_w, q_w, k_s);
     __syncwarp();
     float tmax = -INFINITY;
-    for (int i = 0; i < 16; ++i) {
-      const int j = (i + r) & 15;
+    ForLaneColumns(r, [&](int j) {
       if (keep_s[c0 + j]) tmax = fmaxf(tmax, s_row[j] * scale);
-    }
+    });
     tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 1));
     const float nmax = fmaxf(mx, tmax);
     float tsum = 0.0f;
     if (nmax != -INFINITY) {
-      for (int i = 0; i < 16; ++i) {
-        const int j = (i + r) & 15;
+      ForLaneColumns(r, [&](int j) {
         if (keep_s[c0 + j]) tsum += expf(s_row[j] * scale - nmax);
-      }
+      });
     }
     tsum += __shfl_xor_sync(0xffffffffu, tsum, 1);
     if (nmax != -INFINITY) {
@@ -224,10 +229,9 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
     ProductNT<T, D>(s_w, q_w, k_s);
     __syncwarp();
-    for (int i = 0; i < 16; ++i) {
-      const int j = (i + r) & 15;
+    ForLaneColumns(r, [&](int j) {
       p_w[r * kPP + c0 + j] = FromF<T>(keep_s[c0 + j] ? expf(s_row[j] * scale - mx) * inv : 0.0f);
-    }
+    });
     __syncwarp();
     Mma<T, wmma::row_major, kTile, D / 16>(o, p_w, kPP, v_s, P);
   }
@@ -306,18 +310,17 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
     ProductNT<T, D>(s_w, k_s + warp * kWarpRows * P, q_s);  // S^T = K Q^T
     __syncwarp();
-    for (int i = 0; i < 16; ++i) {
-      const int j = (i + r) & 15;
+    ForLaneColumns(r, [&](int j) {
       p_w[r * kPP + c0 + j] = FromF<T>(keep ? expf(s_row[j] * scale - lse_s[c0 + j]) : 0.0f);
-    }
+    });
     __syncwarp();
     Mma<T, wmma::row_major, kTile, D / 16>(dv, p_w, kPP, do_s, P);  // dV += P^T dO
     ProductNT<T, D>(s_w, v_s + warp * kWarpRows * P, do_s);         // dP^T = V dO^T
     __syncwarp();
-    for (int i = 0; i < 16; ++i) {
-      const int j = (i + r) & 15, idx = r * kPP + c0 + j;
-      p_w[idx] = FromF<T>(ToF(p_w[idx]) * (s_row[j] - d_s[c0 + j]));  // dS^T
-    }
+    ForLaneColumns(r, [&](int j) {
+      T& p = p_w[r * kPP + c0 + j];
+      p = FromF<T>(ToF(p) * (s_row[j] - d_s[c0 + j]));  // dS^T
+    });
     __syncwarp();
     Mma<T, wmma::row_major, kTile, D / 16>(dk, p_w, kPP, q_s, P);  // dK += dS^T Q
   }
@@ -370,17 +373,16 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
     ProductNT<T, D>(s_w, q_s + warp * kWarpRows * P, k_s);  // S = Q K^T
     __syncwarp();
-    for (int i = 0; i < 16; ++i) {
-      const int j = (i + r) & 15;
+    ForLaneColumns(r, [&](int j) {
       p_w[r * kPP + c0 + j] = FromF<T>(keep_s[c0 + j] ? expf(s_row[j] * scale - row_lse) : 0.0f);
-    }
+    });
     __syncwarp();
     ProductNT<T, D>(s_w, do_s + warp * kWarpRows * P, v_s);  // dP = dO V^T
     __syncwarp();
-    for (int i = 0; i < 16; ++i) {
-      const int j = (i + r) & 15, idx = r * kPP + c0 + j;
-      p_w[idx] = FromF<T>(ToF(p_w[idx]) * (s_row[j] - row_d));  // dS
-    }
+    ForLaneColumns(r, [&](int j) {
+      T& p = p_w[r * kPP + c0 + j];
+      p = FromF<T>(ToF(p) * (s_row[j] - row_d));  // dS
+    });
     __syncwarp();
     Mma<T, wmma::row_major, kTile, D / 16>(dq, p_w, kPP, k_s, P);  // dQ += dS K
   }
