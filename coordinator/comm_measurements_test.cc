@@ -7,6 +7,7 @@
 #include <string>
 
 #include "coordinator/job_store.h"
+#include "model/core/core_test_util.h"
 
 namespace dgca {
 namespace {
@@ -24,8 +25,8 @@ v1::CommProbeRow Row(const std::string& job, int64_t bytes, double secs, int64_t
 }
 
 TEST(CommMeasurementsTest, LatestPerKeyByJobAndSize) {
-  char tmpl[] = "/tmp/comm_measurements_test.XXXXXX";
-  std::string dir = mkdtemp(tmpl);
+  const std::string dir = testutil::MakeTempDir("comm_measurements_test");
+  ASSERT_FALSE(dir.empty());
   std::string db = dir + "/dgca.db";
   {
     auto s = JobStore::Open(db);
@@ -61,8 +62,8 @@ TEST(CommMeasurementsTest, LatestPerKeyByJobAndSize) {
 // each micro-batch per key; skews = (measured - probe all-reduce) / compute,
 // newest first, only for jobs with a probe prediction.
 TEST(CommMeasurementsTest, StepMeasurementsNewestPerMicroBatchAndSkews) {
-  char tmpl[] = "/tmp/step_measurements_test.XXXXXX";
-  std::string dir = mkdtemp(tmpl);
+  const std::string dir = testutil::MakeTempDir("step_measurements_test");
+  ASSERT_FALSE(dir.empty());
   std::string db = dir + "/dgca.db";
   auto add = [](JobStore& st, const std::string& job, const std::string& key, int m, double c,
                 int64_t t, double probe, double measured) {

@@ -7,14 +7,15 @@
 #include <fstream>
 #include <string>
 
+#include "model/core/core_test_util.h"
+
 namespace dgca {
 namespace {
 
 std::string TempDir() {
-  char tmpl[] = "/tmp/dgca-job-store-XXXXXX";
-  char* d = mkdtemp(tmpl);
-  EXPECT_NE(d, nullptr);
-  return d ? d : "/tmp";
+  const std::string d = testutil::MakeTempDir("dgca-job-store");
+  EXPECT_FALSE(d.empty());
+  return d.empty() ? "/tmp" : d;
 }
 
 v1::JobSpec Spec(const std::string& name) {

@@ -21,6 +21,7 @@
 #include "dgca/v1/agent.grpc.pb.h"
 #include "dgca/v1/coordinator.grpc.pb.h"
 #include "dgca/v1/rank.grpc.pb.h"
+#include "model/core/core_test_util.h"
 #include "proto/rpc/rpc_util.h"
 
 namespace dgca {
@@ -30,9 +31,8 @@ using std::chrono::milliseconds;
 using std::chrono::seconds;
 
 std::string TempDir() {
-  char tmpl[] = "/tmp/dgca-server-test-XXXXXX";
-  char* d = mkdtemp(tmpl);
-  return d ? d : "/tmp";
+  const std::string d = testutil::MakeTempDir("dgca-server-test");
+  return d.empty() ? "/tmp" : d;
 }
 
 bool WaitUntil(const std::function<bool()>& pred, milliseconds timeout = milliseconds(10000)) {

@@ -11,13 +11,14 @@
 #include <string>
 #include <thread>
 
+#include "model/core/core_test_util.h"
+
 namespace dgca {
 namespace {
 
 std::string TempDir() {
-  char tmpl[] = "/tmp/gloo_kv_store_test.XXXXXX";
-  const char* d = mkdtemp(tmpl);
-  return d ? d : "/tmp";
+  const std::string d = testutil::MakeTempDir("gloo_kv_store_test");
+  return d.empty() ? "/tmp" : d;
 }
 
 TEST(GlooKeyValueStoreTest, SetThenWaitRoundTripsBinary) {

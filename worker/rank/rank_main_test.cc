@@ -16,6 +16,7 @@
 
 #include "coordinator/spec/spec.h"
 #include "dgca/v1/rank.grpc.pb.h"
+#include "model/core/core_test_util.h"
 #include "proto/rpc/rpc_util.h"
 #include "worker/rank/train_config.h"
 
@@ -82,8 +83,8 @@ class RankMainTest : public ::testing::Test {
     if (access((data_ + "/ecspell/train_law.txt").c_str(), R_OK) != 0) {
       GTEST_SKIP() << "no ECSpell data under " << data_;
     }
-    char tmpl[] = "/tmp/rank_main_test.XXXXXX";
-    dir_ = mkdtemp(tmpl);
+    dir_ = testutil::MakeTempDir("rank_main_test");
+    ASSERT_FALSE(dir_.empty());
     std::ofstream(dir_ + "/token") << "tok\n";
     std::ofstream(dir_ + "/bad-token") << "nope\n";
   }
