@@ -51,6 +51,7 @@ constexpr double kMiB = 1024.0 * 1024.0;
 constexpr double kGiB = 1024.0 * kMiB;
 constexpr double kTargetCommShare = 0.10;   // DESIGN.md: default 10%
 constexpr double kGpuMemoryTarget = 0.80;   // DESIGN.md: 70-85% of device memory
+constexpr double kMemoryWarnShare = 0.85;   // a predicted peak above this share of the device warns
 constexpr double kCpuMemoryTarget = 0.70;   // host memory is shared with the OS
 constexpr double kCudaContextBytes = 512 * kMiB;
 constexpr double kBackwardShare = 2.0 / 3.0;
@@ -321,6 +322,8 @@ class Planner {
   std::string step_why_;
   double device_memory_ = 0;
   double budget_ = 0;  // the memory budget per rank (Memory()); 0 = unknown
+  // Whether `bytes` is above kMemoryWarnShare of the device's memory (known).
+  bool MemoryHigh(double bytes) const { return device_memory_ > 0 && bytes > kMemoryWarnShare * device_memory_; }
   MemoryEstimate est_;
 };
 
@@ -711,9 +714,8 @@ void Planner::Attention() {
 // than to predict). Otherwise the plan stays "fused" and says why.
 void Planner::AttentionTimed() {
   if (!cuda_ || plan_.attention() != "fused") return;
-  if (!absl::AsciiStrToLower(spec_.train().attention()).empty() &&
-      absl::AsciiStrToLower(spec_.train().attention()) != "auto")
-    return;  // the user's "fused"
+  const std::string want = absl::AsciiStrToLower(spec_.train().attention());
+  if (!want.empty() && want != "auto") return;  // the user's "fused"
   const int m = plan_.micro_batch();
   const double gemm = EstimateMemory(cfg_, seq_len_, precision_, /*fused_attention=*/false).total(m);
   const int d = cfg_.heads > 0 ? cfg_.hidden / cfg_.heads : 0;
@@ -730,10 +732,9 @@ void Planner::AttentionTimed() {
     return;
   }
   // A rank may keep the GEMM version: predict its memory, the larger.
-  const double before = plan_.predicted_memory_bytes();
+  const bool was_high = MemoryHigh(plan_.predicted_memory_bytes());
   plan_.set_predicted_memory_bytes(gemm + kCudaContextBytes);
-  if (device_memory_ > 0 && plan_.predicted_memory_bytes() > 0.85 * device_memory_ &&
-      before <= 0.85 * device_memory_)
+  if (MemoryHigh(plan_.predicted_memory_bytes()) && !was_high)
     Warn(absl::StrFormat("predicted memory %s (with the GEMM attention, if a rank times it faster) is above "
                          "85%% of %s",
                          Bytes(plan_.predicted_memory_bytes()), Bytes(device_memory_)));
@@ -1245,7 +1246,7 @@ void Planner::BatchAndBuckets() {
                                            : "= C: CPU ranks use every core, no overlap",
                            p.k, Sec(p.compute), Sec(p.exposed), Sec(p.step), Pct(p.share)));
   }
-  if (device_memory_ > 0 && plan_.predicted_memory_bytes() > 0.85 * device_memory_)
+  if (MemoryHigh(plan_.predicted_memory_bytes()))
     Warn(absl::StrFormat("predicted memory %s is above 85%% of %s",
                          Bytes(plan_.predicted_memory_bytes()), Bytes(device_memory_)));
 }
