@@ -216,7 +216,7 @@ Status CudaBert<T>::Bind(const ParamStore& layout, DeviceParams* params, const C
   DGCA_RETURN_IF_ERROR(Alloc(&dsel_, R * H, "dsel"));
   DGCA_RETURN_IF_ERROR(Alloc(&dt_, R * H, "dt"));
   DGCA_RETURN_IF_ERROR(Alloc(&mask_, N, "mask"));
-  DGCA_RETURN_IF_ERROR(AllocAttention(want_fused_ && FusedAttentionSupported(kDType<T>, seq_len_, H_, nh_)));
+  DGCA_RETURN_IF_ERROR(AllocAttention(FusedFor(want_fused_)));
   // Column-reduction scratch: the largest of every LayerNorm (two sums) and
   // bias gradient this module computes.
   const int Ni = static_cast<int>(N), Ri = static_cast<int>(R);
@@ -259,10 +259,15 @@ Status CudaBert<T>::AllocAttention(bool fused) {
 }
 
 template <typename T>
+bool CudaBert<T>::FusedFor(bool want) const {
+  return want && FusedAttentionSupported(kDType<T>, seq_len_, H_, nh_);
+}
+
+template <typename T>
 Status CudaBert<T>::set_fused_attention(bool on) {
   want_fused_ = on;
   if (!bound_) return OkStatus();  // Bind decides
-  const bool fused = on && FusedAttentionSupported(kDType<T>, seq_len_, H_, nh_);
+  const bool fused = FusedFor(on);
   if (fused == fused_ && attention_ready_) return OkStatus();
   return AllocAttention(fused);
 }

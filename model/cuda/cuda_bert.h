@@ -104,8 +104,8 @@ class CudaBert {
   // the GEMM version (attention.h). Before Bind it only records the wish;
   // after Bind it reallocates the per-layer buffers the choice needs, so
   // call it between steps (a backward uses the kernel its forward used).
-  // INTERNAL when an allocation fails; forwards then fail with
-  // FAILED_PRECONDITION until a later call succeeds.
+  // An allocation's error (RESOURCE_EXHAUSTED when out of memory); forwards
+  // then fail with FAILED_PRECONDITION until a later call succeeds.
   Status set_fused_attention(bool on);
   // Whether the fused kernels run (after a successful Bind).
   bool fused_attention() const { return fused_ && attention_ready_; }
@@ -198,6 +198,8 @@ class CudaBert {
   // Frees the attention buffers and allocates what `fused` (the kernels to
   // run from now on) needs; attention_ready_ says whether that succeeded.
   Status AllocAttention(bool fused);
+  // Whether the fused kernels run when `want`ed: they take this T and shape.
+  bool FusedFor(bool want) const;
   Status LayerForward(int l, const T* x, const int32_t* mask);
   // dcur: dL/d(out_l) on entry, dL/d(x_l) on return.
   Status LayerBackward(int l, const T* x, T* dcur);

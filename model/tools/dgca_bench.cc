@@ -81,7 +81,6 @@
 #include "model/cuda/attention_tune.h"
 #include "model/cuda/cuda_context.h"
 #include "model/cuda/cuda_model.h"
-#include "model/cuda/flash_attention.h"
 #include "model/cuda/gemm.h"
 #include "model/cuda/step_profiler.h"
 #include "model/train/optimizer.h"
@@ -150,9 +149,6 @@ int Fail(const Args& a, int code, const std::string& msg) {
 int AttentionBench(const Args& a, dgca::cuda::DType t, const ModelConfig& cfg, const dgca::cuda::CudaContext& ctx) {
   using namespace dgca::cuda;
   const int B = a.micro, L = a.seq, H = cfg.hidden, nh = cfg.heads;
-  if (!FusedAttentionSupported(t, L, H, nh))
-    return Fail(a, 1, "the fused attention does not take this shape (head size " + std::to_string(H / nh) +
-                          ", seq " + std::to_string(L) + ")");
   auto timing = TimeAttention(ctx, t, B, L, H, nh, a.warmup, a.steps);
   if (!timing.ok()) return Fail(a, 1, "attention bench: " + timing.status().ToString());
   struct Row {
