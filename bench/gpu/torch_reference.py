@@ -32,7 +32,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from torch_dgca import DgcaRelm, flops_per_sample, make_batch  # noqa: E402
-from model_errors import model_errors  # noqa: E402
+from model_errors import model_errors, rel_err  # noqa: E402
 
 
 def sync(device):
@@ -110,11 +110,6 @@ def train(args, device):
     if not all(math.isfinite(x) for x in losses):
         out["error"] = "non-finite loss"
     return out
-
-
-def rel_err(out, ref):
-    ref = ref.double()
-    return float((out.double() - ref).abs().max() / ref.abs().max().clamp_min(1e-30))
 
 
 def op_errors(args, device):
