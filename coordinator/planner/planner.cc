@@ -656,9 +656,8 @@ void Planner::Precision() {
                              min_cc / 10, min_cc % 10, unknown ? " (some unknown)" : ""));
     }
   }
-  precision_ = plan_.precision() == "bf16"   ? ::dgca::Precision::kBf16
-               : plan_.precision() == "fp16" ? ::dgca::Precision::kFp16
-                                             : ::dgca::Precision::kFp32;
+  const auto precision = ::dgca::ParsePrecision(plan_.precision(), "plan.precision");
+  precision_ = precision.ok() ? *precision : ::dgca::Precision::kFp32;
 }
 
 // The attention kernels of CUDA ranks (model/cuda/flash_attention.h): the

@@ -182,6 +182,22 @@ int64_t CountParameters(const ModelConfig& cfg) {
   return n;
 }
 
+const char* PrecisionName(Precision p) {
+  switch (p) {
+    case Precision::kFp32: return "fp32";
+    case Precision::kFp16: return "fp16";
+    case Precision::kBf16: return "bf16";
+  }
+  return "?";
+}
+
+StatusOr<Precision> ParsePrecision(const std::string& s, const std::string& what) {
+  if (s == "fp32" || s == "float32" || s == "float") return Precision::kFp32;
+  if (s == "fp16" || s == "float16" || s == "half") return Precision::kFp16;
+  if (s == "bf16" || s == "bfloat16") return Precision::kBf16;
+  return InvalidArgumentError(what + ": '" + s + "' is not one of fp32, bf16, fp16");
+}
+
 const char* AttentionKernelsName(AttentionKernels a) {
   switch (a) {
     case AttentionKernels::kAuto: return "auto";

@@ -14,7 +14,15 @@ namespace dgca {
 
 enum class PromptEncoderKind { kLstm, kMlp, kNone };
 enum class FusionKind { kGated, kNone };
+// Training arithmetic: fp32 everywhere, or (CUDA) 16-bit activations and
+// weight copies with fp32 accumulation and fp32 master weights
+// (model/cuda/cuda_model.h). The CPU backend runs fp32 only.
 enum class Precision { kFp32, kFp16, kBf16 };
+// "fp32", "fp16", "bf16"; and back, also taking "float32"/"float",
+// "float16"/"half" and "bfloat16" (INVALID_ARGUMENT naming the valid values
+// for anything else; `what` names the flag or field).
+const char* PrecisionName(Precision p);
+StatusOr<Precision> ParsePrecision(const std::string& s, const std::string& what);
 enum class MftMode { kNoError, kNone };
 enum class LrSchedule { kConstant, kLinear };
 

@@ -84,6 +84,20 @@ TEST(ConfigTest, AttentionKernelsRoundTripAndBadNamesSayWhatIsValid) {
   EXPECT_FALSE(ParseAttentionKernels("Fused", "x").ok());  // exact names; callers lower-case specs
 }
 
+TEST(ConfigTest, PrecisionRoundTripAliasesAndBadNamesSayWhatIsValid) {
+  for (Precision p : {Precision::kFp32, Precision::kFp16, Precision::kBf16}) {
+    auto back = ParsePrecision(PrecisionName(p), "--precision");
+    ASSERT_TRUE(back.ok()) << PrecisionName(p);
+    EXPECT_EQ(*back, p);
+  }
+  EXPECT_EQ(ParsePrecision("bfloat16", "x").value(), Precision::kBf16);
+  EXPECT_EQ(ParsePrecision("half", "x").value(), Precision::kFp16);
+  EXPECT_EQ(ParsePrecision("float", "x").value(), Precision::kFp32);
+  auto bad = ParsePrecision("fp8", "train.precision");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(), "train.precision: 'fp8' is not one of fp32, bf16, fp16");
+}
+
 TEST(ConfigTest, ListHasUniqueNamesAndSums) {
   ModelConfig cfg = ApplyPreset("small", ModelConfig()).value();
   auto list = ListParameters(cfg);

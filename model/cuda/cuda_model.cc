@@ -26,26 +26,9 @@ DType PrecisionDType(Precision p) {
   switch (p) {
     case Precision::kBf16: return DType::kBF16;
     case Precision::kFp16: return DType::kF16;
-    case Precision::kFloat32: break;
+    case Precision::kFp32: break;
   }
   return DType::kF32;
-}
-const char* PrecisionName(Precision p) { return DTypeName(PrecisionDType(p)); }
-
-dgca::Precision CorePrecision(Precision p) {
-  switch (p) {
-    case Precision::kBf16: return dgca::Precision::kBf16;
-    case Precision::kFp16: return dgca::Precision::kFp16;
-    case Precision::kFloat32: break;
-  }
-  return dgca::Precision::kFp32;
-}
-
-StatusOr<Precision> ParsePrecision(const std::string& s) {
-  if (s == "fp32" || s == "float32" || s == "float") return Precision::kFloat32;
-  if (s == "bf16" || s == "bfloat16") return Precision::kBf16;
-  if (s == "fp16" || s == "float16" || s == "half") return Precision::kFp16;
-  return InvalidArgumentError("unknown precision '" + s + "' (valid: fp32, bf16, fp16)");
 }
 
 namespace {
@@ -914,7 +897,7 @@ StatusOr<std::unique_ptr<CudaDgcaModel>> CudaDgcaModel::Create(const ModelConfig
   switch (precision) {
     case Precision::kBf16: return make(bf16());
     case Precision::kFp16: return make(__half());
-    case Precision::kFloat32: break;
+    case Precision::kFp32: break;
   }
   return make(float());
 }

@@ -81,13 +81,8 @@ namespace cuda {
 // gradients and moments. fp16 gradients need loss scaling against underflow:
 // the caller multiplies grad_scale by the loss scale (the CUDA train device
 // does, model/cuda/cuda_train_device.h) and unscales (UnscaleAndSquaredNorm).
-enum class Precision { kFloat32, kBf16, kFp16 };
-DType PrecisionDType(Precision p);       // the activations' and weight copy's type
-const char* PrecisionName(Precision p);  // DTypeName of it: "fp32", "bf16", "fp16"
-dgca::Precision CorePrecision(Precision p);  // the same, as model/core's enum (memory model, configs)
-// "fp32"/"float32"/"float", "bf16"/"bfloat16" or "fp16"/"float16"/"half";
-// INVALID_ARGUMENT otherwise.
-StatusOr<Precision> ParsePrecision(const std::string& s);
+using Precision = ::dgca::Precision;  // model/core/config.h: names and parsing there
+DType PrecisionDType(Precision p);     // the activations' and weight copy's type
 
 class CudaDgcaModel : public DgcaModel {
  public:

@@ -21,22 +21,9 @@ namespace dgca {
 namespace cuda {
 namespace {
 
-TEST(CudaModelTest, ParsePrecision) {
-  auto f = ParsePrecision("fp32");
-  ASSERT_TRUE(f.ok());
-  EXPECT_EQ(*f, Precision::kFloat32);
-  auto b = ParsePrecision("bf16");
-  ASSERT_TRUE(b.ok());
-  EXPECT_EQ(*b, Precision::kBf16);
-  auto bad = ParsePrecision("fp8");
-  ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("fp8"), std::string::npos) << bad.status().ToString();
-  EXPECT_STREQ(PrecisionName(Precision::kBf16), "bf16");
-}
-
 TEST(CudaModelTest, CreateRejectsBadArgumentsWithoutTouchingTheDevice) {
   ModelConfig cfg;
-  auto no_ctx = CudaDgcaModel::Create(cfg, 2, 16, 1, Precision::kFloat32, nullptr);
+  auto no_ctx = CudaDgcaModel::Create(cfg, 2, 16, 1, Precision::kFp32, nullptr);
   ASSERT_FALSE(no_ctx.ok());
   EXPECT_EQ(no_ctx.status().code(), StatusCode::kInvalidArgument);
 }
@@ -73,7 +60,7 @@ TEST(CudaModelTest, MemoryModelPredictsWhatTheModelAllocates) {
     Precision prec;
     bool fused;
   };
-  for (const Case& c : {Case{Precision::kFloat32, false}, Case{Precision::kBf16, true},
+  for (const Case& c : {Case{Precision::kFp32, false}, Case{Precision::kBf16, true},
                         Case{Precision::kBf16, false}, Case{Precision::kFp16, true}}) {
     size_t free0 = 0, free1 = 0, total = 0;
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -86,7 +73,7 @@ TEST(CudaModelTest, MemoryModelPredictsWhatTheModelAllocates) {
       ASSERT_EQ(cudaMemGetInfo(&free1, &total), cudaSuccess);
     }
     const double measured = double(free0) - double(free1);
-    const double predicted = EstimateMemory(cfg, L, CorePrecision(c.prec), c.fused).total(B) - kGemmWorkspaceBytes;
+    const double predicted = EstimateMemory(cfg, L, c.prec, c.fused).total(B) - kGemmWorkspaceBytes;
     EXPECT_NEAR(predicted / measured, 1.0, tolerance)
         << PrecisionName(c.prec) << (c.fused ? " fused" : " GEMM") << " attention: predicted " << predicted
         << " bytes, allocated " << measured;
@@ -107,7 +94,7 @@ TEST(CudaModelTest, BadBatchIsRejectedNamingTheField) {
   cfg.max_position = 16;
   cfg.prompt_length = 1;
   cfg.candidate_top_k = 2;
-  auto m = CudaDgcaModel::Create(cfg, 2, 16, 3, Precision::kFloat32, ctx->get());
+  auto m = CudaDgcaModel::Create(cfg, 2, 16, 3, Precision::kFp32, ctx->get());
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   Batch b;
   b.batch_size = 1;

@@ -186,17 +186,11 @@ class CudaTrainDevice : public TrainDevice {
 TrainDeviceFactory CudaTrainDeviceFactory(std::shared_ptr<const CudaContext> ctx, AttentionTimer timer) {
   return [ctx, timer](const TrainDeviceSpec& spec) -> StatusOr<std::unique_ptr<TrainDevice>> {
     if (ctx == nullptr) return InvalidArgumentError("cuda train device: no CUDA context");
-    Precision p = Precision::kFloat32;
+    const Precision p = spec.precision;
     std::optional<LossScaler> scaler;
-    switch (spec.precision) {
-      case dgca::Precision::kFp32: p = Precision::kFloat32; break;
-      case dgca::Precision::kBf16: p = Precision::kBf16; break;
-      case dgca::Precision::kFp16: {
-        p = Precision::kFp16;
-        DGCA_ASSIGN_OR_RETURN(LossScaler s, LossScaler::Create(spec.loss_scaler));
-        scaler = s;
-        break;
-      }
+    if (p == Precision::kFp16) {
+      DGCA_ASSIGN_OR_RETURN(LossScaler s, LossScaler::Create(spec.loss_scaler));
+      scaler = s;
     }
     DGCA_ASSIGN_OR_RETURN(std::unique_ptr<CudaDgcaModel> model,
                           CudaDgcaModel::Create(spec.model, spec.micro_batch, spec.seq_len,

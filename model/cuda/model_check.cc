@@ -421,10 +421,10 @@ OpCheck AtPrecision(const std::string& name, Status (*fn)(Precision, const CudaC
 
 const std::vector<OpCheck>& ModelChecks() {
   static const std::vector<OpCheck>* checks = new std::vector<OpCheck>{
-      AtPrecision("cuda_model", CheckModel, Precision::kFloat32),
+      AtPrecision("cuda_model", CheckModel, Precision::kFp32),
       AtPrecision("cuda_model", CheckModel, Precision::kBf16),
       AtPrecision("cuda_model", CheckModel, Precision::kFp16),
-      AtPrecision("cuda_model graphs", CheckGraphs, Precision::kFloat32),
+      AtPrecision("cuda_model graphs", CheckGraphs, Precision::kFp32),
       AtPrecision("cuda_model graphs", CheckGraphs, Precision::kBf16),
   };
   return *checks;

@@ -310,7 +310,7 @@ int main(int argc, char** argv) {
   if (a.batch % a.micro != 0)
     return Usage("--batch " + std::to_string(a.batch) + " is not a multiple of --micro-batch " +
                  std::to_string(a.micro));
-  auto prec = dgca::cuda::ParsePrecision(a.precision);
+  auto prec = dgca::ParsePrecision(a.precision, "--precision");
   if (!prec.ok()) return Usage(prec.status().message());
   auto cfg = dgca::ApplyPreset(a.preset, ModelConfig());
   if (!cfg.ok()) return Usage(cfg.status().message());
@@ -416,7 +416,7 @@ int main(int argc, char** argv) {
   const int64_t nparams = m.params().total_numel();
   // The model's part: the GEMM workspace came with the context, before free0.
   const double predicted_bytes =
-      dgca::EstimateMemory(*cfg, a.seq, dgca::cuda::CorePrecision(*prec), m.fused_attention()).total(a.micro) -
+      dgca::EstimateMemory(*cfg, a.seq, *prec, m.fused_attention()).total(a.micro) -
       dgca::kGemmWorkspaceBytes;
 
   if (a.json) {
@@ -424,7 +424,7 @@ int main(int argc, char** argv) {
                 "\"micro_batch\": %d, \"steps\": %d, \"warmup\": %d, \"device\": \"%s\", \"params\": %lld, "
                 "\"samples_per_second\": %.3f, \"step_seconds_median\": %.6f, \"step_seconds_mean\": %.6f, "
                 "\"step_seconds\": [",
-                dgca::cuda::PrecisionName(*prec), JsonEscape(a.preset).c_str(), a.seq, a.batch, a.micro, a.steps,
+                dgca::PrecisionName(*prec), JsonEscape(a.preset).c_str(), a.seq, a.batch, a.micro, a.steps,
                 a.warmup, JsonEscape((*ctx)->description()).c_str(), static_cast<long long>(nparams), sps, med,
                 mean);
     for (size_t i = 0; i < secs.size(); ++i) std::printf("%s%.6f", i ? ", " : "", secs[i]);
@@ -456,7 +456,7 @@ int main(int argc, char** argv) {
   } else {
     std::printf("dgca-bench: %s, preset %s (%lld params), seq %d, batch %d (micro %d), %s\n",
                 (*ctx)->description().c_str(), a.preset.c_str(), static_cast<long long>(nparams), a.seq, a.batch,
-                a.micro, dgca::cuda::PrecisionName(*prec));
+                a.micro, dgca::PrecisionName(*prec));
     std::printf("  samples/s        %.1f\n", sps);
     std::printf("  step ms          median %.2f, mean %.2f (%d steps after %d warmup)\n", med * 1e3, mean * 1e3,
                 a.steps, a.warmup);

@@ -186,10 +186,9 @@ int main(int argc, char** argv) {
   auto model = ApplyPreset(preset, cfg.model);
   if (!model.ok()) return Usage(model.status().message());
   cfg.model = *model;
-  if (precision == "fp32") cfg.precision = Precision::kFp32;
-  else if (precision == "bf16") cfg.precision = Precision::kBf16;
-  else if (precision == "fp16") cfg.precision = Precision::kFp16;
-  else return Usage("--precision " + precision + ": valid: fp32, bf16, fp16");
+  auto parsed_precision = ParsePrecision(precision, "--precision");
+  if (!parsed_precision.ok()) return Usage(parsed_precision.status().message());
+  cfg.precision = *parsed_precision;
 
   TrainDeviceFactory factory = MakeCpuTrainDevice;
   if (device == "cuda") {

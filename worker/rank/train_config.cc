@@ -160,16 +160,12 @@ absl::StatusOr<TrainConfig> TrainConfigFromSpec(const v1::JobSpec& spec, const v
   std::string prec = !IsAuto(plan.precision()) ? Lower(plan.precision())
                      : !IsAuto(t.precision())  ? Lower(t.precision())
                                                : "fp32";
-  if (prec == "fp32") {
-    c.precision = Precision::kFp32;
-  } else if (prec == "fp16") {
-    c.precision = Precision::kFp16;
-  } else if (prec == "bf16") {
-    c.precision = Precision::kBf16;
-  } else {
+  const ::dgca::StatusOr<::dgca::Precision> parsed = ::dgca::ParsePrecision(prec, "train.precision");
+  if (!parsed.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("train.precision: '", prec, "' is not one of auto, fp32, fp16, bf16"));
   }
+  c.precision = *parsed;
   // train.attention: the plan's (CUDA ranks: "auto" there means the
   // planner found that both versions fit, so the rank times them), else
   // the spec's (empty = auto).
