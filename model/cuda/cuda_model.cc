@@ -18,6 +18,7 @@
 #include "model/cuda/cuda_prompt_encoder.h"
 #include "model/cuda/gemm.h"
 #include "model/cuda/kernels.h"
+#include "model/nn/batch_index.h"
 
 namespace dgca {
 namespace cuda {
@@ -32,12 +33,6 @@ DType PrecisionDType(Precision p) {
 }
 
 namespace {
-
-std::string Where(const char* field, int64_t i, int L) {
-  return std::string("batch.") + field + "[" + std::to_string(i) + "] (row " +
-         std::to_string(L > 0 ? i / L : 0) + ", position " + std::to_string(L > 0 ? i % L : 0) +
-         ")";
-}
 
 // Pinned host memory, freed on destruction.
 template <typename E>
@@ -90,16 +85,15 @@ class CudaDgcaModelImpl final : public CudaDgcaModel {
       : cfg_(cfg),
         max_batch_(max_batch),
         seq_len_(seq_len),
-        // As the CPU model: target slots and MFT positions are distinct
-        // non-special positions, at most L - 2 - 2P per row.
-        max_rows_(max_batch * std::max(1, seq_len - 2 - 2 * cfg.prompt_length)),
+        max_rows_(BatchIndex::MaxRows(cfg, max_batch, seq_len)),
         precision_(precision),
         ctx_(ctx),
         gemm_(ctx),
         bert_(cfg, max_batch, seq_len, max_rows_),
         prompt_(cfg),
         heads_(cfg, max_rows_),
-        heads_on_(cfg.detector || cfg.candidate) {}
+        heads_on_(cfg.detector || cfg.candidate),
+        index_(cfg, max_batch, seq_len) {}
 
   ~CudaDgcaModelImpl() override {
     // Nothing may still read the staging buffers or write the device arrays.
@@ -131,10 +125,6 @@ class CudaDgcaModelImpl final : public CudaDgcaModel {
     const size_t N = static_cast<size_t>(max_batch_) * seq_len_;
     const size_t R = static_cast<size_t>(max_rows_);
     const int K = heads_on_ && heads_.candidate_enabled() ? heads_.top_k() : 0;
-    types_.assign(N, 0);
-    slots_.assign(N, -1);
-    rows_.reserve(N);
-    targets_.reserve(N);
     // One staging layout for every int32 input (offsets in elements).
     off_ids_ = 0;
     off_mask_ = off_ids_ + N;
@@ -177,7 +167,7 @@ class CudaDgcaModelImpl final : public CudaDgcaModel {
   }
 
   StatusOr<std::vector<int32_t>> Predict(const Batch& batch) override {
-    DGCA_RETURN_IF_ERROR(Validate(batch, /*need_labels=*/false));
+    DGCA_RETURN_IF_ERROR(index_.Check(batch, /*need_labels=*/false));
     DGCA_RETURN_IF_ERROR(UploadBatch(batch));
     Status s = RunPredict(batch);
     Status m = MarkConsumed();
@@ -402,135 +392,6 @@ class CudaDgcaModelImpl final : public CudaDgcaModel {
   Status Mark(const char* phase) { return profiler_ != nullptr ? profiler_->Mark(phase) : OkStatus(); }
 
 
-  // A copy of CpuDgcaModel::Validate (model/nn/model.cc; not reachable from
-  // here: it is a private member in an anonymous namespace). Same rules and
-  // messages; fills rows_/targets_ (target slots, then MFT rows) and, via
-  // Trim, the [B, L_eff] input arrays in the staging buffer.
-  Status Validate(const Batch& b, bool need_labels) {
-    const int B = b.batch_size, L = b.seq_len;
-    if (B < 0 || B > max_batch_)
-      return InvalidArgumentError("DgcaModel: batch_size " + std::to_string(B) +
-                                  " outside [0, max_batch=" + std::to_string(max_batch_) + "]");
-    if (L < 1 || L > seq_len_)
-      return InvalidArgumentError("DgcaModel: batch.seq_len " + std::to_string(L) +
-                                  " outside [1, " + std::to_string(seq_len_) +
-                                  "] (the model's seq_len)");
-    const size_t N = static_cast<size_t>(B) * L;
-    auto size_err = [&](const char* f, size_t got) {
-      return InvalidArgumentError("DgcaModel: batch." + std::string(f) + " has " +
-                                  std::to_string(got) + " entries; expected batch_size*seq_len = " +
-                                  std::to_string(N));
-    };
-    if (b.input_ids.size() != N) return size_err("input_ids", b.input_ids.size());
-    if (b.attention_mask.size() != N) return size_err("attention_mask", b.attention_mask.size());
-    if (!b.token_type_ids.empty() && b.token_type_ids.size() != N)
-      return size_err("token_type_ids", b.token_type_ids.size());
-    if (!b.prompt_slot.empty() && b.prompt_slot.size() != N)
-      return size_err("prompt_slot", b.prompt_slot.size());
-    if (!b.labels.empty() && b.labels.size() != N) return size_err("labels", b.labels.size());
-    if (!b.mft_labels.empty() && b.mft_labels.size() != N)
-      return size_err("mft_labels", b.mft_labels.size());
-    const int V = cfg_.vocab_size, S = 2 * cfg_.prompt_length;
-    for (size_t i = 0; i < N; ++i) {
-      if (b.input_ids[i] < 0 || b.input_ids[i] >= V)
-        return InvalidArgumentError("DgcaModel: " + Where("input_ids", i, L) + " = " +
-                                    std::to_string(b.input_ids[i]) + " outside [0, vocab_size=" +
-                                    std::to_string(V) + ")");
-      const int32_t tt = b.token_type_ids.empty() ? 0 : b.token_type_ids[i];
-      if (tt < 0 || tt >= cfg_.type_vocab)
-        return InvalidArgumentError("DgcaModel: " + Where("token_type_ids", i, L) + " = " +
-                                    std::to_string(tt) + " outside [0, " +
-                                    std::to_string(cfg_.type_vocab) + ")");
-      types_[i] = tt;
-      const int32_t ps = b.prompt_slot.empty() ? -1 : b.prompt_slot[i];
-      if (ps < -1 || ps >= S)
-        return InvalidArgumentError("DgcaModel: " + Where("prompt_slot", i, L) + " = " +
-                                    std::to_string(ps) + "; valid is -1 or [0, 2P=" +
-                                    std::to_string(S) + ")");
-      slots_[i] = ps;
-      if (!b.mft_labels.empty() && b.mft_labels[i] != -100 &&
-          (b.mft_labels[i] < 0 || b.mft_labels[i] >= V))
-        return InvalidArgumentError("DgcaModel: " + Where("mft_labels", i, L) + " = " +
-                                    std::to_string(b.mft_labels[i]) +
-                                    "; valid is -100 or [0, vocab_size)");
-    }
-    const int NS = b.num_slots();
-    rows_.clear();
-    targets_.clear();
-    mark_.assign(N, 0);
-    for (int t = 0; t < NS; ++t) {
-      const int32_t r = b.slot_index[t];
-      if (r < 0 || static_cast<size_t>(r) >= N)
-        return InvalidArgumentError("DgcaModel: batch.slot_index[" + std::to_string(t) + "] = " +
-                                    std::to_string(r) + " outside [0, " + std::to_string(N) + ")");
-      if (mark_[r])
-        return InvalidArgumentError("DgcaModel: batch.slot_index[" + std::to_string(t) +
-                                    "] repeats position " + std::to_string(r));
-      mark_[r] = 1;
-      rows_.push_back(r);
-      int32_t y = -100;
-      if (!b.slot_target_id.empty()) {
-        if (b.slot_target_id.size() != static_cast<size_t>(NS))
-          return InvalidArgumentError("DgcaModel: batch.slot_target_id has " +
-                                      std::to_string(b.slot_target_id.size()) +
-                                      " entries; expected one per slot (" + std::to_string(NS) + ")");
-        y = b.slot_target_id[t];
-      } else if (!b.labels.empty()) {
-        y = b.labels[r];
-      }
-      if (need_labels && (y < 0 || y >= V))
-        return InvalidArgumentError("DgcaModel: target of slot " + std::to_string(t) + " (" +
-                                    Where("labels", r, L) + ") = " + std::to_string(y) +
-                                    " outside [0, vocab_size=" + std::to_string(V) + ")");
-      targets_.push_back(y);
-    }
-    if (heads_on_) {
-      if (b.slot_source_id.size() != static_cast<size_t>(NS))
-        return InvalidArgumentError("DgcaModel: batch.slot_source_id has " +
-                                    std::to_string(b.slot_source_id.size()) +
-                                    " entries; the DGCA heads need one per slot (" +
-                                    std::to_string(NS) + ")");
-      if (heads_.candidate_enabled() &&
-          (b.top_k != heads_.top_k() ||
-           b.candidates.size() != static_cast<size_t>(NS) * heads_.top_k()))
-        return InvalidArgumentError("DgcaModel: batch.candidates has " +
-                                    std::to_string(b.candidates.size()) + " entries with top_k " +
-                                    std::to_string(b.top_k) + "; the model needs top_k " +
-                                    std::to_string(heads_.top_k()) + " and slots*top_k = " +
-                                    std::to_string(static_cast<int64_t>(NS) * heads_.top_k()));
-      // The GPU heads trust the ids (cuda_heads.h): check them here, as
-      // DgcaHeads::CheckInputs does on the CPU.
-      for (int t = 0; t < NS; ++t)
-        if (b.slot_source_id[t] < 0 || b.slot_source_id[t] >= V)
-          return InvalidArgumentError("DgcaModel: batch.slot_source_id[" + std::to_string(t) +
-                                      "] = " + std::to_string(b.slot_source_id[t]) +
-                                      " outside [0, vocab_size=" + std::to_string(V) + ")");
-      if (heads_.candidate_enabled())
-        for (size_t i = 0; i < b.candidates.size(); ++i)
-          if (b.candidates[i] < -1 || b.candidates[i] >= V)
-            return InvalidArgumentError("DgcaModel: batch.candidates[" + std::to_string(i) +
-                                        "] = " + std::to_string(b.candidates[i]) +
-                                        "; valid is -1 (padding) or [0, vocab_size=" +
-                                        std::to_string(V) + ")");
-    }
-    if (!b.mft_labels.empty()) {
-      for (size_t i = 0; i < N; ++i) {
-        if (b.mft_labels[i] == -100) continue;
-        if (mark_[i])
-          return InvalidArgumentError("DgcaModel: " + Where("mft_labels", i, L) +
-                                      " is set on a target slot");
-        rows_.push_back(static_cast<int32_t>(i));
-        targets_.push_back(b.mft_labels[i]);
-      }
-    }
-    if (rows_.size() > static_cast<size_t>(max_rows_))
-      return InvalidArgumentError(
-          "DgcaModel: " + std::to_string(rows_.size()) +
-          " labelled positions (target slots + MFT) exceed the model's limit of " +
-          std::to_string(max_rows_) + " (max_batch * (seq_len - 2 - 2P))");
-    return OkStatus();
-  }
-
   // As CpuDgcaModel::Trim, writing the [B, L_eff] arrays, the remapped rows,
   // the targets, source ids and candidates into the pinned staging buffer,
   // then one H2D copy on the copy stream. The model stream waits for it
@@ -538,15 +399,8 @@ class CudaDgcaModelImpl final : public CudaDgcaModel {
   // (consumed_, recorded at the end of every Run/Predict's enqueue).
   Status UploadBatch(const Batch& b) {
     const int B = b.batch_size, L = b.seq_len;
-    int le = 1;
-    for (int r = 0; r < B; ++r)
-      for (int pos = L - 1; pos >= le; --pos)
-        if (b.attention_mask[static_cast<size_t>(r) * L + pos] != 0) {
-          le = pos + 1;
-          break;
-        }
-    for (int32_t row : rows_) le = std::max(le, row % L + 1);
-    // Rounded up to a multiple of 8 (within L): the 16-bit GEMM attention
+    // The batch's length (BatchIndex::TrimmedLength), rounded up to a
+    // multiple of 8 (within L): the 16-bit GEMM attention
     // uses L_eff as the probabilities' leading dimension and L_eff^2 as
     // their batch stride, and cuBLASLt's tensor-core kernels want 16-byte
     // aligned rows (with an odd L_eff the alignment drops to 2 bytes); the
@@ -554,7 +408,7 @@ class CudaDgcaModelImpl final : public CudaDgcaModel {
     // positions are padding (mask 0): no real token attends to them and
     // their gradients are exactly zero, so the result is the CPU model's,
     // which trims to the exact length.
-    le = std::min(L, (le + 7) / 8 * 8);
+    const int le = index_.TrimmedLength(b, /*multiple=*/8);
     L_eff_ = le;
     // The staging buffer may still be read by the previous copy.
     DGCA_RETURN_IF_ERROR(CudaStatus(cudaEventSynchronize(copied_.get()), "cudaEventSynchronize"));
@@ -564,14 +418,14 @@ class CudaDgcaModelImpl final : public CudaDgcaModel {
         const size_t src = static_cast<size_t>(r) * L + pos, dst = static_cast<size_t>(r) * le + pos;
         s[off_ids_ + dst] = b.input_ids[src];
         s[off_mask_ + dst] = b.attention_mask[src];
-        s[off_types_ + dst] = types_[src];
-        s[off_slots_ + dst] = slots_[src];
+        s[off_types_ + dst] = index_.token_types()[src];
+        s[off_slots_ + dst] = index_.prompt_slots()[src];
       }
-    const int R = static_cast<int>(rows_.size());
+    const int R = static_cast<int>(index_.rows().size());
     for (int i = 0; i < R; ++i) {
-      const int32_t row = rows_[i];
+      const int32_t row = index_.rows()[i];
       s[off_rows_ + i] = (row / L) * le + row % L;
-      s[off_targets_ + i] = targets_[i];
+      s[off_targets_ + i] = index_.targets()[i];
     }
     const int NS = b.num_slots();
     const bool src_ids = heads_on_ && static_cast<int>(b.slot_source_id.size()) == NS;
@@ -640,7 +494,7 @@ class CudaDgcaModelImpl final : public CudaDgcaModel {
     const bool have_labels = !b.slot_target_id.empty() || !b.labels.empty();
     if (backward && !have_labels && NS > 0)
       return InvalidArgumentError("DgcaModel: ForwardBackward needs batch.labels or slot_target_id");
-    DGCA_RETURN_IF_ERROR(Validate(b, /*need_labels=*/have_labels));
+    DGCA_RETURN_IF_ERROR(index_.Check(b, /*need_labels=*/have_labels));
     DGCA_RETURN_IF_ERROR(UploadBatch(b));
     Status s = RunForwardBackward(b, backward, grad_scale, ready, NS, have_labels);
     // Whatever happened, later copies must not overwrite inputs still in use.
@@ -666,7 +520,7 @@ class CudaDgcaModelImpl final : public CudaDgcaModel {
     }
     StepShape sh;
     sh.B = b.batch_size;
-    sh.R = static_cast<int>(rows_.size());
+    sh.R = static_cast<int>(index_.rows().size());
     sh.NS = NS;
     sh.have_labels = have_labels;
     sh.backward = backward;
@@ -841,9 +695,8 @@ class CudaDgcaModelImpl final : public CudaDgcaModel {
   bool heads_on_;
   int wte_ = 0;
 
-  // Host per-batch scratch (allocated once).
-  std::vector<int32_t> types_, slots_, rows_, targets_;
-  std::vector<uint8_t> mark_;
+  // The checked batch (token types, prompt slots, labelled rows, targets).
+  BatchIndex index_;
   int L_eff_ = 1;
   LossBreakdown lb_;
   std::vector<int32_t> pred_host_;

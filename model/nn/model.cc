@@ -28,6 +28,7 @@
 
 #include "model/cpu/ops.h"
 #include "model/cpu/thread_pool.h"
+#include "model/nn/batch_index.h"
 #include "model/nn/bert.h"
 #include "model/nn/heads.h"
 #include "model/nn/model.h"
@@ -35,12 +36,6 @@
 
 namespace dgca {
 namespace {
-
-std::string Where(const char* field, int64_t i, int L) {
-  return std::string("batch.") + field + "[" + std::to_string(i) + "] (row " +
-         std::to_string(L > 0 ? i / L : 0) + ", position " + std::to_string(L > 0 ? i % L : 0) +
-         ")";
-}
 
 Status ValidateConfig(const ModelConfig& c, int max_batch, int seq_len, int threads) {
   auto bad = [](const std::string& m) { return InvalidArgumentError("DgcaModel: " + m); };
@@ -74,16 +69,14 @@ class CpuDgcaModel final : public DgcaModel {
       : cfg_(cfg),
         max_batch_(max_batch),
         seq_len_(seq_len),
-        // Target slots and MFT positions are distinct non-special positions:
-        // at most L - 2 - 2P per row ([CLS], [SEP] and the prompt slots never
-        // carry a label), so the logits buffer is sized for that.
-        max_rows_(max_batch * std::max(1, seq_len - 2 - 2 * cfg.prompt_length)),
+        max_rows_(BatchIndex::MaxRows(cfg, max_batch, seq_len)),  // sizes the logits buffer
         pool_(threads),
         ctx_{&pool_},
         bert_(cfg, max_batch, seq_len, max_rows_),
         prompt_(cfg),
         heads_(cfg, max_rows_),
-        heads_on_(cfg.detector || cfg.candidate) {}
+        heads_on_(cfg.detector || cfg.candidate),
+        index_(cfg, max_batch, seq_len) {}
 
   Status Init(uint64_t seed) {
     DGCA_RETURN_IF_ERROR(bert_.DeclareWordEmbeddings(&store_));
@@ -104,7 +97,6 @@ class CpuDgcaModel final : public DgcaModel {
     ids_.assign(N, 0);
     mask_.assign(N, 0);
     rows_.reserve(N);
-    targets_.reserve(N);
     dprompt_.assign(static_cast<size_t>(std::max(1, 2 * cfg_.prompt_length)) * cfg_.hidden, 0.0f);
     dh_heads_.assign(N * cfg_.hidden, 0.0f);
     return OkStatus();
@@ -123,7 +115,7 @@ class CpuDgcaModel final : public DgcaModel {
   }
 
   StatusOr<std::vector<int32_t>> Predict(const Batch& batch) override {
-    DGCA_RETURN_IF_ERROR(Validate(batch, /*need_labels=*/false));
+    DGCA_RETURN_IF_ERROR(CheckAndTrim(batch, /*need_labels=*/false));
     RunEncoder(batch);
     const int T = batch.num_slots();
     std::vector<int32_t> pred(static_cast<size_t>(T), 0);
@@ -141,116 +133,10 @@ class CpuDgcaModel final : public DgcaModel {
   }
 
  private:
-  // Checks every field the model reads; errors name the field and index.
-  Status Validate(const Batch& b, bool need_labels) {
-    const int B = b.batch_size, L = b.seq_len;
-    if (B < 0 || B > max_batch_)
-      return InvalidArgumentError("DgcaModel: batch_size " + std::to_string(B) +
-                                  " outside [0, max_batch=" + std::to_string(max_batch_) + "]");
-    if (L < 1 || L > seq_len_)
-      return InvalidArgumentError("DgcaModel: batch.seq_len " + std::to_string(L) +
-                                  " outside [1, " + std::to_string(seq_len_) +
-                                  "] (the model's seq_len)");
-    const size_t N = static_cast<size_t>(B) * L;
-    auto size_err = [&](const char* f, size_t got) {
-      return InvalidArgumentError("DgcaModel: batch." + std::string(f) + " has " +
-                                  std::to_string(got) + " entries; expected batch_size*seq_len = " +
-                                  std::to_string(N));
-    };
-    if (b.input_ids.size() != N) return size_err("input_ids", b.input_ids.size());
-    if (b.attention_mask.size() != N) return size_err("attention_mask", b.attention_mask.size());
-    if (!b.token_type_ids.empty() && b.token_type_ids.size() != N)
-      return size_err("token_type_ids", b.token_type_ids.size());
-    if (!b.prompt_slot.empty() && b.prompt_slot.size() != N)
-      return size_err("prompt_slot", b.prompt_slot.size());
-    if (!b.labels.empty() && b.labels.size() != N) return size_err("labels", b.labels.size());
-    if (!b.mft_labels.empty() && b.mft_labels.size() != N)
-      return size_err("mft_labels", b.mft_labels.size());
-    const int V = cfg_.vocab_size, S = 2 * cfg_.prompt_length;
-    for (size_t i = 0; i < N; ++i) {
-      if (b.input_ids[i] < 0 || b.input_ids[i] >= V)
-        return InvalidArgumentError("DgcaModel: " + Where("input_ids", i, L) + " = " +
-                                    std::to_string(b.input_ids[i]) + " outside [0, vocab_size=" +
-                                    std::to_string(V) + ")");
-      const int32_t tt = b.token_type_ids.empty() ? 0 : b.token_type_ids[i];
-      if (tt < 0 || tt >= cfg_.type_vocab)
-        return InvalidArgumentError("DgcaModel: " + Where("token_type_ids", i, L) + " = " +
-                                    std::to_string(tt) + " outside [0, " +
-                                    std::to_string(cfg_.type_vocab) + ")");
-      types_[i] = tt;
-      const int32_t ps = b.prompt_slot.empty() ? -1 : b.prompt_slot[i];
-      if (ps < -1 || ps >= S)
-        return InvalidArgumentError("DgcaModel: " + Where("prompt_slot", i, L) + " = " +
-                                    std::to_string(ps) + "; valid is -1 or [0, 2P=" +
-                                    std::to_string(S) + ")");
-      slots_[i] = ps;
-      if (!b.mft_labels.empty() && b.mft_labels[i] != -100 &&
-          (b.mft_labels[i] < 0 || b.mft_labels[i] >= V))
-        return InvalidArgumentError("DgcaModel: " + Where("mft_labels", i, L) + " = " +
-                                    std::to_string(b.mft_labels[i]) +
-                                    "; valid is -100 or [0, vocab_size)");
-    }
-    const int T = b.num_slots();
-    // Target rows first, then MFT rows; each position at most once.
-    rows_.clear();
-    targets_.clear();
-    mark_.assign(N, 0);
-    for (int t = 0; t < T; ++t) {
-      const int32_t r = b.slot_index[t];
-      if (r < 0 || static_cast<size_t>(r) >= N)
-        return InvalidArgumentError("DgcaModel: batch.slot_index[" + std::to_string(t) + "] = " +
-                                    std::to_string(r) + " outside [0, " + std::to_string(N) + ")");
-      if (mark_[r])
-        return InvalidArgumentError("DgcaModel: batch.slot_index[" + std::to_string(t) +
-                                    "] repeats position " + std::to_string(r));
-      mark_[r] = 1;
-      rows_.push_back(r);
-      int32_t y = -100;
-      if (!b.slot_target_id.empty()) {
-        if (b.slot_target_id.size() != static_cast<size_t>(T))
-          return InvalidArgumentError("DgcaModel: batch.slot_target_id has " +
-                                      std::to_string(b.slot_target_id.size()) +
-                                      " entries; expected one per slot (" + std::to_string(T) + ")");
-        y = b.slot_target_id[t];
-      } else if (!b.labels.empty()) {
-        y = b.labels[r];
-      }
-      if (need_labels && (y < 0 || y >= V))
-        return InvalidArgumentError("DgcaModel: target of slot " + std::to_string(t) + " (" +
-                                    Where("labels", r, L) + ") = " + std::to_string(y) +
-                                    " outside [0, vocab_size=" + std::to_string(V) + ")");
-      targets_.push_back(y);
-    }
-    if (heads_on_) {
-      if (b.slot_source_id.size() != static_cast<size_t>(T))
-        return InvalidArgumentError("DgcaModel: batch.slot_source_id has " +
-                                    std::to_string(b.slot_source_id.size()) +
-                                    " entries; the DGCA heads need one per slot (" +
-                                    std::to_string(T) + ")");
-      if (heads_.candidate_enabled() &&
-          (b.top_k != heads_.top_k() ||
-           b.candidates.size() != static_cast<size_t>(T) * heads_.top_k()))
-        return InvalidArgumentError("DgcaModel: batch.candidates has " +
-                                    std::to_string(b.candidates.size()) + " entries with top_k " +
-                                    std::to_string(b.top_k) + "; the model needs top_k " +
-                                    std::to_string(heads_.top_k()) + " and slots*top_k = " +
-                                    std::to_string(static_cast<int64_t>(T) * heads_.top_k()));
-    }
-    if (!b.mft_labels.empty()) {
-      for (size_t i = 0; i < N; ++i) {
-        if (b.mft_labels[i] == -100) continue;
-        if (mark_[i])
-          return InvalidArgumentError("DgcaModel: " + Where("mft_labels", i, L) +
-                                      " is set on a target slot");
-        rows_.push_back(static_cast<int32_t>(i));
-        targets_.push_back(b.mft_labels[i]);
-      }
-    }
-    if (rows_.size() > static_cast<size_t>(max_rows_))
-      return InvalidArgumentError(
-          "DgcaModel: " + std::to_string(rows_.size()) +
-          " labelled positions (target slots + MFT) exceed the model's limit of " +
-          std::to_string(max_rows_) + " (max_batch * (seq_len - 2 - 2P))");
+  // Checks b (errors name the field and index) and lays it out for the
+  // encoder at its trimmed length.
+  Status CheckAndTrim(const Batch& b, bool need_labels) {
+    DGCA_RETURN_IF_ERROR(index_.Check(b, need_labels));
     Trim(b);
     return OkStatus();
   }
@@ -262,24 +148,20 @@ class CpuDgcaModel final : public DgcaModel {
   // remaps rows_.
   void Trim(const Batch& b) {
     const int B = b.batch_size, L = b.seq_len;
-    int le = 1;
-    for (int r = 0; r < B; ++r)
-      for (int pos = L - 1; pos >= le; --pos)
-        if (b.attention_mask[static_cast<size_t>(r) * L + pos] != 0) {
-          le = pos + 1;
-          break;
-        }
-    for (int32_t row : rows_) le = std::max(le, row % L + 1);
+    const int le = index_.TrimmedLength(b, /*multiple=*/1);
     L_eff_ = le;
+    const std::vector<int32_t>& types = index_.token_types();
+    const std::vector<int32_t>& slots = index_.prompt_slots();
     for (int r = 0; r < B; ++r)
       for (int pos = 0; pos < le; ++pos) {
         const size_t src = static_cast<size_t>(r) * L + pos, dst = static_cast<size_t>(r) * le + pos;
         ids_[dst] = b.input_ids[src];
         mask_[dst] = b.attention_mask[src];
-        types_[dst] = types_[src];  // dst <= src: in-place forward copy is safe
-        slots_[dst] = slots_[src];
+        types_[dst] = types[src];
+        slots_[dst] = slots[src];
       }
-    for (int32_t& row : rows_) row = (row / L) * le + row % L;
+    rows_.clear();
+    for (int32_t row : index_.rows()) rows_.push_back((row / L) * le + row % L);
   }
 
   void RunEncoder(const Batch& b) {
@@ -296,7 +178,7 @@ class CpuDgcaModel final : public DgcaModel {
     const bool have_labels = !b.slot_target_id.empty() || !b.labels.empty();
     if (backward && !have_labels && T > 0)
       return InvalidArgumentError("DgcaModel: ForwardBackward needs batch.labels or slot_target_id");
-    DGCA_RETURN_IF_ERROR(Validate(b, /*need_labels=*/have_labels));
+    DGCA_RETURN_IF_ERROR(CheckAndTrim(b, /*need_labels=*/have_labels));
     RunEncoder(b);
     LossBreakdown lb;
     lb.target_slots = T;
@@ -316,13 +198,13 @@ class CpuDgcaModel final : public DgcaModel {
         DGCA_RETURN_IF_ERROR(heads_.Forward(
             bert_.gathered(), z, store_.value(bert_.word_embeddings_index()),
             heads_.candidate_enabled() ? b.candidates.data() : nullptr, b.slot_source_id.data(),
-            targets_.data(), T, V, &hl));
+            index_.targets().data(), T, V, &hl));
         lb.fusion = hl.fusion;
         lb.detector = hl.detector;
         lb.candidate = hl.candidate;
         lb.total = hl.total;
       } else {
-        const double sum = cpu::CrossEntropy(ctx_, dz, z, targets_.data(), T, V,
+        const double sum = cpu::CrossEntropy(ctx_, dz, z, index_.targets().data(), T, V,
                                              grad_scale / static_cast<float>(T), nullptr);
         lb.fusion = sum / T;
         lb.total = lb.fusion;
@@ -333,7 +215,7 @@ class CpuDgcaModel final : public DgcaModel {
       const size_t off = static_cast<size_t>(T) * V;
       const double sum =
           cpu::CrossEntropy(ctx_, dz != nullptr ? dz + off : nullptr, z + off,
-                            targets_.data() + T, M, V, grad_scale / static_cast<float>(M), nullptr);
+                            index_.targets().data() + T, M, V, grad_scale / static_cast<float>(M), nullptr);
       lb.mft = sum / M;
       lb.total += lb.mft;
     }
@@ -375,12 +257,12 @@ class CpuDgcaModel final : public DgcaModel {
   PromptEncoder prompt_;
   DgcaHeads heads_;
   bool heads_on_;
+  BatchIndex index_;  // the checked batch: token types, prompt slots, labelled rows and targets
   // Per-batch scratch (allocated once).
   // The batch's inputs at stride L_eff_ (see Trim), and the gathered rows
   // (target slots, then MFT positions) with their targets.
-  std::vector<int32_t> ids_, mask_, types_, slots_, rows_, targets_;
+  std::vector<int32_t> ids_, mask_, types_, slots_, rows_;
   int L_eff_ = 1;
-  std::vector<uint8_t> mark_;
   std::vector<float> dprompt_, dh_heads_;
 };
 
