@@ -214,7 +214,7 @@ def bert_errors(device, low, seed, mode="pure"):
 # --------------------------------------------------------------- model check
 
 def check_batch(lengths, L, rnd, device):
-    """model_check.cc MakeBatch in torch_dgca's batch dict: [CLS] prompt*P
+    """model/nn/synthetic_batch.cc SyntheticBatch (mft on) in torch_dgca's batch dict: [CLS] prompt*P
     source (MFT-masked where correct and odd) prompt*P [MASK]*n [SEP]; one
     or two errors per row; K = 4 candidates: the source, the target for
     even slots, padding (-1) last for every third slot."""

@@ -21,6 +21,7 @@
 #include "model/cuda/cuda_model.h"
 #include "model/nn/model.h"
 #include "model/nn/params.h"
+#include "model/nn/synthetic_batch.h"
 #include "model/train/optimizer.h"
 
 namespace dgca {
@@ -30,7 +31,6 @@ namespace {
 using Rng = std::mt19937_64;
 using Rows = std::vector<CheckRow>;
 
-constexpr int kCls = 2, kSep = 3, kMask = 4, kPad = 0;
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
 ModelConfig CheckConfig() {
@@ -50,65 +50,6 @@ ModelConfig CheckConfig() {
   c.lambda_detector = 0.7f;
   c.lambda_candidate = 0.4f;
   return c;
-}
-
-// A ReLM batch as model_test.cc's MakeBatch: rows of `lengths` characters,
-// one or two errors per row, MFT masks on some correct characters,
-// candidates that contain the target for some slots and padding for others.
-Batch MakeBatch(const ModelConfig& c, int L, const std::vector<int>& lengths, uint32_t seed) {
-  std::mt19937 rng(seed);
-  auto tok = [&]() { return 5 + static_cast<int>(rng() % (c.vocab_size - 5)); };
-  const int P = c.prompt_length, B = static_cast<int>(lengths.size());
-  Batch b;
-  b.batch_size = B;
-  b.seq_len = L;
-  b.input_ids.assign(B * L, kPad);
-  b.attention_mask.assign(B * L, 0);
-  b.token_type_ids.assign(B * L, 0);
-  b.prompt_slot.assign(B * L, -1);
-  b.labels.assign(B * L, -100);
-  b.mft_labels.assign(B * L, -100);
-  b.top_k = c.candidate_top_k;
-  for (int r = 0; r < B; ++r) {
-    const int n = lengths[r];
-    int32_t* ids = &b.input_ids[r * L];
-    std::vector<int> src(n), trg(n);
-    for (int i = 0; i < n; ++i) src[i] = trg[i] = tok();
-    trg[r % n] = tok();
-    if (n > 3) trg[n - 1] = tok();
-    int pos = 0;
-    ids[pos++] = kCls;
-    for (int k = 0; k < P; ++k) b.prompt_slot[r * L + pos] = k, ids[pos++] = kCls;
-    for (int i = 0; i < n; ++i) {
-      ids[pos] = src[i];
-      if (src[i] == trg[i] && i % 2 == 1) {
-        ids[pos] = kMask;
-        b.mft_labels[r * L + pos] = src[i];
-      }
-      ++pos;
-    }
-    for (int k = 0; k < P; ++k) b.prompt_slot[r * L + pos] = P + k, ids[pos++] = kSep;
-    for (int i = 0; i < n; ++i) {
-      ids[pos] = kMask;
-      b.labels[r * L + pos] = trg[i];
-      b.slot_index.push_back(r * L + pos);
-      b.slot_source_id.push_back(src[i]);
-      b.slot_target_id.push_back(trg[i]);
-      const int K = c.candidate_top_k;
-      b.candidates.push_back(src[i]);
-      for (int k = 1; k < K; ++k) {
-        if (k == 1 && i % 2 == 0) b.candidates.push_back(trg[i]);        // y in C
-        else if (k == K - 1 && i % 3 == 0) b.candidates.push_back(-1);  // padding
-        else b.candidates.push_back(tok());
-      }
-      ++pos;
-    }
-    ids[pos++] = kSep;
-    for (int j = 0; j < pos; ++j) b.attention_mask[r * L + j] = 1;
-    b.row_length.push_back(n);
-    b.sample_index.push_back(r);
-  }
-  return b;
 }
 
 // fp16 runs scale the loss by this (a power of two: exact to undo) so the
@@ -252,8 +193,8 @@ Status CheckModel(Precision prec, const CudaContext& ctx, Rng* rng, Rows* rows) 
   const uint32_t bseed = static_cast<uint32_t>((*rng)());
   // Row lengths: 2n + 2P + 2 <= L = 32 -> n <= 13; batch 2 has trailing
   // all-padding columns (Trim).
-  const Batch b1 = MakeBatch(cfg, L, {9, 12, 6, 13}, bseed);
-  const Batch b2 = MakeBatch(cfg, L, {7, 10, 5}, bseed + 1);
+  const Batch b1 = SyntheticBatch(cfg, L, {9, 12, 6, 13}, /*mft=*/true, bseed);
+  const Batch b2 = SyntheticBatch(cfg, L, {7, 10, 5}, /*mft=*/true, bseed + 1);
 
   const float loss_scale = fp16 ? kCheckLossScale : 1.0f;
   gpu->set_loss_scale(loss_scale);
@@ -368,13 +309,13 @@ Status CheckGraphs(Precision prec, const CudaContext& ctx, Rng* rng, Rows* rows)
   }
   graphed->set_cuda_graphs(true);
   const uint32_t bseed = static_cast<uint32_t>((*rng)());
-  const Batch b1 = MakeBatch(cfg, L, {9, 12, 6, 13}, bseed);
-  const Batch b2 = MakeBatch(cfg, L, {7, 10, 5}, bseed + 1);
+  const Batch b1 = SyntheticBatch(cfg, L, {9, 12, 6, 13}, /*mft=*/true, bseed);
+  const Batch b2 = SyntheticBatch(cfg, L, {7, 10, 5}, /*mft=*/true, bseed + 1);
   // b3: b1's batch size and trimmed length with other rows, slots and
   // labels, so it replays b1's graphs: what the key leaves out (head rows,
   // target slots, contents, and the grad scale, which alternates) must not
   // be baked into them.
-  const Batch b3 = MakeBatch(cfg, L, {13, 5, 8, 11}, bseed + 2);
+  const Batch b3 = SyntheticBatch(cfg, L, {13, 5, 8, 11}, /*mft=*/true, bseed + 2);
   double loss_diff = 0;
   int step = 0;
   for (const Batch* b : {&b1, &b2, &b1, &b3, &b2, &b3}) {

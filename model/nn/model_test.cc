@@ -4,6 +4,7 @@
 // term, detector, candidate head, gated fusion), the GradReadyFn contract,
 // reproducibility, and clear errors for bad batches.
 #include "model/nn/model.h"
+#include "model/nn/synthetic_batch.h"
 
 #include <gtest/gtest.h>
 
@@ -15,8 +16,6 @@
 
 namespace dgca {
 namespace {
-
-constexpr int kCls = 2, kSep = 3, kMask = 4, kPad = 0;
 
 ModelConfig TinyConfig(PromptEncoderKind prompt, bool heads) {
   ModelConfig c;
@@ -37,65 +36,6 @@ ModelConfig TinyConfig(PromptEncoderKind prompt, bool heads) {
   return c;
 }
 
-// A ReLM batch (batch.h layout) with rows of `lengths` characters, one or
-// two errors per row, MFT masks on some correct characters, candidates
-// that contain the target for some slots and padding for others.
-Batch MakeBatch(const ModelConfig& c, int L, const std::vector<int>& lengths, bool mft,
-                uint32_t seed) {
-  std::mt19937 rng(seed);
-  auto tok = [&]() { return 5 + static_cast<int>(rng() % (c.vocab_size - 5)); };
-  const int P = c.prompt_length, B = static_cast<int>(lengths.size());
-  Batch b;
-  b.batch_size = B;
-  b.seq_len = L;
-  b.input_ids.assign(B * L, kPad);
-  b.attention_mask.assign(B * L, 0);
-  b.token_type_ids.assign(B * L, 0);
-  b.prompt_slot.assign(B * L, -1);
-  b.labels.assign(B * L, -100);
-  b.mft_labels.assign(B * L, -100);
-  b.top_k = c.candidate_top_k;
-  for (int r = 0; r < B; ++r) {
-    const int n = lengths[r];
-    int* ids = &b.input_ids[r * L];
-    std::vector<int> src(n), trg(n);
-    for (int i = 0; i < n; ++i) src[i] = trg[i] = tok();
-    trg[r % n] = tok();
-    if (n > 3) trg[n - 1] = tok();
-    int pos = 0;
-    ids[pos++] = kCls;
-    for (int k = 0; k < P; ++k) b.prompt_slot[r * L + pos] = k, ids[pos++] = kCls;
-    for (int i = 0; i < n; ++i) {
-      ids[pos] = src[i];
-      if (mft && src[i] == trg[i] && i % 2 == 1) {
-        ids[pos] = kMask;
-        b.mft_labels[r * L + pos] = src[i];
-      }
-      ++pos;
-    }
-    for (int k = 0; k < P; ++k) b.prompt_slot[r * L + pos] = P + k, ids[pos++] = kSep;
-    for (int i = 0; i < n; ++i) {
-      ids[pos] = kMask;
-      b.labels[r * L + pos] = trg[i];
-      b.slot_index.push_back(r * L + pos);
-      b.slot_source_id.push_back(src[i]);
-      b.slot_target_id.push_back(trg[i]);
-      const int K = c.candidate_top_k;
-      b.candidates.push_back(src[i]);
-      for (int k = 1; k < K; ++k) {
-        if (k == 1 && i % 2 == 0) b.candidates.push_back(trg[i]);  // y in C for even slots
-        else if (k == K - 1 && i % 3 == 0) b.candidates.push_back(-1);  // padding
-        else b.candidates.push_back(tok());
-      }
-      ++pos;
-    }
-    ids[pos++] = kSep;
-    for (int j = 0; j < pos; ++j) b.attention_mask[r * L + j] = 1;
-    b.row_length.push_back(n);
-    b.sample_index.push_back(r);
-  }
-  return b;
-}
 
 std::unique_ptr<DgcaModel> MakeModel(const ModelConfig& c, int B, int L, int threads,
                                      uint64_t seed = 11) {
@@ -109,7 +49,7 @@ std::unique_ptr<DgcaModel> MakeModel(const ModelConfig& c, int B, int L, int thr
 // double) against grad . direction.
 void CheckAllTensorsByFiniteDifferences(const ModelConfig& c, bool mft) {
   const int L = 16;
-  Batch b = MakeBatch(c, L, {4, 6}, mft, 5);
+  Batch b = SyntheticBatch(c, L, {4, 6}, mft, 5);
   auto m = MakeModel(c, 2, L, 1);
   ASSERT_NE(m, nullptr);
   ParamStore& s = m->params();
@@ -172,7 +112,7 @@ TEST(DgcaModel, DeclarationOrderAndGradReadyContract) {
   ParamStore& s = m->params();
   EXPECT_EQ(s.info(0).name, "bert.embeddings.word_embeddings.weight");
   EXPECT_EQ(s.info(1).name, "prompt.embedding.weight");
-  Batch b = MakeBatch(c, L, {4, 6}, true, 9);
+  Batch b = SyntheticBatch(c, L, {4, 6}, true, 9);
   // Two micro-steps, as in accumulation: at each callback, the tensors
   // [first, size) must already hold their final value for this call.
   s.ZeroGrads();
@@ -197,7 +137,7 @@ TEST(DgcaModel, DeclarationOrderAndGradReadyContract) {
 TEST(DgcaModel, ReproducibleAndAccumulates) {
   const ModelConfig c = TinyConfig(PromptEncoderKind::kLstm, true);
   const int L = 16;
-  Batch b = MakeBatch(c, L, {4, 6}, true, 13);
+  Batch b = SyntheticBatch(c, L, {4, 6}, true, 13);
   auto a = MakeModel(c, 2, L, 2, 99);
   auto z = MakeModel(c, 2, L, 2, 99);
   ASSERT_TRUE(a && z);
@@ -222,7 +162,7 @@ TEST(DgcaModel, ReproducibleAndAccumulates) {
   }
   EXPECT_LT(std::sqrt(num / den), 1e-6);
   // A smaller batch than max_batch works; Predict gives one id per slot.
-  Batch small = MakeBatch(c, L, {5}, false, 17);
+  Batch small = SyntheticBatch(c, L, {5}, false, 17);
   auto p = a->Predict(small);
   ASSERT_TRUE(p.ok()) << p.status().ToString();
   EXPECT_EQ(p->size(), small.slot_index.size());
@@ -249,7 +189,7 @@ TEST(DgcaModel, EmptyBatchAndUnlabelledForward) {
   ASSERT_TRUE(p.ok());
   EXPECT_TRUE(p->empty());
   // Without labels Forward runs and reports no loss; ForwardBackward refuses.
-  Batch b = MakeBatch(c, L, {4, 6}, false, 23);
+  Batch b = SyntheticBatch(c, L, {4, 6}, false, 23);
   b.labels.clear();
   b.slot_target_id.clear();
   auto f = m->Forward(b);
@@ -267,7 +207,7 @@ TEST(DgcaModel, ExtraTrailingPaddingChangesNothing) {
   const int L = 16, L2 = 24;
   auto m = MakeModel(c, 2, L2, 2);
   ASSERT_NE(m, nullptr);
-  const Batch a = MakeBatch(c, L, {3, 5}, true, 29);
+  const Batch a = SyntheticBatch(c, L, {3, 5}, true, 29);
   Batch p = a;
   p.seq_len = L2;
   auto widen = [&](const std::vector<int32_t>& v, int32_t fill) {
@@ -276,7 +216,7 @@ TEST(DgcaModel, ExtraTrailingPaddingChangesNothing) {
       for (int j = 0; j < L; ++j) w[r * L2 + j] = v[r * L + j];
     return w;
   };
-  p.input_ids = widen(a.input_ids, kPad);
+  p.input_ids = widen(a.input_ids, kSyntheticPad);
   p.attention_mask = widen(a.attention_mask, 0);
   p.token_type_ids = widen(a.token_type_ids, 0);
   p.prompt_slot = widen(a.prompt_slot, -1);
@@ -310,7 +250,7 @@ TEST(DgcaModel, BadInputsGiveClearErrors) {
     ASSERT_FALSE(r.ok()) << needle;
     EXPECT_NE(r.status().message().find(needle), std::string::npos) << r.status().ToString();
   };
-  const Batch good = MakeBatch(c, L, {4, 6}, false, 21);
+  const Batch good = SyntheticBatch(c, L, {4, 6}, false, 21);
   ASSERT_TRUE(m->ForwardBackward(good, 1.0f, GradReadyFn()).ok());
   Batch b = good;
   b.input_ids[L + 3] = 30;
@@ -318,7 +258,7 @@ TEST(DgcaModel, BadInputsGiveClearErrors) {
   b = good;
   b.attention_mask.pop_back();
   expect_err(b, "attention_mask");
-  b = MakeBatch(c, L, {4, 6, 5}, false, 22);
+  b = SyntheticBatch(c, L, {4, 6, 5}, false, 22);
   expect_err(b, "max_batch");
   b = good;
   b.slot_index[0] = 999;

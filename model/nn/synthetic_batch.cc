@@ -1,0 +1,63 @@
+#include "model/nn/synthetic_batch.h"
+
+#include <random>
+
+namespace dgca {
+
+Batch SyntheticBatch(const ModelConfig& c, int L, const std::vector<int>& lengths, bool mft, uint32_t seed) {
+  std::mt19937 rng(seed);
+  auto tok = [&]() { return 5 + static_cast<int>(rng() % (c.vocab_size - 5)); };
+  const int P = c.prompt_length, B = static_cast<int>(lengths.size());
+  Batch b;
+  b.batch_size = B;
+  b.seq_len = L;
+  b.input_ids.assign(B * L, kSyntheticPad);
+  b.attention_mask.assign(B * L, 0);
+  b.token_type_ids.assign(B * L, 0);
+  b.prompt_slot.assign(B * L, -1);
+  b.labels.assign(B * L, -100);
+  b.mft_labels.assign(B * L, -100);
+  b.top_k = c.candidate_top_k;
+  for (int r = 0; r < B; ++r) {
+    const int n = lengths[r];
+    int32_t* ids = &b.input_ids[r * L];
+    std::vector<int> src(n), trg(n);
+    for (int i = 0; i < n; ++i) src[i] = trg[i] = tok();
+    trg[r % n] = tok();
+    if (n > 3) trg[n - 1] = tok();
+    int pos = 0;
+    ids[pos++] = kSyntheticCls;
+    for (int k = 0; k < P; ++k) b.prompt_slot[r * L + pos] = k, ids[pos++] = kSyntheticCls;
+    for (int i = 0; i < n; ++i) {
+      ids[pos] = src[i];
+      if (mft && src[i] == trg[i] && i % 2 == 1) {
+        ids[pos] = kSyntheticMask;
+        b.mft_labels[r * L + pos] = src[i];
+      }
+      ++pos;
+    }
+    for (int k = 0; k < P; ++k) b.prompt_slot[r * L + pos] = P + k, ids[pos++] = kSyntheticSep;
+    for (int i = 0; i < n; ++i) {
+      ids[pos] = kSyntheticMask;
+      b.labels[r * L + pos] = trg[i];
+      b.slot_index.push_back(r * L + pos);
+      b.slot_source_id.push_back(src[i]);
+      b.slot_target_id.push_back(trg[i]);
+      const int K = c.candidate_top_k;
+      b.candidates.push_back(src[i]);
+      for (int k = 1; k < K; ++k) {
+        if (k == 1 && i % 2 == 0) b.candidates.push_back(trg[i]);  // y in C for even slots
+        else if (k == K - 1 && i % 3 == 0) b.candidates.push_back(-1);  // padding
+        else b.candidates.push_back(tok());
+      }
+      ++pos;
+    }
+    ids[pos++] = kSyntheticSep;
+    for (int j = 0; j < pos; ++j) b.attention_mask[r * L + j] = 1;
+    b.row_length.push_back(n);
+    b.sample_index.push_back(r);
+  }
+  return b;
+}
+
+}  // namespace dgca
