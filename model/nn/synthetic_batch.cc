@@ -1,5 +1,6 @@
 #include "model/nn/synthetic_batch.h"
 
+#include <algorithm>
 #include <random>
 
 namespace dgca {
@@ -54,6 +55,60 @@ Batch SyntheticBatch(const ModelConfig& c, int L, const std::vector<int>& length
     }
     ids[pos++] = kSyntheticSep;
     for (int j = 0; j < pos; ++j) b.attention_mask[r * L + j] = 1;
+    b.row_length.push_back(n);
+    b.sample_index.push_back(r);
+  }
+  return b;
+}
+
+namespace {
+constexpr int kBertCls = 101, kBertSep = 102, kBertMask = 103;  // BERT-Chinese vocab ids, as torch_dgca.py
+}  // namespace
+
+Batch BenchmarkBatch(const ModelConfig& c, int B, int L, uint32_t seed) {
+  std::mt19937 rng(seed);
+  const int P = c.prompt_length, K = c.candidate_top_k;
+  const int n = std::max(0, (L - 2 - 2 * P) / 2);
+  const int lo = std::min(670, c.vocab_size - 1), hi = std::min(8000, c.vocab_size);
+  std::uniform_int_distribution<int> tok(lo, std::max(lo, hi - 1));
+  std::uniform_real_distribution<float> u(0.0f, 1.0f);
+  Batch b;
+  b.batch_size = B;
+  b.seq_len = L;
+  b.input_ids.assign(static_cast<size_t>(B) * L, 0);
+  b.attention_mask.assign(static_cast<size_t>(B) * L, 0);
+  b.prompt_slot.assign(static_cast<size_t>(B) * L, -1);
+  b.mft_labels.assign(static_cast<size_t>(B) * L, -100);
+  b.top_k = K;
+  for (int r = 0; r < B; ++r) {
+    const size_t row = static_cast<size_t>(r) * L;
+    std::vector<int> src(n), trg(n);
+    std::vector<bool> mft(n);
+    for (int i = 0; i < n; ++i) {
+      src[i] = tok(rng);
+      const bool err = u(rng) < 0.1f;
+      trg[i] = err ? tok(rng) : src[i];
+      mft[i] = !err && u(rng) < 0.3f;
+    }
+    int32_t* ids = &b.input_ids[row];
+    ids[0] = kBertCls;
+    for (int k = 0; k < P; ++k) ids[1 + k] = kBertCls, b.prompt_slot[row + 1 + k] = k;
+    for (int i = 0; i < n; ++i) {
+      const int pos = 1 + P + i;
+      ids[pos] = mft[i] ? kBertMask : src[i];
+      if (mft[i]) b.mft_labels[row + pos] = src[i];
+    }
+    for (int k = 0; k < P; ++k) ids[1 + P + n + k] = kBertSep, b.prompt_slot[row + 1 + P + n + k] = P + k;
+    for (int i = 0; i < n; ++i) {
+      const int pos = 1 + 2 * P + n + i;
+      ids[pos] = kBertMask;
+      b.slot_index.push_back(static_cast<int32_t>(row + pos));
+      b.slot_source_id.push_back(src[i]);
+      b.slot_target_id.push_back(trg[i]);
+      for (int k = 0; k < K; ++k) b.candidates.push_back(k == 0 ? src[i] : k == 1 ? trg[i] : tok(rng));
+    }
+    ids[1 + 2 * P + 2 * n] = kBertSep;
+    for (int j = 0; j < std::min(L, 2 + 2 * P + 2 * n); ++j) b.attention_mask[row + j] = 1;
     b.row_length.push_back(n);
     b.sample_index.push_back(r);
   }

@@ -83,14 +83,13 @@
 #include "model/cuda/cuda_model.h"
 #include "model/cuda/gemm.h"
 #include "model/cuda/step_profiler.h"
+#include "model/nn/synthetic_batch.h"
 #include "model/train/optimizer.h"
 
 namespace {
 
 using dgca::Batch;
 using dgca::ModelConfig;
-
-constexpr int kCls = 101, kSep = 102, kMask = 103;  // BERT-Chinese vocab ids, as torch_dgca.py
 
 struct Args {
   std::string preset = "bert-base";
@@ -185,57 +184,6 @@ int AttentionBench(const Args& a, dgca::cuda::DType t, const ModelConfig& cfg, c
                 DescribeTiming(*timing).c_str());
   }
   return 0;
-}
-
-// As bench/torch_dgca.py make_batch (layout and sizes; own random numbers).
-Batch MakeBatch(const ModelConfig& c, int B, int L, uint32_t seed) {
-  std::mt19937 rng(seed);
-  const int P = c.prompt_length, K = c.candidate_top_k;
-  const int n = std::max(0, (L - 2 - 2 * P) / 2);
-  const int lo = std::min(670, c.vocab_size - 1), hi = std::min(8000, c.vocab_size);
-  std::uniform_int_distribution<int> tok(lo, std::max(lo, hi - 1));
-  std::uniform_real_distribution<float> u(0.0f, 1.0f);
-  Batch b;
-  b.batch_size = B;
-  b.seq_len = L;
-  b.input_ids.assign(static_cast<size_t>(B) * L, 0);
-  b.attention_mask.assign(static_cast<size_t>(B) * L, 0);
-  b.prompt_slot.assign(static_cast<size_t>(B) * L, -1);
-  b.mft_labels.assign(static_cast<size_t>(B) * L, -100);
-  b.top_k = K;
-  for (int r = 0; r < B; ++r) {
-    const size_t row = static_cast<size_t>(r) * L;
-    std::vector<int> src(n), trg(n);
-    std::vector<bool> mft(n);
-    for (int i = 0; i < n; ++i) {
-      src[i] = tok(rng);
-      const bool err = u(rng) < 0.1f;
-      trg[i] = err ? tok(rng) : src[i];
-      mft[i] = !err && u(rng) < 0.3f;
-    }
-    int32_t* ids = &b.input_ids[row];
-    ids[0] = kCls;
-    for (int k = 0; k < P; ++k) ids[1 + k] = kCls, b.prompt_slot[row + 1 + k] = k;
-    for (int i = 0; i < n; ++i) {
-      const int pos = 1 + P + i;
-      ids[pos] = mft[i] ? kMask : src[i];
-      if (mft[i]) b.mft_labels[row + pos] = src[i];
-    }
-    for (int k = 0; k < P; ++k) ids[1 + P + n + k] = kSep, b.prompt_slot[row + 1 + P + n + k] = P + k;
-    for (int i = 0; i < n; ++i) {
-      const int pos = 1 + 2 * P + n + i;
-      ids[pos] = kMask;
-      b.slot_index.push_back(static_cast<int32_t>(row + pos));
-      b.slot_source_id.push_back(src[i]);
-      b.slot_target_id.push_back(trg[i]);
-      for (int k = 0; k < K; ++k) b.candidates.push_back(k == 0 ? src[i] : k == 1 ? trg[i] : tok(rng));
-    }
-    ids[1 + 2 * P + 2 * n] = kSep;
-    for (int j = 0; j < std::min(L, 2 + 2 * P + 2 * n); ++j) b.attention_mask[row + j] = 1;
-    b.row_length.push_back(n);
-    b.sample_index.push_back(r);
-  }
-  return b;
 }
 
 // bench/torch_dgca.py flops_per_sample.
@@ -337,7 +285,7 @@ int main(int argc, char** argv) {
   const char* attention = m.fused_attention() ? "fused" : "gemm";
   const int accum = a.batch / a.micro;
   std::vector<Batch> batches;
-  for (int i = 0; i < accum; ++i) batches.push_back(MakeBatch(*cfg, a.micro, a.seq, 1000u + i));
+  for (int i = 0; i < accum; ++i) batches.push_back(dgca::BenchmarkBatch(*cfg, a.micro, a.seq, 1000u + i));
   dgca::AdamWOptions opt;
   opt.weight_decay = 0.01f;
   const float lr = 1e-4f;
