@@ -71,7 +71,7 @@ Status BertEmbedSum(cudaStream_t stream, T* out, int32_t* pos_ids, int32_t* type
   BertEmbedSumKernel<T><<<Blocks(int64_t(N) * H, 256), 256, 0, stream>>>(
       out, pos_ids, type_ids, word_ids, prompt_ids, ids, token_types, prompt_slot, prompt_rows,
       word_table, pos_table, type_table, N, L, H);
-  return CudaStatus(cudaGetLastError(), "BertEmbedSum");
+  return Launched("BertEmbedSum");
 }
 
 template <typename T>
@@ -80,7 +80,7 @@ Status ScatterRowsAdd(cudaStream_t stream, T* dst, const int32_t* rows, const T*
   if (R <= 0 || H <= 0) return OkStatus();
   ScatterRowsAddKernel<T><<<Blocks(int64_t(R) * H, 256), 256, 0, stream>>>(dst, rows, src, extra,
                                                                           extra_rows, R, H);
-  return CudaStatus(cudaGetLastError(), "ScatterRowsAdd");
+  return Launched("ScatterRowsAdd");
 }
 
 #define DGCA_INSTANTIATE(T)                                                                       \

@@ -13,6 +13,8 @@ Status CudaStatus(cudaError_t err, const std::string& what) {
   return InternalError(m);
 }
 
+Status Launched(const char* what) { return CudaStatus(cudaGetLastError(), what); }
+
 Status CublasStatus(cublasStatus_t st, const std::string& what) {
   if (st == CUBLAS_STATUS_SUCCESS) return OkStatus();
   return InternalError(what + ": cuBLASLt status " + std::to_string(static_cast<int>(st)) + " (" +

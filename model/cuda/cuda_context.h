@@ -30,6 +30,9 @@ namespace cuda {
 // INTERNAL "<what>: <cudaErrorName> (<cudaGetErrorString>)" for an error,
 // OK for cudaSuccess.
 Status CudaStatus(cudaError_t err, const std::string& what);
+// The kernel launch just made: CudaStatus(cudaGetLastError(), what) —
+// a bad launch configuration, or an earlier asynchronous error.
+Status Launched(const char* what);
 // INTERNAL "<what>: cuBLASLt status <n> (<name>)" unless SUCCESS.
 Status CublasStatus(cublasStatus_t st, const std::string& what);
 

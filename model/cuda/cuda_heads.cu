@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "model/cuda/kernels.h"
+#include "model/cuda/warp_reduce.cuh"
 
 namespace dgca {
 namespace cuda {
@@ -35,42 +36,6 @@ namespace {
 constexpr int kThreads = 256;       // per-slot kernels over H and K
 constexpr int kVocabThreads = 512;  // per-slot kernels over V
 constexpr int kColThreads = 128;    // column-owner kernels
-
-Status Launched(const char* what) { return CudaStatus(cudaGetLastError(), what); }
-
-__device__ __forceinline__ float WarpSum(float x) {
-  for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
-  return x;
-}
-__device__ __forceinline__ float WarpMax(float x) {
-  for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
-  return x;
-}
-__device__ __forceinline__ double WarpSumD(double x) {
-  for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
-  return x;
-}
-// Block-wide reduction (blockDim.x a multiple of 32, <= 1024); every thread
-// gets the result; `sh` holds 32 floats. Fixed shuffle tree: deterministic.
-template <bool kMax>
-__device__ float BlockReduce(float x, float* sh) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-  x = kMax ? WarpMax(x) : WarpSum(x);
-  __syncthreads();  // sh may still be read by a previous reduction
-  if (lane == 0) sh[warp] = x;
-  __syncthreads();
-  float y = lane < nw ? sh[lane] : (kMax ? -INFINITY : 0.0f);
-  return kMax ? WarpMax(y) : WarpSum(y);
-}
-__device__ double BlockSumD(double x, double* sh) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-  x = WarpSumD(x);
-  __syncthreads();
-  if (lane == 0) sh[warp] = x;
-  __syncthreads();
-  double y = lane < nw ? sh[lane] : 0.0;
-  return WarpSumD(y);
-}
 
 // (value, id) argmax with ties to the smallest id; id INT_MAX = none.
 __device__ __forceinline__ bool Better(float v, int i, float bv, int bi) {

@@ -16,7 +16,6 @@ namespace {
 
 constexpr int kThreads = 256;
 
-Status Launched(const char* what) { return CudaStatus(cudaGetLastError(), what); }
 int Blocks(int64_t n) { return static_cast<int>((n + kThreads - 1) / kThreads); }
 
 __device__ __forceinline__ float Sigm(float v) { return 1.0f / (1.0f + expf(-v)); }

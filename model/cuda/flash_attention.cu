@@ -389,8 +389,6 @@ __global__ void __launch_bounds__(kThreads)
   WriteRows<T, D>(dqkv + (int64_t(b) * L + row0) * H3 + int64_t(h) * D, H3, L - row0, dq, scale, s_w);
 }
 
-Status Launched(const char* what) { return CudaStatus(cudaGetLastError(), what); }
-
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 Status CheckShape(DType type, int B, int L, int H, int nh, std::initializer_list<const void*> pointers,

@@ -60,7 +60,7 @@ Status Launch(cudaStream_t stream, const GemmArgs& g) {
       g.trans_a, g.trans_b, g.M, g.N, g.K, g.alpha, g.beta, static_cast<const Tin*>(g.A), g.lda,
       g.stride_a, static_cast<const Tin*>(g.B), g.ldb, g.stride_b, static_cast<Tout*>(g.C), g.ldc,
       g.stride_c, static_cast<const Tout*>(g.bias), static_cast<const Tout*>(g.C_in));
-  return CudaStatus(cudaGetLastError(), "FallbackGemm");
+  return Launched("FallbackGemm");
 }
 
 }  // namespace

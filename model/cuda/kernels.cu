@@ -8,37 +8,15 @@
 #include <cmath>
 
 #include "model/cuda/cuda_context.h"
+#include "model/cuda/warp_reduce.cuh"
 
 namespace dgca {
 namespace cuda {
 namespace {
 
-Status Launched(const char* what) { return CudaStatus(cudaGetLastError(), what); }
-
 int Blocks(int64_t n, int threads) {
   int64_t b = (n + threads - 1) / threads;
   return static_cast<int>(b > 65535 * 16 ? 65535 * 16 : b);  // grid-stride beyond
-}
-
-__device__ __forceinline__ float WarpSum(float x) {
-  for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
-  return x;
-}
-__device__ __forceinline__ float WarpMax(float x) {
-  for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
-  return x;
-}
-// Block-wide reduction (blockDim.x a multiple of 32, at most 1024); every
-// thread gets the result. `sh` holds 32 floats.
-template <bool kMax>
-__device__ float BlockReduce(float x, float* sh) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-  x = kMax ? WarpMax(x) : WarpSum(x);
-  __syncthreads();  // sh may still be read by a previous reduction
-  if (lane == 0) sh[warp] = x;
-  __syncthreads();
-  float y = lane < nw ? sh[lane] : (kMax ? -INFINITY : 0.0f);
-  return kMax ? WarpMax(y) : WarpSum(y);
 }
 
 template <typename T>
