@@ -793,44 +793,39 @@ Status CudaHeads<T>::CopyDenseWeight() {
 }
 
 template <typename T>
-Status CudaHeads<T>::Forward(const T* h, const T* z, const T* E, const int32_t* cand,
-                             const int32_t* x, const int32_t* y, int Tn, int V,
-                             HeadLosses* out) {
-  DGCA_RETURN_IF_ERROR(CheckHost(cand, x, y, Tn, V, /*need_y=*/true));
-  if (Tn > 0 && (h == nullptr || z == nullptr || (candidate_ && E == nullptr)))
-    return InvalidArgumentError("CudaHeads::Forward: h, z (and E with the candidate head) are required");
-  SetForwardInputs(h, z, E, Tn, V);
-  cudaStream_t stream = ctx_->stream();
-  if (Tn > 0) {
-    if (candidate_) {
-      DGCA_RETURN_IF_ERROR(CopyDenseWeight());
-      GemmArgs g;  // act = h W_c^T (fp32 out; b_c added by the slot kernel)
-      g.trans_a = false;
-      g.trans_b = true;
-      g.M = Tn;
-      g.N = H_;
-      g.K = H_;
-      g.A = h;
-      g.lda = H_;
-      g.B = wc_.get();
-      g.ldb = H_;
-      g.C = act_.get();
-      g.ldc = H_;
-      g.in_type = kDType<T>;
-      g.out_type = DType::kF32;
-      DGCA_RETURN_IF_ERROR(gemm_->Run(g));
-    }
-    FwdArgs<T> a{};
-    a.h = h;
-    a.z = z;
-    a.E = E;
+Status CudaHeads<T>::SlotForward(const T* h, const T* z, const T* E, const int32_t* cand,
+                                 const int32_t* x, const int32_t* y, int Tn, int V, int32_t* pred) {
+  const bool heads = pred == nullptr || gated_;
+  if (heads && candidate_) {
+    DGCA_RETURN_IF_ERROR(CopyDenseWeight());
+    GemmArgs g;  // act = h W_c^T (fp32 out; b_c added by the slot kernel)
+    g.trans_b = true;
+    g.M = Tn;
+    g.N = H_;
+    g.K = H_;
+    g.A = h;
+    g.lda = H_;
+    g.B = wc_.get();
+    g.ldb = H_;
+    g.C = act_.get();
+    g.ldc = H_;
+    g.in_type = kDType<T>;
+    g.out_type = DType::kF32;
+    DGCA_RETURN_IF_ERROR(gemm_->Run(g));
+  }
+  FwdArgs<T> a{};
+  a.h = h;
+  a.z = z;
+  a.E = E;
+  a.x = x;
+  a.y = y;
+  a.H = H_;
+  a.K = K_;
+  a.V = V;
+  a.eps = eps_;
+  a.pred = pred;
+  if (heads) {
     a.cand = candidate_ ? cand : nullptr;
-    a.x = x;
-    a.y = y;
-    a.H = H_;
-    a.K = K_;
-    a.V = V;
-    a.eps = eps_;
     a.det = detector_;
     a.cand_on = candidate_;
     a.gated = gated_;
@@ -848,26 +843,42 @@ Status CudaHeads<T>::Forward(const T* h, const T* z, const T* E, const int32_t* 
       a.ga = detector_ ? params_->master(g_a_) : nullptr;
       a.gb = params_->master(g_b_);
     }
-    a.cand_s = cand_.get();
-    a.y_s = y_.get();
-    a.label_s = label_.get();
-    a.e = e_.get();
-    a.gl = gl_.get();
-    a.act = act_.get();
-    a.nrm = nrm_.get();
-    a.u = u_.get();
-    a.rstd = rstd_.get();
-    a.logq = logq_.get();
-    a.logQ = logQ_.get();
-    a.zmax = zmax_.get();
-    a.zsum = zsum_.get();
-    a.loss_t = loss_t_.get();
-    a.wA = wA_.get();
-    a.wB = wB_.get();
-    const size_t shmem = static_cast<size_t>(K_) * (sizeof(double) + sizeof(int));
-    SlotForwardKernel<T, false><<<Tn, kThreads, shmem, stream>>>(a);
-    DGCA_RETURN_IF_ERROR(Launched("CudaHeads: SlotForwardKernel"));
   }
+  a.cand_s = cand_.get();
+  a.y_s = y_.get();
+  a.label_s = label_.get();
+  a.e = e_.get();
+  a.gl = gl_.get();
+  a.act = act_.get();
+  a.nrm = nrm_.get();
+  a.u = u_.get();
+  a.rstd = rstd_.get();
+  a.logq = logq_.get();
+  a.logQ = logQ_.get();
+  a.zmax = zmax_.get();
+  a.zsum = zsum_.get();
+  a.loss_t = loss_t_.get();
+  a.wA = wA_.get();
+  a.wB = wB_.get();
+  const size_t shmem = static_cast<size_t>(K_) * (sizeof(double) + sizeof(int));
+  if (pred != nullptr) {
+    SlotForwardKernel<T, true><<<Tn, kThreads, shmem, ctx_->stream()>>>(a);
+    return Launched("CudaHeads: SlotForwardKernel<predict>");
+  }
+  SlotForwardKernel<T, false><<<Tn, kThreads, shmem, ctx_->stream()>>>(a);
+  return Launched("CudaHeads: SlotForwardKernel");
+}
+
+template <typename T>
+Status CudaHeads<T>::Forward(const T* h, const T* z, const T* E, const int32_t* cand,
+                             const int32_t* x, const int32_t* y, int Tn, int V,
+                             HeadLosses* out) {
+  DGCA_RETURN_IF_ERROR(CheckHost(cand, x, y, Tn, V, /*need_y=*/true));
+  if (Tn > 0 && (h == nullptr || z == nullptr || (candidate_ && E == nullptr)))
+    return InvalidArgumentError("CudaHeads::Forward: h, z (and E with the candidate head) are required");
+  SetForwardInputs(h, z, E, Tn, V);
+  cudaStream_t stream = ctx_->stream();
+  if (Tn > 0) DGCA_RETURN_IF_ERROR(SlotForward(h, z, E, cand, x, y, Tn, V, /*pred=*/nullptr));
   ReduceLossesKernel<<<1, kThreads, 0, stream>>>(losses_.get(), loss_t_.get(), logQ_.get(), Tn,
                                                  detector_, candidate_, lambda_det_, lambda_cand_);
   DGCA_RETURN_IF_ERROR(Launched("CudaHeads: ReduceLossesKernel"));
@@ -1044,57 +1055,7 @@ Status CudaHeads<T>::Predict(const T* h, const T* z, const T* E, const int32_t* 
   if (Tn == 0) return OkStatus();
   if (pred == nullptr || z == nullptr || (gated_ && (h == nullptr || E == nullptr)))
     return InvalidArgumentError("CudaHeads::Predict: z, pred (and h, E when gated) are required");
-  cudaStream_t stream = ctx_->stream();
-  FwdArgs<T> a{};
-  a.h = h;
-  a.z = z;
-  a.E = E;
-  a.H = H_;
-  a.K = K_;
-  a.V = V;
-  a.eps = eps_;
-  a.pred = pred;
-  if (gated_) {  // fusion none predicts argmax z: no head runs (as the CPU)
-    DGCA_RETURN_IF_ERROR(CopyDenseWeight());
-    GemmArgs g;
-    g.trans_b = true;
-    g.M = Tn;
-    g.N = H_;
-    g.K = H_;
-    g.A = h;
-    g.lda = H_;
-    g.B = wc_.get();
-    g.ldb = H_;
-    g.C = act_.get();
-    g.ldc = H_;
-    g.in_type = kDType<T>;
-    g.out_type = DType::kF32;
-    DGCA_RETURN_IF_ERROR(gemm_->Run(g));
-    a.cand = cand;
-    a.det = detector_;
-    a.cand_on = true;
-    a.gated = true;
-    if (detector_) {
-      a.wd = params_->master(det_w_);
-      a.bd = params_->master(det_b_);
-      a.ga = params_->master(g_a_);
-    }
-    a.bc = params_->master(cd_b_);
-    a.gam = params_->master(ln_w_);
-    a.bet = params_->master(ln_b_);
-    a.wg = params_->master(g_w_);
-    a.gb = params_->master(g_b_);
-    a.e = e_.get();
-    a.gl = gl_.get();
-    a.act = act_.get();
-    a.nrm = nrm_.get();
-    a.u = u_.get();
-    a.rstd = rstd_.get();
-    a.logq = logq_.get();
-  }
-  const size_t shmem = static_cast<size_t>(K_) * (sizeof(double) + sizeof(int));
-  SlotForwardKernel<T, true><<<Tn, kThreads, shmem, stream>>>(a);
-  return Launched("CudaHeads: SlotForwardKernel<predict>");
+  return SlotForward(h, z, E, cand, x, /*y=*/nullptr, Tn, V, pred);
 }
 
 template class CudaHeads<float>;

@@ -161,6 +161,12 @@ class CudaHeads {
 
   // Copies W_c (weight<T>) into the aligned wc_ the GEMMs read.
   Status CopyDenseWeight();
+  // The slot kernel over Tn slots (Tn > 0), after the candidate head's
+  // dense layer where a head runs: per-slot loss terms (pred null: Forward,
+  // every head on), or predictions into pred (Predict: the heads run only
+  // when gated; fusion none predicts argmax z, as the CPU).
+  Status SlotForward(const T* h, const T* z, const T* E, const int32_t* cand, const int32_t* x,
+                     const int32_t* y, int Tn, int V, int32_t* pred);
   Status CheckHost(const void* cand, const void* x, const void* y, int slots, int V, bool need_y) const;
 
   int H_, K_;
