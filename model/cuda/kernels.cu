@@ -340,36 +340,32 @@ __global__ void MergeHeadsKernel(T* out, const T* ctx, int B, int L, int H, int 
   }
 }
 
+// Where element i of a [B, nh, L, d] head-major tensor (d = H / nh) sits
+// in a [B * L, row_stride] row-major matrix whose head h occupies columns
+// offset + h * d .. + d.
+__device__ __forceinline__ int64_t HeadElementOffset(int64_t i, int64_t row_stride, int64_t offset, int L,
+                                                     int d, int nh) {
+  const int e = int(i % d);
+  const int64_t bhl = i / d;
+  const int l = int(bhl % L);
+  const int64_t bh = bhl / L;
+  const int h = int(bh % nh);
+  const int64_t b = bh / nh;
+  return (b * L + l) * row_stride + offset + h * d + e;
+}
 template <typename T>
 __global__ void GatherHeadsKernel(T* dst, const T* src, int64_t row_stride, int64_t offset, int B, int L,
                                   int H, int nh) {
-  const int d = H / nh;
   const int64_t total = int64_t(B) * L * H;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
-    // i indexes dst [B, nh, L, d].
-    const int e = int(i % d);
-    const int64_t bhl = i / d;
-    const int l = int(bhl % L);
-    const int64_t bh = bhl / L;
-    const int h = int(bh % nh);
-    const int64_t b = bh / nh;
-    dst[i] = src[(b * L + l) * row_stride + offset + h * d + e];
-  }
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x)
+    dst[i] = src[HeadElementOffset(i, row_stride, offset, L, H / nh, nh)];
 }
 template <typename T>
 __global__ void ScatterHeadsKernel(T* dst, int64_t row_stride, int64_t offset, const T* src, int B, int L,
                                    int H, int nh) {
-  const int d = H / nh;
   const int64_t total = int64_t(B) * L * H;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
-    const int e = int(i % d);
-    const int64_t bhl = i / d;
-    const int l = int(bhl % L);
-    const int64_t bh = bhl / L;
-    const int h = int(bh % nh);
-    const int64_t b = bh / nh;
-    dst[(b * L + l) * row_stride + offset + h * d + e] = src[i];
-  }
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x)
+    dst[HeadElementOffset(i, row_stride, offset, L, H / nh, nh)] = src[i];
 }
 // One block per row.
 template <typename T>
