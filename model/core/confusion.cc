@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "model/core/json.h"
+#include "model/core/strings.h"
 #include "model/core/tokenizer.h"
 #include "model/core/utf8.h"
 
@@ -116,19 +117,6 @@ std::string StripPinyinTones(const std::string& pinyin) {
 }
 
 namespace {
-
-std::string ShellQuote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) {
-    if (c == '\'') q += "'\\''";
-    else q += c;
-  }
-  return q + "'";
-}
-
-bool EndsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 
 }  // namespace
 

@@ -15,6 +15,7 @@
 
 #include "model/core/confusion.h"
 #include "model/core/rng.h"
+#include "model/core/strings.h"
 #include "model/core/tokenizer.h"
 #include "model/core/utf8.h"
 
@@ -26,15 +27,6 @@ constexpr uint64_t kErrorKey = 0x53594E5448455252ull;    // "SYNTHERR"
 // Substitutes are drawn from the first few candidates (same tone first,
 // then by frequency in the corpus): realistic and varied enough.
 constexpr int kSubstituteFrom = 8;
-
-std::string ShellQuote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) {
-    if (c == '\'') q += "'\\''";
-    else q += c;
-  }
-  return q + "'";
-}
 
 Status MakeDirs(const std::string& dir) {
   if (dir.empty()) return InvalidArgumentError("synth: out_dir is empty");

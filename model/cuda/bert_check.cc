@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "model/core/config.h"
+#include "model/core/strings.h"
 #include "model/cpu/ops.h"
 #include "model/cuda/check_io.h"
 #include "model/cuda/cuda_bert.h"
@@ -47,10 +48,6 @@ StatusOr<DeviceArray<int32_t>> UpI(const std::vector<int32_t>& v) {
 }
 
 Status SyncDevice() { return CudaStatus(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); }
-
-bool EndsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 
 // One micro-step's inputs, ReLM-like: [CLS] prompt*P source ... prompt*P
 // [SEP] with padding after a random length; prompt slots 0..P-1 at

@@ -17,6 +17,7 @@
 
 #include "model/core/batch.h"
 #include "model/core/config.h"
+#include "model/core/strings.h"
 #include "model/cuda/check_io.h"
 #include "model/cuda/cuda_model.h"
 #include "model/nn/model.h"
@@ -55,10 +56,6 @@ ModelConfig CheckConfig() {
 // fp16 runs scale the loss by this (a power of two: exact to undo) so the
 // check covers the scaled backward and UnscaleAndSquaredNorm.
 constexpr float kCheckLossScale = 1024.0f;
-
-bool EndsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 
 double MaxAbs(const float* p, int64_t n) {
   double m = 0;
