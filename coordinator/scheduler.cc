@@ -160,16 +160,7 @@ void Scheduler::Shutdown() {
     std::vector<JobRt*> active;
     for (auto& [id, rt] : jobs_) active.push_back(rt.get());
     for (JobRt* rt : active) {
-      std::set<std::string> nodes;
-      for (const auto& r : rt->ranks) nodes.insert(r.node);
-      for (const auto& n : nodes) {
-        auto it = nodes_.find(n);
-        if (it == nodes_.end() || !it->second.conn) continue;
-        v1::CoordinatorCommand c;
-        c.mutable_stop()->set_job_id(rt->id);
-        c.mutable_stop()->set_grace_seconds(opt_.stop_grace_s);
-        out.emplace_back(it->second.conn, c);
-      }
+      QueueStop(*rt, /*live_only=*/false, &out);
       Finish(rt, v1::FAILED, "coordinator shut down");
     }
     stop_thread_ = true;
@@ -885,6 +876,22 @@ bool Scheduler::Launch(JobRt* rt, Outbox* out, std::string* why) {
   return true;
 }
 
+std::set<std::string> Scheduler::QueueStop(const JobRt& rt, bool live_only, Outbox* out) {
+  std::set<std::string> nodes;
+  for (const auto& r : rt.ranks) {
+    if (!live_only || !r.exited) nodes.insert(r.node);
+  }
+  for (const auto& n : nodes) {
+    auto it = nodes_.find(n);
+    if (it == nodes_.end() || !it->second.conn) continue;
+    v1::CoordinatorCommand c;
+    c.mutable_stop()->set_job_id(rt.id);
+    c.mutable_stop()->set_grace_seconds(opt_.stop_grace_s);
+    out->emplace_back(it->second.conn, c);
+  }
+  return nodes;
+}
+
 void Scheduler::BeginStop(JobRt* rt, StopAction action, const std::string& message, Outbox* out) {
   rt->stop = action;
   rt->stop_message = message;
@@ -892,18 +899,7 @@ void Scheduler::BeginStop(JobRt* rt, StopAction action, const std::string& messa
   rt->other_failures.clear();
   rt->stop_deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                          std::chrono::duration<double>(opt_.stop_grace_s + 5));
-  std::set<std::string> nodes;
-  for (const auto& r : rt->ranks) {
-    if (!r.exited) nodes.insert(r.node);
-  }
-  for (const auto& n : nodes) {
-    auto it = nodes_.find(n);
-    if (it == nodes_.end() || !it->second.conn) continue;
-    v1::CoordinatorCommand c;
-    c.mutable_stop()->set_job_id(rt->id);
-    c.mutable_stop()->set_grace_seconds(opt_.stop_grace_s);
-    out->emplace_back(it->second.conn, c);
-  }
+  const std::set<std::string> nodes = QueueStop(*rt, /*live_only=*/true, out);
   const char* what = action == StopAction::kCancel ? "cancel" : action == StopAction::kRestart ? "restart" : "failure";
   Event(rt, rt->state, "stop",
         absl::StrCat("stopping ", nodes.size() ? absl::StrCat("ranks on ", absl::StrJoin(nodes, ", "))

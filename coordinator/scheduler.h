@@ -243,6 +243,9 @@ class Scheduler {
   void Schedule(JobRt* rt, Outbox* out);
   bool Launch(JobRt* rt, Outbox* out, std::string* why);
   void BeginStop(JobRt* rt, StopAction action, const std::string& message, Outbox* out);
+  // Queues a stop of rt to each connected node that holds one of its ranks
+  // (live_only: a rank that has not exited); returns those nodes.
+  std::set<std::string> QueueStop(const JobRt& rt, bool live_only, Outbox* out);
   void CompleteStop(JobRt* rt, Outbox* out);
   void RankFailed(JobRt* rt, int rank, const std::string& reason, Outbox* out);
   v1::Job Snapshot(const JobRt& rt);
