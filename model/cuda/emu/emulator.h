@@ -47,7 +47,9 @@
 //     DGCA_EMU_DEVICES=N (default 1) is the number of devices
 //     cudaGetDeviceCount reports, so N ranks can each take their own.
 //
-// What it does not model: performance, the memory model of concurrent
+// What it does not model: performance, registers (a kernel over its
+// block's register budget fails only on a GPU; ctest cuda_kernel_resources
+// checks the real build's ptxas report instead), the memory model of concurrent
 // threads (a fiber runs until it blocks: races between __syncthreads are
 // only exposed by the scheduling order), real cuBLASLt algorithm
 // availability (its heuristic always returns one algorithm), NCCL's
