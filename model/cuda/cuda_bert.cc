@@ -56,27 +56,6 @@ class NvtxRange {
 // multiple of H floats, so this is the rare path.
 bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
-std::string ShapeStr(const std::vector<int64_t>& s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + "]";
-}
-
-Status Lookup(const ParamStore& store, const std::string& name, const std::vector<int64_t>& shape,
-              int* idx) {
-  *idx = store.Find(name);
-  if (*idx < 0) {
-    return NotFoundError("CudaBert::Bind: parameter '" + name +
-                         "' is not in the ParamStore (dgca::Bert::Declare* declares it)");
-  }
-  if (store.info(*idx).shape != shape) {
-    return InvalidArgumentError("CudaBert::Bind: parameter '" + name + "' has shape " +
-                                ShapeStr(store.info(*idx).shape) + ", the config needs " +
-                                ShapeStr(shape));
-  }
-  return OkStatus();
-}
-
 template <typename U>
 Status Alloc(DeviceArray<U>* a, size_t n, const char* what) {
   return a->Allocate(n).WithPrefix(std::string("CudaBert::Bind ") + what);
@@ -98,6 +77,7 @@ CudaBert<T>::CudaBert(const ModelConfig& cfg, int max_batch, int seq_len, int ma
 template <typename T>
 Status CudaBert<T>::Bind(const ParamStore& layout, DeviceParams* params, const CudaContext* ctx,
                          GemmRunner* gemm) {
+  const ParamFinder find(layout, "CudaBert::Bind");
   bound_ = false;
   // The layout and config are validated first (no CUDA involved), then the
   // device objects.
@@ -115,33 +95,33 @@ Status CudaBert<T>::Bind(const ParamStore& layout, DeviceParams* params, const C
                                 " exceeds the attention kernels' 512");
 
   const int64_t H = H_, F = F_, V = V_;
-  DGCA_RETURN_IF_ERROR(Lookup(layout, "bert.embeddings.word_embeddings.weight", {V, H}, &wte_idx_));
-  DGCA_RETURN_IF_ERROR(Lookup(layout, "bert.embeddings.position_embeddings.weight", {cfg_.max_position, H}, &pos_idx_));
-  DGCA_RETURN_IF_ERROR(Lookup(layout, "bert.embeddings.token_type_embeddings.weight", {cfg_.type_vocab, H}, &type_idx_));
-  DGCA_RETURN_IF_ERROR(Lookup(layout, "bert.embeddings.LayerNorm.weight", {H}, &eln_w_));
-  DGCA_RETURN_IF_ERROR(Lookup(layout, "bert.embeddings.LayerNorm.bias", {H}, &eln_b_));
+  DGCA_RETURN_IF_ERROR(find("bert.embeddings.word_embeddings.weight", {V, H}, &wte_idx_));
+  DGCA_RETURN_IF_ERROR(find("bert.embeddings.position_embeddings.weight", {cfg_.max_position, H}, &pos_idx_));
+  DGCA_RETURN_IF_ERROR(find("bert.embeddings.token_type_embeddings.weight", {cfg_.type_vocab, H}, &type_idx_));
+  DGCA_RETURN_IF_ERROR(find("bert.embeddings.LayerNorm.weight", {H}, &eln_w_));
+  DGCA_RETURN_IF_ERROR(find("bert.embeddings.LayerNorm.bias", {H}, &eln_b_));
   layers_.clear();
   layers_.resize(cfg_.layers);
   for (int l = 0; l < cfg_.layers; ++l) {
     Layer& ly = layers_[l];
     const std::string p = "bert.encoder.layer." + std::to_string(l) + ".";
     int k_w, v_w, k_b, v_b;
-    DGCA_RETURN_IF_ERROR(Lookup(layout, p + "attention.self.query.weight", {H, H}, &ly.qkv_w));
-    DGCA_RETURN_IF_ERROR(Lookup(layout, p + "attention.self.key.weight", {H, H}, &k_w));
-    DGCA_RETURN_IF_ERROR(Lookup(layout, p + "attention.self.value.weight", {H, H}, &v_w));
-    DGCA_RETURN_IF_ERROR(Lookup(layout, p + "attention.self.query.bias", {H}, &ly.qkv_b));
-    DGCA_RETURN_IF_ERROR(Lookup(layout, p + "attention.self.key.bias", {H}, &k_b));
-    DGCA_RETURN_IF_ERROR(Lookup(layout, p + "attention.self.value.bias", {H}, &v_b));
-    DGCA_RETURN_IF_ERROR(Lookup(layout, p + "attention.output.dense.weight", {H, H}, &ly.ao_w));
-    DGCA_RETURN_IF_ERROR(Lookup(layout, p + "attention.output.dense.bias", {H}, &ly.ao_b));
-    DGCA_RETURN_IF_ERROR(Lookup(layout, p + "attention.output.LayerNorm.weight", {H}, &ly.ln1_w));
-    DGCA_RETURN_IF_ERROR(Lookup(layout, p + "attention.output.LayerNorm.bias", {H}, &ly.ln1_b));
-    DGCA_RETURN_IF_ERROR(Lookup(layout, p + "intermediate.dense.weight", {F, H}, &ly.fc1_w));
-    DGCA_RETURN_IF_ERROR(Lookup(layout, p + "intermediate.dense.bias", {F}, &ly.fc1_b));
-    DGCA_RETURN_IF_ERROR(Lookup(layout, p + "output.dense.weight", {H, F}, &ly.fc2_w));
-    DGCA_RETURN_IF_ERROR(Lookup(layout, p + "output.dense.bias", {H}, &ly.fc2_b));
-    DGCA_RETURN_IF_ERROR(Lookup(layout, p + "output.LayerNorm.weight", {H}, &ly.ln2_w));
-    DGCA_RETURN_IF_ERROR(Lookup(layout, p + "output.LayerNorm.bias", {H}, &ly.ln2_b));
+    DGCA_RETURN_IF_ERROR(find(p + "attention.self.query.weight", {H, H}, &ly.qkv_w));
+    DGCA_RETURN_IF_ERROR(find(p + "attention.self.key.weight", {H, H}, &k_w));
+    DGCA_RETURN_IF_ERROR(find(p + "attention.self.value.weight", {H, H}, &v_w));
+    DGCA_RETURN_IF_ERROR(find(p + "attention.self.query.bias", {H}, &ly.qkv_b));
+    DGCA_RETURN_IF_ERROR(find(p + "attention.self.key.bias", {H}, &k_b));
+    DGCA_RETURN_IF_ERROR(find(p + "attention.self.value.bias", {H}, &v_b));
+    DGCA_RETURN_IF_ERROR(find(p + "attention.output.dense.weight", {H, H}, &ly.ao_w));
+    DGCA_RETURN_IF_ERROR(find(p + "attention.output.dense.bias", {H}, &ly.ao_b));
+    DGCA_RETURN_IF_ERROR(find(p + "attention.output.LayerNorm.weight", {H}, &ly.ln1_w));
+    DGCA_RETURN_IF_ERROR(find(p + "attention.output.LayerNorm.bias", {H}, &ly.ln1_b));
+    DGCA_RETURN_IF_ERROR(find(p + "intermediate.dense.weight", {F, H}, &ly.fc1_w));
+    DGCA_RETURN_IF_ERROR(find(p + "intermediate.dense.bias", {F}, &ly.fc1_b));
+    DGCA_RETURN_IF_ERROR(find(p + "output.dense.weight", {H, F}, &ly.fc2_w));
+    DGCA_RETURN_IF_ERROR(find(p + "output.dense.bias", {H}, &ly.fc2_b));
+    DGCA_RETURN_IF_ERROR(find(p + "output.LayerNorm.weight", {H}, &ly.ln2_w));
+    DGCA_RETURN_IF_ERROR(find(p + "output.LayerNorm.bias", {H}, &ly.ln2_b));
     // The fused QKV GEMM ([3H,H] weight, [3H] bias) needs q, k, v adjacent
     // in the flat buffer, in that order (dgca::Bert declares them so).
     const int64_t q_w = layout.info(ly.qkv_w).offset, q_b = layout.info(ly.qkv_b).offset;
@@ -154,11 +134,11 @@ Status CudaBert<T>::Bind(const ParamStore& layout, DeviceParams* params, const C
     ly.fwd_name = "bert.layer" + std::to_string(l) + ".fwd";
     ly.bwd_name = "bert.layer" + std::to_string(l) + ".bwd";
   }
-  DGCA_RETURN_IF_ERROR(Lookup(layout, "cls.predictions.transform.dense.weight", {H, H}, &hd_w_));
-  DGCA_RETURN_IF_ERROR(Lookup(layout, "cls.predictions.transform.dense.bias", {H}, &hd_b_));
-  DGCA_RETURN_IF_ERROR(Lookup(layout, "cls.predictions.transform.LayerNorm.weight", {H}, &hln_w_));
-  DGCA_RETURN_IF_ERROR(Lookup(layout, "cls.predictions.transform.LayerNorm.bias", {H}, &hln_b_));
-  DGCA_RETURN_IF_ERROR(Lookup(layout, "cls.predictions.bias", {V}, &hbias_));
+  DGCA_RETURN_IF_ERROR(find("cls.predictions.transform.dense.weight", {H, H}, &hd_w_));
+  DGCA_RETURN_IF_ERROR(find("cls.predictions.transform.dense.bias", {H}, &hd_b_));
+  DGCA_RETURN_IF_ERROR(find("cls.predictions.transform.LayerNorm.weight", {H}, &hln_w_));
+  DGCA_RETURN_IF_ERROR(find("cls.predictions.transform.LayerNorm.bias", {H}, &hln_b_));
+  DGCA_RETURN_IF_ERROR(find("cls.predictions.bias", {V}, &hbias_));
   head_first_ = hd_w_;
   if (params == nullptr || ctx == nullptr || gemm == nullptr)
     return InvalidArgumentError("CudaBert::Bind: null DeviceParams, CudaContext or GemmRunner");

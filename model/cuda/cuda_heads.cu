@@ -611,23 +611,6 @@ __global__ void CandEmbGradAtomicKernel(float* dE, const int32_t* cand, const fl
   for (int j = threadIdx.x; j < H; j += blockDim.x) atomicAdd(&dE[int64_t(c) * H + j], d * ut[j]);
 }
 
-std::string ShapeStr(const std::vector<int64_t>& s) {
-  std::string r = "[";
-  for (size_t i = 0; i < s.size(); ++i) r += (i ? "," : "") + std::to_string(s[i]);
-  return r + "]";
-}
-
-Status BindOne(const ParamStore& store, const std::string& name, std::vector<int64_t> shape,
-               int* idx) {
-  const int i = store.Find(name);
-  if (i < 0) return NotFoundError("CudaHeads::Bind: parameter " + name + " was not declared");
-  if (store.info(i).shape != shape)
-    return InvalidArgumentError("CudaHeads::Bind: parameter " + name + " has shape " +
-                                ShapeStr(store.info(i).shape) + ", expected " + ShapeStr(shape));
-  *idx = i;
-  return OkStatus();
-}
-
 }  // namespace
 
 template <typename T>
@@ -650,6 +633,7 @@ CudaHeads<T>::~CudaHeads() {
 template <typename T>
 Status CudaHeads<T>::Bind(const ParamStore& layout, DeviceParams* params, const CudaContext* ctx,
                           GemmRunner* gemm) {
+  const ParamFinder find(layout, "CudaHeads::Bind");
   if (!layout.finalized())
     return FailedPreconditionError("CudaHeads::Bind: call ParamStore::Finalize() first");
   if (params == nullptr || ctx == nullptr || gemm == nullptr)
@@ -661,22 +645,22 @@ Status CudaHeads<T>::Bind(const ParamStore& layout, DeviceParams* params, const 
   if (H_ < 1) return InvalidArgumentError("CudaHeads::Bind: hidden must be >= 1");
   const int64_t H = H_;
   if (detector_) {
-    DGCA_RETURN_IF_ERROR(BindOne(layout, "detector.weight", {H}, &det_w_));
-    DGCA_RETURN_IF_ERROR(BindOne(layout, "detector.bias", {1}, &det_b_));
+    DGCA_RETURN_IF_ERROR(find("detector.weight", {H}, &det_w_));
+    DGCA_RETURN_IF_ERROR(find("detector.bias", {1}, &det_b_));
   }
   if (candidate_) {
-    DGCA_RETURN_IF_ERROR(BindOne(layout, "candidate.dense.weight", {H, H}, &cd_w_));
-    DGCA_RETURN_IF_ERROR(BindOne(layout, "candidate.dense.bias", {H}, &cd_b_));
-    DGCA_RETURN_IF_ERROR(BindOne(layout, "candidate.LayerNorm.weight", {H}, &ln_w_));
-    DGCA_RETURN_IF_ERROR(BindOne(layout, "candidate.LayerNorm.bias", {H}, &ln_b_));
+    DGCA_RETURN_IF_ERROR(find("candidate.dense.weight", {H, H}, &cd_w_));
+    DGCA_RETURN_IF_ERROR(find("candidate.dense.bias", {H}, &cd_b_));
+    DGCA_RETURN_IF_ERROR(find("candidate.LayerNorm.weight", {H}, &ln_w_));
+    DGCA_RETURN_IF_ERROR(find("candidate.LayerNorm.bias", {H}, &ln_b_));
     if (!std::is_same_v<T, float> && params->copy_type() != kDType<T>)
       return FailedPreconditionError(std::string("CudaHeads<") + DTypeName(kDType<T>) +
                                      ">::Bind: DeviceParams has no " + DTypeName(kDType<T>) + " copy");
   }
   if (gated_) {
-    DGCA_RETURN_IF_ERROR(BindOne(layout, "fusion.gate.weight", {H}, &g_w_));
-    if (detector_) DGCA_RETURN_IF_ERROR(BindOne(layout, "fusion.gate.det_scale", {1}, &g_a_));
-    DGCA_RETURN_IF_ERROR(BindOne(layout, "fusion.gate.bias", {1}, &g_b_));
+    DGCA_RETURN_IF_ERROR(find("fusion.gate.weight", {H}, &g_w_));
+    if (detector_) DGCA_RETURN_IF_ERROR(find("fusion.gate.det_scale", {1}, &g_a_));
+    DGCA_RETURN_IF_ERROR(find("fusion.gate.bias", {1}, &g_b_));
   }
   layout_ = &layout;
   params_ = params;

@@ -83,23 +83,6 @@ __global__ void LstmStepBackwardKernel(const float* g, const float* tc, const fl
 
 const char* const kDirSuffix[4] = {"_l0", "_l0_reverse", "_l1", "_l1_reverse"};
 
-std::string ShapeStr(const std::vector<int64_t>& s) {
-  std::string r = "[";
-  for (size_t i = 0; i < s.size(); ++i) r += (i ? "," : "") + std::to_string(s[i]);
-  return r + "]";
-}
-
-Status BindOne(const ParamStore& store, const std::string& name, const std::vector<int64_t>& shape,
-               int* idx) {
-  const int i = store.Find(name);
-  if (i < 0) return NotFoundError("CudaPromptEncoder::Bind: parameter " + name + " was not declared");
-  if (store.info(i).shape != shape)
-    return InvalidArgumentError("CudaPromptEncoder::Bind: parameter " + name + " has shape " +
-                                ShapeStr(store.info(i).shape) + ", expected " + ShapeStr(shape));
-  *idx = i;
-  return OkStatus();
-}
-
 }  // namespace
 
 CudaPromptEncoder::CudaPromptEncoder(const ModelConfig& cfg)
@@ -128,6 +111,7 @@ Status CudaPromptEncoder::Gemm(bool ta, bool tb, int M, int N, int K, const floa
 
 Status CudaPromptEncoder::Bind(const ParamStore& layout, DeviceParams* params,
                                const CudaContext* ctx, GemmRunner* gemm) {
+  const ParamFinder find(layout, "CudaPromptEncoder::Bind");
   layout_ = &layout;
   params_ = params;
   ctx_ = ctx;
@@ -149,17 +133,17 @@ Status CudaPromptEncoder::Bind(const ParamStore& layout, DeviceParams* params,
                                 " and hidden " + std::to_string(hidden_) +
                                 " must both be >= 1 (or use prompt encoder none)");
   const int64_t H = hidden_, S = rows_;
-  DGCA_RETURN_IF_ERROR(BindOne(layout, "prompt.embedding.weight", {S, H}, &emb_));
+  DGCA_RETURN_IF_ERROR(find("prompt.embedding.weight", {S, H}, &emb_));
   int64_t in0 = H;
   if (kind_ == PromptEncoderKind::kLstm) {
     for (int d = 0; d < 4; ++d) {
       const int64_t in = d < 2 ? H : 2 * H;
       const std::string s = kDirSuffix[d];
       Dir& D = dirs_[d];
-      DGCA_RETURN_IF_ERROR(BindOne(layout, "prompt.lstm.weight_ih" + s, {4 * H, in}, &D.w_ih));
-      DGCA_RETURN_IF_ERROR(BindOne(layout, "prompt.lstm.weight_hh" + s, {4 * H, H}, &D.w_hh));
-      DGCA_RETURN_IF_ERROR(BindOne(layout, "prompt.lstm.bias_ih" + s, {4 * H}, &D.b_ih));
-      DGCA_RETURN_IF_ERROR(BindOne(layout, "prompt.lstm.bias_hh" + s, {4 * H}, &D.b_hh));
+      DGCA_RETURN_IF_ERROR(find("prompt.lstm.weight_ih" + s, {4 * H, in}, &D.w_ih));
+      DGCA_RETURN_IF_ERROR(find("prompt.lstm.weight_hh" + s, {4 * H, H}, &D.w_hh));
+      DGCA_RETURN_IF_ERROR(find("prompt.lstm.bias_ih" + s, {4 * H}, &D.b_ih));
+      DGCA_RETURN_IF_ERROR(find("prompt.lstm.bias_hh" + s, {4 * H}, &D.b_hh));
       D.in = static_cast<int>(in);
       D.reverse = (d % 2) == 1;
       DGCA_RETURN_IF_ERROR(D.gates.Allocate(static_cast<size_t>(S * 4 * H)));
@@ -175,10 +159,10 @@ Status CudaPromptEncoder::Bind(const ParamStore& layout, DeviceParams* params,
     DGCA_RETURN_IF_ERROR(dh_.Allocate(static_cast<size_t>(H)));
     DGCA_RETURN_IF_ERROR(dc_.Allocate(static_cast<size_t>(H)));
   }
-  DGCA_RETURN_IF_ERROR(BindOne(layout, "prompt.mlp.0.weight", {H, in0}, &mlp0_w_));
-  DGCA_RETURN_IF_ERROR(BindOne(layout, "prompt.mlp.0.bias", {H}, &mlp0_b_));
-  DGCA_RETURN_IF_ERROR(BindOne(layout, "prompt.mlp.2.weight", {H, H}, &mlp2_w_));
-  DGCA_RETURN_IF_ERROR(BindOne(layout, "prompt.mlp.2.bias", {H}, &mlp2_b_));
+  DGCA_RETURN_IF_ERROR(find("prompt.mlp.0.weight", {H, in0}, &mlp0_w_));
+  DGCA_RETURN_IF_ERROR(find("prompt.mlp.0.bias", {H}, &mlp0_b_));
+  DGCA_RETURN_IF_ERROR(find("prompt.mlp.2.weight", {H, H}, &mlp2_w_));
+  DGCA_RETURN_IF_ERROR(find("prompt.mlp.2.bias", {H}, &mlp2_b_));
   DGCA_RETURN_IF_ERROR(hid_.Allocate(static_cast<size_t>(S * H)));
   DGCA_RETURN_IF_ERROR(out_.Allocate(static_cast<size_t>(S * H)));
   DGCA_RETURN_IF_ERROR(d_hid_.Allocate(static_cast<size_t>(S * H)));

@@ -13,15 +13,6 @@ namespace {
 // Uniform in (0, 1): 53 random bits, never 0.
 double Uniform(SplitMix64* s) { return (static_cast<double>(s->Next() >> 11) + 0.5) * 0x1.0p-53; }
 
-Status DeclareOne(ParamStore* store, const std::string& name, std::vector<int64_t> shape,
-                  bool decay, int* idx) {
-  *idx = store->Declare(name, std::move(shape), decay);
-  if (*idx < 0)
-    return InvalidArgumentError("Bert: cannot declare parameter '" + name +
-                                "' (duplicate name or store already finalized)");
-  return OkStatus();
-}
-
 // y += x (the residual connections).
 void AddInPlace(const cpu::Context& ctx, float* y, const float* x, int64_t n) {
   cpu::ParallelFor(ctx, n, n, [&](int64_t b, int64_t e) {
@@ -52,49 +43,52 @@ Bert::Bert(const ModelConfig& cfg, int max_batch, int seq_len, int max_head_rows
       nh_(cfg.heads) {}
 
 Status Bert::DeclareWordEmbeddings(ParamStore* store) {
-  return DeclareOne(store, "bert.embeddings.word_embeddings.weight", {V_, H_}, true, &wte_idx_);
+  const ParamDeclarer declare(store, "Bert::Declare");
+  return declare("bert.embeddings.word_embeddings.weight", {V_, H_}, true, &wte_idx_);
 }
 
 Status Bert::DeclareBody(ParamStore* store) {
-  DGCA_RETURN_IF_ERROR(DeclareOne(store, "bert.embeddings.position_embeddings.weight",
+  const ParamDeclarer declare(store, "Bert::Declare");
+  DGCA_RETURN_IF_ERROR(declare("bert.embeddings.position_embeddings.weight",
                                   {cfg_.max_position, H_}, true, &pos_idx_));
-  DGCA_RETURN_IF_ERROR(DeclareOne(store, "bert.embeddings.token_type_embeddings.weight",
+  DGCA_RETURN_IF_ERROR(declare("bert.embeddings.token_type_embeddings.weight",
                                   {cfg_.type_vocab, H_}, true, &type_idx_));
-  DGCA_RETURN_IF_ERROR(DeclareOne(store, "bert.embeddings.LayerNorm.weight", {H_}, false, &eln_w_));
-  DGCA_RETURN_IF_ERROR(DeclareOne(store, "bert.embeddings.LayerNorm.bias", {H_}, false, &eln_b_));
+  DGCA_RETURN_IF_ERROR(declare("bert.embeddings.LayerNorm.weight", {H_}, false, &eln_w_));
+  DGCA_RETURN_IF_ERROR(declare("bert.embeddings.LayerNorm.bias", {H_}, false, &eln_b_));
   layers_.resize(cfg_.layers);
   for (int l = 0; l < cfg_.layers; ++l) {
     Layer& ly = layers_[l];
     const std::string p = "bert.encoder.layer." + std::to_string(l) + ".";
     int k_w, v_w, k_b, v_b;
     // q, k, v weights then q, k, v biases: contiguous [3H, H] and [3H].
-    DGCA_RETURN_IF_ERROR(DeclareOne(store, p + "attention.self.query.weight", {H_, H_}, true, &ly.qkv_w));
-    DGCA_RETURN_IF_ERROR(DeclareOne(store, p + "attention.self.key.weight", {H_, H_}, true, &k_w));
-    DGCA_RETURN_IF_ERROR(DeclareOne(store, p + "attention.self.value.weight", {H_, H_}, true, &v_w));
-    DGCA_RETURN_IF_ERROR(DeclareOne(store, p + "attention.self.query.bias", {H_}, false, &ly.qkv_b));
-    DGCA_RETURN_IF_ERROR(DeclareOne(store, p + "attention.self.key.bias", {H_}, false, &k_b));
-    DGCA_RETURN_IF_ERROR(DeclareOne(store, p + "attention.self.value.bias", {H_}, false, &v_b));
-    DGCA_RETURN_IF_ERROR(DeclareOne(store, p + "attention.output.dense.weight", {H_, H_}, true, &ly.ao_w));
-    DGCA_RETURN_IF_ERROR(DeclareOne(store, p + "attention.output.dense.bias", {H_}, false, &ly.ao_b));
-    DGCA_RETURN_IF_ERROR(DeclareOne(store, p + "attention.output.LayerNorm.weight", {H_}, false, &ly.ln1_w));
-    DGCA_RETURN_IF_ERROR(DeclareOne(store, p + "attention.output.LayerNorm.bias", {H_}, false, &ly.ln1_b));
-    DGCA_RETURN_IF_ERROR(DeclareOne(store, p + "intermediate.dense.weight", {F_, H_}, true, &ly.fc1_w));
-    DGCA_RETURN_IF_ERROR(DeclareOne(store, p + "intermediate.dense.bias", {F_}, false, &ly.fc1_b));
-    DGCA_RETURN_IF_ERROR(DeclareOne(store, p + "output.dense.weight", {H_, F_}, true, &ly.fc2_w));
-    DGCA_RETURN_IF_ERROR(DeclareOne(store, p + "output.dense.bias", {H_}, false, &ly.fc2_b));
-    DGCA_RETURN_IF_ERROR(DeclareOne(store, p + "output.LayerNorm.weight", {H_}, false, &ly.ln2_w));
-    DGCA_RETURN_IF_ERROR(DeclareOne(store, p + "output.LayerNorm.bias", {H_}, false, &ly.ln2_b));
+    DGCA_RETURN_IF_ERROR(declare(p + "attention.self.query.weight", {H_, H_}, true, &ly.qkv_w));
+    DGCA_RETURN_IF_ERROR(declare(p + "attention.self.key.weight", {H_, H_}, true, &k_w));
+    DGCA_RETURN_IF_ERROR(declare(p + "attention.self.value.weight", {H_, H_}, true, &v_w));
+    DGCA_RETURN_IF_ERROR(declare(p + "attention.self.query.bias", {H_}, false, &ly.qkv_b));
+    DGCA_RETURN_IF_ERROR(declare(p + "attention.self.key.bias", {H_}, false, &k_b));
+    DGCA_RETURN_IF_ERROR(declare(p + "attention.self.value.bias", {H_}, false, &v_b));
+    DGCA_RETURN_IF_ERROR(declare(p + "attention.output.dense.weight", {H_, H_}, true, &ly.ao_w));
+    DGCA_RETURN_IF_ERROR(declare(p + "attention.output.dense.bias", {H_}, false, &ly.ao_b));
+    DGCA_RETURN_IF_ERROR(declare(p + "attention.output.LayerNorm.weight", {H_}, false, &ly.ln1_w));
+    DGCA_RETURN_IF_ERROR(declare(p + "attention.output.LayerNorm.bias", {H_}, false, &ly.ln1_b));
+    DGCA_RETURN_IF_ERROR(declare(p + "intermediate.dense.weight", {F_, H_}, true, &ly.fc1_w));
+    DGCA_RETURN_IF_ERROR(declare(p + "intermediate.dense.bias", {F_}, false, &ly.fc1_b));
+    DGCA_RETURN_IF_ERROR(declare(p + "output.dense.weight", {H_, F_}, true, &ly.fc2_w));
+    DGCA_RETURN_IF_ERROR(declare(p + "output.dense.bias", {H_}, false, &ly.fc2_b));
+    DGCA_RETURN_IF_ERROR(declare(p + "output.LayerNorm.weight", {H_}, false, &ly.ln2_w));
+    DGCA_RETURN_IF_ERROR(declare(p + "output.LayerNorm.bias", {H_}, false, &ly.ln2_b));
     ly.first = ly.qkv_w;
   }
   return OkStatus();
 }
 
 Status Bert::DeclareMlmHead(ParamStore* store) {
-  DGCA_RETURN_IF_ERROR(DeclareOne(store, "cls.predictions.transform.dense.weight", {H_, H_}, true, &hd_w_));
-  DGCA_RETURN_IF_ERROR(DeclareOne(store, "cls.predictions.transform.dense.bias", {H_}, false, &hd_b_));
-  DGCA_RETURN_IF_ERROR(DeclareOne(store, "cls.predictions.transform.LayerNorm.weight", {H_}, false, &hln_w_));
-  DGCA_RETURN_IF_ERROR(DeclareOne(store, "cls.predictions.transform.LayerNorm.bias", {H_}, false, &hln_b_));
-  DGCA_RETURN_IF_ERROR(DeclareOne(store, "cls.predictions.bias", {V_}, false, &hbias_));
+  const ParamDeclarer declare(store, "Bert::Declare");
+  DGCA_RETURN_IF_ERROR(declare("cls.predictions.transform.dense.weight", {H_, H_}, true, &hd_w_));
+  DGCA_RETURN_IF_ERROR(declare("cls.predictions.transform.dense.bias", {H_}, false, &hd_b_));
+  DGCA_RETURN_IF_ERROR(declare("cls.predictions.transform.LayerNorm.weight", {H_}, false, &hln_w_));
+  DGCA_RETURN_IF_ERROR(declare("cls.predictions.transform.LayerNorm.bias", {H_}, false, &hln_b_));
+  DGCA_RETURN_IF_ERROR(declare("cls.predictions.bias", {V_}, false, &hbias_));
   head_first_ = hd_w_;
   return OkStatus();
 }

@@ -153,32 +153,6 @@ void ScaledExpRow(float* out, const float* z, int V, float m, float c) {
   for (; j < V; ++j) out[j] = c * ExpF(z[j] - m);
 }
 
-Status DeclareOne(ParamStore* store, const std::string& name, std::vector<int64_t> shape,
-                  bool decay, int* idx) {
-  if (store->finalized())
-    return FailedPreconditionError("DgcaHeads::Declare: ParamStore already finalized (declaring " +
-                                   name + ")");
-  const int i = store->Declare(name, std::move(shape), decay);
-  if (i < 0) return InvalidArgumentError("DgcaHeads::Declare: duplicate parameter name " + name);
-  *idx = i;
-  return OkStatus();
-}
-
-Status BindOne(const ParamStore* store, const std::string& name, std::vector<int64_t> shape,
-               int* idx) {
-  const int i = store->Find(name);
-  if (i < 0) return NotFoundError("DgcaHeads::Bind: parameter " + name + " was not declared");
-  if (store->info(i).shape != shape) {
-    std::string want, got;
-    for (auto d : shape) want += (want.empty() ? "" : ",") + std::to_string(d);
-    for (auto d : store->info(i).shape) got += (got.empty() ? "" : ",") + std::to_string(d);
-    return InvalidArgumentError("DgcaHeads::Bind: parameter " + name + " has shape [" + got +
-                                "], expected [" + want + "]");
-  }
-  *idx = i;
-  return OkStatus();
-}
-
 }  // namespace
 
 float HeadsExpF(float x) { return ExpF(x); }
@@ -205,44 +179,46 @@ int64_t DgcaHeads::NumParams(const ModelConfig& cfg) {
 }
 
 Status DgcaHeads::Declare(ParamStore* store) {
+  const ParamDeclarer declare(store, "DgcaHeads::Declare");
   const int64_t H = H_;
   if (detector_) {
-    DGCA_RETURN_IF_ERROR(DeclareOne(store, "detector.weight", {H}, true, &det_w_));
-    DGCA_RETURN_IF_ERROR(DeclareOne(store, "detector.bias", {1}, false, &det_b_));
+    DGCA_RETURN_IF_ERROR(declare("detector.weight", {H}, true, &det_w_));
+    DGCA_RETURN_IF_ERROR(declare("detector.bias", {1}, false, &det_b_));
   }
   if (candidate_) {
-    DGCA_RETURN_IF_ERROR(DeclareOne(store, "candidate.dense.weight", {H, H}, true, &cd_w_));
-    DGCA_RETURN_IF_ERROR(DeclareOne(store, "candidate.dense.bias", {H}, false, &cd_b_));
-    DGCA_RETURN_IF_ERROR(DeclareOne(store, "candidate.LayerNorm.weight", {H}, false, &ln_w_));
-    DGCA_RETURN_IF_ERROR(DeclareOne(store, "candidate.LayerNorm.bias", {H}, false, &ln_b_));
+    DGCA_RETURN_IF_ERROR(declare("candidate.dense.weight", {H, H}, true, &cd_w_));
+    DGCA_RETURN_IF_ERROR(declare("candidate.dense.bias", {H}, false, &cd_b_));
+    DGCA_RETURN_IF_ERROR(declare("candidate.LayerNorm.weight", {H}, false, &ln_w_));
+    DGCA_RETURN_IF_ERROR(declare("candidate.LayerNorm.bias", {H}, false, &ln_b_));
   }
   if (gated_) {
-    DGCA_RETURN_IF_ERROR(DeclareOne(store, "fusion.gate.weight", {H}, true, &g_w_));
+    DGCA_RETURN_IF_ERROR(declare("fusion.gate.weight", {H}, true, &g_w_));
     if (detector_)
-      DGCA_RETURN_IF_ERROR(DeclareOne(store, "fusion.gate.det_scale", {1}, true, &g_a_));
-    DGCA_RETURN_IF_ERROR(DeclareOne(store, "fusion.gate.bias", {1}, false, &g_b_));
+      DGCA_RETURN_IF_ERROR(declare("fusion.gate.det_scale", {1}, true, &g_a_));
+    DGCA_RETURN_IF_ERROR(declare("fusion.gate.bias", {1}, false, &g_b_));
   }
   return OkStatus();
 }
 
 Status DgcaHeads::Bind(ParamStore* store) {
+  const ParamFinder find(*store, "DgcaHeads::Bind");
   if (!store->finalized())
     return FailedPreconditionError("DgcaHeads::Bind: call ParamStore::Finalize() first");
   const int64_t H = H_;
   if (detector_) {
-    DGCA_RETURN_IF_ERROR(BindOne(store, "detector.weight", {H}, &det_w_));
-    DGCA_RETURN_IF_ERROR(BindOne(store, "detector.bias", {1}, &det_b_));
+    DGCA_RETURN_IF_ERROR(find("detector.weight", {H}, &det_w_));
+    DGCA_RETURN_IF_ERROR(find("detector.bias", {1}, &det_b_));
   }
   if (candidate_) {
-    DGCA_RETURN_IF_ERROR(BindOne(store, "candidate.dense.weight", {H, H}, &cd_w_));
-    DGCA_RETURN_IF_ERROR(BindOne(store, "candidate.dense.bias", {H}, &cd_b_));
-    DGCA_RETURN_IF_ERROR(BindOne(store, "candidate.LayerNorm.weight", {H}, &ln_w_));
-    DGCA_RETURN_IF_ERROR(BindOne(store, "candidate.LayerNorm.bias", {H}, &ln_b_));
+    DGCA_RETURN_IF_ERROR(find("candidate.dense.weight", {H, H}, &cd_w_));
+    DGCA_RETURN_IF_ERROR(find("candidate.dense.bias", {H}, &cd_b_));
+    DGCA_RETURN_IF_ERROR(find("candidate.LayerNorm.weight", {H}, &ln_w_));
+    DGCA_RETURN_IF_ERROR(find("candidate.LayerNorm.bias", {H}, &ln_b_));
   }
   if (gated_) {
-    DGCA_RETURN_IF_ERROR(BindOne(store, "fusion.gate.weight", {H}, &g_w_));
-    if (detector_) DGCA_RETURN_IF_ERROR(BindOne(store, "fusion.gate.det_scale", {1}, &g_a_));
-    DGCA_RETURN_IF_ERROR(BindOne(store, "fusion.gate.bias", {1}, &g_b_));
+    DGCA_RETURN_IF_ERROR(find("fusion.gate.weight", {H}, &g_w_));
+    if (detector_) DGCA_RETURN_IF_ERROR(find("fusion.gate.det_scale", {1}, &g_a_));
+    DGCA_RETURN_IF_ERROR(find("fusion.gate.bias", {1}, &g_b_));
   }
   store_ = store;
   const size_t T = static_cast<size_t>(max_slots_);

@@ -34,4 +34,30 @@ int ParamStore::Find(const std::string& name) const {
 
 void ParamStore::ZeroGrads() { std::fill(grads_.begin(), grads_.end(), 0.0f); }
 
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  std::string out = "[";
+  for (size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
+  return out + "]";
+}
+
+Status ParamDeclarer::operator()(const std::string& name, std::vector<int64_t> shape, bool weight_decay,
+                                 int* index) const {
+  if (store_->finalized())
+    return FailedPreconditionError(who_ + ": the ParamStore is already finalized (declaring " + name + ")");
+  const int i = store_->Declare(name, std::move(shape), weight_decay);
+  if (i < 0) return InvalidArgumentError(who_ + ": parameter " + name + " is declared twice");
+  *index = i;
+  return OkStatus();
+}
+
+Status ParamFinder::operator()(const std::string& name, const std::vector<int64_t>& shape, int* index) const {
+  const int i = store_.Find(name);
+  if (i < 0) return NotFoundError(who_ + ": parameter " + name + " was not declared");
+  if (store_.info(i).shape != shape)
+    return InvalidArgumentError(who_ + ": parameter " + name + " has shape " + ShapeString(store_.info(i).shape) +
+                                ", expected " + ShapeString(shape));
+  *index = i;
+  return OkStatus();
+}
+
 }  // namespace dgca

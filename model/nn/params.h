@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "model/core/status.h"
@@ -67,6 +68,40 @@ class ParamStore {
   int64_t total_ = 0;
   bool finalized_ = false;
 };
+
+// How the model's modules (Bert, PromptEncoder, DgcaHeads and their CUDA
+// versions) declare and find their parameters, with failures as a Status
+// that names the module (`who`, e.g. "DgcaHeads::Declare") and the
+// parameter. Not owning; the store must outlive them.
+class ParamDeclarer {
+ public:
+  ParamDeclarer(ParamStore* store, std::string who) : store_(store), who_(std::move(who)) {}
+  // Declare() into *index: FAILED_PRECONDITION once the store is finalized,
+  // INVALID_ARGUMENT for a name already declared.
+  Status operator()(const std::string& name, std::vector<int64_t> shape, bool weight_decay,
+                    int* index) const;
+
+ private:
+  ParamStore* store_;
+  std::string who_;
+};
+
+class ParamFinder {
+ public:
+  ParamFinder(const ParamStore& store, std::string who) : store_(store), who_(std::move(who)) {}
+  // The index of a declared parameter, checked against the shape the
+  // caller's config needs: NOT_FOUND "<who>: parameter <name> was not
+  // declared", INVALID_ARGUMENT "<who>: parameter <name> has shape [a, b],
+  // expected [c, d]".
+  Status operator()(const std::string& name, const std::vector<int64_t>& shape, int* index) const;
+
+ private:
+  const ParamStore& store_;
+  std::string who_;
+};
+
+// "[a, b]".
+std::string ShapeString(const std::vector<int64_t>& shape);
 
 }  // namespace dgca
 

@@ -23,34 +23,6 @@ inline float Sigm(float v) { return 1.0f / (1.0f + std::exp(-v)); }
 
 const char* const kDirSuffix[4] = {"_l0", "_l0_reverse", "_l1", "_l1_reverse"};
 
-std::string ShapeStr(const std::vector<int64_t>& s) {
-  std::string r = "[";
-  for (size_t i = 0; i < s.size(); ++i) r += (i ? "," : "") + std::to_string(s[i]);
-  return r + "]";
-}
-
-Status DeclareOne(ParamStore* store, const std::string& name, std::vector<int64_t> shape,
-                  bool decay, int* idx) {
-  if (store->finalized())
-    return FailedPreconditionError("PromptEncoder::Declare: ParamStore already finalized (declaring " +
-                                   name + ")");
-  const int i = store->Declare(name, std::move(shape), decay);
-  if (i < 0) return InvalidArgumentError("PromptEncoder::Declare: duplicate parameter name " + name);
-  *idx = i;
-  return OkStatus();
-}
-
-Status BindOne(const ParamStore* store, const std::string& name,
-               const std::vector<int64_t>& shape, int* idx) {
-  const int i = store->Find(name);
-  if (i < 0) return NotFoundError("PromptEncoder::Bind: parameter " + name + " was not declared");
-  if (store->info(i).shape != shape)
-    return InvalidArgumentError("PromptEncoder::Bind: parameter " + name + " has shape " +
-                                ShapeStr(store->info(i).shape) + ", expected " + ShapeStr(shape));
-  *idx = i;
-  return OkStatus();
-}
-
 }  // namespace
 
 PromptEncoder::PromptEncoder(const ModelConfig& cfg)
@@ -74,34 +46,36 @@ int64_t PromptEncoder::NumParams(const ModelConfig& cfg) {
 }
 
 Status PromptEncoder::Declare(ParamStore* store) {
+  const ParamDeclarer declare(store, "PromptEncoder::Declare");
   if (kind_ == PromptEncoderKind::kNone) return OkStatus();
   if (rows_ <= 0 || hidden_ <= 0)
     return InvalidArgumentError("PromptEncoder: prompt_length " + std::to_string(rows_ / 2) +
                                 " and hidden " + std::to_string(hidden_) +
                                 " must both be >= 1 (or use prompt encoder none)");
   const int64_t H = hidden_;
-  DGCA_RETURN_IF_ERROR(DeclareOne(store, "prompt.embedding.weight", {rows_, H}, true, &emb_));
+  DGCA_RETURN_IF_ERROR(declare("prompt.embedding.weight", {rows_, H}, true, &emb_));
   int64_t in0 = H;
   if (kind_ == PromptEncoderKind::kLstm) {
     for (int d = 0; d < 4; ++d) {
       const int64_t in = d < 2 ? H : 2 * H;
       const std::string s = kDirSuffix[d];
       LstmDir& D = dirs_[d];
-      DGCA_RETURN_IF_ERROR(DeclareOne(store, "prompt.lstm.weight_ih" + s, {4 * H, in}, true, &D.w_ih));
-      DGCA_RETURN_IF_ERROR(DeclareOne(store, "prompt.lstm.weight_hh" + s, {4 * H, H}, true, &D.w_hh));
-      DGCA_RETURN_IF_ERROR(DeclareOne(store, "prompt.lstm.bias_ih" + s, {4 * H}, false, &D.b_ih));
-      DGCA_RETURN_IF_ERROR(DeclareOne(store, "prompt.lstm.bias_hh" + s, {4 * H}, false, &D.b_hh));
+      DGCA_RETURN_IF_ERROR(declare("prompt.lstm.weight_ih" + s, {4 * H, in}, true, &D.w_ih));
+      DGCA_RETURN_IF_ERROR(declare("prompt.lstm.weight_hh" + s, {4 * H, H}, true, &D.w_hh));
+      DGCA_RETURN_IF_ERROR(declare("prompt.lstm.bias_ih" + s, {4 * H}, false, &D.b_ih));
+      DGCA_RETURN_IF_ERROR(declare("prompt.lstm.bias_hh" + s, {4 * H}, false, &D.b_hh));
     }
     in0 = 2 * H;
   }
-  DGCA_RETURN_IF_ERROR(DeclareOne(store, "prompt.mlp.0.weight", {H, in0}, true, &mlp0_w_));
-  DGCA_RETURN_IF_ERROR(DeclareOne(store, "prompt.mlp.0.bias", {H}, false, &mlp0_b_));
-  DGCA_RETURN_IF_ERROR(DeclareOne(store, "prompt.mlp.2.weight", {H, H}, true, &mlp2_w_));
-  DGCA_RETURN_IF_ERROR(DeclareOne(store, "prompt.mlp.2.bias", {H}, false, &mlp2_b_));
+  DGCA_RETURN_IF_ERROR(declare("prompt.mlp.0.weight", {H, in0}, true, &mlp0_w_));
+  DGCA_RETURN_IF_ERROR(declare("prompt.mlp.0.bias", {H}, false, &mlp0_b_));
+  DGCA_RETURN_IF_ERROR(declare("prompt.mlp.2.weight", {H, H}, true, &mlp2_w_));
+  DGCA_RETURN_IF_ERROR(declare("prompt.mlp.2.bias", {H}, false, &mlp2_b_));
   return OkStatus();
 }
 
 Status PromptEncoder::Bind(ParamStore* store) {
+  const ParamFinder find(*store, "PromptEncoder::Bind");
   if (kind_ == PromptEncoderKind::kNone) {
     store_ = store;
     bound_ = true;
@@ -110,17 +84,17 @@ Status PromptEncoder::Bind(ParamStore* store) {
   if (!store->finalized())
     return FailedPreconditionError("PromptEncoder::Bind: call ParamStore::Finalize() first");
   const int64_t H = hidden_, S = rows_;
-  DGCA_RETURN_IF_ERROR(BindOne(store, "prompt.embedding.weight", {S, H}, &emb_));
+  DGCA_RETURN_IF_ERROR(find("prompt.embedding.weight", {S, H}, &emb_));
   int64_t in0 = H;
   if (kind_ == PromptEncoderKind::kLstm) {
     for (int d = 0; d < 4; ++d) {
       const int64_t in = d < 2 ? H : 2 * H;
       const std::string s = kDirSuffix[d];
       LstmDir& D = dirs_[d];
-      DGCA_RETURN_IF_ERROR(BindOne(store, "prompt.lstm.weight_ih" + s, {4 * H, in}, &D.w_ih));
-      DGCA_RETURN_IF_ERROR(BindOne(store, "prompt.lstm.weight_hh" + s, {4 * H, H}, &D.w_hh));
-      DGCA_RETURN_IF_ERROR(BindOne(store, "prompt.lstm.bias_ih" + s, {4 * H}, &D.b_ih));
-      DGCA_RETURN_IF_ERROR(BindOne(store, "prompt.lstm.bias_hh" + s, {4 * H}, &D.b_hh));
+      DGCA_RETURN_IF_ERROR(find("prompt.lstm.weight_ih" + s, {4 * H, in}, &D.w_ih));
+      DGCA_RETURN_IF_ERROR(find("prompt.lstm.weight_hh" + s, {4 * H, H}, &D.w_hh));
+      DGCA_RETURN_IF_ERROR(find("prompt.lstm.bias_ih" + s, {4 * H}, &D.b_ih));
+      DGCA_RETURN_IF_ERROR(find("prompt.lstm.bias_hh" + s, {4 * H}, &D.b_hh));
       D.in = static_cast<int>(in);
       D.reverse = (d % 2) == 1;
       D.Wih = store->value(D.w_ih);
@@ -144,10 +118,10 @@ Status PromptEncoder::Bind(ParamStore* store) {
     dh_.assign(static_cast<size_t>(H), 0.0f);
     dc_.assign(static_cast<size_t>(H), 0.0f);
   }
-  DGCA_RETURN_IF_ERROR(BindOne(store, "prompt.mlp.0.weight", {H, in0}, &mlp0_w_));
-  DGCA_RETURN_IF_ERROR(BindOne(store, "prompt.mlp.0.bias", {H}, &mlp0_b_));
-  DGCA_RETURN_IF_ERROR(BindOne(store, "prompt.mlp.2.weight", {H, H}, &mlp2_w_));
-  DGCA_RETURN_IF_ERROR(BindOne(store, "prompt.mlp.2.bias", {H}, &mlp2_b_));
+  DGCA_RETURN_IF_ERROR(find("prompt.mlp.0.weight", {H, in0}, &mlp0_w_));
+  DGCA_RETURN_IF_ERROR(find("prompt.mlp.0.bias", {H}, &mlp0_b_));
+  DGCA_RETURN_IF_ERROR(find("prompt.mlp.2.weight", {H, H}, &mlp2_w_));
+  DGCA_RETURN_IF_ERROR(find("prompt.mlp.2.bias", {H}, &mlp2_b_));
   hid_.assign(static_cast<size_t>(S * H), 0.0f);
   out_.assign(static_cast<size_t>(S * H), 0.0f);
   d_hid_.assign(static_cast<size_t>(S * H), 0.0f);

@@ -18,15 +18,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string ShapeStr(const std::vector<int64_t>& s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (i) out += ", ";
-    out += std::to_string(s[i]);
-  }
-  return out + "]";
-}
-
 Status WriteTextFile(const std::string& path, const std::string& text) {
   const std::string tmp = path + ".tmp";
   {
@@ -63,12 +54,12 @@ Status CheckTensors(const std::string& path, const SafetensorsFile& file,
       auto it = file.tensors.find(name);
       if (it == file.tensors.end()) {
         return DataLossError(path + ": missing tensor '" + name + "' (shape " +
-                             ShapeStr(info.shape) + ")");
+                             ShapeString(info.shape) + ")");
       }
       if (it->second.shape != info.shape) {
         return InvalidArgumentError(path + ": tensor '" + name + "' has the wrong shape: expected " +
-                                    ShapeStr(info.shape) + ", got " +
-                                    ShapeStr(it->second.shape));
+                                    ShapeString(info.shape) + ", got " +
+                                    ShapeString(it->second.shape));
       }
     }
   }
@@ -337,8 +328,8 @@ StatusOr<HfLoadReport> LoadHfInit(const std::string& path, ParamStore* params) {
     const ParamInfo& info = params->info(idx);
     if (kv.second.shape != info.shape) {
       return InvalidArgumentError(path + ": tensor '" + kv.first + "' has shape " +
-                                  ShapeStr(kv.second.shape) + " but the model's '" + info.name +
-                                  "' is " + ShapeStr(info.shape) +
+                                  ShapeString(kv.second.shape) + " but the model's '" + info.name +
+                                  "' is " + ShapeString(info.shape) +
                                   (info.name.find("word_embeddings") != std::string::npos
                                        ? " (does the vocabulary match the checkpoint's?)"
                                        : ""));
