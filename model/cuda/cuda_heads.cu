@@ -633,7 +633,6 @@ CudaHeads<T>::~CudaHeads() {
 template <typename T>
 Status CudaHeads<T>::Bind(const ParamStore& layout, DeviceParams* params, const CudaContext* ctx,
                           GemmRunner* gemm) {
-  const ParamFinder find(layout, "CudaHeads::Bind");
   if (!layout.finalized())
     return FailedPreconditionError("CudaHeads::Bind: call ParamStore::Finalize() first");
   if (params == nullptr || ctx == nullptr || gemm == nullptr)
@@ -643,25 +642,10 @@ Status CudaHeads<T>::Bind(const ParamStore& layout, DeviceParams* params, const 
                                 std::to_string(params->total_numel()) + " floats, the layout " +
                                 std::to_string(layout.total_numel()));
   if (H_ < 1) return InvalidArgumentError("CudaHeads::Bind: hidden must be >= 1");
-  const int64_t H = H_;
-  if (detector_) {
-    DGCA_RETURN_IF_ERROR(find("detector.weight", {H}, &det_w_));
-    DGCA_RETURN_IF_ERROR(find("detector.bias", {1}, &det_b_));
-  }
-  if (candidate_) {
-    DGCA_RETURN_IF_ERROR(find("candidate.dense.weight", {H, H}, &cd_w_));
-    DGCA_RETURN_IF_ERROR(find("candidate.dense.bias", {H}, &cd_b_));
-    DGCA_RETURN_IF_ERROR(find("candidate.LayerNorm.weight", {H}, &ln_w_));
-    DGCA_RETURN_IF_ERROR(find("candidate.LayerNorm.bias", {H}, &ln_b_));
-    if (!std::is_same_v<T, float> && params->copy_type() != kDType<T>)
-      return FailedPreconditionError(std::string("CudaHeads<") + DTypeName(kDType<T>) +
-                                     ">::Bind: DeviceParams has no " + DTypeName(kDType<T>) + " copy");
-  }
-  if (gated_) {
-    DGCA_RETURN_IF_ERROR(find("fusion.gate.weight", {H}, &g_w_));
-    if (detector_) DGCA_RETURN_IF_ERROR(find("fusion.gate.det_scale", {1}, &g_a_));
-    DGCA_RETURN_IF_ERROR(find("fusion.gate.bias", {1}, &g_b_));
-  }
+  DGCA_RETURN_IF_ERROR(p_.Find(layout, "CudaHeads::Bind", H_, detector_, candidate_, gated_));
+  if (candidate_ && !std::is_same_v<T, float> && params->copy_type() != kDType<T>)
+    return FailedPreconditionError(std::string("CudaHeads<") + DTypeName(kDType<T>) +
+                                   ">::Bind: DeviceParams has no " + DTypeName(kDType<T>) + " copy");
   layout_ = &layout;
   params_ = params;
   ctx_ = ctx;
@@ -770,7 +754,7 @@ Status CudaHeads<T>::CheckHost(const void* cand, const void* x, const void* y, i
 // dW_c into an aligned scratch that a kernel adds into the grad.
 template <typename T>
 Status CudaHeads<T>::CopyDenseWeight() {
-  return CudaStatus(cudaMemcpyAsync(wc_.get(), params_->weight<T>(cd_w_),
+  return CudaStatus(cudaMemcpyAsync(wc_.get(), params_->weight<T>(p_.cd_w),
                                     sizeof(T) * static_cast<size_t>(H_) * H_,
                                     cudaMemcpyDeviceToDevice, ctx_->stream()),
                     "CudaHeads: copy candidate.dense.weight");
@@ -814,18 +798,18 @@ Status CudaHeads<T>::SlotForward(const T* h, const T* z, const T* E, const int32
     a.cand_on = candidate_;
     a.gated = gated_;
     if (detector_) {
-      a.wd = params_->master(det_w_);
-      a.bd = params_->master(det_b_);
+      a.wd = params_->master(p_.det_w);
+      a.bd = params_->master(p_.det_b);
     }
     if (candidate_) {
-      a.bc = params_->master(cd_b_);
-      a.gam = params_->master(ln_w_);
-      a.bet = params_->master(ln_b_);
+      a.bc = params_->master(p_.cd_b);
+      a.gam = params_->master(p_.ln_w);
+      a.bet = params_->master(p_.ln_b);
     }
     if (gated_) {
-      a.wg = params_->master(g_w_);
-      a.ga = detector_ ? params_->master(g_a_) : nullptr;
-      a.gb = params_->master(g_b_);
+      a.wg = params_->master(p_.g_w);
+      a.ga = detector_ ? params_->master(p_.g_a) : nullptr;
+      a.gb = params_->master(p_.g_b);
     }
   }
   a.cand_s = cand_.get();
@@ -915,12 +899,12 @@ Status CudaHeads<T>::Backward(float scale, T* dh, T* dz, float* dE) {
   a.cand_on = candidate_;
   a.gated = gated_;
   a.losses = losses_.get();
-  if (detector_) a.wd = params_->master(det_w_);
+  if (detector_) a.wd = params_->master(p_.det_w);
   if (gated_) {
-    a.wg = params_->master(g_w_);
-    a.ga = detector_ ? params_->master(g_a_) : nullptr;
+    a.wg = params_->master(p_.g_w);
+    a.ga = detector_ ? params_->master(p_.g_a) : nullptr;
   }
-  if (candidate_) a.gam = params_->master(ln_w_);
+  if (candidate_) a.gam = params_->master(p_.ln_w);
   a.cand = cand_.get();
   a.y = y_.get();
   a.label = label_.get();
@@ -950,15 +934,15 @@ Status CudaHeads<T>::Backward(float scale, T* dh, T* dz, float* dE) {
       detector_, candidate_, gated_);
   DGCA_RETURN_IF_ERROR(Launched("CudaHeads: ColumnPartialKernel"));
   ColumnFinishKernel<<<col_blocks, kColThreads, 0, stream>>>(
-      col_part_.get(), nchunks, H, gated_ ? params_->grad(g_w_) : nullptr,
-      detector_ ? params_->grad(det_w_) : nullptr, candidate_ ? params_->grad(ln_w_) : nullptr,
-      candidate_ ? params_->grad(ln_b_) : nullptr, candidate_ ? params_->grad(cd_b_) : nullptr);
+      col_part_.get(), nchunks, H, gated_ ? params_->grad(p_.g_w) : nullptr,
+      detector_ ? params_->grad(p_.det_w) : nullptr, candidate_ ? params_->grad(p_.ln_w) : nullptr,
+      candidate_ ? params_->grad(p_.ln_b) : nullptr, candidate_ ? params_->grad(p_.cd_b) : nullptr);
   DGCA_RETURN_IF_ERROR(Launched("CudaHeads: ColumnFinishKernel"));
   if (gated_ || detector_) {
     ScalarGradKernel<<<1, kThreads, 0, stream>>>(
-        dl_.get(), de_.get(), e_.get(), gated_ ? params_->grad(g_b_) : nullptr,
-        (gated_ && detector_) ? params_->grad(g_a_) : nullptr,
-        detector_ ? params_->grad(det_b_) : nullptr, Tn, detector_, gated_);
+        dl_.get(), de_.get(), e_.get(), gated_ ? params_->grad(p_.g_b) : nullptr,
+        (gated_ && detector_) ? params_->grad(p_.g_a) : nullptr,
+        detector_ ? params_->grad(p_.det_b) : nullptr, Tn, detector_, gated_);
     DGCA_RETURN_IF_ERROR(Launched("CudaHeads: ScalarGradKernel"));
   }
   if (!candidate_) return OkStatus();
@@ -1011,7 +995,7 @@ Status CudaHeads<T>::Backward(float scale, T* dh, T* dz, float* dE) {
   DGCA_RETURN_IF_ERROR(gemm_->Run(gw));
   const int64_t hh = int64_t(H) * H;
   AddIntoKernel<<<static_cast<int>((hh + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
-      params_->grad(cd_w_), dwc_.get(), hh);
+      params_->grad(p_.cd_w), dwc_.get(), hh);
   DGCA_RETURN_IF_ERROR(Launched("CudaHeads: AddIntoKernel"));
   GemmArgs gh;
   gh.trans_a = false;

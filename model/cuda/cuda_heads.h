@@ -181,9 +181,7 @@ class CudaHeads {
   const CudaContext* ctx_ = nullptr;
   GemmRunner* gemm_ = nullptr;
   bool bound_ = false;
-  int det_w_ = -1, det_b_ = -1;
-  int cd_w_ = -1, cd_b_ = -1, ln_w_ = -1, ln_b_ = -1;
-  int g_w_ = -1, g_a_ = -1, g_b_ = -1;
+  HeadParams p_;
 
   // State of the last Forward().
   int T_ = 0, V_ = 0;

@@ -180,46 +180,16 @@ int64_t DgcaHeads::NumParams(const ModelConfig& cfg) {
 
 Status DgcaHeads::Declare(ParamStore* store) {
   const ParamDeclarer declare(store, "DgcaHeads::Declare");
-  const int64_t H = H_;
-  if (detector_) {
-    DGCA_RETURN_IF_ERROR(declare("detector.weight", {H}, true, &det_w_));
-    DGCA_RETURN_IF_ERROR(declare("detector.bias", {1}, false, &det_b_));
-  }
-  if (candidate_) {
-    DGCA_RETURN_IF_ERROR(declare("candidate.dense.weight", {H, H}, true, &cd_w_));
-    DGCA_RETURN_IF_ERROR(declare("candidate.dense.bias", {H}, false, &cd_b_));
-    DGCA_RETURN_IF_ERROR(declare("candidate.LayerNorm.weight", {H}, false, &ln_w_));
-    DGCA_RETURN_IF_ERROR(declare("candidate.LayerNorm.bias", {H}, false, &ln_b_));
-  }
-  if (gated_) {
-    DGCA_RETURN_IF_ERROR(declare("fusion.gate.weight", {H}, true, &g_w_));
-    if (detector_)
-      DGCA_RETURN_IF_ERROR(declare("fusion.gate.det_scale", {1}, true, &g_a_));
-    DGCA_RETURN_IF_ERROR(declare("fusion.gate.bias", {1}, false, &g_b_));
-  }
-  return OkStatus();
+  return p_.ForEach(H_, detector_, candidate_, gated_,
+                    [&](const char* name, std::vector<int64_t> shape, bool decay, int* index) {
+                      return declare(name, std::move(shape), decay, index);
+                    });
 }
 
 Status DgcaHeads::Bind(ParamStore* store) {
-  const ParamFinder find(*store, "DgcaHeads::Bind");
   if (!store->finalized())
     return FailedPreconditionError("DgcaHeads::Bind: call ParamStore::Finalize() first");
-  const int64_t H = H_;
-  if (detector_) {
-    DGCA_RETURN_IF_ERROR(find("detector.weight", {H}, &det_w_));
-    DGCA_RETURN_IF_ERROR(find("detector.bias", {1}, &det_b_));
-  }
-  if (candidate_) {
-    DGCA_RETURN_IF_ERROR(find("candidate.dense.weight", {H, H}, &cd_w_));
-    DGCA_RETURN_IF_ERROR(find("candidate.dense.bias", {H}, &cd_b_));
-    DGCA_RETURN_IF_ERROR(find("candidate.LayerNorm.weight", {H}, &ln_w_));
-    DGCA_RETURN_IF_ERROR(find("candidate.LayerNorm.bias", {H}, &ln_b_));
-  }
-  if (gated_) {
-    DGCA_RETURN_IF_ERROR(find("fusion.gate.weight", {H}, &g_w_));
-    if (detector_) DGCA_RETURN_IF_ERROR(find("fusion.gate.det_scale", {1}, &g_a_));
-    DGCA_RETURN_IF_ERROR(find("fusion.gate.bias", {1}, &g_b_));
-  }
+  DGCA_RETURN_IF_ERROR(p_.Find(*store, "DgcaHeads::Bind", H_, detector_, candidate_, gated_));
   store_ = store;
   const size_t T = static_cast<size_t>(max_slots_);
   const size_t TH = T * static_cast<size_t>(H_);
@@ -266,15 +236,15 @@ void DgcaHeads::InitParams(uint64_t seed) {
     float* v = store_->value(idx);
     std::fill(v, v + store_->info(idx).numel, c);
   };
-  normal(det_w_, 0.02);
-  fill(det_b_, 0.0f);
-  normal(cd_w_, 0.02);
-  fill(cd_b_, 0.0f);
-  fill(ln_w_, 1.0f);
-  fill(ln_b_, 0.0f);
-  normal(g_w_, 0.02);
-  fill(g_a_, 1.0f);
-  fill(g_b_, 0.0f);
+  normal(p_.det_w, 0.02);
+  fill(p_.det_b, 0.0f);
+  normal(p_.cd_w, 0.02);
+  fill(p_.cd_b, 0.0f);
+  fill(p_.ln_w, 1.0f);
+  fill(p_.ln_b, 0.0f);
+  normal(p_.g_w, 0.02);
+  fill(p_.g_a, 1.0f);
+  fill(p_.g_b, 0.0f);
 }
 
 Status DgcaHeads::CheckInputs(const int32_t* cand, const int32_t* x, const int32_t* y, int T,
@@ -313,16 +283,16 @@ void DgcaHeads::ForwardHeads(const float* h, const float* E, const int32_t* cand
   const int nt_ = threads_;
   // Detector logits.
   if (detector_) {
-    const float* wd = store_->value(det_w_);
-    const float bd = store_->value(det_b_)[0];
+    const float* wd = store_->value(p_.det_w);
+    const float bd = store_->value(p_.det_b)[0];
     for (int t = 0; t < T; ++t) e_[t] = Dot(wd, h + static_cast<int64_t>(t) * H, H) + bd;
   }
   // Candidate head: a = h W_c^T + b_c; u = LN(GELU(a)); s_k = u·E[c_k]; log q.
   if (candidate_) {
-    const float* Wc = store_->value(cd_w_);
-    const float* bc = store_->value(cd_b_);
-    const float* gam = store_->value(ln_w_);
-    const float* bet = store_->value(ln_b_);
+    const float* Wc = store_->value(p_.cd_w);
+    const float* bc = store_->value(p_.cd_b);
+    const float* gam = store_->value(p_.ln_w);
+    const float* bet = store_->value(p_.ln_b);
     Gemm(false, true, T, H, H, h, H, Wc, H, 0.0f, act_.data(), H);
     DGCA_HEADS_PARALLEL_FOR
     for (int t = 0; t < T; ++t) {
@@ -369,9 +339,9 @@ void DgcaHeads::ForwardHeads(const float* h, const float* E, const int32_t* cand
   }
   // Gate logits.
   if (gated_) {
-    const float* wg = store_->value(g_w_);
-    const float bg = store_->value(g_b_)[0];
-    const float a = detector_ ? store_->value(g_a_)[0] : 0.0f;
+    const float* wg = store_->value(p_.g_w);
+    const float bg = store_->value(p_.g_b)[0];
+    const float a = detector_ ? store_->value(p_.g_a)[0] : 0.0f;
     for (int t = 0; t < T; ++t) {
       float l = Dot(wg, h + static_cast<int64_t>(t) * H, H) + bg;
       if (detector_) l += a * e_[t];
@@ -485,13 +455,13 @@ void DgcaHeads::Backward(float scale, float* dh, float* dz, float* dE) {
     dl_[t] = static_cast<float>(dl);
     if (detector_) {
       double de = st * lambda_det_ * (Sigmoid(e_[t]) - label_[t]);
-      if (gated_) de += static_cast<double>(store_->value(g_a_)[0]) * dl;
+      if (gated_) de += static_cast<double>(store_->value(p_.g_a)[0]) * dl;
       de_[t] = static_cast<float>(de);
     }
   }
   if (gated_) {
-    const float* wg = store_->value(g_w_);
-    float* dwg = store_->grad(g_w_);
+    const float* wg = store_->value(p_.g_w);
+    float* dwg = store_->grad(p_.g_w);
     double dbg = 0.0, da = 0.0;
     for (int t = 0; t < T; ++t) {
       const float* ht = h_ + static_cast<int64_t>(t) * H;
@@ -504,12 +474,12 @@ void DgcaHeads::Backward(float scale, float* dh, float* dz, float* dE) {
       dbg += d;
       if (detector_) da += static_cast<double>(d) * e_[t];
     }
-    store_->grad(g_b_)[0] += static_cast<float>(dbg);
-    if (detector_) store_->grad(g_a_)[0] += static_cast<float>(da);
+    store_->grad(p_.g_b)[0] += static_cast<float>(dbg);
+    if (detector_) store_->grad(p_.g_a)[0] += static_cast<float>(da);
   }
   if (detector_) {
-    const float* wd = store_->value(det_w_);
-    float* dwd = store_->grad(det_w_);
+    const float* wd = store_->value(p_.det_w);
+    float* dwd = store_->grad(p_.det_w);
     double dbd = 0.0;
     for (int t = 0; t < T; ++t) {
       const float* ht = h_ + static_cast<int64_t>(t) * H;
@@ -521,14 +491,14 @@ void DgcaHeads::Backward(float scale, float* dh, float* dz, float* dE) {
       }
       dbd += d;
     }
-    store_->grad(det_b_)[0] += static_cast<float>(dbd);
+    store_->grad(p_.det_b)[0] += static_cast<float>(dbd);
   }
 
   if (!candidate_) return;
   // Per slot (parallel): ds_k = coef·(q_k − [c_k = y]·q_k/Q_y), du = Σ_k ds_k E[c_k],
   // then LayerNorm and GELU backward into da.
   const double cand_w = n_cand_ > 0 ? static_cast<double>(scale) * lambda_cand_ / n_cand_ : 0.0;
-  const float* gam = store_->value(ln_w_);
+  const float* gam = store_->value(p_.ln_w);
   DGCA_HEADS_PARALLEL_FOR
   for (int t = 0; t < T; ++t) {
     const int32_t* c = cand_.data() + static_cast<int64_t>(t) * K;
@@ -570,9 +540,9 @@ void DgcaHeads::Backward(float scale, float* dh, float* dz, float* dE) {
   }
   // Sums over slots, serial in slot order (rows of dE repeat across slots):
   // dE[c_k] += ds_k·u; dγ += du·n; dβ += du; db_c += da.
-  float* dgam = store_->grad(ln_w_);
-  float* dbet = store_->grad(ln_b_);
-  float* dbc = store_->grad(cd_b_);
+  float* dgam = store_->grad(p_.ln_w);
+  float* dbet = store_->grad(p_.ln_b);
+  float* dbc = store_->grad(p_.cd_b);
   for (int t = 0; t < T; ++t) {
     const int32_t* c = cand_.data() + static_cast<int64_t>(t) * K;
     const float* ds = ds_.data() + static_cast<int64_t>(t) * K;
@@ -592,8 +562,8 @@ void DgcaHeads::Backward(float scale, float* dh, float* dz, float* dE) {
     }
   }
   // Dense layer: dW_c += da^T h; dh += da W_c.
-  Gemm(true, false, H, H, T, da_.data(), H, h_, H, 1.0f, store_->grad(cd_w_), H);
-  Gemm(false, false, T, H, H, da_.data(), H, store_->value(cd_w_), H, 1.0f, dh, H);
+  Gemm(true, false, H, H, T, da_.data(), H, h_, H, 1.0f, store_->grad(p_.cd_w), H);
+  Gemm(false, false, T, H, H, da_.data(), H, store_->value(p_.cd_w), H, 1.0f, dh, H);
 }
 
 Status DgcaHeads::Predict(const float* h, const float* z, const float* E, const int32_t* cand,
