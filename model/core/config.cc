@@ -28,8 +28,8 @@ namespace dgca {
 //   (cls.predictions.decoder.weight is tied to word_embeddings and its bias
 //    is cls.predictions.bias: neither is counted again.)
 //
-// Prompt encoder (only when P > 0):
-//   prompt.embedding.weight                       [2P, H]    (lstm, mlp, none)
+// Prompt encoder (only when P > 0 and the encoder is not none):
+//   prompt.embedding.weight                       [2P, H]    (lstm, mlp)
 //   lstm (PyTorch nn.LSTM(H, H, num_layers=2, bidirectional=True), gates
 //   i,f,g,o stacked, so 4H rows), for d in {"", "_reverse"}:
 //     prompt.lstm.weight_ih_l0{d}                 [4H, H]
@@ -40,25 +40,26 @@ namespace dgca {
 //     prompt.lstm.weight_hh_l1{d}                 [4H, H]
 //     prompt.lstm.bias_ih_l1{d}                   [4H]
 //     prompt.lstm.bias_hh_l1{d}                   [4H]
-//   then prompt.linear1.{weight [H, 2H], bias [H]}, ReLU,
-//        prompt.linear2.{weight [H, H],  bias [H]}
-//   mlp: prompt.linear1.{weight [H, H], bias [H]}, ReLU,
-//        prompt.linear2.{weight [H, H], bias [H]}
-//   none: the embedding alone.
+//   then prompt.mlp.0.{weight [H, 2H], bias [H]}, ReLU,
+//        prompt.mlp.2.{weight [H, H],  bias [H]}
+//   mlp: prompt.mlp.0.{weight [H, H], bias [H]}, ReLU,
+//        prompt.mlp.2.{weight [H, H], bias [H]}
+//   none: nothing (the prompt slots keep the word embeddings of [CLS] and
+//   [SEP], model/nn/prompt_encoder.h).
 //
 // Detector (cfg.detector):      detector.weight [H], detector.bias [1]
-// Candidate head (cfg.candidate && K > 0):
+// Candidate head (cfg.candidate):
 //   candidate.dense.weight [H, H], candidate.dense.bias [H],
 //   candidate.LayerNorm.weight [H], candidate.LayerNorm.bias [H]
-// Gated fusion (fusion == kGated):
-//   fusion.gate.weight [H] (w_g), fusion.gate.det_scale [1] (a),
-//   fusion.gate.bias [1] (b_g)
+// Gated fusion (fusion == kGated, candidate head on):
+//   fusion.gate.weight [H] (w_g), fusion.gate.det_scale [1] (a; detector
+//   on only), fusion.gate.bias [1] (b_g)
 //
 // Totals for bert-base, V=21128, M=512, T=2, P=3, lstm, all heads, K=8:
 //   BERT      102,290,312  (= HF BertForMaskedLM for bert-base-chinese:
 //             embeddings 16,622,592 + 12 x 7,087,872 + MLM head 613,256)
 //   prompt     25,393,152  (embedding 4,608; LSTM layer 0 9,449,472,
-//             layer 1 14,168,064; linear1 1,180,416; linear2 590,592)
+//             layer 1 14,168,064; mlp.0 1,180,416; mlp.2 590,592)
 //   detector 769, candidate 592,128, gate 770
 //   total     128,277,131  (checked in config_test.cc)
 
@@ -95,7 +96,7 @@ StatusOr<ModelConfig> ApplyPreset(const std::string& preset, ModelConfig base) {
 
 std::vector<ParamSpec> ListParameters(const ModelConfig& cfg) {
   const int64_t H = cfg.hidden, F = cfg.ffn, V = cfg.vocab_size, M = cfg.max_position,
-                T = cfg.type_vocab, P = cfg.prompt_length, K = cfg.candidate_top_k;
+                T = cfg.type_vocab, P = cfg.prompt_length;
   std::vector<ParamSpec> p;
   auto add = [&p](std::string name, std::vector<int64_t> shape) {
     p.push_back(ParamSpec{std::move(name), std::move(shape)});
@@ -128,7 +129,7 @@ std::vector<ParamSpec> ListParameters(const ModelConfig& cfg) {
   add("cls.predictions.transform.LayerNorm.bias", {H});
   add("cls.predictions.bias", {V});
 
-  if (P > 0) {
+  if (P > 0 && cfg.prompt_encoder != PromptEncoderKind::kNone) {
     add("prompt.embedding.weight", {2 * P, H});
     if (cfg.prompt_encoder == PromptEncoderKind::kLstm) {
       for (int layer = 0; layer < 2; ++layer) {
@@ -141,30 +142,30 @@ std::vector<ParamSpec> ListParameters(const ModelConfig& cfg) {
           add("prompt.lstm.bias_hh" + sfx, {4 * H});
         }
       }
-      add("prompt.linear1.weight", {H, 2 * H});
-      add("prompt.linear1.bias", {H});
-      add("prompt.linear2.weight", {H, H});
-      add("prompt.linear2.bias", {H});
+      add("prompt.mlp.0.weight", {H, 2 * H});
+      add("prompt.mlp.0.bias", {H});
+      add("prompt.mlp.2.weight", {H, H});
+      add("prompt.mlp.2.bias", {H});
     } else if (cfg.prompt_encoder == PromptEncoderKind::kMlp) {
-      add("prompt.linear1.weight", {H, H});
-      add("prompt.linear1.bias", {H});
-      add("prompt.linear2.weight", {H, H});
-      add("prompt.linear2.bias", {H});
+      add("prompt.mlp.0.weight", {H, H});
+      add("prompt.mlp.0.bias", {H});
+      add("prompt.mlp.2.weight", {H, H});
+      add("prompt.mlp.2.bias", {H});
     }
   }
   if (cfg.detector) {
     add("detector.weight", {H});
     add("detector.bias", {1});
   }
-  if (cfg.candidate && K > 0) {
+  if (cfg.candidate) {
     add("candidate.dense.weight", {H, H});
     add("candidate.dense.bias", {H});
     add("candidate.LayerNorm.weight", {H});
     add("candidate.LayerNorm.bias", {H});
   }
-  if (cfg.fusion == FusionKind::kGated) {
+  if (cfg.fusion == FusionKind::kGated && cfg.candidate) {  // the gate mixes in the candidate head
     add("fusion.gate.weight", {H});
-    add("fusion.gate.det_scale", {1});
+    if (cfg.detector) add("fusion.gate.det_scale", {1});
     add("fusion.gate.bias", {1});
   }
   return p;

@@ -56,7 +56,7 @@ TEST(ConfigTest, FullModelCount) {
   const int64_t H = 768;
   EXPECT_EQ(CountParameters(cfg), 102290312 + 6 * H + 2 * (H * H + H) + 769 + 592128 + 770);
   cfg.prompt_encoder = PromptEncoderKind::kNone;
-  EXPECT_EQ(CountParameters(cfg), 102290312 + 6 * H + 769 + 592128 + 770);
+  EXPECT_EQ(CountParameters(cfg), 102290312 + 769 + 592128 + 770);  // none: no prompt parameters
 }
 
 TEST(ConfigTest, TinyLstmCountByFormula) {

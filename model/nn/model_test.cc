@@ -11,7 +11,9 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace dgca {
@@ -102,6 +104,35 @@ TEST(DgcaModelGrad, FullDgcaWithLstmPromptAndMftMatchesFiniteDifferences) {
 
 TEST(DgcaModelGrad, ReLMWithMlpPromptMatchesFiniteDifferences) {
   CheckAllTensorsByFiniteDifferences(TinyConfig(PromptEncoderKind::kMlp, false), true);
+}
+
+// model/core's ListParameters / CountParameters (what the planner and the
+// memory model count) against what the model really declares, for every
+// combination of prompt encoder, heads and fusion.
+TEST(DgcaModel, DeclaresExactlyListParameters) {
+  for (PromptEncoderKind prompt : {PromptEncoderKind::kLstm, PromptEncoderKind::kMlp, PromptEncoderKind::kNone})
+    for (bool detector : {true, false})
+      for (bool candidate : {true, false})
+        for (FusionKind fusion : {FusionKind::kGated, FusionKind::kNone}) {
+          ModelConfig c = TinyConfig(prompt, true);
+          c.detector = detector;
+          c.candidate = candidate;
+          c.fusion = fusion;
+          const std::string what = std::string("prompt ") + (prompt == PromptEncoderKind::kLstm ? "lstm"
+                                                             : prompt == PromptEncoderKind::kMlp ? "mlp"
+                                                                                                 : "none") +
+                                   (detector ? ", detector" : "") + (candidate ? ", candidate" : "") +
+                                   (fusion == FusionKind::kGated ? ", gated" : ", no fusion");
+          auto m = MakeModel(c, 1, 16, 1);
+          ASSERT_NE(m, nullptr) << what;
+          const ParamStore& s = m->params();
+          std::set<std::pair<std::string, std::vector<int64_t>>> declared, listed;
+          for (int i = 0; i < s.size(); ++i) declared.emplace(s.info(i).name, s.info(i).shape);
+          for (const ParamSpec& p : ListParameters(c)) listed.emplace(p.name, p.shape);
+          for (const auto& d : declared) EXPECT_TRUE(listed.count(d)) << what << ": declared, not listed: " << d.first;
+          for (const auto& l : listed) EXPECT_TRUE(declared.count(l)) << what << ": listed, not declared: " << l.first;
+          EXPECT_EQ(s.total_numel(), CountParameters(c)) << what;
+        }
 }
 
 TEST(DgcaModel, DeclarationOrderAndGradReadyContract) {
