@@ -81,7 +81,6 @@ __global__ void LstmStepBackwardKernel(const float* g, const float* tc, const fl
   dc_next[j] = dc * gf;
 }
 
-const char* const kDirSuffix[4] = {"_l0", "_l0_reverse", "_l1", "_l1_reverse"};
 
 }  // namespace
 
@@ -111,7 +110,6 @@ Status CudaPromptEncoder::Gemm(bool ta, bool tb, int M, int N, int K, const floa
 
 Status CudaPromptEncoder::Bind(const ParamStore& layout, DeviceParams* params,
                                const CudaContext* ctx, GemmRunner* gemm) {
-  const ParamFinder find(layout, "CudaPromptEncoder::Bind");
   layout_ = &layout;
   params_ = params;
   ctx_ = ctx;
@@ -133,24 +131,18 @@ Status CudaPromptEncoder::Bind(const ParamStore& layout, DeviceParams* params,
                                 " and hidden " + std::to_string(hidden_) +
                                 " must both be >= 1 (or use prompt encoder none)");
   const int64_t H = hidden_, S = rows_;
-  DGCA_RETURN_IF_ERROR(find("prompt.embedding.weight", {S, H}, &emb_));
-  int64_t in0 = H;
+  DGCA_RETURN_IF_ERROR(p_.Find(layout, "CudaPromptEncoder::Bind", kind_, S, H));
   if (kind_ == PromptEncoderKind::kLstm) {
     for (int d = 0; d < 4; ++d) {
       const int64_t in = d < 2 ? H : 2 * H;
-      const std::string s = kDirSuffix[d];
       Dir& D = dirs_[d];
-      DGCA_RETURN_IF_ERROR(find("prompt.lstm.weight_ih" + s, {4 * H, in}, &D.w_ih));
-      DGCA_RETURN_IF_ERROR(find("prompt.lstm.weight_hh" + s, {4 * H, H}, &D.w_hh));
-      DGCA_RETURN_IF_ERROR(find("prompt.lstm.bias_ih" + s, {4 * H}, &D.b_ih));
-      DGCA_RETURN_IF_ERROR(find("prompt.lstm.bias_hh" + s, {4 * H}, &D.b_hh));
+      D.p = &p_.lstm[d];
       D.in = static_cast<int>(in);
       D.reverse = (d % 2) == 1;
       DGCA_RETURN_IF_ERROR(D.gates.Allocate(static_cast<size_t>(S * 4 * H)));
       DGCA_RETURN_IF_ERROR(D.c.Allocate(static_cast<size_t>(S * H)));
       DGCA_RETURN_IF_ERROR(D.tanh_c.Allocate(static_cast<size_t>(S * H)));
     }
-    in0 = 2 * H;
     DGCA_RETURN_IF_ERROR(out0_.Allocate(static_cast<size_t>(S * 2 * H)));
     DGCA_RETURN_IF_ERROR(out1_.Allocate(static_cast<size_t>(S * 2 * H)));
     DGCA_RETURN_IF_ERROR(d_out0_.Allocate(static_cast<size_t>(S * 2 * H)));
@@ -159,10 +151,6 @@ Status CudaPromptEncoder::Bind(const ParamStore& layout, DeviceParams* params,
     DGCA_RETURN_IF_ERROR(dh_.Allocate(static_cast<size_t>(H)));
     DGCA_RETURN_IF_ERROR(dc_.Allocate(static_cast<size_t>(H)));
   }
-  DGCA_RETURN_IF_ERROR(find("prompt.mlp.0.weight", {H, in0}, &mlp0_w_));
-  DGCA_RETURN_IF_ERROR(find("prompt.mlp.0.bias", {H}, &mlp0_b_));
-  DGCA_RETURN_IF_ERROR(find("prompt.mlp.2.weight", {H, H}, &mlp2_w_));
-  DGCA_RETURN_IF_ERROR(find("prompt.mlp.2.bias", {H}, &mlp2_b_));
   DGCA_RETURN_IF_ERROR(hid_.Allocate(static_cast<size_t>(S * H)));
   DGCA_RETURN_IF_ERROR(out_.Allocate(static_cast<size_t>(S * H)));
   DGCA_RETURN_IF_ERROR(d_hid_.Allocate(static_cast<size_t>(S * H)));
@@ -192,12 +180,12 @@ Status CudaPromptEncoder::DirForward(Dir* d, const float* x, float* out) {
   const int S = rows_, H = hidden_, G = 4 * hidden_;
   const int col = d->reverse ? H : 0;
   cudaStream_t stream = ctx_->stream();
-  const float* Wih = params_->master(d->w_ih);
-  const float* Whh = params_->master(d->w_hh);
+  const float* Wih = params_->master(d->p->w_ih);
+  const float* Whh = params_->master(d->p->w_hh);
   // Input projection for all steps: gates = x W_ih^T + b_ih + b_hh.
   DGCA_RETURN_IF_ERROR(Gemm(false, true, S, G, d->in, x, d->in, Wih, d->in, 0.0f, d->gates.get(), G));
   Bias2AddKernel<<<Blocks(int64_t(S) * G), kThreads, 0, stream>>>(
-      d->gates.get(), params_->master(d->b_ih), params_->master(d->b_hh), S, G);
+      d->gates.get(), params_->master(d->p->b_ih), params_->master(d->p->b_hh), S, G);
   DGCA_RETURN_IF_ERROR(Launched("CudaPromptEncoder: Bias2Add"));
   // Recurrence; h_{-1} = c_{-1} = 0; the reverse direction walks t = S-1..0.
   for (int step = 0; step < S; ++step) {
@@ -222,8 +210,8 @@ Status CudaPromptEncoder::DirBackward(Dir* d, const float* x, const float* out, 
   const int S = rows_, H = hidden_, G = 4 * hidden_;
   const int col = d->reverse ? H : 0;
   cudaStream_t stream = ctx_->stream();
-  const float* Wih = params_->master(d->w_ih);
-  const float* Whh = params_->master(d->w_hh);
+  const float* Wih = params_->master(d->p->w_ih);
+  const float* Whh = params_->master(d->p->w_hh);
   DGCA_RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(dh_.get(), 0, sizeof(float) * H, stream), "memset dh"));
   DGCA_RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(dc_.get(), 0, sizeof(float) * H, stream), "memset dc"));
   for (int step = S - 1; step >= 0; --step) {
@@ -245,13 +233,13 @@ Status CudaPromptEncoder::DirBackward(Dir* d, const float* x, const float* out, 
     const int r0 = d->reverse ? 0 : 1, h0 = d->reverse ? 1 : 0;
     DGCA_RETURN_IF_ERROR(Gemm(true, false, G, H, S - 1, dgates_.get() + int64_t(r0) * G, G,
                               out + int64_t(h0) * 2 * H + col, 2 * H, 1.0f,
-                              params_->grad(d->w_hh), H));
+                              params_->grad(d->p->w_hh), H));
   }
   // Input projection: dW_ih += dgates^T x; biases; dx += dgates W_ih.
   DGCA_RETURN_IF_ERROR(Gemm(true, false, G, d->in, S, dgates_.get(), G, x, d->in, 1.0f,
-                            params_->grad(d->w_ih), d->in));
-  DGCA_RETURN_IF_ERROR(ColumnSumAdd<float>(stream, params_->grad(d->b_ih), dgates_.get(), S, G, col_scratch_.get()));
-  DGCA_RETURN_IF_ERROR(ColumnSumAdd<float>(stream, params_->grad(d->b_hh), dgates_.get(), S, G, col_scratch_.get()));
+                            params_->grad(d->p->w_ih), d->in));
+  DGCA_RETURN_IF_ERROR(ColumnSumAdd<float>(stream, params_->grad(d->p->b_ih), dgates_.get(), S, G, col_scratch_.get()));
+  DGCA_RETURN_IF_ERROR(ColumnSumAdd<float>(stream, params_->grad(d->p->b_hh), dgates_.get(), S, G, col_scratch_.get()));
   return Gemm(false, false, S, d->in, G, dgates_.get(), G, Wih, d->in, 1.0f, dx, d->in);
 }
 
@@ -261,7 +249,7 @@ Status CudaPromptEncoder::Forward(const float** out) {
   if (kind_ == PromptEncoderKind::kNone) return OkStatus();
   const int S = rows_, H = hidden_;
   cudaStream_t stream = ctx_->stream();
-  const float* emb = params_->master(emb_);
+  const float* emb = params_->master(p_.emb);
   const float* in0 = emb;
   int in_w = H;
   if (kind_ == PromptEncoderKind::kLstm) {
@@ -273,14 +261,14 @@ Status CudaPromptEncoder::Forward(const float** out) {
     in_w = 2 * H;
   }
   // hid = ReLU(in0 W0^T + b0); out = hid W2^T + b2.
-  DGCA_RETURN_IF_ERROR(Gemm(false, true, S, H, in_w, in0, in_w, params_->master(mlp0_w_), in_w,
+  DGCA_RETURN_IF_ERROR(Gemm(false, true, S, H, in_w, in0, in_w, params_->master(p_.mlp0_w), in_w,
                             0.0f, hid_.get(), H));
   BiasReluKernel<<<Blocks(int64_t(S) * H), kThreads, 0, stream>>>(hid_.get(),
-                                                                   params_->master(mlp0_b_), S, H);
+                                                                   params_->master(p_.mlp0_b), S, H);
   DGCA_RETURN_IF_ERROR(Launched("CudaPromptEncoder: BiasRelu"));
-  DGCA_RETURN_IF_ERROR(Gemm(false, true, S, H, H, hid_.get(), H, params_->master(mlp2_w_), H, 0.0f,
+  DGCA_RETURN_IF_ERROR(Gemm(false, true, S, H, H, hid_.get(), H, params_->master(p_.mlp2_w), H, 0.0f,
                             out_.get(), H));
-  DGCA_RETURN_IF_ERROR(BiasAdd<float>(stream, out_.get(), params_->master(mlp2_b_), S, H));
+  DGCA_RETURN_IF_ERROR(BiasAdd<float>(stream, out_.get(), params_->master(p_.mlp2_b), S, H));
   *out = out_.get();
   return OkStatus();
 }
@@ -306,31 +294,31 @@ Status CudaPromptEncoder::Backward(const float* dout) {
   const int S = rows_, H = hidden_;
   cudaStream_t stream = ctx_->stream();
   const bool lstm = kind_ == PromptEncoderKind::kLstm;
-  const float* in0 = lstm ? out1_.get() : params_->master(emb_);
+  const float* in0 = lstm ? out1_.get() : params_->master(p_.emb);
   const int in_w = lstm ? 2 * H : H;
   // Linear 2: dW2 += dout^T hid; db2 += Σ dout; dhid = dout W2, masked by ReLU.
   DGCA_RETURN_IF_ERROR(Gemm(true, false, H, H, S, dout, H, hid_.get(), H, 1.0f,
-                            params_->grad(mlp2_w_), H));
-  DGCA_RETURN_IF_ERROR(ColumnSumAdd<float>(stream, params_->grad(mlp2_b_), dout, S, H, col_scratch_.get()));
-  DGCA_RETURN_IF_ERROR(Gemm(false, false, S, H, H, dout, H, params_->master(mlp2_w_), H, 0.0f,
+                            params_->grad(p_.mlp2_w), H));
+  DGCA_RETURN_IF_ERROR(ColumnSumAdd<float>(stream, params_->grad(p_.mlp2_b), dout, S, H, col_scratch_.get()));
+  DGCA_RETURN_IF_ERROR(Gemm(false, false, S, H, H, dout, H, params_->master(p_.mlp2_w), H, 0.0f,
                             d_hid_.get(), H));
   ReluMaskKernel<<<Blocks(int64_t(S) * H), kThreads, 0, stream>>>(d_hid_.get(), hid_.get(),
                                                                    int64_t(S) * H);
   DGCA_RETURN_IF_ERROR(Launched("CudaPromptEncoder: ReluMask"));
   // Linear 0.
   DGCA_RETURN_IF_ERROR(Gemm(true, false, H, in_w, S, d_hid_.get(), H, in0, in_w, 1.0f,
-                            params_->grad(mlp0_w_), in_w));
-  DGCA_RETURN_IF_ERROR(ColumnSumAdd<float>(stream, params_->grad(mlp0_b_), d_hid_.get(), S, H, col_scratch_.get()));
-  float* demb = params_->grad(emb_);
+                            params_->grad(p_.mlp0_w), in_w));
+  DGCA_RETURN_IF_ERROR(ColumnSumAdd<float>(stream, params_->grad(p_.mlp0_b), d_hid_.get(), S, H, col_scratch_.get()));
+  float* demb = params_->grad(p_.emb);
   if (!lstm)  // the embedding feeds Linear 0 directly
-    return Gemm(false, false, S, H, H, d_hid_.get(), H, params_->master(mlp0_w_), H, 1.0f, demb, H);
-  DGCA_RETURN_IF_ERROR(Gemm(false, false, S, in_w, H, d_hid_.get(), H, params_->master(mlp0_w_),
+    return Gemm(false, false, S, H, H, d_hid_.get(), H, params_->master(p_.mlp0_w), H, 1.0f, demb, H);
+  DGCA_RETURN_IF_ERROR(Gemm(false, false, S, in_w, H, d_hid_.get(), H, params_->master(p_.mlp0_w),
                             in_w, 0.0f, d_out1_.get(), in_w));
   DGCA_RETURN_IF_ERROR(CudaStatus(
       cudaMemsetAsync(d_out0_.get(), 0, sizeof(float) * size_t(S) * 2 * H, stream), "memset d_out0"));
   DGCA_RETURN_IF_ERROR(DirBackward(&dirs_[2], out0_.get(), out1_.get(), d_out1_.get(), d_out0_.get()));
   DGCA_RETURN_IF_ERROR(DirBackward(&dirs_[3], out0_.get(), out1_.get(), d_out1_.get(), d_out0_.get()));
-  const float* emb = params_->master(emb_);
+  const float* emb = params_->master(p_.emb);
   DGCA_RETURN_IF_ERROR(DirBackward(&dirs_[0], emb, out0_.get(), d_out0_.get(), demb));
   return DirBackward(&dirs_[1], emb, out0_.get(), d_out0_.get(), demb);
 }

@@ -40,6 +40,7 @@
 #include "model/cuda/device_params.h"
 #include "model/cuda/gemm.h"
 #include "model/nn/params.h"
+#include "model/nn/prompt_encoder.h"
 
 namespace dgca {
 namespace cuda {
@@ -81,7 +82,7 @@ class CudaPromptEncoder {
   struct Dir {
     int in = 0;
     bool reverse = false;
-    int w_ih = -1, w_hh = -1, b_ih = -1, b_hh = -1;
+    const LstmParams* p = nullptr;  // its parameters' indices (in p_)
     DeviceArray<float> gates;   // [S,4H] activated gates (i, f, g, o)
     DeviceArray<float> c;       // [S,H]
     DeviceArray<float> tanh_c;  // [S,H]
@@ -98,7 +99,7 @@ class CudaPromptEncoder {
   DeviceParams* params_ = nullptr;
   const CudaContext* ctx_ = nullptr;
   GemmRunner* gemm_ = nullptr;
-  int emb_ = -1, mlp0_w_ = -1, mlp0_b_ = -1, mlp2_w_ = -1, mlp2_b_ = -1;
+  PromptParams p_;
   Dir dirs_[4];  // l0, l0_reverse, l1, l1_reverse
 
   DeviceArray<float> out0_, out1_;  // [S,2H] LSTM layer outputs

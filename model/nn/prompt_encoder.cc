@@ -21,7 +21,6 @@ void Gemm(bool ta, bool tb, int M, int N, int Kd, const float* A, int lda, const
 
 inline float Sigm(float v) { return 1.0f / (1.0f + std::exp(-v)); }
 
-const char* const kDirSuffix[4] = {"_l0", "_l0_reverse", "_l1", "_l1_reverse"};
 
 }  // namespace
 
@@ -52,30 +51,13 @@ Status PromptEncoder::Declare(ParamStore* store) {
     return InvalidArgumentError("PromptEncoder: prompt_length " + std::to_string(rows_ / 2) +
                                 " and hidden " + std::to_string(hidden_) +
                                 " must both be >= 1 (or use prompt encoder none)");
-  const int64_t H = hidden_;
-  DGCA_RETURN_IF_ERROR(declare("prompt.embedding.weight", {rows_, H}, true, &emb_));
-  int64_t in0 = H;
-  if (kind_ == PromptEncoderKind::kLstm) {
-    for (int d = 0; d < 4; ++d) {
-      const int64_t in = d < 2 ? H : 2 * H;
-      const std::string s = kDirSuffix[d];
-      LstmDir& D = dirs_[d];
-      DGCA_RETURN_IF_ERROR(declare("prompt.lstm.weight_ih" + s, {4 * H, in}, true, &D.w_ih));
-      DGCA_RETURN_IF_ERROR(declare("prompt.lstm.weight_hh" + s, {4 * H, H}, true, &D.w_hh));
-      DGCA_RETURN_IF_ERROR(declare("prompt.lstm.bias_ih" + s, {4 * H}, false, &D.b_ih));
-      DGCA_RETURN_IF_ERROR(declare("prompt.lstm.bias_hh" + s, {4 * H}, false, &D.b_hh));
-    }
-    in0 = 2 * H;
-  }
-  DGCA_RETURN_IF_ERROR(declare("prompt.mlp.0.weight", {H, in0}, true, &mlp0_w_));
-  DGCA_RETURN_IF_ERROR(declare("prompt.mlp.0.bias", {H}, false, &mlp0_b_));
-  DGCA_RETURN_IF_ERROR(declare("prompt.mlp.2.weight", {H, H}, true, &mlp2_w_));
-  DGCA_RETURN_IF_ERROR(declare("prompt.mlp.2.bias", {H}, false, &mlp2_b_));
-  return OkStatus();
+  return p_.ForEach(kind_, rows_, hidden_,
+                    [&](const std::string& name, std::vector<int64_t> shape, bool decay, int* index) {
+                      return declare(name, std::move(shape), decay, index);
+                    });
 }
 
 Status PromptEncoder::Bind(ParamStore* store) {
-  const ParamFinder find(*store, "PromptEncoder::Bind");
   if (kind_ == PromptEncoderKind::kNone) {
     store_ = store;
     bound_ = true;
@@ -84,32 +66,26 @@ Status PromptEncoder::Bind(ParamStore* store) {
   if (!store->finalized())
     return FailedPreconditionError("PromptEncoder::Bind: call ParamStore::Finalize() first");
   const int64_t H = hidden_, S = rows_;
-  DGCA_RETURN_IF_ERROR(find("prompt.embedding.weight", {S, H}, &emb_));
-  int64_t in0 = H;
+  DGCA_RETURN_IF_ERROR(p_.Find(*store, "PromptEncoder::Bind", kind_, S, H));
   if (kind_ == PromptEncoderKind::kLstm) {
     for (int d = 0; d < 4; ++d) {
       const int64_t in = d < 2 ? H : 2 * H;
-      const std::string s = kDirSuffix[d];
       LstmDir& D = dirs_[d];
-      DGCA_RETURN_IF_ERROR(find("prompt.lstm.weight_ih" + s, {4 * H, in}, &D.w_ih));
-      DGCA_RETURN_IF_ERROR(find("prompt.lstm.weight_hh" + s, {4 * H, H}, &D.w_hh));
-      DGCA_RETURN_IF_ERROR(find("prompt.lstm.bias_ih" + s, {4 * H}, &D.b_ih));
-      DGCA_RETURN_IF_ERROR(find("prompt.lstm.bias_hh" + s, {4 * H}, &D.b_hh));
+      const LstmParams& L = p_.lstm[d];
       D.in = static_cast<int>(in);
       D.reverse = (d % 2) == 1;
-      D.Wih = store->value(D.w_ih);
-      D.Whh = store->value(D.w_hh);
-      D.Bih = store->value(D.b_ih);
-      D.Bhh = store->value(D.b_hh);
-      D.dWih = store->grad(D.w_ih);
-      D.dWhh = store->grad(D.w_hh);
-      D.dBih = store->grad(D.b_ih);
-      D.dBhh = store->grad(D.b_hh);
+      D.Wih = store->value(L.w_ih);
+      D.Whh = store->value(L.w_hh);
+      D.Bih = store->value(L.b_ih);
+      D.Bhh = store->value(L.b_hh);
+      D.dWih = store->grad(L.w_ih);
+      D.dWhh = store->grad(L.w_hh);
+      D.dBih = store->grad(L.b_ih);
+      D.dBhh = store->grad(L.b_hh);
       D.gates.assign(static_cast<size_t>(S * 4 * H), 0.0f);
       D.c.assign(static_cast<size_t>(S * H), 0.0f);
       D.tanh_c.assign(static_cast<size_t>(S * H), 0.0f);
     }
-    in0 = 2 * H;
     out0_.assign(static_cast<size_t>(S * 2 * H), 0.0f);
     out1_.assign(static_cast<size_t>(S * 2 * H), 0.0f);
     d_out0_.assign(static_cast<size_t>(S * 2 * H), 0.0f);
@@ -118,10 +94,6 @@ Status PromptEncoder::Bind(ParamStore* store) {
     dh_.assign(static_cast<size_t>(H), 0.0f);
     dc_.assign(static_cast<size_t>(H), 0.0f);
   }
-  DGCA_RETURN_IF_ERROR(find("prompt.mlp.0.weight", {H, in0}, &mlp0_w_));
-  DGCA_RETURN_IF_ERROR(find("prompt.mlp.0.bias", {H}, &mlp0_b_));
-  DGCA_RETURN_IF_ERROR(find("prompt.mlp.2.weight", {H, H}, &mlp2_w_));
-  DGCA_RETURN_IF_ERROR(find("prompt.mlp.2.bias", {H}, &mlp2_b_));
   hid_.assign(static_cast<size_t>(S * H), 0.0f);
   out_.assign(static_cast<size_t>(S * H), 0.0f);
   d_hid_.assign(static_cast<size_t>(S * H), 0.0f);
@@ -138,23 +110,23 @@ void PromptEncoder::InitParams(uint64_t seed) {
     for (int64_t i = 0; i < store_->info(idx).numel; ++i)
       v[i] = static_cast<float>((2.0 * rng.NextDouble() - 1.0) * bound);
   };
-  float* e = store_->value(emb_);
-  for (int64_t i = 0; i < store_->info(emb_).numel; ++i) e[i] = static_cast<float>(rng.NextNormal());
+  float* e = store_->value(p_.emb);
+  for (int64_t i = 0; i < store_->info(p_.emb).numel; ++i) e[i] = static_cast<float>(rng.NextNormal());
   if (kind_ == PromptEncoderKind::kLstm) {
     const double b = 1.0 / std::sqrt(static_cast<double>(hidden_));
-    for (auto& D : dirs_) {
-      uniform(D.w_ih, b);
-      uniform(D.w_hh, b);
-      uniform(D.b_ih, b);
-      uniform(D.b_hh, b);
+    for (const LstmParams& L : p_.lstm) {
+      uniform(L.w_ih, b);
+      uniform(L.w_hh, b);
+      uniform(L.b_ih, b);
+      uniform(L.b_hh, b);
     }
   }
-  const double b0 = 1.0 / std::sqrt(static_cast<double>(store_->info(mlp0_w_).shape[1]));
-  uniform(mlp0_w_, b0);
-  uniform(mlp0_b_, b0);
+  const double b0 = 1.0 / std::sqrt(static_cast<double>(store_->info(p_.mlp0_w).shape[1]));
+  uniform(p_.mlp0_w, b0);
+  uniform(p_.mlp0_b, b0);
   const double b2 = 1.0 / std::sqrt(static_cast<double>(hidden_));
-  uniform(mlp2_w_, b2);
-  uniform(mlp2_b_, b2);
+  uniform(p_.mlp2_w, b2);
+  uniform(p_.mlp2_b, b2);
 }
 
 void PromptEncoder::LstmDirForward(LstmDir* d, const float* x, float* out) {
@@ -244,7 +216,7 @@ void PromptEncoder::LstmDirBackward(LstmDir* d, const float* x, const float* out
 const float* PromptEncoder::Forward() {
   if (!bound_ || kind_ == PromptEncoderKind::kNone) return nullptr;
   const int S = rows_, H = hidden_;
-  const float* emb = store_->value(emb_);
+  const float* emb = store_->value(p_.emb);
   const float* in0 = emb;
   int in_w = H;
   if (kind_ == PromptEncoderKind::kLstm) {
@@ -256,15 +228,15 @@ const float* PromptEncoder::Forward() {
     in_w = 2 * H;
   }
   // hid = ReLU(in0 W0^T + b0); out = hid W2^T + b2.
-  const float* b0 = store_->value(mlp0_b_);
-  Gemm(false, true, S, H, in_w, in0, in_w, store_->value(mlp0_w_), in_w, 0.0f, hid_.data(), H);
+  const float* b0 = store_->value(p_.mlp0_b);
+  Gemm(false, true, S, H, in_w, in0, in_w, store_->value(p_.mlp0_w), in_w, 0.0f, hid_.data(), H);
   for (int t = 0; t < S; ++t)
     for (int j = 0; j < H; ++j) {
       float& v = hid_[static_cast<size_t>(t) * H + j];
       v = std::max(0.0f, v + b0[j]);
     }
-  const float* b2 = store_->value(mlp2_b_);
-  Gemm(false, true, S, H, H, hid_.data(), H, store_->value(mlp2_w_), H, 0.0f, out_.data(), H);
+  const float* b2 = store_->value(p_.mlp2_b);
+  Gemm(false, true, S, H, H, hid_.data(), H, store_->value(p_.mlp2_w), H, 0.0f, out_.data(), H);
   for (int t = 0; t < S; ++t)
     for (int j = 0; j < H; ++j) out_[static_cast<size_t>(t) * H + j] += b2[j];
   return out_.data();
@@ -274,34 +246,34 @@ void PromptEncoder::Backward(const float* dout) {
   if (!bound_ || kind_ == PromptEncoderKind::kNone) return;
   const int S = rows_, H = hidden_;
   const bool lstm = kind_ == PromptEncoderKind::kLstm;
-  const float* in0 = lstm ? out1_.data() : store_->value(emb_);
+  const float* in0 = lstm ? out1_.data() : store_->value(p_.emb);
   const int in_w = lstm ? 2 * H : H;
   // Linear 2: dW2 += dout^T hid; db2 += Σ dout; dhid = dout W2, masked by ReLU.
-  Gemm(true, false, H, H, S, dout, H, hid_.data(), H, 1.0f, store_->grad(mlp2_w_), H);
-  float* db2 = store_->grad(mlp2_b_);
+  Gemm(true, false, H, H, S, dout, H, hid_.data(), H, 1.0f, store_->grad(p_.mlp2_w), H);
+  float* db2 = store_->grad(p_.mlp2_b);
   for (int t = 0; t < S; ++t)
     for (int j = 0; j < H; ++j) db2[j] += dout[static_cast<size_t>(t) * H + j];
-  Gemm(false, false, S, H, H, dout, H, store_->value(mlp2_w_), H, 0.0f, d_hid_.data(), H);
+  Gemm(false, false, S, H, H, dout, H, store_->value(p_.mlp2_w), H, 0.0f, d_hid_.data(), H);
   for (size_t i = 0; i < d_hid_.size(); ++i)
     if (hid_[i] <= 0.0f) d_hid_[i] = 0.0f;
   // Linear 0.
-  Gemm(true, false, H, in_w, S, d_hid_.data(), H, in0, in_w, 1.0f, store_->grad(mlp0_w_), in_w);
-  float* db0 = store_->grad(mlp0_b_);
+  Gemm(true, false, H, in_w, S, d_hid_.data(), H, in0, in_w, 1.0f, store_->grad(p_.mlp0_w), in_w);
+  float* db0 = store_->grad(p_.mlp0_b);
   for (int t = 0; t < S; ++t)
     for (int j = 0; j < H; ++j) db0[j] += d_hid_[static_cast<size_t>(t) * H + j];
-  float* demb = store_->grad(emb_);
+  float* demb = store_->grad(p_.emb);
   if (!lstm) {
     // The embedding feeds Linear 0 directly: its gradient is added in place.
-    Gemm(false, false, S, H, H, d_hid_.data(), H, store_->value(mlp0_w_), H, 1.0f, demb, H);
+    Gemm(false, false, S, H, H, d_hid_.data(), H, store_->value(p_.mlp0_w), H, 1.0f, demb, H);
     return;
   }
-  Gemm(false, false, S, in_w, H, d_hid_.data(), H, store_->value(mlp0_w_), in_w, 0.0f,
+  Gemm(false, false, S, in_w, H, d_hid_.data(), H, store_->value(p_.mlp0_w), in_w, 0.0f,
        d_out1_.data(), in_w);
   // Layer 1 (input out0_), then layer 0 (input = embedding, dx = its grad).
   std::fill(d_out0_.begin(), d_out0_.end(), 0.0f);
   LstmDirBackward(&dirs_[2], out0_.data(), out1_.data(), d_out1_.data(), d_out0_.data());
   LstmDirBackward(&dirs_[3], out0_.data(), out1_.data(), d_out1_.data(), d_out0_.data());
-  const float* emb = store_->value(emb_);
+  const float* emb = store_->value(p_.emb);
   LstmDirBackward(&dirs_[0], emb, out0_.data(), d_out0_.data(), demb);
   LstmDirBackward(&dirs_[1], emb, out0_.data(), d_out0_.data(), demb);
 }
