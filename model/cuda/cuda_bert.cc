@@ -94,39 +94,21 @@ Status CudaBert<T>::Bind(const ParamStore& layout, DeviceParams* params, const C
     return InvalidArgumentError("CudaBert: seq_len " + std::to_string(seq_len_) +
                                 " exceeds the attention kernels' 512");
 
+  auto find_fn = [&find](const std::string& name, const std::vector<int64_t>& shape, bool, int* index) {
+    return find(name, shape, index);
+  };
   const int64_t H = H_, F = F_, V = V_;
-  DGCA_RETURN_IF_ERROR(find("bert.embeddings.word_embeddings.weight", {V, H}, &wte_idx_));
-  DGCA_RETURN_IF_ERROR(find("bert.embeddings.position_embeddings.weight", {cfg_.max_position, H}, &pos_idx_));
-  DGCA_RETURN_IF_ERROR(find("bert.embeddings.token_type_embeddings.weight", {cfg_.type_vocab, H}, &type_idx_));
-  DGCA_RETURN_IF_ERROR(find("bert.embeddings.LayerNorm.weight", {H}, &eln_w_));
-  DGCA_RETURN_IF_ERROR(find("bert.embeddings.LayerNorm.bias", {H}, &eln_b_));
+  DGCA_RETURN_IF_ERROR(p_.ForEachWordEmbedding(cfg_, find_fn));
   layers_.clear();
   layers_.resize(cfg_.layers);
+  DGCA_RETURN_IF_ERROR(p_.ForEachBody(cfg_, &layers_, find_fn));
   for (int l = 0; l < cfg_.layers; ++l) {
     Layer& ly = layers_[l];
-    const std::string p = "bert.encoder.layer." + std::to_string(l) + ".";
-    int k_w, v_w, k_b, v_b;
-    DGCA_RETURN_IF_ERROR(find(p + "attention.self.query.weight", {H, H}, &ly.qkv_w));
-    DGCA_RETURN_IF_ERROR(find(p + "attention.self.key.weight", {H, H}, &k_w));
-    DGCA_RETURN_IF_ERROR(find(p + "attention.self.value.weight", {H, H}, &v_w));
-    DGCA_RETURN_IF_ERROR(find(p + "attention.self.query.bias", {H}, &ly.qkv_b));
-    DGCA_RETURN_IF_ERROR(find(p + "attention.self.key.bias", {H}, &k_b));
-    DGCA_RETURN_IF_ERROR(find(p + "attention.self.value.bias", {H}, &v_b));
-    DGCA_RETURN_IF_ERROR(find(p + "attention.output.dense.weight", {H, H}, &ly.ao_w));
-    DGCA_RETURN_IF_ERROR(find(p + "attention.output.dense.bias", {H}, &ly.ao_b));
-    DGCA_RETURN_IF_ERROR(find(p + "attention.output.LayerNorm.weight", {H}, &ly.ln1_w));
-    DGCA_RETURN_IF_ERROR(find(p + "attention.output.LayerNorm.bias", {H}, &ly.ln1_b));
-    DGCA_RETURN_IF_ERROR(find(p + "intermediate.dense.weight", {F, H}, &ly.fc1_w));
-    DGCA_RETURN_IF_ERROR(find(p + "intermediate.dense.bias", {F}, &ly.fc1_b));
-    DGCA_RETURN_IF_ERROR(find(p + "output.dense.weight", {H, F}, &ly.fc2_w));
-    DGCA_RETURN_IF_ERROR(find(p + "output.dense.bias", {H}, &ly.fc2_b));
-    DGCA_RETURN_IF_ERROR(find(p + "output.LayerNorm.weight", {H}, &ly.ln2_w));
-    DGCA_RETURN_IF_ERROR(find(p + "output.LayerNorm.bias", {H}, &ly.ln2_b));
     // The fused QKV GEMM ([3H,H] weight, [3H] bias) needs q, k, v adjacent
     // in the flat buffer, in that order (dgca::Bert declares them so).
     const int64_t q_w = layout.info(ly.qkv_w).offset, q_b = layout.info(ly.qkv_b).offset;
-    if (layout.info(k_w).offset != q_w + H * H || layout.info(v_w).offset != q_w + 2 * H * H ||
-        q_b != q_w + 3 * H * H || layout.info(k_b).offset != q_b + H || layout.info(v_b).offset != q_b + 2 * H) {
+    if (layout.info(ly.k_w).offset != q_w + H * H || layout.info(ly.v_w).offset != q_w + 2 * H * H ||
+        q_b != q_w + 3 * H * H || layout.info(ly.k_b).offset != q_b + H || layout.info(ly.v_b).offset != q_b + 2 * H) {
       return InvalidArgumentError("CudaBert::Bind: layer " + std::to_string(l) +
                                   ": q/k/v weights and biases are not contiguous (declare them as dgca::Bert does)");
     }
@@ -134,12 +116,8 @@ Status CudaBert<T>::Bind(const ParamStore& layout, DeviceParams* params, const C
     ly.fwd_name = "bert.layer" + std::to_string(l) + ".fwd";
     ly.bwd_name = "bert.layer" + std::to_string(l) + ".bwd";
   }
-  DGCA_RETURN_IF_ERROR(find("cls.predictions.transform.dense.weight", {H, H}, &hd_w_));
-  DGCA_RETURN_IF_ERROR(find("cls.predictions.transform.dense.bias", {H}, &hd_b_));
-  DGCA_RETURN_IF_ERROR(find("cls.predictions.transform.LayerNorm.weight", {H}, &hln_w_));
-  DGCA_RETURN_IF_ERROR(find("cls.predictions.transform.LayerNorm.bias", {H}, &hln_b_));
-  DGCA_RETURN_IF_ERROR(find("cls.predictions.bias", {V}, &hbias_));
-  head_first_ = hd_w_;
+  DGCA_RETURN_IF_ERROR(p_.ForEachMlmHead(cfg_, find_fn));
+  head_first_ = p_.hd_w;
   if (params == nullptr || ctx == nullptr || gemm == nullptr)
     return InvalidArgumentError("CudaBert::Bind: null DeviceParams, CudaContext or GemmRunner");
   if (params->total_numel() != layout.total_numel()) {
@@ -360,10 +338,10 @@ Status CudaBert<T>::EmbedForward(const int32_t* ids, const int32_t* token_types,
   // one kernel: a row takes its word embedding or its prompt row (the
   // vectorized ReLM scatter).
   DGCA_RETURN_IF_ERROR(BertEmbedSum<T>(stream(), emb_in_.get(), pos_ids_.get(), type_ids_.get(), word_ids_.get(),
-                                       prompt_ids_.get(), ids, token_types, prompt_slot, prompt_rows, W(wte_idx_),
-                                       W(pos_idx_), W(type_idx_), B, L, H_));
-  return LayerNormForward<T>(stream(), emb_out_.get(), emb_mean_.get(), emb_rstd_.get(), emb_in_.get(), W(eln_w_),
-                             W(eln_b_), N, H_, cfg_.layer_norm_eps);
+                                       prompt_ids_.get(), ids, token_types, prompt_slot, prompt_rows, W(p_.wte),
+                                       W(p_.pos), W(p_.type), B, L, H_));
+  return LayerNormForward<T>(stream(), emb_out_.get(), emb_mean_.get(), emb_rstd_.get(), emb_in_.get(), W(p_.eln_w),
+                             W(p_.eln_b), N, H_, cfg_.layer_norm_eps);
 }
 
 template <typename T>
@@ -440,12 +418,12 @@ StatusOr<T*> CudaBert<T>::MlmHeadForward(const int32_t* rows, int R) {
   DGCA_RETURN_IF_ERROR(CudaStatus(
       cudaMemcpyAsync(rows_.get(), rows, sizeof(int32_t) * R, cudaMemcpyDeviceToDevice, s), "head rows copy"));
   DGCA_RETURN_IF_ERROR(EmbeddingForward<T>(s, sel_.get(), rows_.get(), hidden(), R, H));
-  DGCA_RETURN_IF_ERROR(Linear(t1_.get(), sel_.get(), hd_w_, hd_b_, R, H, H));
+  DGCA_RETURN_IF_ERROR(Linear(t1_.get(), sel_.get(), p_.hd_w, p_.hd_b, R, H, H));
   DGCA_RETURN_IF_ERROR(GeluForward<T>(s, t2_.get(), t1_.get(), int64_t(R) * H));
-  DGCA_RETURN_IF_ERROR(LayerNormForward<T>(s, t3_.get(), tmean_.get(), trstd_.get(), t2_.get(), W(hln_w_),
-                                           W(hln_b_), R, H, cfg_.layer_norm_eps));
+  DGCA_RETURN_IF_ERROR(LayerNormForward<T>(s, t3_.get(), tmean_.get(), trstd_.get(), t2_.get(), W(p_.hln_w),
+                                           W(p_.hln_b), R, H, cfg_.layer_norm_eps));
   // Decoder tied to the word embeddings: logits = t3 E^T + bias.
-  DGCA_RETURN_IF_ERROR(Linear(logits_.get(), t3_.get(), wte_idx_, hbias_, R, H, V_));
+  DGCA_RETURN_IF_ERROR(Linear(logits_.get(), t3_.get(), p_.wte, p_.hbias, R, H, V_));
   return logits_.get();
 }
 
@@ -464,12 +442,12 @@ Status CudaBert<T>::MlmHeadBackward(const T* dlogits, const T* extra_dh, int ext
   cudaStream_t s = stream();
   if (R > 0) {
     // Decoder: dE += dlogits^T t3, dbias += colsum, dt3 = dlogits E.
-    DGCA_RETURN_IF_ERROR(LinearBack(dt_.get(), false, wte_idx_, hbias_, dlogits, t3_.get(), R, H, V_));
+    DGCA_RETURN_IF_ERROR(LinearBack(dt_.get(), false, p_.wte, p_.hbias, dlogits, t3_.get(), R, H, V_));
     // LN, GELU (in place), dense.
-    DGCA_RETURN_IF_ERROR(LayerNormBackward<T>(s, dsel_.get(), false, G(hln_w_), G(hln_b_), dt_.get(), t2_.get(),
-                                              W(hln_w_), tmean_.get(), trstd_.get(), R, H, col_scratch_.get()));
+    DGCA_RETURN_IF_ERROR(LayerNormBackward<T>(s, dsel_.get(), false, G(p_.hln_w), G(p_.hln_b), dt_.get(), t2_.get(),
+                                              W(p_.hln_w), tmean_.get(), trstd_.get(), R, H, col_scratch_.get()));
     DGCA_RETURN_IF_ERROR(GeluBackward<T>(s, dsel_.get(), t1_.get(), dsel_.get(), int64_t(R) * H));
-    DGCA_RETURN_IF_ERROR(LinearBack(dt_.get(), false, hd_w_, hd_b_, dsel_.get(), sel_.get(), R, H, H));
+    DGCA_RETURN_IF_ERROR(LinearBack(dt_.get(), false, p_.hd_w, p_.hd_b, dsel_.get(), sel_.get(), R, H, H));
   }
   // dhidden: zero, then the gathered rows' gradient (+ extra_dh) scattered
   // in (rows are distinct).
@@ -521,11 +499,11 @@ Status CudaBert<T>::EmbedBackward(float* dprompt) {
   const int N = B_ * L_, H = H_;
   cudaStream_t s = stream();
   T* demb = dtmp_.get();
-  DGCA_RETURN_IF_ERROR(LayerNormBackward<T>(s, demb, false, G(eln_w_), G(eln_b_), dcur_.get(), emb_in_.get(),
-                                            W(eln_w_), emb_mean_.get(), emb_rstd_.get(), N, H, col_scratch_.get()));
-  DGCA_RETURN_IF_ERROR(EmbeddingBackward<T>(s, G(pos_idx_), pos_ids_.get(), demb, N, H, deterministic_));
-  DGCA_RETURN_IF_ERROR(EmbeddingBackward<T>(s, G(type_idx_), type_ids_.get(), demb, N, H, deterministic_));
-  DGCA_RETURN_IF_ERROR(EmbeddingBackward<T>(s, G(wte_idx_), word_ids_.get(), demb, N, H, deterministic_));
+  DGCA_RETURN_IF_ERROR(LayerNormBackward<T>(s, demb, false, G(p_.eln_w), G(p_.eln_b), dcur_.get(), emb_in_.get(),
+                                            W(p_.eln_w), emb_mean_.get(), emb_rstd_.get(), N, H, col_scratch_.get()));
+  DGCA_RETURN_IF_ERROR(EmbeddingBackward<T>(s, G(p_.pos), pos_ids_.get(), demb, N, H, deterministic_));
+  DGCA_RETURN_IF_ERROR(EmbeddingBackward<T>(s, G(p_.type), type_ids_.get(), demb, N, H, deterministic_));
+  DGCA_RETURN_IF_ERROR(EmbeddingBackward<T>(s, G(p_.wte), word_ids_.get(), demb, N, H, deterministic_));
   if (used_prompt_ && dprompt != nullptr)
     DGCA_RETURN_IF_ERROR(EmbeddingBackward<T>(s, dprompt, prompt_ids_.get(), demb, N, H, deterministic_));
   return OkStatus();

@@ -60,6 +60,7 @@
 #include "model/cuda/cuda_context.h"
 #include "model/cuda/device_params.h"
 #include "model/cuda/gemm.h"
+#include "model/nn/bert.h"
 #include "model/nn/params.h"
 
 namespace dgca {
@@ -87,8 +88,8 @@ class CudaBert {
 
   // As dgca::Bert (for GradReadyFn): index of the first parameter of each
   // stage. Valid after Bind().
-  int word_embeddings_index() const { return wte_idx_; }
-  int body_first_index() const { return pos_idx_; }
+  int word_embeddings_index() const { return p_.wte; }
+  int body_first_index() const { return p_.pos; }
   int layer_first_index(int l) const { return layers_[l].first; }
   int head_first_index() const { return head_first_; }
 
@@ -175,10 +176,8 @@ class CudaBert {
   size_t activation_bytes() const;
 
  private:
-  struct Layer {
+  struct Layer : BertLayerParams {
     int first = -1;
-    int qkv_w = -1, qkv_b = -1, ao_w = -1, ao_b = -1, ln1_w = -1, ln1_b = -1;
-    int fc1_w = -1, fc1_b = -1, fc2_w = -1, fc2_b = -1, ln2_w = -1, ln2_b = -1;
     std::string fwd_name, bwd_name;  // NVTX range names
     // Activations (N = B*L rows), as dgca::Bert::Layer.
     DeviceArray<T> qkv;    // [N, 3H]
@@ -228,8 +227,8 @@ class CudaBert {
   bool forward_fused_ = false;    // the kernels the last forward ran
   bool bound_ = false;            // Bind succeeded
 
-  int wte_idx_ = -1, pos_idx_ = -1, type_idx_ = -1, eln_w_ = -1, eln_b_ = -1;
-  int head_first_ = -1, hd_w_ = -1, hd_b_ = -1, hln_w_ = -1, hln_b_ = -1, hbias_ = -1;
+  BertParams p_;
+  int head_first_ = -1;
   std::vector<Layer> layers_;
 
   // State of the last forward (host side).

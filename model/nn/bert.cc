@@ -10,6 +10,14 @@
 namespace dgca {
 namespace {
 
+// BertParams' fn, declaring each parameter into store.
+auto Declarer(ParamStore* store) {
+  return [declare = ParamDeclarer(store, "Bert::Declare")](const std::string& name, std::vector<int64_t> shape,
+                                                           bool decay, int* index) {
+    return declare(name, std::move(shape), decay, index);
+  };
+}
+
 // Uniform in (0, 1): 53 random bits, never 0.
 double Uniform(SplitMix64* s) { return (static_cast<double>(s->Next() >> 11) + 0.5) * 0x1.0p-53; }
 
@@ -43,59 +51,25 @@ Bert::Bert(const ModelConfig& cfg, int max_batch, int seq_len, int max_head_rows
       nh_(cfg.heads) {}
 
 Status Bert::DeclareWordEmbeddings(ParamStore* store) {
-  const ParamDeclarer declare(store, "Bert::Declare");
-  return declare("bert.embeddings.word_embeddings.weight", {V_, H_}, true, &wte_idx_);
+  return p_.ForEachWordEmbedding(cfg_, Declarer(store));
 }
 
 Status Bert::DeclareBody(ParamStore* store) {
-  const ParamDeclarer declare(store, "Bert::Declare");
-  DGCA_RETURN_IF_ERROR(declare("bert.embeddings.position_embeddings.weight",
-                                  {cfg_.max_position, H_}, true, &pos_idx_));
-  DGCA_RETURN_IF_ERROR(declare("bert.embeddings.token_type_embeddings.weight",
-                                  {cfg_.type_vocab, H_}, true, &type_idx_));
-  DGCA_RETURN_IF_ERROR(declare("bert.embeddings.LayerNorm.weight", {H_}, false, &eln_w_));
-  DGCA_RETURN_IF_ERROR(declare("bert.embeddings.LayerNorm.bias", {H_}, false, &eln_b_));
   layers_.resize(cfg_.layers);
-  for (int l = 0; l < cfg_.layers; ++l) {
-    Layer& ly = layers_[l];
-    const std::string p = "bert.encoder.layer." + std::to_string(l) + ".";
-    int k_w, v_w, k_b, v_b;
-    // q, k, v weights then q, k, v biases: contiguous [3H, H] and [3H].
-    DGCA_RETURN_IF_ERROR(declare(p + "attention.self.query.weight", {H_, H_}, true, &ly.qkv_w));
-    DGCA_RETURN_IF_ERROR(declare(p + "attention.self.key.weight", {H_, H_}, true, &k_w));
-    DGCA_RETURN_IF_ERROR(declare(p + "attention.self.value.weight", {H_, H_}, true, &v_w));
-    DGCA_RETURN_IF_ERROR(declare(p + "attention.self.query.bias", {H_}, false, &ly.qkv_b));
-    DGCA_RETURN_IF_ERROR(declare(p + "attention.self.key.bias", {H_}, false, &k_b));
-    DGCA_RETURN_IF_ERROR(declare(p + "attention.self.value.bias", {H_}, false, &v_b));
-    DGCA_RETURN_IF_ERROR(declare(p + "attention.output.dense.weight", {H_, H_}, true, &ly.ao_w));
-    DGCA_RETURN_IF_ERROR(declare(p + "attention.output.dense.bias", {H_}, false, &ly.ao_b));
-    DGCA_RETURN_IF_ERROR(declare(p + "attention.output.LayerNorm.weight", {H_}, false, &ly.ln1_w));
-    DGCA_RETURN_IF_ERROR(declare(p + "attention.output.LayerNorm.bias", {H_}, false, &ly.ln1_b));
-    DGCA_RETURN_IF_ERROR(declare(p + "intermediate.dense.weight", {F_, H_}, true, &ly.fc1_w));
-    DGCA_RETURN_IF_ERROR(declare(p + "intermediate.dense.bias", {F_}, false, &ly.fc1_b));
-    DGCA_RETURN_IF_ERROR(declare(p + "output.dense.weight", {H_, F_}, true, &ly.fc2_w));
-    DGCA_RETURN_IF_ERROR(declare(p + "output.dense.bias", {H_}, false, &ly.fc2_b));
-    DGCA_RETURN_IF_ERROR(declare(p + "output.LayerNorm.weight", {H_}, false, &ly.ln2_w));
-    DGCA_RETURN_IF_ERROR(declare(p + "output.LayerNorm.bias", {H_}, false, &ly.ln2_b));
-    ly.first = ly.qkv_w;
-  }
+  DGCA_RETURN_IF_ERROR(p_.ForEachBody(cfg_, &layers_, Declarer(store)));
+  for (Layer& ly : layers_) ly.first = ly.qkv_w;
   return OkStatus();
 }
 
 Status Bert::DeclareMlmHead(ParamStore* store) {
-  const ParamDeclarer declare(store, "Bert::Declare");
-  DGCA_RETURN_IF_ERROR(declare("cls.predictions.transform.dense.weight", {H_, H_}, true, &hd_w_));
-  DGCA_RETURN_IF_ERROR(declare("cls.predictions.transform.dense.bias", {H_}, false, &hd_b_));
-  DGCA_RETURN_IF_ERROR(declare("cls.predictions.transform.LayerNorm.weight", {H_}, false, &hln_w_));
-  DGCA_RETURN_IF_ERROR(declare("cls.predictions.transform.LayerNorm.bias", {H_}, false, &hln_b_));
-  DGCA_RETURN_IF_ERROR(declare("cls.predictions.bias", {V_}, false, &hbias_));
-  head_first_ = hd_w_;
+  DGCA_RETURN_IF_ERROR(p_.ForEachMlmHead(cfg_, Declarer(store)));
+  head_first_ = p_.hd_w;
   return OkStatus();
 }
 
 Status Bert::Bind(ParamStore* store) {
   if (!store->finalized()) return FailedPreconditionError("Bert::Bind: the store is not finalized");
-  if (wte_idx_ < 0 || pos_idx_ < 0 || hd_w_ < 0)
+  if (p_.wte < 0 || p_.pos < 0 || p_.hd_w < 0)
     return FailedPreconditionError("Bert::Bind: parameters were not all declared");
   if (H_ % nh_ != 0)
     return InvalidArgumentError("Bert: hidden " + std::to_string(H_) +
@@ -158,11 +132,11 @@ void Bert::InitParams(uint64_t seed) {
   SplitMix64 s(seed);  // one draw per tensor seeds its InitNormal
   auto normal = [&](int i) { InitNormal(P(i), store_->info(i).numel, kStd, s.Next()); };
   auto fill = [&](int i, float v) { std::fill(P(i), P(i) + store_->info(i).numel, v); };
-  normal(wte_idx_);
-  normal(pos_idx_);
-  normal(type_idx_);
-  fill(eln_w_, 1.0f);
-  fill(eln_b_, 0.0f);
+  normal(p_.wte);
+  normal(p_.pos);
+  normal(p_.type);
+  fill(p_.eln_w, 1.0f);
+  fill(p_.eln_b, 0.0f);
   for (Layer& ly : layers_) {
     // W_qkv is [3H, H] contiguous; its bias [3H].
     InitNormal(P(ly.qkv_w), 3LL * H_ * H_, kStd, s.Next());
@@ -178,11 +152,11 @@ void Bert::InitParams(uint64_t seed) {
     fill(ly.ln2_w, 1.0f);
     fill(ly.ln2_b, 0.0f);
   }
-  normal(hd_w_);
-  fill(hd_b_, 0.0f);
-  fill(hln_w_, 1.0f);
-  fill(hln_b_, 0.0f);
-  fill(hbias_, 0.0f);
+  normal(p_.hd_w);
+  fill(p_.hd_b, 0.0f);
+  fill(p_.hln_w, 1.0f);
+  fill(p_.hln_b, 0.0f);
+  fill(p_.hbias, 0.0f);
 }
 
 // ---------------------------------------------------------------- forward
@@ -205,9 +179,9 @@ void Bert::EmbedForward(const cpu::Context& ctx, const int32_t* ids, const int32
     word_ids_[i] = prompt ? -1 : ids[i];
     prompt_ids_[i] = prompt ? prompt_slot[i] : -1;
   }
-  const float* wte = P(wte_idx_);
-  const float* wpe = P(pos_idx_);
-  const float* wtt = P(type_idx_);
+  const float* wte = P(p_.wte);
+  const float* wpe = P(p_.pos);
+  const float* wtt = P(p_.type);
   const int H = H_;
   float* x = emb_in_.data();
   cpu::ParallelFor(ctx, N, static_cast<int64_t>(N) * H, [&](int64_t i0, int64_t i1) {
@@ -220,8 +194,8 @@ void Bert::EmbedForward(const cpu::Context& ctx, const int32_t* ids, const int32
       for (int j = 0; j < H; ++j) o[j] = (w[j] + t[j]) + p[j];  // HF's order of the sums
     }
   });
-  cpu::LayerNormForward(ctx, emb_out_.data(), emb_mean_.data(), emb_rstd_.data(), x, P(eln_w_),
-                        P(eln_b_), N, H, cfg_.layer_norm_eps);
+  cpu::LayerNormForward(ctx, emb_out_.data(), emb_mean_.data(), emb_rstd_.data(), x, P(p_.eln_w),
+                        P(p_.eln_b), N, H, cfg_.layer_norm_eps);
 }
 
 void Bert::EncoderForward(const cpu::Context& ctx, const int32_t* mask, int B, int L) {
@@ -266,12 +240,12 @@ float* Bert::MlmHeadForward(const cpu::Context& ctx, const int32_t* rows, int R)
                 sizeof(float) * H);
   }
   if (R == 0) return logits_.data();
-  cpu::LinearForward(ctx, t1_.data(), sel_.data(), P(hd_w_), P(hd_b_), R, H, H);
+  cpu::LinearForward(ctx, t1_.data(), sel_.data(), P(p_.hd_w), P(p_.hd_b), R, H, H);
   cpu::GeluForward(ctx, t2_.data(), t1_.data(), static_cast<int64_t>(R) * H);
-  cpu::LayerNormForward(ctx, t3_.data(), tmean_.data(), trstd_.data(), t2_.data(), P(hln_w_),
-                        P(hln_b_), R, H, cfg_.layer_norm_eps);
+  cpu::LayerNormForward(ctx, t3_.data(), tmean_.data(), trstd_.data(), t2_.data(), P(p_.hln_w),
+                        P(p_.hln_b), R, H, cfg_.layer_norm_eps);
   // Decoder tied to the word embeddings: logits = t3 E^T + bias.
-  cpu::LinearForward(ctx, logits_.data(), t3_.data(), P(wte_idx_), P(hbias_), R, H, V_);
+  cpu::LinearForward(ctx, logits_.data(), t3_.data(), P(p_.wte), P(p_.hbias), R, H, V_);
   return logits_.data();
 }
 
@@ -283,14 +257,14 @@ void Bert::MlmHeadBackward(const cpu::Context& ctx, const float* dlogits, const 
   const size_t N = static_cast<size_t>(B_) * L_;
   if (R > 0) {
     // Decoder: dE += dlogits^T t3, dbias += colsum, dt3 = dlogits E.
-    cpu::LinearBackward(ctx, dt_.data(), false, G(wte_idx_), G(hbias_), dlogits, t3_.data(),
-                        P(wte_idx_), R, H, V_);
+    cpu::LinearBackward(ctx, dt_.data(), false, G(p_.wte), G(p_.hbias), dlogits, t3_.data(),
+                        P(p_.wte), R, H, V_);
     // LN, GELU (in place), dense.
-    cpu::LayerNormBackward(ctx, dsel_.data(), false, G(hln_w_), G(hln_b_), dt_.data(), t2_.data(),
-                           P(hln_w_), tmean_.data(), trstd_.data(), R, H);
+    cpu::LayerNormBackward(ctx, dsel_.data(), false, G(p_.hln_w), G(p_.hln_b), dt_.data(), t2_.data(),
+                           P(p_.hln_w), tmean_.data(), trstd_.data(), R, H);
     cpu::GeluBackward(ctx, dsel_.data(), t1_.data(), dsel_.data(), static_cast<int64_t>(R) * H);
-    cpu::LinearBackward(ctx, dt_.data(), false, G(hd_w_), G(hd_b_), dsel_.data(), sel_.data(),
-                        P(hd_w_), R, H, H);
+    cpu::LinearBackward(ctx, dt_.data(), false, G(p_.hd_w), G(p_.hd_b), dsel_.data(), sel_.data(),
+                        P(p_.hd_w), R, H, H);
     if (extra_dh != nullptr)
       for (int64_t i = 0; i < static_cast<int64_t>(extra_rows) * H; ++i) dt_[i] += extra_dh[i];
   }
@@ -333,11 +307,11 @@ void Bert::LayerBackward(const cpu::Context& ctx, int l, const float* x, float* 
 void Bert::EmbedBackward(const cpu::Context& ctx, float* dprompt) {
   const int N = B_ * L_, H = H_;
   float* demb = dtmp_.data();
-  cpu::LayerNormBackward(ctx, demb, false, G(eln_w_), G(eln_b_), dcur_.data(), emb_in_.data(),
-                         P(eln_w_), emb_mean_.data(), emb_rstd_.data(), N, H);
-  cpu::EmbeddingBackward(ctx, G(pos_idx_), pos_ids_.data(), demb, N, H);
-  cpu::EmbeddingBackward(ctx, G(type_idx_), types_, demb, N, H);
-  cpu::EmbeddingBackward(ctx, G(wte_idx_), word_ids_.data(), demb, N, H);
+  cpu::LayerNormBackward(ctx, demb, false, G(p_.eln_w), G(p_.eln_b), dcur_.data(), emb_in_.data(),
+                         P(p_.eln_w), emb_mean_.data(), emb_rstd_.data(), N, H);
+  cpu::EmbeddingBackward(ctx, G(p_.pos), pos_ids_.data(), demb, N, H);
+  cpu::EmbeddingBackward(ctx, G(p_.type), types_, demb, N, H);
+  cpu::EmbeddingBackward(ctx, G(p_.wte), word_ids_.data(), demb, N, H);
   if (used_prompt_ && dprompt != nullptr)
     cpu::EmbeddingBackward(ctx, dprompt, prompt_ids_.data(), demb, N, H);
 }
