@@ -1,5 +1,10 @@
 #include "model/core/config.h"
 
+#include <algorithm>
+#include <cassert>
+
+#include "model/core/param_list.h"
+
 namespace dgca {
 
 // Parameter list (H = hidden, F = ffn, V = vocab_size, M = max_position,
@@ -95,79 +100,25 @@ StatusOr<ModelConfig> ApplyPreset(const std::string& preset, ModelConfig base) {
 }
 
 std::vector<ParamSpec> ListParameters(const ModelConfig& cfg) {
-  const int64_t H = cfg.hidden, F = cfg.ffn, V = cfg.vocab_size, M = cfg.max_position,
-                T = cfg.type_vocab, P = cfg.prompt_length;
+  // The lists of model/core/param_list.h, which the modules declare from:
+  // BERT's, then the prompt encoder's, then the heads'.
   std::vector<ParamSpec> p;
-  auto add = [&p](std::string name, std::vector<int64_t> shape) {
-    p.push_back(ParamSpec{std::move(name), std::move(shape)});
+  auto add = [&p](const std::string& name, std::vector<int64_t> shape, bool /*decay*/, int* /*index*/) {
+    p.push_back(ParamSpec{name, std::move(shape)});
+    return OkStatus();
   };
-  add("bert.embeddings.word_embeddings.weight", {V, H});
-  add("bert.embeddings.position_embeddings.weight", {M, H});
-  add("bert.embeddings.token_type_embeddings.weight", {T, H});
-  add("bert.embeddings.LayerNorm.weight", {H});
-  add("bert.embeddings.LayerNorm.bias", {H});
-  for (int l = 0; l < cfg.layers; ++l) {
-    const std::string pre = "bert.encoder.layer." + std::to_string(l) + ".";
-    for (const char* qkv : {"query", "key", "value"}) {
-      add(pre + "attention.self." + qkv + ".weight", {H, H});
-      add(pre + "attention.self." + qkv + ".bias", {H});
-    }
-    add(pre + "attention.output.dense.weight", {H, H});
-    add(pre + "attention.output.dense.bias", {H});
-    add(pre + "attention.output.LayerNorm.weight", {H});
-    add(pre + "attention.output.LayerNorm.bias", {H});
-    add(pre + "intermediate.dense.weight", {F, H});
-    add(pre + "intermediate.dense.bias", {F});
-    add(pre + "output.dense.weight", {H, F});
-    add(pre + "output.dense.bias", {H});
-    add(pre + "output.LayerNorm.weight", {H});
-    add(pre + "output.LayerNorm.bias", {H});
-  }
-  add("cls.predictions.transform.dense.weight", {H, H});
-  add("cls.predictions.transform.dense.bias", {H});
-  add("cls.predictions.transform.LayerNorm.weight", {H});
-  add("cls.predictions.transform.LayerNorm.bias", {H});
-  add("cls.predictions.bias", {V});
-
-  if (P > 0 && cfg.prompt_encoder != PromptEncoderKind::kNone) {
-    add("prompt.embedding.weight", {2 * P, H});
-    if (cfg.prompt_encoder == PromptEncoderKind::kLstm) {
-      for (int layer = 0; layer < 2; ++layer) {
-        const int64_t in = layer == 0 ? H : 2 * H;
-        for (const char* dir : {"", "_reverse"}) {
-          const std::string sfx = "_l" + std::to_string(layer) + dir;
-          add("prompt.lstm.weight_ih" + sfx, {4 * H, in});
-          add("prompt.lstm.weight_hh" + sfx, {4 * H, H});
-          add("prompt.lstm.bias_ih" + sfx, {4 * H});
-          add("prompt.lstm.bias_hh" + sfx, {4 * H});
-        }
-      }
-      add("prompt.mlp.0.weight", {H, 2 * H});
-      add("prompt.mlp.0.bias", {H});
-      add("prompt.mlp.2.weight", {H, H});
-      add("prompt.mlp.2.bias", {H});
-    } else if (cfg.prompt_encoder == PromptEncoderKind::kMlp) {
-      add("prompt.mlp.0.weight", {H, H});
-      add("prompt.mlp.0.bias", {H});
-      add("prompt.mlp.2.weight", {H, H});
-      add("prompt.mlp.2.bias", {H});
-    }
-  }
-  if (cfg.detector) {
-    add("detector.weight", {H});
-    add("detector.bias", {1});
-  }
-  if (cfg.candidate) {
-    add("candidate.dense.weight", {H, H});
-    add("candidate.dense.bias", {H});
-    add("candidate.LayerNorm.weight", {H});
-    add("candidate.LayerNorm.bias", {H});
-  }
-  if (cfg.fusion == FusionKind::kGated && cfg.candidate) {  // the gate mixes in the candidate head
-    add("fusion.gate.weight", {H});
-    if (cfg.detector) add("fusion.gate.det_scale", {1});
-    add("fusion.gate.bias", {1});
-  }
+  BertParams bert;
+  std::vector<BertLayerParams> layers(static_cast<size_t>(std::max(0, cfg.layers)));
+  Status s = bert.ForEachWordEmbedding(cfg, add);
+  if (s.ok()) s = bert.ForEachBody(cfg, &layers, add);
+  if (s.ok()) s = bert.ForEachMlmHead(cfg, add);
+  PromptParams prompt;
+  if (s.ok() && cfg.prompt_length > 0)
+    s = prompt.ForEach(cfg.prompt_encoder, 2 * int64_t(cfg.prompt_length), cfg.hidden, add);
+  HeadParams heads;
+  if (s.ok())
+    s = heads.ForEach(cfg.hidden, cfg.detector, cfg.candidate, cfg.fusion == FusionKind::kGated && cfg.candidate, add);
+  assert(s.ok() && "add never fails");
   return p;
 }
 

@@ -50,7 +50,7 @@ struct ModelConfig {
 StatusOr<ModelConfig> ApplyPreset(const std::string& preset, ModelConfig base);
 
 // Parameter count of the whole DGCA-ReLM model for `cfg` (all heads included).
-// Equals the sum of ListParameters(cfg) numels (see config.cc for the list).
+// Equals the sum of ListParameters(cfg) numels (the lists of model/core/param_list.h).
 int64_t CountParameters(const ModelConfig& cfg);
 
 // Whether a 16-bit CUDA run of this shape takes the fused attention
@@ -63,7 +63,8 @@ bool FusedAttentionShape(int seq_len, int hidden, int heads);
 // Every trainable tensor of the model, in forward order, with its name and
 // shape (HF BertForMaskedLM names for BERT; the decoder weight is tied to the
 // word embeddings and not listed). The model's ParamStore::total_numel must
-// equal CountParameters(cfg).
+// equal CountParameters(cfg) (model_test checks it for every prompt / heads /
+// fusion combination).
 struct ParamSpec {
   std::string name;
   std::vector<int64_t> shape;

@@ -77,7 +77,6 @@ CudaBert<T>::CudaBert(const ModelConfig& cfg, int max_batch, int seq_len, int ma
 template <typename T>
 Status CudaBert<T>::Bind(const ParamStore& layout, DeviceParams* params, const CudaContext* ctx,
                          GemmRunner* gemm) {
-  const ParamFinder find(layout, "CudaBert::Bind");
   bound_ = false;
   // The layout and config are validated first (no CUDA involved), then the
   // device objects.
@@ -94,9 +93,7 @@ Status CudaBert<T>::Bind(const ParamStore& layout, DeviceParams* params, const C
     return InvalidArgumentError("CudaBert: seq_len " + std::to_string(seq_len_) +
                                 " exceeds the attention kernels' 512");
 
-  auto find_fn = [&find](const std::string& name, const std::vector<int64_t>& shape, bool, int* index) {
-    return find(name, shape, index);
-  };
+  const auto find_fn = FindEach(layout, "CudaBert::Bind");
   const int64_t H = H_, F = F_, V = V_;
   DGCA_RETURN_IF_ERROR(p_.ForEachWordEmbedding(cfg_, find_fn));
   layers_.clear();

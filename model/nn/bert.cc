@@ -10,14 +10,6 @@
 namespace dgca {
 namespace {
 
-// BertParams' fn, declaring each parameter into store.
-auto Declarer(ParamStore* store) {
-  return [declare = ParamDeclarer(store, "Bert::Declare")](const std::string& name, std::vector<int64_t> shape,
-                                                           bool decay, int* index) {
-    return declare(name, std::move(shape), decay, index);
-  };
-}
-
 // Uniform in (0, 1): 53 random bits, never 0.
 double Uniform(SplitMix64* s) { return (static_cast<double>(s->Next() >> 11) + 0.5) * 0x1.0p-53; }
 
@@ -51,18 +43,18 @@ Bert::Bert(const ModelConfig& cfg, int max_batch, int seq_len, int max_head_rows
       nh_(cfg.heads) {}
 
 Status Bert::DeclareWordEmbeddings(ParamStore* store) {
-  return p_.ForEachWordEmbedding(cfg_, Declarer(store));
+  return p_.ForEachWordEmbedding(cfg_, DeclareEach(store, "Bert::Declare"));
 }
 
 Status Bert::DeclareBody(ParamStore* store) {
   layers_.resize(cfg_.layers);
-  DGCA_RETURN_IF_ERROR(p_.ForEachBody(cfg_, &layers_, Declarer(store)));
+  DGCA_RETURN_IF_ERROR(p_.ForEachBody(cfg_, &layers_, DeclareEach(store, "Bert::Declare")));
   for (Layer& ly : layers_) ly.first = ly.qkv_w;
   return OkStatus();
 }
 
 Status Bert::DeclareMlmHead(ParamStore* store) {
-  DGCA_RETURN_IF_ERROR(p_.ForEachMlmHead(cfg_, Declarer(store)));
+  DGCA_RETURN_IF_ERROR(p_.ForEachMlmHead(cfg_, DeclareEach(store, "Bert::Declare")));
   head_first_ = p_.hd_w;
   return OkStatus();
 }

@@ -44,6 +44,7 @@
 #include <vector>
 
 #include "model/core/config.h"
+#include "model/core/param_list.h"
 #include "model/core/status.h"
 #include "model/cpu/ops.h"
 #include "model/nn/params.h"
@@ -53,74 +54,6 @@ namespace dgca {
 // Deterministic, platform-independent N(0, std) init (splitmix64 + Box-Muller
 // in double).
 void InitNormal(float* x, int64_t n, float std, uint64_t seed);
-
-// ParamStore indices of one encoder layer's parameters. q, k, v weights
-// and then their biases are declared adjacent, so the fused QKV GEMM reads
-// one [3H, H] weight (at qkv_w) and one [3H] bias (at qkv_b).
-struct BertLayerParams {
-  int qkv_w = -1, k_w = -1, v_w = -1, qkv_b = -1, k_b = -1, v_b = -1;
-  int ao_w = -1, ao_b = -1, ln1_w = -1, ln1_b = -1;
-  int fc1_w = -1, fc1_b = -1, fc2_w = -1, fc2_b = -1, ln2_w = -1, ln2_b = -1;
-};
-
-// Where BERT's parameters sit in a ParamStore, and the one list of them (HF
-// BertForMaskedLM names and shapes; weight decay on the matrices and
-// embeddings), in the three parts the model declares around the prompt
-// encoder's: the word embeddings, the body (the other embeddings and the
-// layers), the MLM head. Each ForEach calls fn(name, shape, weight_decay,
-// &index) in declaration order and returns the first error fn returns.
-// Used by Bert::Declare* and CudaBert::Bind.
-struct BertParams {
-  int wte = -1, pos = -1, type = -1, eln_w = -1, eln_b = -1;
-  int hd_w = -1, hd_b = -1, hln_w = -1, hln_b = -1, hbias = -1;
-
-  template <typename Fn>
-  Status ForEachWordEmbedding(const ModelConfig& c, Fn fn) {
-    return fn("bert.embeddings.word_embeddings.weight", Shape{c.vocab_size, c.hidden}, true, &wte);
-  }
-  // layers: c.layers entries (BertLayerParams or derived from it).
-  template <typename Layer, typename Fn>
-  Status ForEachBody(const ModelConfig& c, std::vector<Layer>* layers, Fn fn) {
-    const int64_t H = c.hidden, F = c.ffn;
-    DGCA_RETURN_IF_ERROR(fn("bert.embeddings.position_embeddings.weight", Shape{c.max_position, H}, true, &pos));
-    DGCA_RETURN_IF_ERROR(fn("bert.embeddings.token_type_embeddings.weight", Shape{c.type_vocab, H}, true, &type));
-    DGCA_RETURN_IF_ERROR(fn("bert.embeddings.LayerNorm.weight", Shape{H}, false, &eln_w));
-    DGCA_RETURN_IF_ERROR(fn("bert.embeddings.LayerNorm.bias", Shape{H}, false, &eln_b));
-    for (int l = 0; l < c.layers; ++l) {
-      BertLayerParams& ly = (*layers)[l];
-      const std::string p = "bert.encoder.layer." + std::to_string(l) + ".";
-      DGCA_RETURN_IF_ERROR(fn(p + "attention.self.query.weight", Shape{H, H}, true, &ly.qkv_w));
-      DGCA_RETURN_IF_ERROR(fn(p + "attention.self.key.weight", Shape{H, H}, true, &ly.k_w));
-      DGCA_RETURN_IF_ERROR(fn(p + "attention.self.value.weight", Shape{H, H}, true, &ly.v_w));
-      DGCA_RETURN_IF_ERROR(fn(p + "attention.self.query.bias", Shape{H}, false, &ly.qkv_b));
-      DGCA_RETURN_IF_ERROR(fn(p + "attention.self.key.bias", Shape{H}, false, &ly.k_b));
-      DGCA_RETURN_IF_ERROR(fn(p + "attention.self.value.bias", Shape{H}, false, &ly.v_b));
-      DGCA_RETURN_IF_ERROR(fn(p + "attention.output.dense.weight", Shape{H, H}, true, &ly.ao_w));
-      DGCA_RETURN_IF_ERROR(fn(p + "attention.output.dense.bias", Shape{H}, false, &ly.ao_b));
-      DGCA_RETURN_IF_ERROR(fn(p + "attention.output.LayerNorm.weight", Shape{H}, false, &ly.ln1_w));
-      DGCA_RETURN_IF_ERROR(fn(p + "attention.output.LayerNorm.bias", Shape{H}, false, &ly.ln1_b));
-      DGCA_RETURN_IF_ERROR(fn(p + "intermediate.dense.weight", Shape{F, H}, true, &ly.fc1_w));
-      DGCA_RETURN_IF_ERROR(fn(p + "intermediate.dense.bias", Shape{F}, false, &ly.fc1_b));
-      DGCA_RETURN_IF_ERROR(fn(p + "output.dense.weight", Shape{H, F}, true, &ly.fc2_w));
-      DGCA_RETURN_IF_ERROR(fn(p + "output.dense.bias", Shape{H}, false, &ly.fc2_b));
-      DGCA_RETURN_IF_ERROR(fn(p + "output.LayerNorm.weight", Shape{H}, false, &ly.ln2_w));
-      DGCA_RETURN_IF_ERROR(fn(p + "output.LayerNorm.bias", Shape{H}, false, &ly.ln2_b));
-    }
-    return OkStatus();
-  }
-  template <typename Fn>
-  Status ForEachMlmHead(const ModelConfig& c, Fn fn) {
-    const int64_t H = c.hidden;
-    DGCA_RETURN_IF_ERROR(fn("cls.predictions.transform.dense.weight", Shape{H, H}, true, &hd_w));
-    DGCA_RETURN_IF_ERROR(fn("cls.predictions.transform.dense.bias", Shape{H}, false, &hd_b));
-    DGCA_RETURN_IF_ERROR(fn("cls.predictions.transform.LayerNorm.weight", Shape{H}, false, &hln_w));
-    DGCA_RETURN_IF_ERROR(fn("cls.predictions.transform.LayerNorm.bias", Shape{H}, false, &hln_b));
-    return fn("cls.predictions.bias", Shape{c.vocab_size}, false, &hbias);
-  }
-
- private:
-  using Shape = std::vector<int64_t>;
-};
 
 class Bert {
  public:

@@ -76,6 +76,7 @@
 #include <vector>
 
 #include "model/core/config.h"
+#include "model/core/param_list.h"
 #include "model/core/status.h"
 #include "model/nn/params.h"
 
@@ -88,47 +89,6 @@ struct HeadLosses {
   double candidate = 0;  // mean over slots with y ∈ C of −log Q (unweighted); 0 when off
   int64_t slots = 0;            // T
   int64_t candidate_slots = 0;  // N_c: slots whose target is among their candidates
-};
-
-// Where the heads' parameters sit in a ParamStore (-1: that part is off).
-// ForEach is the one list of them (names, shapes, weight decay: the table
-// above), used by DgcaHeads::Declare and Bind and by CudaHeads::Bind.
-struct HeadParams {
-  int det_w = -1, det_b = -1;
-  int cd_w = -1, cd_b = -1, ln_w = -1, ln_b = -1;
-  int g_w = -1, g_a = -1, g_b = -1;
-
-  // fn(name, shape, weight_decay, &index) for each parameter of the enabled
-  // parts, in declaration order; returns the first error fn returns.
-  template <typename Fn>
-  Status ForEach(int64_t H, bool detector, bool candidate, bool gated, Fn fn) {
-    if (detector) {
-      DGCA_RETURN_IF_ERROR(fn("detector.weight", std::vector<int64_t>{H}, true, &det_w));
-      DGCA_RETURN_IF_ERROR(fn("detector.bias", std::vector<int64_t>{1}, false, &det_b));
-    }
-    if (candidate) {
-      DGCA_RETURN_IF_ERROR(fn("candidate.dense.weight", std::vector<int64_t>{H, H}, true, &cd_w));
-      DGCA_RETURN_IF_ERROR(fn("candidate.dense.bias", std::vector<int64_t>{H}, false, &cd_b));
-      DGCA_RETURN_IF_ERROR(fn("candidate.LayerNorm.weight", std::vector<int64_t>{H}, false, &ln_w));
-      DGCA_RETURN_IF_ERROR(fn("candidate.LayerNorm.bias", std::vector<int64_t>{H}, false, &ln_b));
-    }
-    if (gated) {
-      DGCA_RETURN_IF_ERROR(fn("fusion.gate.weight", std::vector<int64_t>{H}, true, &g_w));
-      if (detector) DGCA_RETURN_IF_ERROR(fn("fusion.gate.det_scale", std::vector<int64_t>{1}, true, &g_a));
-      DGCA_RETURN_IF_ERROR(fn("fusion.gate.bias", std::vector<int64_t>{1}, false, &g_b));
-    }
-    return OkStatus();
-  }
-  // ForEach finding each in a finalized store, shapes checked (`who` names
-  // the caller in the errors).
-  Status Find(const ParamStore& store, const std::string& who, int64_t H, bool detector, bool candidate,
-              bool gated) {
-    const ParamFinder find(store, who);
-    return ForEach(H, detector, candidate, gated,
-                   [&](const char* name, const std::vector<int64_t>& shape, bool, int* index) {
-                     return find(name, shape, index);
-                   });
-  }
 };
 
 class DgcaHeads {

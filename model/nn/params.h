@@ -103,6 +103,22 @@ class ParamFinder {
 // "[a, b]".
 std::string ShapeString(const std::vector<int64_t>& shape);
 
+// The callbacks for the ForEach lists of model/core/param_list.h: declare
+// each parameter into *store, or find each in a finalized store (shapes
+// checked); `who` names the caller in the errors.
+inline auto DeclareEach(ParamStore* store, std::string who) {
+  return [declare = ParamDeclarer(store, std::move(who))](const std::string& name, std::vector<int64_t> shape,
+                                                          bool weight_decay, int* index) {
+    return declare(name, std::move(shape), weight_decay, index);
+  };
+}
+inline auto FindEach(const ParamStore& store, std::string who) {
+  return [find = ParamFinder(store, std::move(who))](const std::string& name, const std::vector<int64_t>& shape,
+                                                     bool /*weight_decay*/, int* index) {
+    return find(name, shape, index);
+  };
+}
+
 }  // namespace dgca
 
 #endif  // DGCA_MODEL_NN_PARAMS_H_

@@ -47,61 +47,11 @@
 #include <vector>
 
 #include "model/core/config.h"
+#include "model/core/param_list.h"
 #include "model/core/status.h"
 #include "model/nn/params.h"
 
 namespace dgca {
-
-// ParamStore indices of one LSTM direction's parameters.
-struct LstmParams {
-  int w_ih = -1, w_hh = -1, b_ih = -1, b_hh = -1;
-};
-
-// Where the prompt encoder's parameters sit in a ParamStore (-1: absent).
-// ForEach is the one list of them (names, shapes, weight decay: the table
-// above), used by PromptEncoder::Declare and Bind and by
-// CudaPromptEncoder::Bind.
-struct PromptParams {
-  static constexpr const char* kDirSuffix[4] = {"_l0", "_l0_reverse", "_l1", "_l1_reverse"};
-  int emb = -1;
-  LstmParams lstm[4];  // l0, l0_reverse, l1, l1_reverse
-  int mlp0_w = -1, mlp0_b = -1, mlp2_w = -1, mlp2_b = -1;
-
-  // fn(name, shape, weight_decay, &index) for each parameter of a `kind`
-  // encoder with S rows of width H, in declaration order (none: nothing);
-  // returns the first error fn returns.
-  template <typename Fn>
-  Status ForEach(PromptEncoderKind kind, int64_t S, int64_t H, Fn fn) {
-    if (kind == PromptEncoderKind::kNone) return OkStatus();
-    DGCA_RETURN_IF_ERROR(fn("prompt.embedding.weight", std::vector<int64_t>{S, H}, true, &emb));
-    int64_t in0 = H;
-    if (kind == PromptEncoderKind::kLstm) {
-      for (int d = 0; d < 4; ++d) {
-        const int64_t in = d < 2 ? H : 2 * H;
-        const std::string s = kDirSuffix[d];
-        LstmParams& L = lstm[d];
-        DGCA_RETURN_IF_ERROR(fn("prompt.lstm.weight_ih" + s, std::vector<int64_t>{4 * H, in}, true, &L.w_ih));
-        DGCA_RETURN_IF_ERROR(fn("prompt.lstm.weight_hh" + s, std::vector<int64_t>{4 * H, H}, true, &L.w_hh));
-        DGCA_RETURN_IF_ERROR(fn("prompt.lstm.bias_ih" + s, std::vector<int64_t>{4 * H}, false, &L.b_ih));
-        DGCA_RETURN_IF_ERROR(fn("prompt.lstm.bias_hh" + s, std::vector<int64_t>{4 * H}, false, &L.b_hh));
-      }
-      in0 = 2 * H;
-    }
-    DGCA_RETURN_IF_ERROR(fn("prompt.mlp.0.weight", std::vector<int64_t>{H, in0}, true, &mlp0_w));
-    DGCA_RETURN_IF_ERROR(fn("prompt.mlp.0.bias", std::vector<int64_t>{H}, false, &mlp0_b));
-    DGCA_RETURN_IF_ERROR(fn("prompt.mlp.2.weight", std::vector<int64_t>{H, H}, true, &mlp2_w));
-    DGCA_RETURN_IF_ERROR(fn("prompt.mlp.2.bias", std::vector<int64_t>{H}, false, &mlp2_b));
-    return OkStatus();
-  }
-  // ForEach finding each in a finalized store, shapes checked (`who` names
-  // the caller in the errors).
-  Status Find(const ParamStore& store, const std::string& who, PromptEncoderKind kind, int64_t S, int64_t H) {
-    const ParamFinder find(store, who);
-    return ForEach(kind, S, H, [&](const std::string& name, const std::vector<int64_t>& shape, bool, int* index) {
-      return find(name, shape, index);
-    });
-  }
-};
 
 class PromptEncoder {
  public:
