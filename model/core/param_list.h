@@ -8,7 +8,7 @@
 // (-1: not declared / that part is off). Each ForEach calls
 // fn(name, shape, weight_decay, &index) for every parameter in declaration
 // order and returns the first error fn returns; model/nn/params.h has the
-// callbacks that declare (DeclareEach) and find (FindEach) them.
+// callbacks that declare (ParamDeclarer) and find (ParamFinder) them.
 //
 // Thread-safety: plain structs.
 #ifndef DGCA_MODEL_CORE_PARAM_LIST_H_

@@ -93,7 +93,7 @@ Status CudaBert<T>::Bind(const ParamStore& layout, DeviceParams* params, const C
     return InvalidArgumentError("CudaBert: seq_len " + std::to_string(seq_len_) +
                                 " exceeds the attention kernels' 512");
 
-  const auto find_fn = FindEach(layout, "CudaBert::Bind");
+  const ParamFinder find_fn(layout, "CudaBert::Bind");
   const int64_t H = H_, F = F_, V = V_;
   DGCA_RETURN_IF_ERROR(p_.ForEachWordEmbedding(cfg_, find_fn));
   layers_.clear();

@@ -642,7 +642,7 @@ Status CudaHeads<T>::Bind(const ParamStore& layout, DeviceParams* params, const 
                                 std::to_string(params->total_numel()) + " floats, the layout " +
                                 std::to_string(layout.total_numel()));
   if (H_ < 1) return InvalidArgumentError("CudaHeads::Bind: hidden must be >= 1");
-  DGCA_RETURN_IF_ERROR(p_.ForEach(H_, detector_, candidate_, gated_, FindEach(layout, "CudaHeads::Bind")));
+  DGCA_RETURN_IF_ERROR(p_.ForEach(H_, detector_, candidate_, gated_, ParamFinder(layout, "CudaHeads::Bind")));
   if (candidate_ && !std::is_same_v<T, float> && params->copy_type() != kDType<T>)
     return FailedPreconditionError(std::string("CudaHeads<") + DTypeName(kDType<T>) +
                                    ">::Bind: DeviceParams has no " + DTypeName(kDType<T>) + " copy");

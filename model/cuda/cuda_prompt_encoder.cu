@@ -131,7 +131,7 @@ Status CudaPromptEncoder::Bind(const ParamStore& layout, DeviceParams* params,
                                 " and hidden " + std::to_string(hidden_) +
                                 " must both be >= 1 (or use prompt encoder none)");
   const int64_t H = hidden_, S = rows_;
-  DGCA_RETURN_IF_ERROR(p_.ForEach(kind_, S, H, FindEach(layout, "CudaPromptEncoder::Bind")));
+  DGCA_RETURN_IF_ERROR(p_.ForEach(kind_, S, H, ParamFinder(layout, "CudaPromptEncoder::Bind")));
   if (kind_ == PromptEncoderKind::kLstm) {
     for (int d = 0; d < 4; ++d) {
       const int64_t in = d < 2 ? H : 2 * H;

@@ -43,18 +43,18 @@ Bert::Bert(const ModelConfig& cfg, int max_batch, int seq_len, int max_head_rows
       nh_(cfg.heads) {}
 
 Status Bert::DeclareWordEmbeddings(ParamStore* store) {
-  return p_.ForEachWordEmbedding(cfg_, DeclareEach(store, "Bert::Declare"));
+  return p_.ForEachWordEmbedding(cfg_, ParamDeclarer(store, "Bert::Declare"));
 }
 
 Status Bert::DeclareBody(ParamStore* store) {
   layers_.resize(cfg_.layers);
-  DGCA_RETURN_IF_ERROR(p_.ForEachBody(cfg_, &layers_, DeclareEach(store, "Bert::Declare")));
+  DGCA_RETURN_IF_ERROR(p_.ForEachBody(cfg_, &layers_, ParamDeclarer(store, "Bert::Declare")));
   for (Layer& ly : layers_) ly.first = ly.qkv_w;
   return OkStatus();
 }
 
 Status Bert::DeclareMlmHead(ParamStore* store) {
-  DGCA_RETURN_IF_ERROR(p_.ForEachMlmHead(cfg_, DeclareEach(store, "Bert::Declare")));
+  DGCA_RETURN_IF_ERROR(p_.ForEachMlmHead(cfg_, ParamDeclarer(store, "Bert::Declare")));
   head_first_ = p_.hd_w;
   return OkStatus();
 }

@@ -179,13 +179,13 @@ int64_t DgcaHeads::NumParams(const ModelConfig& cfg) {
 }
 
 Status DgcaHeads::Declare(ParamStore* store) {
-  return p_.ForEach(H_, detector_, candidate_, gated_, DeclareEach(store, "DgcaHeads::Declare"));
+  return p_.ForEach(H_, detector_, candidate_, gated_, ParamDeclarer(store, "DgcaHeads::Declare"));
 }
 
 Status DgcaHeads::Bind(ParamStore* store) {
   if (!store->finalized())
     return FailedPreconditionError("DgcaHeads::Bind: call ParamStore::Finalize() first");
-  DGCA_RETURN_IF_ERROR(p_.ForEach(H_, detector_, candidate_, gated_, FindEach(*store, "DgcaHeads::Bind")));
+  DGCA_RETURN_IF_ERROR(p_.ForEach(H_, detector_, candidate_, gated_, ParamFinder(*store, "DgcaHeads::Bind")));
   store_ = store;
   const size_t T = static_cast<size_t>(max_slots_);
   const size_t TH = T * static_cast<size_t>(H_);

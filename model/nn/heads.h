@@ -112,7 +112,8 @@ class DgcaHeads {
   void set_threads(int threads) { threads_ = threads < 1 ? 1 : threads; }
   int threads() const { return threads_; }
 
-  // Floats declared for `cfg` (for CountParameters()).
+  // Floats declared for `cfg`, in closed form: heads_test holds the
+  // declared list (model/core/param_list.h) to it.
   static int64_t NumParams(const ModelConfig& cfg);
 
   // Declares the enabled tensors listed above.

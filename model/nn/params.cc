@@ -50,7 +50,8 @@ Status ParamDeclarer::operator()(const std::string& name, std::vector<int64_t> s
   return OkStatus();
 }
 
-Status ParamFinder::operator()(const std::string& name, const std::vector<int64_t>& shape, int* index) const {
+Status ParamFinder::operator()(const std::string& name, const std::vector<int64_t>& shape, bool /*weight_decay*/,
+                               int* index) const {
   const int i = store_.Find(name);
   if (i < 0) return NotFoundError(who_ + ": parameter " + name + " was not declared");
   if (store_.info(i).shape != shape)

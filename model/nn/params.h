@@ -69,10 +69,12 @@ class ParamStore {
   bool finalized_ = false;
 };
 
-// How the model's modules (Bert, PromptEncoder, DgcaHeads and their CUDA
-// versions) declare and find their parameters, with failures as a Status
-// that names the module (`who`, e.g. "DgcaHeads::Declare") and the
-// parameter. Not owning; the store must outlive them.
+// The callbacks the model's modules (Bert, PromptEncoder, DgcaHeads and
+// their CUDA versions) pass to the ForEach lists of model/core/param_list.h:
+// fn(name, shape, weight_decay, &index) declares each parameter
+// (ParamDeclarer) or finds it (ParamFinder), with failures as a Status that
+// names the module (`who`, e.g. "DgcaHeads::Declare") and the parameter.
+// Not owning; the store must outlive them.
 class ParamDeclarer {
  public:
   ParamDeclarer(ParamStore* store, std::string who) : store_(store), who_(std::move(who)) {}
@@ -90,10 +92,11 @@ class ParamFinder {
  public:
   ParamFinder(const ParamStore& store, std::string who) : store_(store), who_(std::move(who)) {}
   // The index of a declared parameter, checked against the shape the
-  // caller's config needs: NOT_FOUND "<who>: parameter <name> was not
-  // declared", INVALID_ARGUMENT "<who>: parameter <name> has shape [a, b],
-  // expected [c, d]".
-  Status operator()(const std::string& name, const std::vector<int64_t>& shape, int* index) const;
+  // caller's config needs (weight_decay is the list's, not checked):
+  // NOT_FOUND "<who>: parameter <name> was not declared", INVALID_ARGUMENT
+  // "<who>: parameter <name> has shape [a, b], expected [c, d]".
+  Status operator()(const std::string& name, const std::vector<int64_t>& shape, bool weight_decay,
+                    int* index) const;
 
  private:
   const ParamStore& store_;
@@ -102,22 +105,6 @@ class ParamFinder {
 
 // "[a, b]".
 std::string ShapeString(const std::vector<int64_t>& shape);
-
-// The callbacks for the ForEach lists of model/core/param_list.h: declare
-// each parameter into *store, or find each in a finalized store (shapes
-// checked); `who` names the caller in the errors.
-inline auto DeclareEach(ParamStore* store, std::string who) {
-  return [declare = ParamDeclarer(store, std::move(who))](const std::string& name, std::vector<int64_t> shape,
-                                                          bool weight_decay, int* index) {
-    return declare(name, std::move(shape), weight_decay, index);
-  };
-}
-inline auto FindEach(const ParamStore& store, std::string who) {
-  return [find = ParamFinder(store, std::move(who))](const std::string& name, const std::vector<int64_t>& shape,
-                                                     bool /*weight_decay*/, int* index) {
-    return find(name, shape, index);
-  };
-}
 
 }  // namespace dgca
 

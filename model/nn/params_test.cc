@@ -27,12 +27,12 @@ TEST(ParamDeclarerAndFinder, NameTheModuleTheParameterAndTheShapes) {
 
   const ParamFinder find(store, "Heads::Bind");
   int found = -1;
-  ASSERT_TRUE(find("head.bias", {4}, &found).ok());
+  ASSERT_TRUE(find("head.bias", {4}, false, &found).ok());
   EXPECT_EQ(found, b);
-  Status missing = find("head.gain", {4}, &found);
+  Status missing = find("head.gain", {4}, true, &found);
   EXPECT_EQ(missing.code(), StatusCode::kNotFound);
   EXPECT_EQ(missing.message(), "Heads::Bind: parameter head.gain was not declared");
-  Status shape = find("head.weight", {3, 4}, &found);
+  Status shape = find("head.weight", {3, 4}, true, &found);
   EXPECT_EQ(shape.code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(shape.message(), "Heads::Bind: parameter head.weight has shape [4, 3], expected [3, 4]");
   EXPECT_EQ(ShapeString({}), "[]");

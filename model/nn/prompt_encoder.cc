@@ -50,7 +50,7 @@ Status PromptEncoder::Declare(ParamStore* store) {
     return InvalidArgumentError("PromptEncoder: prompt_length " + std::to_string(rows_ / 2) +
                                 " and hidden " + std::to_string(hidden_) +
                                 " must both be >= 1 (or use prompt encoder none)");
-  return p_.ForEach(kind_, rows_, hidden_, DeclareEach(store, "PromptEncoder::Declare"));
+  return p_.ForEach(kind_, rows_, hidden_, ParamDeclarer(store, "PromptEncoder::Declare"));
 }
 
 Status PromptEncoder::Bind(ParamStore* store) {
@@ -62,7 +62,7 @@ Status PromptEncoder::Bind(ParamStore* store) {
   if (!store->finalized())
     return FailedPreconditionError("PromptEncoder::Bind: call ParamStore::Finalize() first");
   const int64_t H = hidden_, S = rows_;
-  DGCA_RETURN_IF_ERROR(p_.ForEach(kind_, S, H, FindEach(*store, "PromptEncoder::Bind")));
+  DGCA_RETURN_IF_ERROR(p_.ForEach(kind_, S, H, ParamFinder(*store, "PromptEncoder::Bind")));
   if (kind_ == PromptEncoderKind::kLstm) {
     for (int d = 0; d < 4; ++d) {
       const int64_t in = d < 2 ? H : 2 * H;

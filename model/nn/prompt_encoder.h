@@ -65,8 +65,9 @@ class PromptEncoder {
   int hidden() const { return hidden_; }  // H
   bool enabled() const { return kind_ != PromptEncoderKind::kNone; }
 
-  // Number of floats this encoder declares for `cfg` (0 for none); for
-  // CountParameters().
+  // Number of floats this encoder declares for `cfg` (0 for none), in
+  // closed form: prompt_encoder_test holds the declared list
+  // (model/core/param_list.h) to it.
   static int64_t NumParams(const ModelConfig& cfg);
 
   // Declares the tensors listed above. Fails if a name is already declared
