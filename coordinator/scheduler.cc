@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
@@ -125,27 +126,163 @@ Scheduler::~Scheduler() {
   if (thread_.joinable()) thread_.join();
 }
 
+std::optional<Scheduler::InterruptedStop> Scheduler::InterruptedStopOf(
+    const std::vector<v1::JobEvent>& events) {
+  // The newest of the events that start a stop ("stop") or show the job
+  // running ("restart", "state"): a "stop" means a stop was under way. Its
+  // reason is the newest "rank_exit" event before it.
+  for (auto it = events.rbegin(); it != events.rend(); ++it) {
+    const std::string& kind = it->kind();
+    if (kind == "restart" || kind == "state") return std::nullopt;
+    if (kind != "stop") continue;
+    InterruptedStop stop;
+    const std::string& m = it->message();
+    if (absl::EndsWith(m, "(cancel)")) {
+      stop.action = StopAction::kCancel;
+      stop.message = "cancelled by user";
+      return stop;
+    }
+    stop.action = absl::EndsWith(m, "(restart)") ? StopAction::kRestart : StopAction::kFail;
+    for (auto r = it + 1; r != events.rend(); ++r) {
+      if (r->kind() == "rank_exit") {
+        stop.message = r->message();
+        break;
+      }
+      if (r->kind() == "restart" || r->kind() == "state") break;
+    }
+    if (stop.message.empty()) stop.message = "a rank failed before the coordinator restarted";
+    return stop;
+  }
+  return std::nullopt;
+}
+
 absl::Status Scheduler::Recover() {
   auto active = store_->ListJobs({v1::PENDING, v1::PLANNING, v1::RUNNING}, 0);
   if (!active.ok()) return active.status();
-  for (const v1::Job& j : *active) {
+  std::lock_guard<std::mutex> l(mu_);
+  const auto now = Clock::now();
+  std::vector<v1::Job> listed(active->begin(), active->end());
+  std::sort(listed.begin(), listed.end(),
+            [](const v1::Job& a, const v1::Job& b) { return a.id() < b.id(); });  // submission order
+  for (const v1::Job& entry : listed) {
+    auto stored = store_->GetJob(entry.id());
+    if (!stored.ok()) return stored.status();
+    const v1::Job& j = stored->job;
+    auto owned = std::make_unique<JobRt>();
+    JobRt* rt = owned.get();
+    rt->id = j.id();
+    rt->spec = j.spec();
+    rt->state = j.state();
+    rt->message = j.message();
+    rt->restarts = j.restarts();
+    for (const auto& [k, v] : j.eval()) rt->eval[k] = v;
+    if (j.state() != v1::RUNNING) {
+      // Nothing was launched yet: queued again, planned afresh against the
+      // nodes that connect now.
+      jobs_[rt->id] = std::move(owned);
+      Event(rt, v1::PENDING, j.state() == v1::PLANNING ? "state" : "info",
+            "coordinator restarted; queued again", true);
+      continue;
+    }
+    // RUNNING: its ranks are re-adopted when the store knows them all.
     auto ranks = store_->ListRanks(j.id());
-    if (ranks.ok()) {
-      for (const StoredRank& r : *ranks) {
-        if (KillOrphan(r)) {
-          (void)store_->AppendEvent(j.id(), "info",
-                                    absl::StrCat("killed orphaned rank ", r.rank, " (pid ", r.pid,
-                                                 ", attempt ", r.attempt, ")"));
-        }
+    std::string why;
+    if (!ranks.ok()) {
+      why = absl::StrCat("cannot read its ranks: ", ranks.status().message());
+    } else if (!stored->has_plan || stored->plan.ranks() <= 0) {
+      why = "no plan stored";
+    } else if (static_cast<int>(ranks->size()) != stored->plan.ranks()) {
+      why = absl::StrCat(ranks->size(), " of ", stored->plan.ranks(), " ranks recorded");
+    } else {
+      for (size_t i = 0; i < ranks->size(); ++i) {
+        if ((*ranks)[i].rank != static_cast<int>(i)) why = "its recorded ranks are not 0..N-1";
+        if ((*ranks)[i].attempt != (*ranks)[0].attempt) why = "its ranks are of different attempts";
       }
     }
-    auto ev = store_->SetState(j.id(), v1::FAILED, "coordinator restarted");
-    if (!ev.ok()) return ev.status();
-    (void)store_->ClearRanks(j.id());
-    spdlog::warn("job {} was {} when the coordinator stopped; marked FAILED", j.id(),
-                 v1::JobState_Name(j.state()));
+    if (!why.empty()) {
+      if (ranks.ok()) {
+        for (const StoredRank& r : *ranks) {
+          if (KillOrphan(r)) {
+            (void)store_->AppendEvent(j.id(), "info",
+                                      absl::StrCat("killed orphaned rank ", r.rank, " (pid ",
+                                                   r.pid, ", attempt ", r.attempt, ")"));
+          }
+        }
+      }
+      auto ev = store_->SetState(
+          j.id(), v1::FAILED, absl::StrCat("coordinator restarted; cannot re-adopt: ", why));
+      if (!ev.ok()) return ev.status();
+      (void)store_->ClearRanks(j.id());
+      spdlog::warn("job {} was RUNNING when the coordinator stopped and cannot be re-adopted "
+                   "({}); marked FAILED", j.id(), why);
+      continue;
+    }
+    rt->plan = stored->plan;
+    rt->planned = true;
+    rt->attempt = (*ranks)[0].attempt;
+    rt->launched = now;
+    rt->last_persist = now;
+    rt->ranks.resize(ranks->size());
+    std::vector<std::string> adopted;
+    for (const StoredRank& r : *ranks) {
+      RankRt& rr = rt->ranks[r.rank];
+      rr.node = r.node;
+      rr.local_device = rt->plan.device() == "cuda" && r.rank < rt->plan.rank_local_devices_size()
+                            ? rt->plan.rank_local_devices(r.rank)
+                            : -1;
+      if (r.rank < j.ranks_size()) rr.progress = j.ranks(r.rank);
+      rr.progress.set_rank(r.rank);
+      rr.progress.set_node(r.node);
+      rr.progress.set_pid(r.pid);
+      if (rr.progress.total_steps() == 0) rr.progress.set_total_steps(rt->spec.train().steps());
+      // A clean exit is stored at once (RankExited); any other rank is
+      // confirmed by its next heartbeat or step, or reported by its agent.
+      rr.exited = rr.progress.state() == "exited";
+      rr.last_progress = now;
+      if (rr.exited) continue;
+      rr.progress.set_state("recovering");
+      recovered_ranks_.push_back(r);
+      adopted.push_back(absl::StrCat(r.rank, "@", r.node, ":", r.pid));
+    }
+    jobs_[rt->id] = std::move(owned);
+    Event(rt, v1::RUNNING, "info",
+          absl::StrCat("coordinator restarted; re-adopting attempt ", rt->attempt,
+                       " (rank@node:pid ", adopted.empty() ? "none" : absl::StrJoin(adopted, " "),
+                       "); a rank with no heartbeat or step within ", opt_.heartbeat_timeout_s,
+                       " s counts as stalled"),
+          false);
+    if (adopted.empty()) {
+      Finish(rt, v1::SUCCEEDED, absl::StrCat("all ", rt->ranks.size(), " ranks exited 0"));
+      continue;
+    }
+    // A stop that was under way (cancel, failure, restart) goes on: each
+    // agent gets StopRanks when it registers again (AgentRegistered).
+    auto events = store_->ListEvents(rt->id, 0);
+    std::optional<InterruptedStop> stop = events.ok() ? InterruptedStopOf(*events) : std::nullopt;
+    if (stop.has_value()) {
+      rt->stop = stop->action;
+      rt->stop_message =
+          stop->action == StopAction::kFail ? FailureMessage(*rt, stop->message) : stop->message;
+      rt->stop_started = now;
+      // Time for the agents to come back, then the usual grace.
+      rt->stop_deadline = now + std::chrono::duration_cast<Clock::duration>(
+                                    std::chrono::duration<double>(opt_.heartbeat_timeout_s +
+                                                                  opt_.stop_grace_s + 5));
+      const char* what = stop->action == StopAction::kCancel    ? "cancel"
+                         : stop->action == StopAction::kRestart ? "restart"
+                                                                : "failure";
+      Event(rt, rt->state, "info",
+            absl::StrCat("the coordinator restarted while stopping the job (", what,
+                         "); its ranks are stopped again as their agents reconnect"),
+            false);
+    }
   }
   return absl::OkStatus();
+}
+
+std::vector<StoredRank> Scheduler::RecoveredRanks() {
+  std::lock_guard<std::mutex> l(mu_);
+  return recovered_ranks_;
 }
 
 void Scheduler::Start() {
@@ -873,6 +1010,12 @@ bool Scheduler::Launch(JobRt* rt, Outbox* out, std::string* why) {
   rt->ranks = std::move(ranks);
   rt->launched = now;
   rt->last_persist = now;
+  // The attempt and placement are durable from here (pids follow as the
+  // agents report them), so a restarted coordinator can re-adopt the ranks.
+  for (int r = 0; r < world; ++r) {
+    absl::Status s = store_->RecordRank({rt->id, r, rt->attempt, rt->ranks[r].node, 0, 0});
+    if (!s.ok()) spdlog::warn("job {}: cannot record rank {}: {}", rt->id, r, s.ToString());
+  }
   return true;
 }
 
@@ -946,17 +1089,21 @@ void Scheduler::CompleteStop(JobRt* rt, Outbox* out) {
         false);
 }
 
+std::string Scheduler::FailureMessage(const JobRt& rt, const std::string& reason) {
+  std::string msg = reason;
+  if (rt.spec.train().max_restarts() > 0) {
+    absl::StrAppend(&msg, " (after ", rt.restarts, " restarts; train.max_restarts is ",
+                    rt.spec.train().max_restarts(), ")");
+  }
+  return msg;
+}
+
 void Scheduler::RankFailed(JobRt* rt, int rank, const std::string& reason, Outbox* out) {
   Event(rt, rt->state, "rank_exit", reason, false);
   if (rt->restarts < rt->spec.train().max_restarts()) {
     BeginStop(rt, StopAction::kRestart, reason, out);
   } else {
-    std::string msg = reason;
-    if (rt->spec.train().max_restarts() > 0) {
-      absl::StrAppend(&msg, " (after ", rt->restarts, " restarts; train.max_restarts is ",
-                      rt->spec.train().max_restarts(), ")");
-    }
-    BeginStop(rt, StopAction::kFail, msg, out);
+    BeginStop(rt, StopAction::kFail, FailureMessage(*rt, reason), out);
   }
   (void)rank;
 }
@@ -983,7 +1130,7 @@ absl::Status Scheduler::AgentRegistered(const v1::RegisterAgent& reg, const std:
     for (const auto& r : reg.running()) {
       auto it = jobs_.find(r.job_id());
       if (it == jobs_.end() || it->second->attempt != r.attempt() ||
-          it->second->state != v1::RUNNING) {
+          it->second->state != v1::RUNNING || it->second->stop != StopAction::kNone) {
         stop_jobs.insert(r.job_id());
       }
     }
@@ -992,8 +1139,8 @@ absl::Status Scheduler::AgentRegistered(const v1::RegisterAgent& reg, const std:
       c.mutable_stop()->set_job_id(j);
       c.mutable_stop()->set_grace_seconds(opt_.stop_grace_s);
       out.emplace_back(conn, c);
-      spdlog::warn("node {} still runs ranks of job {}, which is not running here; stopping them",
-                   reg.node(), j);
+      spdlog::warn("node {} still runs ranks of job {}, which is not running here or is being "
+                   "stopped; stopping them", reg.node(), j);
     }
     wake_ = true;
   }
@@ -1045,32 +1192,33 @@ void Scheduler::RankExited(const std::string& node, const v1::RankExited& e) {
     RankRt& rr = rt->ranks[e.rank()];
     if (rr.exited) return;
     rr.exited = true;
-    bool clean = e.exit_code() == 0 && e.signal() == 0;
+    bool clean = e.exit_code() == 0 && e.signal() == 0 && !e.status_unknown();
     rr.progress.set_exit_code(e.exit_code());
     rr.progress.set_state(clean ? "exited" : "failed");
     rt->dirty = true;
+    const std::string how =
+        e.status_unknown()
+            ? absl::StrCat("rank ", e.rank(), " on node ", node,
+                           " ended while the coordinator was away and left no exit status "
+                           "(killed by a signal or crashed)")
+        : e.signal() != 0 ? absl::StrCat("rank ", e.rank(), " on node ", node,
+                                         " was killed by signal ", SignalName(e.signal()))
+                          : absl::StrCat("rank ", e.rank(), " on node ", node,
+                                         " exited with code ", e.exit_code());
     if (rt->stop != StopAction::kNone) {
-      // SIGTERM, or SIGKILL after the grace, is our own StopRanks at work.
+      // SIGTERM, or SIGKILL after the grace, is our own StopRanks at work
+      // (an adopted rank's unknown end is taken for SIGKILL: a rank stopped
+      // by SIGTERM writes its exit record).
       bool ours = e.signal() == SIGTERM ||
-                  (e.signal() == SIGKILL &&
+                  ((e.signal() == SIGKILL || e.status_unknown()) &&
                    Clock::now() - rt->stop_started >
                        std::chrono::duration<double>(opt_.stop_grace_s * 0.9));
       if (!clean && !ours && rt->stop != StopAction::kCancel && rt->other_failures.size() < 16) {
-        rt->other_failures.push_back(
-            e.signal() != 0
-                ? absl::StrCat("rank ", e.rank(), " on node ", node, " was killed by signal ",
-                               SignalName(e.signal()))
-                : absl::StrCat("rank ", e.rank(), " on node ", node, " exited with code ",
-                               e.exit_code()));
+        rt->other_failures.push_back(how);
       }
       wake_ = true;
     } else if (!clean) {
-      std::string reason =
-          e.signal() != 0
-              ? absl::StrCat("rank ", e.rank(), " on node ", node, " was killed by signal ",
-                             SignalName(e.signal()))
-              : absl::StrCat("rank ", e.rank(), " on node ", node, " exited with code ",
-                             e.exit_code());
+      std::string reason = how;
       if (!e.message().empty()) {
         absl::StrAppend(&reason, "; last output:\n", e.message().substr(0, 4000));
       }
@@ -1078,6 +1226,10 @@ void Scheduler::RankExited(const std::string& node, const v1::RankExited& e) {
     } else if (std::all_of(rt->ranks.begin(), rt->ranks.end(),
                            [](const RankRt& r) { return r.exited; })) {
       Finish(rt, v1::SUCCEEDED, absl::StrCat("all ", rt->ranks.size(), " ranks exited 0"));
+    } else {
+      // A clean exit is stored at once: a coordinator restarted now must not
+      // wait for this rank again (nobody would report it twice).
+      Persist(rt);
     }
   }
   cv_.notify_all();
@@ -1164,7 +1316,9 @@ v1::RankHeartbeatResponse Scheduler::RankHeartbeat(const v1::RankHeartbeatReques
     RankRt& rr = rt->ranks[req.rank()];
     rr.last_progress = Clock::now();
     if (req.step() > rr.progress.step()) rr.progress.set_step(req.step());
-    if (rr.progress.state() == "starting") rr.progress.set_state("running");
+    if (rr.progress.state() == "starting" || rr.progress.state() == "recovering") {
+      rr.progress.set_state("running");
+    }
   }
   return resp;
 }

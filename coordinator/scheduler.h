@@ -46,15 +46,33 @@
 //    embedded local agent) are recorded in the job store (pgid = pid: the
 //    agent starts each rank in its own process group).
 //
-// Coordinator restart (kill -9, then start on the same state dir): the
-// decision is NOT to re-adopt. At start, every job the store holds in
-// PENDING, PLANNING or RUNNING is marked FAILED with the message
-// "coordinator restarted" (event kind "state"), after killing (SIGKILL to the
-// process group) each recorded rank process of it whose /proc/PID/cmdline
-// still mentions the job id (event kind "info" per kill). Remote agents that
-// re-register with ranks of such jobs get a StopRanks. So no job is silently
-// lost (all history stays) and none runs twice. Users resubmit; the
-// checkpoints under STATE_DIR/jobs/JOB/checkpoints remain on disk.
+// Coordinator restart (kill -9, then start on the same state dir): no job
+// is lost and running ranks are re-adopted (Recover):
+//  - PENDING and PLANNING jobs are queued again (PENDING, event "coordinator
+//    restarted; queued again") and planned afresh.
+//  - RUNNING jobs keep running. Launch stores each rank's node and attempt
+//    (the ranks table; the pid follows from the agents), so the job comes
+//    back at its attempt with its plan, restarts, evaluation and per-rank
+//    progress, each rank "recovering" until its next heartbeat or step
+//    (ranks keep training through a coordinator outage shorter than their
+//    heartbeat timeout, retrying their calls). Remote agents reconnect and
+//    re-register with their running ranks and the exits they saw meanwhile;
+//    the embedded agent, which died with the coordinator, adopts this node's
+//    ranks (RecoveredRanks, AgentOptions::adopt). A rank nobody vouches for
+//    stalls out after heartbeat_timeout_s and the job restarts from its last
+//    checkpoint as after any failure. A rank's clean exit is persisted at
+//    once, so it is never waited for twice.
+//  - A stop that was under way (its "stop" event is the newest of the
+//    stop/restart/state events: cancel, failure or restart) is carried on:
+//    agents get StopRanks as they register again.
+//  - A RUNNING job whose ranks cannot be known (no plan, ranks missing, mixed
+//    attempts) is FAILED "coordinator restarted; cannot re-adopt: WHY" after
+//    its recorded rank processes whose /proc/PID/cmdline mentions the job id
+//    are killed (SIGKILL to the process group; event "info" per kill).
+// What is lost: the rendezvous store (a crash during a rendezvous makes it
+// time out and the job restart), the plan check's steps before the restart,
+// and /metrics counters (they restart from zero, which Prometheus' rate()
+// handles).
 //
 // Event kinds: "state" (every state change), "plan" (plan summary),
 // "rank_exit" (an abnormal rank exit or stall, the reason), "restart",
@@ -74,6 +92,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -173,6 +192,10 @@ class Scheduler {
   std::string IngestSample(const v1::MetricSample& s, const std::string& job_hint, int rank_hint);
   RendezvousStore& rendezvous() { return rendezvous_; }
 
+  // The ranks Recover re-adopted that have not exited (node, attempt, pid):
+  // the embedded agent adopts those of its node (AgentOptions::adopt).
+  std::vector<StoredRank> RecoveredRanks();
+
   // Pids of ranks the embedded agent supervises (polled by the server).
   void RecordRunning(const std::string& node, const std::vector<v1::RunningRank>& running);
 
@@ -229,8 +252,18 @@ class Scheduler {
   };
   using Outbox = std::vector<std::pair<std::shared_ptr<AgentConnection>, v1::CoordinatorCommand>>;
 
+  // A stop under way when the coordinator died, read back from the events.
+  struct InterruptedStop {
+    StopAction action = StopAction::kNone;
+    std::string message;
+  };
+
   Scheduler(SchedulerOptions options, MetricsHub* hub, std::unique_ptr<JobStore> store);
   absl::Status Recover();
+  static std::optional<InterruptedStop> InterruptedStopOf(const std::vector<v1::JobEvent>& events);
+  // `reason` plus "(after K restarts; train.max_restarts is M)" when
+  // restarts are allowed: the message of a job that failed for good.
+  static std::string FailureMessage(const JobRt& rt, const std::string& reason);
   void Loop();
   void Tick();
   void Flush(Outbox* out);
@@ -285,6 +318,7 @@ class Scheduler {
   std::map<std::string, v1::Job> finished_;                    // recent finished snapshots
   std::deque<std::string> finished_order_;
   std::map<std::string, Node> nodes_;
+  std::vector<StoredRank> recovered_ranks_;
   std::map<std::string, std::list<std::shared_ptr<WatchSubscription>>> watchers_;
   std::atomic<bool> shutting_down_{false};
   bool stop_thread_ = false;

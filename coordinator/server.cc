@@ -504,6 +504,17 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     ao.state_dir = s->state_dir_;
     ao.worker_binary = options.worker_binary.empty() ? DefaultWorkerBinary() : options.worker_binary;
     ao.rank_argv_override = options.rank_argv_override;
+    // Ranks the previous coordinator's embedded agent launched on this node
+    // (it died with that process): supervised again.
+    for (const StoredRank& r : s->scheduler_->RecoveredRanks()) {
+      AgentOptions::AdoptRank a;
+      a.node = r.node;
+      a.rank.set_job_id(r.job_id);
+      a.rank.set_rank(r.rank);
+      a.rank.set_attempt(r.attempt);
+      a.rank.set_pid(r.pid);
+      ao.adopt.push_back(std::move(a));
+    }
     s->agent_ = std::make_unique<Agent>(ao);
     absl::Status st = s->agent_->Start();
     if (!st.ok()) return st;

@@ -2,7 +2,8 @@
 // the three services of proto/dgca/v1 (Coordinator for the CLI,
 // AgentService for node agents, RankService for ranks), the /metrics
 // endpoint, the durable job store and the scheduler (scheduler.h), and the
-// embedded local agent.
+// embedded local agent, which adopts the ranks a killed predecessor's agent
+// left running on this node (Scheduler::RecoveredRanks).
 //
 // Behaviour at the edge (what clients can rely on):
 //  - Every RPC requires "authorization: Bearer <token>" where the token is

@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "coordinator/job_store.h"
+#include "coordinator/spec/spec.h"
 #include "dgca/v1/agent.grpc.pb.h"
 #include "dgca/v1/coordinator.grpc.pb.h"
 #include "dgca/v1/rank.grpc.pb.h"
@@ -52,14 +53,24 @@ std::string Spec(int max_restarts = 0, int ranks = 2) {
 // The test as a node agent on the real stream.
 class FakeAgent {
  public:
+  // `running`: ranks it registers with (as an agent that outlived a
+  // coordinator restart); a stop of their job makes them exit too.
   FakeAgent(const std::string& address, const std::string& token, const std::string& node,
-            bool auto_exit_on_stop = true)
+            bool auto_exit_on_stop = true, const std::vector<v1::RunningRank>& running = {})
       : node_(node), auto_exit_(auto_exit_on_stop) {
     stub_ = v1::AgentService::NewStub(MakeChannel(address));
     AddAuth(&ctx_, token);
     stream_ = stub_->Connect(&ctx_);
     v1::AgentMessage m;
     m.mutable_register_()->set_node(node);
+    for (const auto& r : running) {
+      *m.mutable_register_()->add_running() = r;
+      v1::LaunchRank l;
+      l.set_job_id(r.job_id());
+      l.set_rank(r.rank());
+      l.set_attempt(r.attempt());
+      running_.push_back(l);
+    }
     m.mutable_register_()->mutable_topology()->set_node(node);
     m.mutable_register_()->mutable_topology()->set_hostname(node);
     m.mutable_register_()->mutable_topology()->set_cpu_count(8);
@@ -89,6 +100,17 @@ class FakeAgent {
     e->set_exit_code(code);
     e->set_signal(sig);
     e->set_message(msg);
+    Write(m);
+  }
+  // An adopted rank that ended without an exit record.
+  void ExitUnknown(const std::string& job, int rank, int attempt) {
+    v1::AgentMessage m;
+    auto* e = m.mutable_rank_exited();
+    e->set_job_id(job);
+    e->set_rank(rank);
+    e->set_attempt(attempt);
+    e->set_exit_code(-1);
+    e->set_status_unknown(true);
     Write(m);
   }
   void HeartbeatWith(const std::string& job, int rank, int attempt, int pid) {
@@ -783,10 +805,11 @@ TEST_F(ServerTest, LocalAgentRunsRealProcesses) {
   EXPECT_EQ(nodes.nodes(0).name(), "local");
 }
 
-// A job the store holds as RUNNING (as after kill -9) is FAILED "coordinator
-// restarted" on start, its recorded orphan rank process is killed, and its
-// history is kept.
-TEST_F(ServerTest, RestartMarksActiveJobsFailedAndKillsOrphans) {
+// A job the store holds as RUNNING (as after kill -9) whose ranks cannot be
+// re-adopted (here: no plan stored) is FAILED "coordinator restarted; cannot
+// re-adopt: ..." on start, its recorded orphan rank process is killed, and
+// its history is kept.
+TEST_F(ServerTest, RestartFailsJobsItCannotReadoptAndKillsOrphans) {
   std::string id;
   pid_t child = -1;
   {
@@ -815,11 +838,12 @@ TEST_F(ServerTest, RestartMarksActiveJobsFailedAndKillsOrphans) {
   StartServer();
   auto j = Get(id);
   EXPECT_EQ(j.job().state(), v1::FAILED);
-  EXPECT_EQ(j.job().message(), "coordinator restarted");
+  EXPECT_EQ(j.job().message(), "coordinator restarted; cannot re-adopt: no plan stored");
   ASSERT_GE(j.events_size(), 3);
   EXPECT_EQ(j.events(0).message(), "submitted");
   EXPECT_EQ(j.events(1).state(), v1::RUNNING);
-  EXPECT_EQ(j.events(j.events_size() - 1).message(), "coordinator restarted");
+  EXPECT_EQ(j.events(j.events_size() - 1).message(),
+            "coordinator restarted; cannot re-adopt: no plan stored");
   int status = 0;
   ASSERT_EQ(waitpid(child, &status, 0), child);
   EXPECT_TRUE(WIFSIGNALED(status));
@@ -828,6 +852,239 @@ TEST_F(ServerTest, RestartMarksActiveJobsFailedAndKillsOrphans) {
   v1::ListJobsResponse list;
   ASSERT_TRUE(coord_->ListJobs(ctx.get(), v1::ListJobsRequest(), &list).ok());
   EXPECT_EQ(list.jobs_size(), 2);
+}
+
+// What the store holds after a coordinator died (kill -9) while attempt
+// `attempt` of a 2-rank job ran on node n1: the plan, both ranks recorded,
+// progress persisted at step 7 (`rank_states` per rank), plus `events`
+// (kind, message) appended after "running 2 ranks".
+std::string StoreRunningJob(const std::string& dir, int max_restarts, int attempt,
+                            const std::vector<std::pair<std::string, std::string>>& events = {},
+                            const std::vector<std::string>& rank_states = {"running", "running"}) {
+  auto store = JobStore::Open(dir + "/dgca.db");
+  EXPECT_TRUE(store.ok()) << store.status();
+  auto parsed = ParseJobSpec(Spec(max_restarts, 2), "job.yaml");
+  EXPECT_TRUE(parsed.ok() && parsed->ok());
+  auto j = (*store)->CreateJob(parsed->spec, Spec(max_restarts, 2));
+  EXPECT_TRUE(j.ok());
+  const std::string id = j->id();
+  v1::Plan plan;
+  plan.set_ranks(2);
+  plan.set_device("cpu");
+  plan.set_backend("gloo");
+  plan.add_rank_nodes("n1");
+  plan.add_rank_nodes("n1");
+  EXPECT_TRUE((*store)->SetPlan(id, plan).ok());
+  EXPECT_TRUE((*store)->SetState(id, v1::RUNNING, "running 2 ranks").ok());
+  EXPECT_TRUE((*store)->SetRestarts(id, attempt).ok());
+  v1::Job progress;
+  progress.set_step(7);
+  for (int r = 0; r < 2; ++r) {
+    v1::RankProgress* p = progress.add_ranks();
+    p->set_rank(r);
+    p->set_node("n1");
+    p->set_step(7);
+    p->set_state(rank_states[r]);
+    EXPECT_TRUE((*store)->RecordRank({id, r, attempt, "n1", 0, 0}).ok());
+  }
+  EXPECT_TRUE((*store)->SetProgress(id, progress).ok());
+  for (const auto& [kind, message] : events) {
+    EXPECT_TRUE((*store)->AppendEvent(id, kind, message).ok());
+  }
+  return id;
+}
+
+std::vector<v1::RunningRank> Running(const std::string& job, int attempt,
+                                     const std::vector<int>& ranks) {
+  std::vector<v1::RunningRank> out;
+  for (int r : ranks) {
+    v1::RunningRank x;
+    x.set_job_id(job);
+    x.set_rank(r);
+    x.set_attempt(attempt);
+    x.set_pid(4200 + r);
+    out.push_back(x);
+  }
+  return out;
+}
+
+// After kill -9 a RUNNING job keeps running: same attempt, restarts and
+// progress; its ranks' heartbeats are welcome (an older attempt's are not);
+// the agent that re-registers with the ranks gets no stop and no launch;
+// their exits end the job as usual.
+TEST_F(ServerTest, RestartReadoptsARunningJobThatThenFinishes) {
+  const std::string id = StoreRunningJob(dir_, 1, 1);
+  StartServer();
+  auto j = Get(id);
+  EXPECT_EQ(j.job().state(), v1::RUNNING) << j.job().message();
+  EXPECT_EQ(j.job().restarts(), 1);
+  EXPECT_EQ(j.job().step(), 7);
+  ASSERT_EQ(j.job().ranks_size(), 2);
+  EXPECT_EQ(j.job().ranks(0).state(), "recovering");
+  ASSERT_GE(j.events_size(), 1);
+  EXPECT_EQ(j.events(j.events_size() - 1).message().rfind(
+                "coordinator restarted; re-adopting attempt 1 (rank@node:pid 0@n1:0 1@n1:0)", 0),
+            0u)
+      << j.events(j.events_size() - 1).message();
+
+  auto heartbeat = [&](int attempt, int64_t step) {
+    v1::RankHeartbeatRequest hb;
+    hb.set_job_id(id);
+    hb.set_rank(0);
+    hb.set_attempt(attempt);
+    hb.set_step(step);
+    v1::RankHeartbeatResponse hr;
+    auto ctx = Ctx();
+    EXPECT_TRUE(rank_->Heartbeat(ctx.get(), hb, &hr).ok());
+    return hr;
+  };
+  EXPECT_FALSE(heartbeat(1, 8).stop());
+  EXPECT_TRUE(heartbeat(0, 8).stop());
+  EXPECT_EQ(Get(id).job().ranks(0).state(), "running");
+  EXPECT_EQ(Get(id).job().ranks(0).step(), 8);
+
+  FakeAgent agent(server_->address(), server_->token(), "n1", true, Running(id, 1, {0, 1}));
+  ASSERT_TRUE(WaitUntil([&] { return Get(id).job().ranks(1).pid() == 4201; }));
+  EXPECT_EQ(agent.Stops(id), 0);
+  EXPECT_TRUE(agent.Launches(id, 1).empty());
+  EXPECT_TRUE(agent.Launches(id, 2).empty());
+  agent.Exit(id, 0, 1, 0);
+  agent.Exit(id, 1, 1, 0);
+  ASSERT_TRUE(WaitUntil([&] { return Get(id).job().state() == v1::SUCCEEDED; }));
+  EXPECT_EQ(Get(id).job().message(), "all 2 ranks exited 0");
+  EXPECT_EQ(Get(id).job().restarts(), 1);
+}
+
+// A rank's clean exit is stored at once, so a restarted coordinator does not
+// wait for it again: the other rank's exit finishes the job.
+TEST_F(ServerTest, RestartDoesNotWaitForARankThatHadExited) {
+  const std::string id = StoreRunningJob(dir_, 0, 0, {}, {"running", "exited"});
+  StartServer();
+  EXPECT_EQ(Get(id).job().ranks(1).state(), "exited");
+  FakeAgent agent(server_->address(), server_->token(), "n1", true, Running(id, 0, {0}));
+  agent.Exit(id, 0, 0, 0);
+  ASSERT_TRUE(WaitUntil([&] { return Get(id).job().state() == v1::SUCCEEDED; }))
+      << Get(id).job().message();
+}
+
+// The exit is persisted when it happens (not 5 s later with the progress):
+// a live server's store shows it before the other rank ends.
+TEST_F(ServerTest, ACleanRankExitIsStoredAtOnce) {
+  StartServer();
+  FakeAgent agent(server_->address(), server_->token(), "n1");
+  const std::string id = Submit(Spec(0, 2));
+  ASSERT_TRUE(WaitUntil([&] { return agent.Launches(id, 0).size() == 2; }));
+  agent.Exit(id, 1, 0, 0);
+  ASSERT_TRUE(WaitUntil([&] {
+    auto store = JobStore::Open(dir_ + "/dgca.db");
+    if (!store.ok()) return false;
+    auto stored = (*store)->GetJob(id);
+    return stored.ok() && stored->job.ranks_size() == 2 &&
+           stored->job.ranks(1).state() == "exited";
+  }, milliseconds(3000)));
+  agent.Exit(id, 0, 0, 0);
+  ASSERT_TRUE(WaitUntil([&] { return Get(id).job().state() == v1::SUCCEEDED; }));
+}
+
+// A cancel under way when the coordinator died is carried on: the ranks'
+// heartbeats are told to stop, the agent gets StopRanks when it registers
+// again, and the job ends CANCELLED.
+TEST_F(ServerTest, RestartCarriesOnAnInterruptedCancel) {
+  const std::string id = StoreRunningJob(dir_, 1, 0, {{"stop", "stopping ranks on n1 (cancel)"}});
+  StartServer();
+  auto j = Get(id);
+  EXPECT_EQ(j.job().state(), v1::RUNNING);
+  EXPECT_NE(j.events(j.events_size() - 1).message().find("while stopping the job (cancel)"),
+            std::string::npos);
+  v1::RankHeartbeatRequest hb;
+  hb.set_job_id(id);
+  hb.set_rank(0);
+  v1::RankHeartbeatResponse hr;
+  auto ctx = Ctx();
+  ASSERT_TRUE(rank_->Heartbeat(ctx.get(), hb, &hr).ok());
+  EXPECT_TRUE(hr.stop());
+  FakeAgent agent(server_->address(), server_->token(), "n1", true, Running(id, 0, {0, 1}));
+  ASSERT_TRUE(WaitUntil([&] { return Get(id).job().state() == v1::CANCELLED; }))
+      << Get(id).job().message();
+  EXPECT_EQ(Get(id).job().message(), "cancelled by user");
+  EXPECT_GE(agent.Stops(id), 1);
+  EXPECT_TRUE(agent.Launches(id, 1).empty());
+}
+
+// A restart under way when the coordinator died is carried on: once the old
+// ranks have stopped, attempt 2 is launched.
+TEST_F(ServerTest, RestartCarriesOnAnInterruptedRestart) {
+  const std::string id =
+      StoreRunningJob(dir_, 3, 1,
+                      {{"rank_exit", "rank 1 on node n1 exited with code 1"},
+                       {"stop", "stopping ranks on n1 (restart)"}});
+  StartServer();
+  FakeAgent agent(server_->address(), server_->token(), "n1", true, Running(id, 1, {0, 1}));
+  ASSERT_TRUE(WaitUntil([&] { return agent.Launches(id, 2).size() == 2; }))
+      << Get(id).job().message();
+  auto j = Get(id);
+  EXPECT_EQ(j.job().state(), v1::RUNNING);
+  EXPECT_EQ(j.job().restarts(), 2);
+  EXPECT_NE(j.events(j.events_size() - 1)
+                .message()
+                .find("restart 2 of 3 (attempt 2) after: rank 1 on node n1 exited with code 1"),
+            std::string::npos)
+      << j.events(j.events_size() - 1).message();
+}
+
+// Ranks nobody vouches for (the node came back without them) stall out after
+// the heartbeat timeout and the job restarts, as after any failure.
+TEST_F(ServerTest, RestartRestartsAJobWhoseRanksAreGone) {
+  const std::string id = StoreRunningJob(dir_, 2, 1);
+  StartServer(/*heartbeat_timeout_s=*/1);
+  FakeAgent agent(server_->address(), server_->token(), "n1");
+  ASSERT_TRUE(WaitUntil([&] { return agent.Launches(id, 2).size() == 2; }, milliseconds(15000)))
+      << Get(id).job().message();
+  bool stalled = false;
+  const v1::GetJobResponse j = Get(id);
+  for (const auto& e : j.events()) {
+    stalled |= e.kind() == "rank_exit" && e.message().find("made no progress") != std::string::npos;
+  }
+  EXPECT_TRUE(stalled);
+}
+
+// An adopted rank that ended without an exit record fails the job with a
+// message saying so (not "exited with code -1").
+TEST_F(ServerTest, AnAdoptedRankWithNoExitStatusFailsTheJobClearly) {
+  const std::string id = StoreRunningJob(dir_, 0, 0);
+  StartServer();
+  FakeAgent agent(server_->address(), server_->token(), "n1", true, Running(id, 0, {0, 1}));
+  agent.ExitUnknown(id, 0, 0);
+  ASSERT_TRUE(WaitUntil([&] { return Get(id).job().state() == v1::FAILED; }));
+  EXPECT_EQ(Get(id).job().message().rfind(
+                "rank 0 on node n1 ended while the coordinator was away and left no exit status "
+                "(killed by a signal or crashed)",
+                0),
+            0u)
+      << Get(id).job().message();
+}
+
+// PLANNING (nothing launched yet) comes back PENDING and is planned and
+// launched once an agent connects.
+TEST_F(ServerTest, RestartQueuesAPlanningJobAgain) {
+  std::string id;
+  {
+    auto store = JobStore::Open(dir_ + "/dgca.db");
+    ASSERT_TRUE(store.ok());
+    auto parsed = ParseJobSpec(Spec(0, 2), "job.yaml");
+    ASSERT_TRUE(parsed.ok());
+    auto j = (*store)->CreateJob(parsed->spec, Spec(0, 2));
+    ASSERT_TRUE(j.ok());
+    id = j->id();
+    ASSERT_TRUE((*store)->SetState(id, v1::PLANNING, "planning").ok());
+  }
+  StartServer();
+  auto j = Get(id);
+  EXPECT_EQ(j.job().state(), v1::PENDING);
+  EXPECT_EQ(j.job().message(), "coordinator restarted; queued again");
+  FakeAgent agent(server_->address(), server_->token(), "n1");
+  ASSERT_TRUE(WaitUntil([&] { return agent.Launches(id, 0).size() == 2; }));
+  EXPECT_EQ(Get(id).job().state(), v1::RUNNING);
 }
 
 // The real binary killed with SIGKILL and restarted on the same state dir.
@@ -888,8 +1145,9 @@ TEST(CoordinatorBinary, Kill9RestartKeepsJobs) {
     grpc::Status s = stub->GetJob(&ctx, g, &gr);
     ASSERT_TRUE(s.ok()) << s.error_message();
   }
-  EXPECT_EQ(gr.job().state(), v1::FAILED);
-  EXPECT_EQ(gr.job().message(), "coordinator restarted");
+  // Nothing had been launched (no agent): queued again, not lost.
+  EXPECT_EQ(gr.job().state(), v1::PENDING);
+  EXPECT_EQ(gr.job().message(), "coordinator restarted; queued again");
   EXPECT_EQ(gr.events(0).message(), "submitted");
   kill(pid, SIGTERM);
   int status = 0;

@@ -15,6 +15,7 @@
 
 #include "proto/rpc/rpc_util.h"
 #include "worker/agent/agent.h"
+#include "worker/agent/rank_process.h"
 #include "worker/rank/local_train.h"
 #include "worker/rank/rank_main.h"
 
@@ -117,6 +118,13 @@ int main(int argc, char** argv) {
   if (*rank) {
     dgca::InstallRankSignalHandlers();
     int rc = dgca::RunRank(rank_args);
+    // The exit record (worker/agent/rank_process.h): what an agent that
+    // adopted this rank, and so gets no wait status, reports.
+    if (const char* f = getenv("DGCA_EXIT_FILE"); f && *f) {
+      if (auto s = dgca::WriteExitRecord(f, rank_args.attempt, rc); !s.ok()) {
+        std::fprintf(stderr, "warning: %s\n", std::string(s.message()).c_str());
+      }
+    }
     std::fflush(stdout);
     std::fflush(stderr);
     // A stopped or failed rank may leave a communicator with a live thread

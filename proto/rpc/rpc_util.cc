@@ -83,6 +83,13 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kMaxMessageBytes);
   args.SetMaxSendMessageSize(kMaxMessageBytes);
+  // gRPC's default reconnect backoff grows to 120 s: ranks would go on
+  // training unheard for many seconds after a restarted coordinator is
+  // back. A control plane with a handful of clients can afford a retry
+  // every 2 s at most.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 250);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 250);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
   std::shared_ptr<grpc::ChannelCredentials> creds;
   if (!tls_ca_file.empty()) {
     grpc::SslCredentialsOptions opts;

@@ -19,6 +19,7 @@
 #include <fstream>
 #include <sstream>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/match.h"
@@ -27,6 +28,7 @@
 #include "absl/strings/str_replace.h"
 #include "dgca/v1/agent.grpc.pb.h"
 #include "proto/rpc/rpc_util.h"
+#include "worker/agent/rank_process.h"
 #include "worker/topology/probe.h"
 
 extern char** environ;
@@ -152,12 +154,24 @@ class Agent::Impl {
     std::string log_path;
     bool stopping = false;
     Clock::time_point kill_at;  // SIGKILL deadline once stopping
+    // Adopted from an earlier agent (not our child): watched through /proc,
+    // its exit code read from its exit record.
+    bool adopted = false;
+    uint64_t start_time = 0;    // /proc/PID/stat start time when adopted
   };
 
   void ConnectLoop();
   void HeartbeatLoop();
   void ReaperLoop();
   void Launch(const v1::LaunchRank& l);
+  // Takes over a rank an earlier agent launched, or reports it gone. mu_ held.
+  void Adopt(const v1::RunningRank& r);
+  // True while an adopted child's process is still the one adopted.
+  static bool AdoptedAlive(const Child& c);
+  // The report of a child's end: `wait_status` from waitpid for our own
+  // children, nullopt for adopted ones (the exit record, if any, says).
+  // Appends the agent's line to the rank's log.
+  v1::RankExited ExitReport(const Child& c, std::optional<int> wait_status);
   void StopJob(const std::string& job_id, double grace_s);
   // Sends on the open stream, or queues exits for the next connection.
   bool Send(const v1::AgentMessage& m);
@@ -234,6 +248,10 @@ absl::Status Agent::Impl::Start() {
   topology_.set_node(node_);
 
   std::lock_guard<std::mutex> l(mu_);
+  // Before the first registration, so it lists the adopted ranks.
+  for (const AgentOptions::AdoptRank& a : opt_.adopt) {
+    if (a.node == node_) Adopt(a.rank);
+  }
   started_ = true;
   reaper_thread_ = std::thread([this] { ReaperLoop(); });
   connect_thread_ = std::thread([this] { ConnectLoop(); });
@@ -277,6 +295,10 @@ void Agent::Impl::Stop() {
   // Anything the wait above did not see exit is killed now.
   std::lock_guard<std::mutex> l(mu_);
   for (auto& [pid, c] : children_) {
+    if (c.adopted) {
+      if (AdoptedAlive(c)) kill(-pid, SIGKILL);
+      continue;
+    }
     kill(-pid, SIGKILL);
     waitpid(pid, nullptr, 0);
   }
@@ -299,8 +321,12 @@ bool Agent::Impl::Send(const v1::AgentMessage& m) {
 void Agent::Impl::ReportExit(const v1::RankExited& e) {
   v1::AgentMessage m;
   *m.mutable_rank_exited() = e;
-  if (Send(m)) return;
-  std::lock_guard<std::mutex> l(mu_);
+  // Decided under stream_mu_, which ConnectLoop holds while it flushes the
+  // queue and marks the stream connected: an exit is either queued before
+  // that flush or written after it, never left behind in the queue.
+  std::lock_guard<std::mutex> l(stream_mu_);
+  if (stream_ != nullptr && connected_.load() && stream_->Write(m)) return;
+  std::lock_guard<std::mutex> l2(mu_);
   pending_exits_.push_back(e);
   while (pending_exits_.size() > 1000) pending_exits_.pop_front();
 }
@@ -353,18 +379,28 @@ void Agent::Impl::ConnectLoop() {
     {
       std::lock_guard<std::mutex> l(stream_mu_);
       ok = stream->Write(reg);
+      // Exits that happened while disconnected go first, in order, before
+      // the reaper can send a later one (connected_ is still false).
+      std::deque<v1::RankExited> pending;
+      {
+        std::lock_guard<std::mutex> l2(mu_);
+        pending.swap(pending_exits_);
+      }
+      while (ok && !pending.empty()) {
+        v1::AgentMessage m;
+        *m.mutable_rank_exited() = pending.front();
+        ok = stream->Write(m);
+        if (ok) pending.pop_front();
+      }
+      if (!pending.empty()) {  // the stream broke: keep them for the next one
+        std::lock_guard<std::mutex> l2(mu_);
+        pending_exits_.insert(pending_exits_.begin(), pending.begin(), pending.end());
+      }
+      if (ok) connected_ = true;
     }
     auto connected_at = Clock::now();
     if (ok) {
-      connected_ = true;
       spdlog::info("agent {}: connected to {}", node_, opt_.coordinator_address);
-      // Exits that happened while disconnected.
-      std::deque<v1::RankExited> pending;
-      {
-        std::lock_guard<std::mutex> l(mu_);
-        pending.swap(pending_exits_);
-      }
-      for (const auto& e : pending) ReportExit(e);
       v1::CoordinatorCommand cmd;
       while (stream->Read(&cmd)) Execute(cmd);
     }
@@ -488,6 +524,11 @@ void Agent::Impl::Launch(const v1::LaunchRank& l) {
   env["DGCA_LOCAL_DEVICE"] = absl::StrCat(l.local_device());
   env["DGCA_WORLD_SIZE"] = absl::StrCat(l.world_size());
   env["DGCA_NODE"] = node_;
+  // What a later agent adopts the rank by (rank_process.h); set after the
+  // command's entries below so a LaunchRank cannot forge them.
+  const std::string rank_id = RankIdEntry(l.job_id(), l.rank(), l.attempt());
+  const std::string exit_file = ExitRecordPath(log_dir, l.rank());
+  unlink(exit_file.c_str());  // a record of an earlier attempt
   std::string refused;
   for (const auto& [k, v] : l.env()) {
     if (IsAllowedRankEnv(k)) {
@@ -496,6 +537,8 @@ void Agent::Impl::Launch(const v1::LaunchRank& l) {
       absl::StrAppend(&refused, refused.empty() ? "" : ", ", k);
     }
   }
+  env["DGCA_RANK_ID"] = rank_id.substr(rank_id.find('=') + 1);
+  env["DGCA_EXIT_FILE"] = exit_file;
   std::string header = absl::StrCat("[agent ", node_, "] launching job ", l.job_id(), " rank ",
                                     l.rank(), " attempt ", l.attempt(), "\n");
   if (!refused.empty()) {
@@ -592,6 +635,9 @@ void Agent::Impl::StopJob(const std::string& job_id, double grace_s) {
   for (auto& [pid, c] : children_) {
     if (c.job_id != job_id || c.stopping) continue;
     c.stopping = true;
+    // An adopted rank's pid is not held by us: signal it only while it is
+    // still the process adopted (the reaper reports it otherwise).
+    if (c.adopted && !AdoptedAlive(c)) continue;
     c.kill_at = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                    std::chrono::duration<double>(grace_s));
     kill(-pid, grace_s > 0 ? SIGTERM : SIGKILL);
@@ -600,27 +646,127 @@ void Agent::Impl::StopJob(const std::string& job_id, double grace_s) {
   }
 }
 
+bool Agent::Impl::AdoptedAlive(const Child& c) {
+  std::optional<uint64_t> t = ProcessStartTime(c.pid);
+  return t.has_value() && *t == c.start_time;
+}
+
+void Agent::Impl::Adopt(const v1::RunningRank& r) {
+  Child c;
+  c.job_id = r.job_id();
+  c.rank = r.rank();
+  c.attempt = r.attempt();
+  c.pid = r.pid();
+  c.adopted = true;
+  if (!SafeName(c.job_id) || c.rank < 0) {
+    spdlog::warn("agent {}: not adopting job '{}' rank {}: bad job id or rank", node_, c.job_id,
+                 c.rank);
+    return;
+  }
+  c.log_path = absl::StrCat(opt_.state_dir, "/jobs/", c.job_id, "/rank-", c.rank, ".log");
+  std::optional<uint64_t> start = ProcessStartTime(c.pid);
+  const bool ours = c.pid > 1 && start.has_value() &&
+                    ProcessEnvironHas(c.pid, RankIdEntry(c.job_id, c.rank, c.attempt));
+  if (ours && children_.count(c.pid) == 0) {
+    c.start_time = *start;
+    children_[c.pid] = c;
+    std::string line = absl::StrCat("[agent ", node_, "] adopted rank ", c.rank, " (pid ", c.pid,
+                                    ", attempt ", c.attempt, ") after a coordinator restart\n");
+    int fd = open(c.log_path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+    if (fd >= 0) {
+      (void)!write(fd, line.data(), line.size());
+      close(fd);
+    }
+    spdlog::info("agent {}: adopted job {} rank {} attempt {} (pid {})", node_, c.job_id, c.rank,
+                 c.attempt, c.pid);
+    return;
+  }
+  // Gone (or its pid now belongs to another process): it ended while no
+  // agent watched. Queued; sent once the stream is up.
+  v1::RankExited e = ExitReport(c, std::nullopt);
+  spdlog::info("agent {}: job {} rank {} attempt {} (pid {}) ended before it could be adopted",
+               node_, c.job_id, c.rank, c.attempt, c.pid);
+  pending_exits_.push_back(e);
+}
+
+v1::RankExited Agent::Impl::ExitReport(const Child& c, std::optional<int> wait_status) {
+  v1::RankExited e;
+  e.set_job_id(c.job_id);
+  e.set_rank(c.rank);
+  e.set_attempt(c.attempt);
+  std::string how;
+  if (wait_status.has_value()) {
+    const int status = *wait_status;
+    if (WIFSIGNALED(status)) {
+      e.set_exit_code(-1);
+      e.set_signal(WTERMSIG(status));
+      how = absl::StrCat("killed by signal ", WTERMSIG(status), " (", strsignal(WTERMSIG(status)),
+                         ")");
+    } else {
+      e.set_exit_code(WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+      how = absl::StrCat("exited with code ", e.exit_code());
+    }
+  } else {
+    const std::string dir = c.log_path.substr(0, c.log_path.rfind('/'));
+    std::optional<int> code = ReadExitRecord(ExitRecordPath(dir, c.rank), c.attempt);
+    if (code.has_value()) {
+      e.set_exit_code(*code);
+      how = absl::StrCat("exited with code ", *code, " (adopted; from its exit record)");
+    } else {
+      e.set_exit_code(-1);
+      e.set_status_unknown(true);
+      how = "ended without an exit record (adopted, so no wait status: killed by a signal or "
+            "crashed)";
+    }
+  }
+  std::string line = absl::StrCat("[agent ", node_, "] rank ", c.rank, " (pid ", c.pid, ") ", how,
+                                  c.stopping ? " after a stop request" : "", "\n");
+  int fd = open(c.log_path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+  if (fd >= 0) {
+    (void)!write(fd, line.data(), line.size());
+    close(fd);
+  }
+  if (e.exit_code() != 0 || e.signal() != 0) e.set_message(TailLines(c.log_path, 20));
+  spdlog::info("agent {}: job {} rank {} {}", node_, c.job_id, c.rank, how);
+  return e;
+}
+
 void Agent::Impl::ReaperLoop() {
   while (true) {
     std::vector<Child> exited;
-    std::vector<int> statuses;
+    std::vector<std::optional<int>> statuses;
     bool stop_now;
     {
       std::lock_guard<std::mutex> g(mu_);
       for (auto it = children_.begin(); it != children_.end();) {
+        Child& c = it->second;
+        if (c.adopted) {
+          // Not our child: no waitpid. Its process group is not touched
+          // either once it is gone (the id may be reused).
+          if (!AdoptedAlive(c)) {
+            exited.push_back(c);
+            statuses.push_back(std::nullopt);
+            ++reporting_;
+            it = children_.erase(it);
+            continue;
+          }
+          if (c.stopping && Clock::now() >= c.kill_at) kill(-c.pid, SIGKILL);
+          ++it;
+          continue;
+        }
         int status = 0;
         pid_t r = waitpid(it->first, &status, WNOHANG);
         if (r == it->first || (r < 0 && errno == ECHILD)) {
           if (r < 0) status = 0;
           // Leftover members of its process group go with it.
           kill(-it->first, SIGKILL);
-          exited.push_back(it->second);
+          exited.push_back(c);
           statuses.push_back(status);
           ++reporting_;
           it = children_.erase(it);
           continue;
         }
-        if (it->second.stopping && Clock::now() >= it->second.kill_at) {
+        if (c.stopping && Clock::now() >= c.kill_at) {
           kill(-it->first, SIGKILL);
         }
         ++it;
@@ -628,33 +774,7 @@ void Agent::Impl::ReaperLoop() {
       stop_now = stopping_;
     }
     for (size_t i = 0; i < exited.size(); ++i) {
-      const Child& c = exited[i];
-      int status = statuses[i];
-      v1::RankExited e;
-      e.set_job_id(c.job_id);
-      e.set_rank(c.rank);
-      e.set_attempt(c.attempt);
-      std::string how;
-      if (WIFSIGNALED(status)) {
-        e.set_exit_code(-1);
-        e.set_signal(WTERMSIG(status));
-        how = absl::StrCat("killed by signal ", WTERMSIG(status), " (", strsignal(WTERMSIG(status)), ")");
-      } else {
-        e.set_exit_code(WIFEXITED(status) ? WEXITSTATUS(status) : -1);
-        how = absl::StrCat("exited with code ", e.exit_code());
-      }
-      std::string line = absl::StrCat("[agent ", node_, "] rank ", c.rank, " (pid ", c.pid, ") ",
-                                      how, c.stopping ? " after a stop request" : "", "\n");
-      int fd = open(c.log_path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
-      if (fd >= 0) {
-        (void)!write(fd, line.data(), line.size());
-        close(fd);
-      }
-      if (e.exit_code() != 0 || e.signal() != 0) {
-        e.set_message(TailLines(c.log_path, 20));
-      }
-      spdlog::info("agent {}: job {} rank {} {}", node_, c.job_id, c.rank, how);
-      ReportExit(e);
+      ReportExit(ExitReport(exited[i], statuses[i]));
       std::lock_guard<std::mutex> g(mu_);
       --reporting_;
     }

@@ -12,10 +12,21 @@
 // in their own process group, with the agent's environment plus the
 // allow-listed LaunchRank.env entries (NCCL_*, CUDA_*, OMP_*, DGCA_*; others
 // are refused and logged), plus DGCA_LOCAL_DEVICE (LaunchRank.local_device,
-// -1 = CPU), DGCA_WORLD_SIZE and DGCA_NODE. stdout and stderr are appended to
-// STATE_DIR/jobs/J/rank-R.log (LaunchRank.log_dir replaces STATE_DIR/jobs/J
-// when set). A reaper thread waitpid()s them and reports each exit with the
-// last ~20 lines of the log when the exit was not clean.
+// -1 = CPU), DGCA_WORLD_SIZE, DGCA_NODE, and DGCA_RANK_ID / DGCA_EXIT_FILE
+// (rank_process.h: what lets a later agent adopt the rank). stdout and
+// stderr are appended to STATE_DIR/jobs/J/rank-R.log (LaunchRank.log_dir
+// replaces STATE_DIR/jobs/J when set). A reaper thread waitpid()s them and
+// reports each exit with the last ~20 lines of the log when the exit was not
+// clean.
+//
+// Adoption (AgentOptions::adopt, the embedded agent of a coordinator that
+// restarted after kill -9): each listed rank of this node whose pid is alive
+// and carries the rank's DGCA_RANK_ID is supervised as if launched here
+// (stopped, listed in Running(), reported when it ends), but watched through
+// /proc instead of waitpid: its exit code comes from its exit record, and
+// one that left none is reported with status_unknown. A listed rank that is
+// already gone is reported at once the same way, so the coordinator learns
+// about exits that happened while nobody was watching.
 //
 // Thread-safety: Start() and Stop() may be called from any thread; Stop() is
 // idempotent and is also called by the destructor. The agent runs its own
@@ -51,6 +62,14 @@ struct AgentOptions {
   // Passed to ranks as --token-file. "" = the agent writes the token to
   // STATE_DIR/agent-token (mode 0600) and passes that.
   std::string token_file;
+  // Ranks to supervise again (see the header comment); entries of other
+  // nodes are ignored. Their logs are STATE_DIR/jobs/J/rank-R.log.
+  struct AdoptRank {
+    std::string node;
+    v1::RunningRank rank;  // job_id, rank, attempt, pid (0 = never known)
+  };
+  std::vector<AdoptRank> adopt;
+
   // Test hook: when non-empty, replaces the argv built for a rank. The
   // strings may contain {job}, {rank}, {attempt}, {coordinator},
   // {token_file}, which are substituted.

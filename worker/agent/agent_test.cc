@@ -1,6 +1,7 @@
 #include "worker/agent/agent.h"
 
 #include <signal.h>
+#include <sys/wait.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -19,6 +20,7 @@
 #include "dgca/v1/agent.grpc.pb.h"
 #include "model/core/core_test_util.h"
 #include "proto/rpc/rpc_util.h"
+#include "worker/agent/rank_process.h"
 
 namespace dgca {
 namespace {
@@ -423,6 +425,188 @@ TEST_F(AgentTest, ReconnectsAndReportsRunningRanks) {
   EXPECT_EQ(e->exit_code(), 0);
   agent.Stop();
   EXPECT_TRUE(agent.Running().empty());
+}
+
+
+// Starts `script` under /bin/sh as an orphan (its parent exits at once, as a
+// rank's agent does when a coordinator is killed with -9) in its own process
+// group, with `env_entry` (e.g. DGCA_RANK_ID=J/R/A) and PATH as its whole
+// environment. Returns its pid.
+pid_t SpawnOrphan(const std::string& script, const std::string& env_entry) {
+  int fds[2];
+  if (pipe(fds) != 0) return -1;
+  pid_t middle = fork();
+  if (middle == 0) {
+    pid_t rank = fork();
+    if (rank == 0) {
+      setpgid(0, 0);
+      close(fds[0]);
+      close(fds[1]);
+      std::string path = "PATH=/usr/bin:/bin";
+      char* const argv[] = {const_cast<char*>("sh"), const_cast<char*>("-c"),
+                            const_cast<char*>(script.c_str()), nullptr};
+      char* const envp[] = {const_cast<char*>(env_entry.c_str()), path.data(), nullptr};
+      execve("/bin/sh", argv, envp);
+      _exit(127);
+    }
+    (void)!write(fds[1], &rank, sizeof(rank));
+    _exit(0);
+  }
+  close(fds[1]);
+  pid_t rank = -1;
+  if (read(fds[0], &rank, sizeof(rank)) != sizeof(rank)) rank = -1;
+  close(fds[0]);
+  waitpid(middle, nullptr, 0);
+  // Until the exec, /proc/PID/environ is the forked copy: wait for the entry.
+  for (int i = 0; i < 250 && rank > 0 && !ProcessEnvironHas(rank, env_entry); ++i) {
+    std::this_thread::sleep_for(20ms);
+  }
+  return rank;
+}
+
+AgentOptions::AdoptRank Adoptee(const std::string& node, const std::string& job, int rank,
+                                int attempt, pid_t pid) {
+  AgentOptions::AdoptRank a;
+  a.node = node;
+  a.rank.set_job_id(job);
+  a.rank.set_rank(rank);
+  a.rank.set_attempt(attempt);
+  a.rank.set_pid(pid);
+  return a;
+}
+
+// A rank launched by an earlier agent (now dead) is adopted: listed in the
+// registration and Running(), and when it ends its exit record's code is
+// reported. Entries of other nodes are ignored.
+TEST_F(AgentTest, AdoptsARankAndReportsItsRecordedExitCode) {
+  const std::string job_dir = dir_ + "/jobs/job-ad";
+  ASSERT_EQ(system(("mkdir -p " + job_dir).c_str()), 0);
+  // As a rank does: output to its log, the exit record last.
+  pid_t pid = SpawnOrphan("exec >> " + job_dir + "/rank-0.log 2>&1; echo training; sleep 1; "
+                          "echo 'attempt 3 code 7' > " + ExitRecordPath(job_dir, 0),
+                          RankIdEntry("job-ad", 0, 3));
+  ASSERT_GT(pid, 0);
+  AgentOptions o = Options({});
+  o.adopt = {Adoptee("test-node", "job-ad", 0, 3, pid),
+             Adoptee("other-node", "job-other", 0, 0, pid)};
+  Agent agent(o);
+  ASSERT_TRUE(agent.Start().ok());
+  auto running = agent.Running();
+  ASSERT_EQ(running.size(), 1u);
+  EXPECT_EQ(running[0].pid(), pid);
+  EXPECT_EQ(running[0].attempt(), 3);
+  auto reg = fake_->WaitFor([](const v1::AgentMessage& m) { return m.has_register_(); });
+  ASSERT_TRUE(reg.has_value());
+  ASSERT_EQ(reg->register_().running_size(), 1);
+  EXPECT_EQ(reg->register_().running(0).job_id(), "job-ad");
+  EXPECT_EQ(reg->register_().running(0).pid(), pid);
+  auto e = fake_->WaitExit("job-ad", 0);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->exit_code(), 7);
+  EXPECT_EQ(e->signal(), 0);
+  EXPECT_FALSE(e->status_unknown());
+  EXPECT_EQ(e->attempt(), 3);
+  EXPECT_FALSE(fake_->WaitExit("job-other", 0, 200ms).has_value());
+  const std::string log = ReadFile(job_dir + "/rank-0.log");
+  EXPECT_NE(log.find("adopted rank 0 (pid " + std::to_string(pid) + ", attempt 3)"),
+            std::string::npos) << log;
+  EXPECT_NE(log.find("exited with code 7 (adopted; from its exit record)"), std::string::npos)
+      << log;
+  EXPECT_TRUE(agent.Running().empty());
+  agent.Stop();
+}
+
+// An adopted rank killed by a signal leaves no exit record: reported with
+// status_unknown (not as a clean exit, not as an invented signal).
+TEST_F(AgentTest, AnAdoptedRankKilledBySignalHasUnknownStatus) {
+  const std::string job_dir = dir_ + "/jobs/job-k";
+  ASSERT_EQ(system(("mkdir -p " + job_dir).c_str()), 0);
+  pid_t pid = SpawnOrphan("exec >> " + job_dir + "/rank-1.log 2>&1; echo training; sleep 100",
+                          RankIdEntry("job-k", 1, 0));
+  ASSERT_GT(pid, 0);
+  AgentOptions o = Options({});
+  o.adopt = {Adoptee("test-node", "job-k", 1, 0, pid)};
+  Agent agent(o);
+  ASSERT_TRUE(agent.Start().ok());
+  ASSERT_EQ(agent.Running().size(), 1u);
+  kill(-pid, SIGKILL);
+  auto e = fake_->WaitExit("job-k", 1);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_TRUE(e->status_unknown());
+  EXPECT_EQ(e->exit_code(), -1);
+  EXPECT_EQ(e->signal(), 0);
+  // The log's tail, with the agent's line last.
+  EXPECT_NE(e->message().find("[agent test-node] rank 1 (pid " + std::to_string(pid) +
+                              ") ended without an exit record (adopted, so no wait status"),
+            std::string::npos)
+      << e->message();
+  agent.Stop();
+}
+
+// Only the process that carries the rank's own DGCA_RANK_ID is adopted: a
+// pid now used by something else (here: another attempt's id), or a pid
+// never known (0), is reported gone at once and left alone.
+TEST_F(AgentTest, DoesNotAdoptAPidThatIsNotTheRank) {
+  pid_t other = SpawnOrphan("sleep 100", RankIdEntry("job-p", 0, 2));
+  ASSERT_GT(other, 0);
+  AgentOptions o = Options({});
+  o.adopt = {Adoptee("test-node", "job-p", 0, 3, other), Adoptee("test-node", "job-p", 1, 3, 0)};
+  Agent agent(o);
+  ASSERT_TRUE(agent.Start().ok());
+  EXPECT_TRUE(agent.Running().empty());
+  for (int rank : {0, 1}) {
+    auto e = fake_->WaitExit("job-p", rank);
+    ASSERT_TRUE(e.has_value()) << rank;
+    EXPECT_TRUE(e->status_unknown()) << rank;
+    EXPECT_EQ(e->attempt(), 3);
+  }
+  agent.Stop();
+  EXPECT_TRUE(ProcessAlive(other));  // not ours: not stopped
+  kill(-other, SIGKILL);
+}
+
+// StopRanks reaches an adopted rank (its process group), and its end is
+// reported.
+TEST_F(AgentTest, StopsAnAdoptedRank) {
+  pid_t pid = SpawnOrphan("sleep 100", RankIdEntry("job-st", 0, 1));
+  ASSERT_GT(pid, 0);
+  AgentOptions o = Options({});
+  o.adopt = {Adoptee("test-node", "job-st", 0, 1, pid)};
+  Agent agent(o);
+  ASSERT_TRUE(agent.Start().ok());
+  ASSERT_EQ(agent.Running().size(), 1u);
+  v1::CoordinatorCommand stop;
+  stop.mutable_stop()->set_job_id("job-st");
+  stop.mutable_stop()->set_grace_seconds(5);
+  auto t0 = std::chrono::steady_clock::now();
+  agent.Execute(stop);
+  auto e = fake_->WaitExit("job-st", 0);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 3s);  // SIGTERM, not the grace's SIGKILL
+  EXPECT_TRUE(e->status_unknown());
+  EXPECT_FALSE(ProcessAlive(pid));
+  agent.Stop();
+}
+
+// A launched rank carries what a later agent adopts it by, and a stale exit
+// record of an earlier attempt is removed before it starts.
+TEST_F(AgentTest, LaunchSetsTheRankIdAndExitFile) {
+  const std::string job_dir = dir_ + "/jobs/job-id";
+  ASSERT_EQ(system(("mkdir -p " + job_dir).c_str()), 0);
+  ASSERT_TRUE(WriteExitRecord(ExitRecordPath(job_dir, 2), 4, 9).ok());
+  Agent agent(Options({"/bin/sh", "-c",
+                       "test -e \"$DGCA_EXIT_FILE\" && echo stale; "
+                       "echo \"id=$DGCA_RANK_ID exit=$DGCA_EXIT_FILE\""}));
+  ASSERT_TRUE(agent.Start().ok());
+  auto cmd = Launch("job-id", 2);
+  cmd.mutable_launch()->set_attempt(4);
+  (*cmd.mutable_launch()->mutable_env())["DGCA_RANK_ID"] = "forged/0/0";
+  agent.Execute(cmd);
+  ASSERT_TRUE(fake_->WaitExit("job-id", 2).has_value());
+  const std::string log = ReadFile(job_dir + "/rank-2.log");
+  EXPECT_NE(log.find("id=job-id/2/4 exit=" + job_dir + "/rank-2.exit"), std::string::npos) << log;
+  EXPECT_EQ(log.find("stale"), std::string::npos) << log;
+  agent.Stop();
 }
 
 }  // namespace

@@ -16,7 +16,9 @@
 //
 // Exit codes: 0 trained to the end; 1 training failed or was stopped;
 // 2 bad assignment or configuration; 3 cannot reach or authenticate with the
-// coordinator.
+// coordinator. `dgca-worker rank` writes the code to DGCA_EXIT_FILE as it
+// exits (worker/agent/rank_process.h), for an agent that adopted the rank
+// and so gets no wait status.
 //
 // Thread-safety: RunRank is meant to be the only thing its process does.
 #ifndef DGCA_WORKER_RANK_RANK_MAIN_H_

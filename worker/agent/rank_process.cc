@@ -1,0 +1,104 @@
+#include "worker/agent/rank_process.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include "absl/strings/string_view.h"
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+
+namespace dgca {
+namespace {
+
+std::optional<std::string> ReadWhole(const std::string& path, size_t limit) {
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  std::string out;
+  char buf[4096];
+  while (out.size() < limit) {
+    ssize_t n = read(fd, buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  close(fd);
+  return out;
+}
+
+}  // namespace
+
+std::string RankIdEntry(const std::string& job_id, int rank, int attempt) {
+  return absl::StrCat("DGCA_RANK_ID=", job_id, "/", rank, "/", attempt);
+}
+
+std::string ExitRecordPath(const std::string& log_dir, int rank) {
+  return absl::StrCat(log_dir, "/rank-", rank, ".exit");
+}
+
+absl::Status WriteExitRecord(const std::string& path, int attempt, int code) {
+  const std::string tmp = path + ".tmp";
+  const std::string line = absl::StrCat("attempt ", attempt, " code ", code, "\n");
+  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot write the exit record ", tmp, ": ", strerror(errno)));
+  }
+  bool ok = write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size());
+  ok = close(fd) == 0 && ok;
+  if (!ok || rename(tmp.c_str(), path.c_str()) != 0) {
+    int err = errno;
+    unlink(tmp.c_str());
+    return absl::InternalError(absl::StrCat("cannot write the exit record ", path, ": ",
+                                            strerror(err)));
+  }
+  return absl::OkStatus();
+}
+
+std::optional<int> ReadExitRecord(const std::string& path, int attempt) {
+  auto text = ReadWhole(path, 256);
+  if (!text) return std::nullopt;
+  std::vector<absl::string_view> w =
+      absl::StrSplit(absl::StripAsciiWhitespace(*text), ' ', absl::SkipEmpty());
+  int a = 0, code = 0;
+  if (w.size() != 4 || w[0] != "attempt" || w[2] != "code" || !absl::SimpleAtoi(w[1], &a) ||
+      !absl::SimpleAtoi(w[3], &code) || a != attempt) {
+    return std::nullopt;
+  }
+  return code;
+}
+
+std::optional<uint64_t> ProcessStartTime(pid_t pid) {
+  if (pid <= 0) return std::nullopt;
+  auto stat = ReadWhole(absl::StrCat("/proc/", pid, "/stat"), 4096);
+  if (!stat) return std::nullopt;
+  // "PID (COMM) S ppid ...": COMM may hold spaces and ')', so fields are
+  // counted from the last ')'. The state is field 3, the start time 22.
+  size_t close_paren = stat->rfind(')');
+  if (close_paren == std::string::npos) return std::nullopt;
+  std::vector<absl::string_view> f =
+      absl::StrSplit(absl::string_view(*stat).substr(close_paren + 1), ' ', absl::SkipEmpty());
+  if (f.size() < 20) return std::nullopt;
+  if (f[0] == "Z" || f[0] == "X" || f[0] == "x") return std::nullopt;
+  uint64_t start = 0;
+  if (!absl::SimpleAtoi(f[19], &start)) return std::nullopt;
+  return start;
+}
+
+bool ProcessEnvironHas(pid_t pid, const std::string& entry) {
+  if (pid <= 0) return false;
+  auto env = ReadWhole(absl::StrCat("/proc/", pid, "/environ"), 1 << 20);
+  if (!env) return false;
+  for (absl::string_view e : absl::StrSplit(*env, '\0')) {
+    if (e == entry) return true;
+  }
+  return false;
+}
+
+}  // namespace dgca

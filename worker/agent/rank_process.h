@@ -1,0 +1,57 @@
+// What outlives an agent about the rank processes it launched, so that a new
+// agent can supervise them again without being their parent. That happens
+// after a coordinator kill -9: the embedded agent dies with the coordinator,
+// its ranks keep training (each in its own process group), and the restarted
+// coordinator's agent adopts them (AgentOptions::adopt).
+//
+//  - Identity: the agent starts every rank with DGCA_RANK_ID=JOB/RANK/ATTEMPT
+//    in its environment; a pid is adopted only when /proc/PID/environ holds
+//    exactly that entry, so a pid reused by another process is never taken
+//    for a rank.
+//  - Liveness: /proc/PID/stat's state and start time. A zombie counts as
+//    gone (an orphan's reaper may be slow, or absent in a container), and a
+//    changed start time means the pid was reused.
+//  - Exit status: only a parent gets a wait status, so the rank itself
+//    writes "attempt A code C\n" to DGCA_EXIT_FILE (the agent sets it to
+//    LOG_DIR/rank-R.exit) as it exits. A rank killed by a signal, or one
+//    that crashed, writes none: its status is unknown.
+//
+// Thread-safety: the functions are thread-safe (no shared state).
+#ifndef DGCA_WORKER_AGENT_RANK_PROCESS_H_
+#define DGCA_WORKER_AGENT_RANK_PROCESS_H_
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+
+namespace dgca {
+
+// The environment entry that names a rank process: "DGCA_RANK_ID=J/R/A".
+std::string RankIdEntry(const std::string& job_id, int rank, int attempt);
+
+// Where a rank's exit record goes: LOG_DIR/rank-R.exit.
+std::string ExitRecordPath(const std::string& log_dir, int rank);
+
+// Writes "attempt A code C\n" to `path` atomically (a temporary file renamed
+// over it). Errors name the file.
+absl::Status WriteExitRecord(const std::string& path, int attempt, int code);
+
+// The exit code recorded in `path` for `attempt`; nullopt when the file is
+// missing, unreadable, malformed or from another attempt.
+std::optional<int> ReadExitRecord(const std::string& path, int attempt);
+
+// A live process as /proc/PID/stat shows it: its start time (clock ticks
+// since boot). nullopt when there is no such process or it is a zombie.
+std::optional<uint64_t> ProcessStartTime(pid_t pid);
+
+// True when /proc/PID/environ (readable for our own processes) contains
+// `entry` ("NAME=value") exactly.
+bool ProcessEnvironHas(pid_t pid, const std::string& entry);
+
+}  // namespace dgca
+
+#endif  // DGCA_WORKER_AGENT_RANK_PROCESS_H_

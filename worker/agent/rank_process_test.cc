@@ -1,0 +1,95 @@
+#include "worker/agent/rank_process.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <thread>
+
+#include "model/core/core_test_util.h"
+
+namespace dgca {
+namespace {
+
+using namespace std::chrono_literals;
+
+TEST(ExitRecord, RoundTripsForItsAttemptOnly) {
+  const std::string dir = testutil::MakeTempDir("rank_process_test");
+  ASSERT_FALSE(dir.empty());
+  const std::string path = ExitRecordPath(dir, 3);
+  EXPECT_EQ(path, dir + "/rank-3.exit");
+  EXPECT_FALSE(ReadExitRecord(path, 0).has_value());  // missing
+  ASSERT_TRUE(WriteExitRecord(path, 2, 5).ok());
+  EXPECT_EQ(ReadExitRecord(path, 2), std::optional<int>(5));
+  EXPECT_FALSE(ReadExitRecord(path, 1).has_value());  // another attempt's record
+  ASSERT_TRUE(WriteExitRecord(path, 4, 0).ok());      // replaced whole
+  EXPECT_EQ(ReadExitRecord(path, 4), std::optional<int>(0));
+  for (const char* bad : {"", "attempt 4", "attempt 4 code", "attempt x code 1",
+                          "attempt 4 code 1 extra", "code 1 attempt 4"}) {
+    std::ofstream(path, std::ios::trunc) << bad << "\n";
+    EXPECT_FALSE(ReadExitRecord(path, 4).has_value()) << bad;
+  }
+  absl::Status s = WriteExitRecord(dir + "/no/such/dir/rank-0.exit", 0, 1);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find(dir + "/no/such/dir/rank-0.exit"), std::string::npos) << s;
+  std::system(("rm -rf " + dir).c_str());
+}
+
+TEST(RankIdEntry, NamesJobRankAndAttempt) {
+  EXPECT_EQ(RankIdEntry("j-000001-abcd", 2, 7), "DGCA_RANK_ID=j-000001-abcd/2/7");
+}
+
+TEST(ProcessStartTime, LiveProcessesOnlyAndStable) {
+  auto self = ProcessStartTime(getpid());
+  ASSERT_TRUE(self.has_value());
+  EXPECT_EQ(ProcessStartTime(getpid()), self);
+  EXPECT_FALSE(ProcessStartTime(0).has_value());
+  EXPECT_FALSE(ProcessStartTime(-5).has_value());
+  // A zombie (exited, not yet reaped) counts as gone.
+  pid_t child = fork();
+  if (child == 0) _exit(0);
+  ASSERT_GT(child, 0);
+  bool gone = false;
+  for (int i = 0; i < 250 && !gone; ++i) {
+    gone = !ProcessStartTime(child).has_value();
+    if (!gone) std::this_thread::sleep_for(20ms);
+  }
+  EXPECT_TRUE(gone);
+  EXPECT_EQ(kill(child, 0), 0);  // still there as a zombie
+  waitpid(child, nullptr, 0);
+  EXPECT_FALSE(ProcessStartTime(child).has_value());
+}
+
+TEST(ProcessEnvironHas, ExactEntriesOfThatProcess) {
+  pid_t child = fork();
+  if (child == 0) {
+    char* const argv[] = {const_cast<char*>("sleep"), const_cast<char*>("30"), nullptr};
+    char* const envp[] = {const_cast<char*>("DGCA_RANK_ID=j/0/1"),
+                          const_cast<char*>("OTHER=x"), nullptr};
+    execve("/bin/sleep", argv, envp);
+    _exit(127);
+  }
+  ASSERT_GT(child, 0);
+  bool seen = false;
+  for (int i = 0; i < 250 && !seen; ++i) {
+    seen = ProcessEnvironHas(child, "DGCA_RANK_ID=j/0/1");  // after the exec
+    if (!seen) std::this_thread::sleep_for(20ms);
+  }
+  EXPECT_TRUE(seen);
+  EXPECT_TRUE(ProcessEnvironHas(child, "OTHER=x"));
+  EXPECT_FALSE(ProcessEnvironHas(child, "DGCA_RANK_ID=j/0/10"));
+  EXPECT_FALSE(ProcessEnvironHas(child, "DGCA_RANK_ID=j/0/"));
+  EXPECT_FALSE(ProcessEnvironHas(child, "OTHER"));
+  EXPECT_FALSE(ProcessEnvironHas(0, "OTHER=x"));
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  EXPECT_FALSE(ProcessEnvironHas(child, "OTHER=x"));
+}
+
+}  // namespace
+}  // namespace dgca
