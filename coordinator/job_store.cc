@@ -322,6 +322,25 @@ absl::Status JobStore::SetRestarts(const std::string& id, int32_t restarts) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<v1::JobEvent> JobStore::RecordRestart(const std::string& id, int32_t restarts,
+                                                     const std::string& message) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Txn txn(db_);
+  if (!txn.ok()) return Error("begin");
+  const int64_t now = NowUnixMs();
+  Stmt upd(db_, "UPDATE jobs SET restarts=?, updated_ms=? WHERE id=?");
+  upd.Bind(1, static_cast<int64_t>(restarts)).Bind(2, now).BindText(3, id);
+  if (upd.Step() != SQLITE_DONE) return Error("storing restarts");
+  if (sqlite3_changes(db_) == 0) return absl::NotFoundError(absl::StrCat("no job ", id));
+  Stmt q(db_, "SELECT state FROM jobs WHERE id=?");
+  q.BindText(1, id);
+  if (q.Step() != SQLITE_ROW) return absl::NotFoundError(absl::StrCat("no job ", id));
+  auto ev = AppendEventLocked(id, static_cast<v1::JobState>(q.Int(0)), "restart", message, now);
+  if (!ev.ok()) return ev.status();
+  if (!txn.Commit()) return Error("commit");
+  return ev;
+}
+
 absl::Status JobStore::SetProgress(const std::string& id, const v1::Job& progress) {
   std::lock_guard<std::mutex> lock(mu_);
   v1::Job holder;

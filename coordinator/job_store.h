@@ -119,6 +119,11 @@ class JobStore {
                                            const std::string& message);
   absl::Status SetPlan(const std::string& id, const v1::Plan& plan);
   absl::Status SetRestarts(const std::string& id, int32_t restarts);
+  // Sets restarts and appends a "restart" event with `message` in one
+  // transaction (a restarted coordinator must never see one without the
+  // other: it would count the restart twice).
+  absl::StatusOr<v1::JobEvent> RecordRestart(const std::string& id, int32_t restarts,
+                                             const std::string& message);
   // Persists progress: step, eval, ranks, loss, samples_per_second and
   // eta_seconds of `progress` (other fields ignored).
   absl::Status SetProgress(const std::string& id, const v1::Job& progress);

@@ -127,6 +127,28 @@ TEST(JobStore, ReopenFindsEverything) {
   EXPECT_GT(j2->id(), id);
 }
 
+// The restart count and its event go together, with the job's state.
+TEST(JobStore, RecordRestartSetsCountAndEvent) {
+  std::string dir = TempDir();
+  auto store = JobStore::Open(dir + "/dgca.db");
+  ASSERT_TRUE(store.ok());
+  auto j = (*store)->CreateJob(Spec("r"), "");
+  ASSERT_TRUE(j.ok());
+  ASSERT_TRUE((*store)->SetState(j->id(), v1::RUNNING, "running").ok());
+  auto ev = (*store)->RecordRestart(j->id(), 2, "restart 2 of 3 (attempt 2) after: x");
+  ASSERT_TRUE(ev.ok()) << ev.status();
+  EXPECT_EQ(ev->kind(), "restart");
+  EXPECT_EQ(ev->state(), v1::RUNNING);
+  EXPECT_EQ(ev->seq(), 3);
+  EXPECT_EQ((*store)->GetJob(j->id())->job.restarts(), 2);
+  auto events = (*store)->ListEvents(j->id(), 0);
+  ASSERT_EQ(events->size(), 3u);
+  EXPECT_EQ(events->back().message(), "restart 2 of 3 (attempt 2) after: x");
+  EXPECT_EQ((*store)->RecordRestart("j-nope", 1, "x").status().code(),
+            absl::StatusCode::kNotFound);
+  std::system(("rm -rf " + dir).c_str());
+}
+
 TEST(JobStore, CorruptFileIsAClearError) {
   std::string dir = TempDir();
   std::string path = dir + "/dgca.db";

@@ -235,9 +235,9 @@ absl::Status Scheduler::Recover() {
       rr.progress.set_node(r.node);
       rr.progress.set_pid(r.pid);
       if (rr.progress.total_steps() == 0) rr.progress.set_total_steps(rt->spec.train().steps());
-      // A clean exit is stored at once (RankExited); any other rank is
-      // confirmed by its next heartbeat or step, or reported by its agent.
-      rr.exited = rr.progress.state() == "exited";
+      // Exits are stored at once (RankExited); any other rank is confirmed
+      // by its next heartbeat or step, or reported by its agent.
+      rr.exited = rr.progress.state() == "exited" || rr.progress.state() == "failed";
       rr.last_progress = now;
       if (rr.exited) continue;
       rr.progress.set_state("recovering");
@@ -251,14 +251,28 @@ absl::Status Scheduler::Recover() {
                        "); a rank with no heartbeat or step within ", opt_.heartbeat_timeout_s,
                        " s counts as stalled"),
           false);
-    if (adopted.empty()) {
+    // A stop that was under way (cancel, failure, restart) goes on: each
+    // agent gets StopRanks when it registers again (AgentRegistered), and
+    // it completes once every rank has exited.
+    auto events = store_->ListEvents(rt->id, 0);
+    std::optional<InterruptedStop> stop = events.ok() ? InterruptedStopOf(*events) : std::nullopt;
+    if (!stop.has_value()) {
+      for (const RankRt& rr : rt->ranks) {
+        if (rr.progress.state() != "failed") continue;
+        // Its failure was stored, the stop it led to was not.
+        stop = InterruptedStop{
+            rt->restarts < rt->spec.train().max_restarts() ? StopAction::kRestart
+                                                           : StopAction::kFail,
+            absl::StrCat("rank ", rr.progress.rank(), " on node ", rr.node,
+                         " failed (exit code ", rr.progress.exit_code(),
+                         ") just before the coordinator restarted")};
+        break;
+      }
+    }
+    if (!stop.has_value() && adopted.empty()) {
       Finish(rt, v1::SUCCEEDED, absl::StrCat("all ", rt->ranks.size(), " ranks exited 0"));
       continue;
     }
-    // A stop that was under way (cancel, failure, restart) goes on: each
-    // agent gets StopRanks when it registers again (AgentRegistered).
-    auto events = store_->ListEvents(rt->id, 0);
-    std::optional<InterruptedStop> stop = events.ok() ? InterruptedStopOf(*events) : std::nullopt;
     if (stop.has_value()) {
       rt->stop = stop->action;
       rt->stop_message =
@@ -346,15 +360,20 @@ void Scheduler::Event(JobRt* rt, v1::JobState state, const std::string& kind,
   absl::StatusOr<v1::JobEvent> ev =
       set_state ? store_->SetState(rt->id, state, message, kind)
                 : store_->AppendEvent(rt->id, kind, message);
+  if (ev.ok() && set_state) {
+    rt->state = state;
+    rt->message = message;
+  }
+  Announce(rt, ev);
+}
+
+void Scheduler::Announce(JobRt* rt, const absl::StatusOr<v1::JobEvent>& ev) {
   if (!ev.ok()) {
     spdlog::error("job {}: cannot record event: {}", rt->id, ev.status().ToString());
     return;
   }
-  if (set_state) {
-    rt->state = state;
-    rt->message = message;
-  }
-  spdlog::info("job {}: [{}] {} {}", rt->id, kind, v1::JobState_Name(rt->state), message);
+  spdlog::info("job {}: [{}] {} {}", rt->id, ev->kind(), v1::JobState_Name(rt->state),
+               ev->message());
   v1::WatchJobResponse u;
   *u.mutable_event() = *ev;
   Publish(rt->id, u);
@@ -1016,6 +1035,9 @@ bool Scheduler::Launch(JobRt* rt, Outbox* out, std::string* why) {
     absl::Status s = store_->RecordRank({rt->id, r, rt->attempt, rt->ranks[r].node, 0, 0});
     if (!s.ok()) spdlog::warn("job {}: cannot record rank {}: {}", rt->id, r, s.ToString());
   }
+  // And the ranks' states of this attempt replace the last one's, which a
+  // restarted coordinator would otherwise take for this attempt's.
+  Persist(rt);
   return true;
 }
 
@@ -1072,10 +1094,12 @@ void Scheduler::CompleteStop(JobRt* rt, Outbox* out) {
     Finish(rt, v1::FAILED, rt->stop_message);
     return;
   }
-  // Restart from the last checkpoint.
+  // Restart from the last checkpoint. The new attempt's ranks are stored
+  // (Launch) before the restart count and its event, which go together: a
+  // coordinator that dies in between carries the stop on (Recover) and counts
+  // this restart once.
   rt->restarts++;
   rt->attempt++;
-  (void)store_->SetRestarts(rt->id, rt->restarts);
   hub_->IncRankRestarts(rt->id);
   rendezvous_.ClearAttemptsBefore(rt->id, rt->attempt);
   std::string why;
@@ -1083,10 +1107,10 @@ void Scheduler::CompleteStop(JobRt* rt, Outbox* out) {
     Finish(rt, v1::FAILED, absl::StrCat("cannot restart after: ", rt->stop_message, "; ", why));
     return;
   }
-  Event(rt, v1::RUNNING, "restart",
-        absl::StrCat("restart ", rt->restarts, " of ", rt->spec.train().max_restarts(),
-                     " (attempt ", rt->attempt, ") after: ", rt->stop_message),
-        false);
+  Announce(rt, store_->RecordRestart(
+                   rt->id, rt->restarts,
+                   absl::StrCat("restart ", rt->restarts, " of ", rt->spec.train().max_restarts(),
+                                " (attempt ", rt->attempt, ") after: ", rt->stop_message)));
 }
 
 std::string Scheduler::FailureMessage(const JobRt& rt, const std::string& reason) {
@@ -1195,12 +1219,14 @@ void Scheduler::RankExited(const std::string& node, const v1::RankExited& e) {
     bool clean = e.exit_code() == 0 && e.signal() == 0 && !e.status_unknown();
     rr.progress.set_exit_code(e.exit_code());
     rr.progress.set_state(clean ? "exited" : "failed");
-    rt->dirty = true;
+    // Stored at once, before what it leads to: a coordinator restarted from
+    // here on neither waits for this rank again nor reports its end twice.
+    Persist(rt);
     const std::string how =
         e.status_unknown()
             ? absl::StrCat("rank ", e.rank(), " on node ", node,
-                           " ended while the coordinator was away and left no exit status "
-                           "(killed by a signal or crashed)")
+                           " (adopted after a coordinator restart) ended without an exit "
+                           "status (killed by a signal or crashed)")
         : e.signal() != 0 ? absl::StrCat("rank ", e.rank(), " on node ", node,
                                          " was killed by signal ", SignalName(e.signal()))
                           : absl::StrCat("rank ", e.rank(), " on node ", node,
@@ -1226,10 +1252,6 @@ void Scheduler::RankExited(const std::string& node, const v1::RankExited& e) {
     } else if (std::all_of(rt->ranks.begin(), rt->ranks.end(),
                            [](const RankRt& r) { return r.exited; })) {
       Finish(rt, v1::SUCCEEDED, absl::StrCat("all ", rt->ranks.size(), " ranks exited 0"));
-    } else {
-      // A clean exit is stored at once: a coordinator restarted now must not
-      // wait for this rank again (nobody would report it twice).
-      Persist(rt);
     }
   }
   cv_.notify_all();

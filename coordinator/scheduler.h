@@ -271,6 +271,8 @@ class Scheduler {
   // All below: mu_ held.
   void Event(JobRt* rt, v1::JobState state, const std::string& kind, const std::string& message,
              bool set_state);
+  // Logs a recorded event and sends it to the job's watchers.
+  void Announce(JobRt* rt, const absl::StatusOr<v1::JobEvent>& ev);
   void Publish(const std::string& id, const v1::WatchJobResponse& u);
   void Finish(JobRt* rt, v1::JobState state, const std::string& message);
   void Schedule(JobRt* rt, Outbox* out);

@@ -1011,25 +1011,46 @@ TEST_F(ServerTest, RestartCarriesOnAnInterruptedCancel) {
   EXPECT_TRUE(agent.Launches(id, 1).empty());
 }
 
-// A restart under way when the coordinator died is carried on: once the old
-// ranks have stopped, attempt 2 is launched.
+// A restart under way when the coordinator died is carried on: the rank
+// whose failure started it (stored at once) is not waited for nor reported
+// again; once the other has stopped, attempt 2 is launched, and its ranks'
+// fresh states replace the old attempt's in the store.
 TEST_F(ServerTest, RestartCarriesOnAnInterruptedRestart) {
   const std::string id =
       StoreRunningJob(dir_, 3, 1,
                       {{"rank_exit", "rank 1 on node n1 exited with code 1"},
-                       {"stop", "stopping ranks on n1 (restart)"}});
+                       {"stop", "stopping ranks on n1 (restart)"}},
+                      {"running", "failed"});
   StartServer();
-  FakeAgent agent(server_->address(), server_->token(), "n1", true, Running(id, 1, {0, 1}));
+  FakeAgent agent(server_->address(), server_->token(), "n1", true, Running(id, 1, {0}));
   ASSERT_TRUE(WaitUntil([&] { return agent.Launches(id, 2).size() == 2; }))
       << Get(id).job().message();
   auto j = Get(id);
   EXPECT_EQ(j.job().state(), v1::RUNNING);
   EXPECT_EQ(j.job().restarts(), 2);
-  EXPECT_NE(j.events(j.events_size() - 1)
-                .message()
-                .find("restart 2 of 3 (attempt 2) after: rank 1 on node n1 exited with code 1"),
-            std::string::npos)
-      << j.events(j.events_size() - 1).message();
+  EXPECT_EQ(j.events(j.events_size() - 1).message(),
+            "restart 2 of 3 (attempt 2) after: rank 1 on node n1 exited with code 1");
+  auto store = JobStore::Open(dir_ + "/dgca.db");
+  ASSERT_TRUE(store.ok());
+  auto stored = (*store)->GetJob(id);
+  ASSERT_TRUE(stored.ok());
+  ASSERT_EQ(stored->job.ranks_size(), 2);
+  EXPECT_EQ(stored->job.ranks(1).state(), "starting");
+  EXPECT_EQ((*store)->ListRanks(id)->at(1).attempt, 2);
+}
+
+// A failure stored just before the coordinator died, without the stop it
+// led to, still restarts the job.
+TEST_F(ServerTest, RestartStartsTheStopOfAStoredFailure) {
+  const std::string id = StoreRunningJob(dir_, 3, 0, {}, {"running", "failed"});
+  StartServer();
+  FakeAgent agent(server_->address(), server_->token(), "n1", true, Running(id, 0, {0}));
+  ASSERT_TRUE(WaitUntil([&] { return agent.Launches(id, 1).size() == 2; }))
+      << Get(id).job().message();
+  auto j = Get(id);
+  EXPECT_EQ(j.events(j.events_size() - 1).message(),
+            "restart 1 of 3 (attempt 1) after: rank 1 on node n1 failed (exit code 0) just "
+            "before the coordinator restarted");
 }
 
 // Ranks nobody vouches for (the node came back without them) stall out after
@@ -1057,8 +1078,8 @@ TEST_F(ServerTest, AnAdoptedRankWithNoExitStatusFailsTheJobClearly) {
   agent.ExitUnknown(id, 0, 0);
   ASSERT_TRUE(WaitUntil([&] { return Get(id).job().state() == v1::FAILED; }));
   EXPECT_EQ(Get(id).job().message().rfind(
-                "rank 0 on node n1 ended while the coordinator was away and left no exit status "
-                "(killed by a signal or crashed)",
+                "rank 0 on node n1 (adopted after a coordinator restart) ended without an exit "
+                "status (killed by a signal or crashed)",
                 0),
             0u)
       << Get(id).job().message();

@@ -61,9 +61,12 @@ bool HasEvent(const JobView& v, const std::string& text) {
   return v.raw.find(text) != std::string::npos;
 }
 
-void KillLeftovers(const std::vector<pid_t>& pids) {
+// Kills what is left of the job's rank processes: only pids whose command
+// line still names the job (a pid may have been reused since).
+void KillLeftovers(const std::vector<pid_t>& pids, const std::string& job) {
   for (pid_t p : pids) {
-    if (ProcessAlive(p)) kill(p, SIGKILL);
+    std::string cmdline = ReadFile("/proc/" + std::to_string(p) + "/cmdline");
+    if (ProcessAlive(p) && cmdline.find(job) != std::string::npos) kill(p, SIGKILL);
   }
 }
 
@@ -92,7 +95,7 @@ TEST(CoordinatorRestartTest, Kill9ThenRestartReadoptsRunningRanks) {
   std::string address = coord.address();
 
   coord.Kill9();
-  std::this_thread::sleep_for(1s);  // the ranks train on, unheard
+  std::this_thread::sleep_for(300ms);  // the ranks train on, unheard
   for (pid_t p : before.pids) EXPECT_TRUE(ProcessAlive(p)) << "rank " << p << " died with it";
   ASSERT_TRUE(coord.Start(address));
 
@@ -104,14 +107,17 @@ TEST(CoordinatorRestartTest, Kill9ThenRestartReadoptsRunningRanks) {
   EXPECT_EQ(Status(coord, done_id).state, "SUCCEEDED");
 
   // Re-adopted: still RUNNING with the same rank processes, which are heard
-  // from again and go on from where they were.
+  // from again and go on from where they were (or, on a machine fast enough
+  // to finish the job during the outage, it succeeded from their exit
+  // records: the checks below hold either way).
   JobView after;
   ASSERT_TRUE(WaitUntil(
       [&] {
         after = Status(coord, run_id);
-        return after.state == "RUNNING" && after.rank_states.size() == 2 &&
-               after.rank_states[0] == "running" && after.rank_states[1] == "running" &&
-               after.step > before.step;
+        return (after.state == "RUNNING" && after.rank_states.size() == 2 &&
+                after.rank_states[0] == "running" && after.rank_states[1] == "running" &&
+                after.step > before.step) ||
+               after.state == "SUCCEEDED";
       },
       30s))
       << after.raw << coord.Log();
@@ -133,8 +139,11 @@ TEST(CoordinatorRestartTest, Kill9ThenRestartReadoptsRunningRanks) {
   EXPECT_EQ(end.step, kSteps);
   EXPECT_FALSE(HasEvent(end, "restart 1 of")) << end.raw;
   const std::string log0 = ReadFile(coord.state_dir() + "/jobs/" + run_id + "/rank-0.log");
-  EXPECT_NE(log0.find("adopted rank 0 (pid " + std::to_string(before.pids[0])), std::string::npos)
-      << log0;
+  if (after.state == "RUNNING") {
+    EXPECT_NE(log0.find("adopted rank 0 (pid " + std::to_string(before.pids[0])),
+              std::string::npos)
+        << log0;
+  }
   EXPECT_NE(log0.find("exited with code 0 (adopted; from its exit record)"), std::string::npos)
       << log0;
 
@@ -146,7 +155,7 @@ TEST(CoordinatorRestartTest, Kill9ThenRestartReadoptsRunningRanks) {
       << ReadFile(dir + "/watch.log");
 
   coord.Stop();
-  KillLeftovers(before.pids);
+  KillLeftovers(before.pids, run_id);
   if (!::testing::Test::HasFailure()) std::system(("rm -rf " + dir).c_str());
 }
 
@@ -181,8 +190,8 @@ TEST(CoordinatorRestartTest, RankKilledWhileCoordinatorIsDownRestartsFromCheckpo
   // The dead rank is named for what is known of it (the headline, or under
   // "other ranks" when rank 0's exit, which it caused, came first).
   const std::string unknown =
-      " ended while the coordinator was away and left no exit status (killed by a signal or "
-      "crashed)";
+      " (adopted after a coordinator restart) ended without an exit status (killed by a signal "
+      "or crashed)";
   const size_t at = end.raw.find(unknown);
   ASSERT_NE(at, std::string::npos) << end.raw;
   EXPECT_NE(end.raw.substr(at > 64 ? at - 64 : 0, 64).find("rank 1 on node "), std::string::npos)
@@ -194,7 +203,7 @@ TEST(CoordinatorRestartTest, RankKilledWhileCoordinatorIsDownRestartsFromCheckpo
             std::string::npos)
       << logs.out;
   coord.Stop();
-  KillLeftovers(before.pids);
+  KillLeftovers(before.pids, job);
   if (!::testing::Test::HasFailure()) std::system(("rm -rf " + dir).c_str());
 }
 
@@ -233,7 +242,7 @@ TEST(CoordinatorRestartTest, ExternalAgentKeepsItsRanksThroughARestart) {
   EXPECT_EQ(CountOccurrences(agent_log, "agent n1: connected to"), 2) << agent_log;
   StopAgent(agent);
   coord.Stop();
-  KillLeftovers(before.pids);
+  KillLeftovers(before.pids, job);
   if (!::testing::Test::HasFailure()) std::system(("rm -rf " + dir).c_str());
 }
 

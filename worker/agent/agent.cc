@@ -184,14 +184,19 @@ class Agent::Impl {
   std::string rank_token_file_;
   v1::Topology topology_;
 
-  std::mutex mu_;  // guards started_, stopping_, children_, pending_exits_
+  std::mutex mu_;  // guards started_, stopping_, children_, recent_exits_
   std::condition_variable cv_;
   bool started_ = false;
   bool stopping_ = false;
   bool stop_called_ = false;
   int reporting_ = 0;  // exits taken out of children_ but not yet reported
   std::map<pid_t, Child> children_;
-  std::deque<v1::RankExited> pending_exits_;
+  // The last kRecentExits exit reports, oldest first. All of them are sent
+  // again after every registration: those the coordinator has seen it
+  // ignores (other attempts, ranks it saw exit, finished jobs), and one that
+  // restarted after our Write but before handling it learns them again.
+  static constexpr size_t kRecentExits = 256;
+  std::deque<v1::RankExited> recent_exits_;
 
   std::mutex stream_mu_;  // guards stream_ and ctx_; held while writing
   grpc::ClientReaderWriter<v1::AgentMessage, v1::CoordinatorCommand>* stream_ = nullptr;
@@ -321,14 +326,17 @@ bool Agent::Impl::Send(const v1::AgentMessage& m) {
 void Agent::Impl::ReportExit(const v1::RankExited& e) {
   v1::AgentMessage m;
   *m.mutable_rank_exited() = e;
-  // Decided under stream_mu_, which ConnectLoop holds while it flushes the
-  // queue and marks the stream connected: an exit is either queued before
-  // that flush or written after it, never left behind in the queue.
+  // Under stream_mu_, which ConnectLoop holds while it sends the recent
+  // exits and marks the stream connected: an exit is either among those or
+  // written after them, in order either way.
   std::lock_guard<std::mutex> l(stream_mu_);
-  if (stream_ != nullptr && connected_.load() && stream_->Write(m)) return;
-  std::lock_guard<std::mutex> l2(mu_);
-  pending_exits_.push_back(e);
-  while (pending_exits_.size() > 1000) pending_exits_.pop_front();
+  {
+    std::lock_guard<std::mutex> l2(mu_);
+    recent_exits_.push_back(e);
+    while (recent_exits_.size() > kRecentExits) recent_exits_.pop_front();
+  }
+  // A failed write is not retried here: the next registration sends it.
+  if (stream_ != nullptr && connected_.load()) stream_->Write(m);
 }
 
 void Agent::Impl::ConnectLoop() {
@@ -379,22 +387,18 @@ void Agent::Impl::ConnectLoop() {
     {
       std::lock_guard<std::mutex> l(stream_mu_);
       ok = stream->Write(reg);
-      // Exits that happened while disconnected go first, in order, before
-      // the reaper can send a later one (connected_ is still false).
-      std::deque<v1::RankExited> pending;
+      // The recent exits (those that happened while disconnected among
+      // them) go first, in order, before the reaper can send a later one
+      // (connected_ is still false).
+      std::deque<v1::RankExited> recent;
       {
         std::lock_guard<std::mutex> l2(mu_);
-        pending.swap(pending_exits_);
+        recent = recent_exits_;
       }
-      while (ok && !pending.empty()) {
+      for (size_t i = 0; ok && i < recent.size(); ++i) {
         v1::AgentMessage m;
-        *m.mutable_rank_exited() = pending.front();
+        *m.mutable_rank_exited() = recent[i];
         ok = stream->Write(m);
-        if (ok) pending.pop_front();
-      }
-      if (!pending.empty()) {  // the stream broke: keep them for the next one
-        std::lock_guard<std::mutex> l2(mu_);
-        pending_exits_.insert(pending_exits_.begin(), pending.begin(), pending.end());
       }
       if (ok) connected_ = true;
     }
@@ -479,16 +483,17 @@ void Agent::Impl::Launch(const v1::LaunchRank& l) {
   };
   if (!SafeName(l.job_id())) return fail("job id must be [A-Za-z0-9._-], 1-128 characters");
   if (l.rank() < 0) return fail("rank must be >= 0");
+  std::string refusal;  // reported after mu_ is released (ReportExit takes stream_mu_)
   {
     std::unique_lock<std::mutex> g(mu_);
-    if (stopping_) return fail("agent is stopping");
+    if (stopping_) refusal = "agent is stopping";
     auto find = [&]() -> Child* {
       for (auto& [pid, c] : children_) {
         if (c.job_id == l.job_id() && c.rank == l.rank()) return &c;
       }
       return nullptr;
     };
-    Child* old = find();
+    Child* old = refusal.empty() ? find() : nullptr;
     if (old != nullptr && old->attempt == l.attempt()) {
       spdlog::warn("agent {}: job {} rank {} attempt {} already running (pid {}); launch ignored",
                    node_, l.job_id(), l.rank(), l.attempt(), old->pid);
@@ -502,11 +507,12 @@ void Agent::Impl::Launch(const v1::LaunchRank& l) {
                    l.attempt());
       old->stopping = true;
       old->kill_at = Clock::now();
-      kill(-old->pid, SIGKILL);
+      if (!old->adopted || AdoptedAlive(*old)) kill(-old->pid, SIGKILL);
       cv_.wait_for(g, std::chrono::seconds(5), [&] { return find() == nullptr; });
-      if (find() != nullptr) return fail("the previous attempt of this rank did not exit");
+      if (find() != nullptr) refusal = "the previous attempt of this rank did not exit";
     }
   }
+  if (!refusal.empty()) return fail(refusal);
   std::string log_dir = !l.log_dir().empty() ? l.log_dir()
                                              : opt_.state_dir + "/jobs/" + l.job_id();
   if (auto s = MakeDirs(log_dir); !s.ok()) return fail(std::string(s.message()));
@@ -664,9 +670,11 @@ void Agent::Impl::Adopt(const v1::RunningRank& r) {
     return;
   }
   c.log_path = absl::StrCat(opt_.state_dir, "/jobs/", c.job_id, "/rank-", c.rank, ".log");
+  const std::string id = RankIdEntry(c.job_id, c.rank, c.attempt);
+  // Never recorded (the coordinator died right after the launch): looked up.
+  if (c.pid <= 1) c.pid = FindProcessWithEnviron(id);
   std::optional<uint64_t> start = ProcessStartTime(c.pid);
-  const bool ours = c.pid > 1 && start.has_value() &&
-                    ProcessEnvironHas(c.pid, RankIdEntry(c.job_id, c.rank, c.attempt));
+  const bool ours = c.pid > 1 && start.has_value() && ProcessEnvironHas(c.pid, id);
   if (ours && children_.count(c.pid) == 0) {
     c.start_time = *start;
     children_[c.pid] = c;
@@ -686,7 +694,7 @@ void Agent::Impl::Adopt(const v1::RunningRank& r) {
   v1::RankExited e = ExitReport(c, std::nullopt);
   spdlog::info("agent {}: job {} rank {} attempt {} (pid {}) ended before it could be adopted",
                node_, c.job_id, c.rank, c.attempt, c.pid);
-  pending_exits_.push_back(e);
+  recent_exits_.push_back(e);
 }
 
 v1::RankExited Agent::Impl::ExitReport(const Child& c, std::optional<int> wait_status) {

@@ -4,7 +4,9 @@
 // LaunchRank / StopRanks and reports RankExited. When the coordinator goes
 // away it reconnects with exponential backoff (0.2 s doubling to 5 s) and
 // re-registers with the ranks it still supervises, so a restarted coordinator
-// can re-adopt them.
+// can re-adopt them, then sends its last 256 exit reports again (the
+// coordinator ignores those it has; one that restarted after they were
+// written but before it handled them learns them again).
 //
 // Ranks are started with fork/exec of
 //   <worker_binary> rank --coordinator ADDR --token-file F --job J --rank R
@@ -21,7 +23,8 @@
 //
 // Adoption (AgentOptions::adopt, the embedded agent of a coordinator that
 // restarted after kill -9): each listed rank of this node whose pid is alive
-// and carries the rank's DGCA_RANK_ID is supervised as if launched here
+// and carries the rank's DGCA_RANK_ID (pid 0, never recorded: the process
+// that carries it, looked up in /proc) is supervised as if launched here
 // (stopped, listed in Running(), reported when it ends), but watched through
 // /proc instead of waitpid: its exit code comes from its exit record, and
 // one that left none is reported with status_unknown. A listed rank that is

@@ -481,8 +481,11 @@ AgentOptions::AdoptRank Adoptee(const std::string& node, const std::string& job,
 TEST_F(AgentTest, AdoptsARankAndReportsItsRecordedExitCode) {
   const std::string job_dir = dir_ + "/jobs/job-ad";
   ASSERT_EQ(system(("mkdir -p " + job_dir).c_str()), 0);
-  // As a rank does: output to its log, the exit record last.
-  pid_t pid = SpawnOrphan("exec >> " + job_dir + "/rank-0.log 2>&1; echo training; sleep 1; "
+  // As a rank does: output to its log, the exit record last (once the test
+  // says so, after the agent has adopted it).
+  const std::string go = dir_ + "/go";
+  pid_t pid = SpawnOrphan("exec >> " + job_dir + "/rank-0.log 2>&1; echo training; "
+                          "while [ ! -e " + go + " ]; do sleep 0.02; done; "
                           "echo 'attempt 3 code 7' > " + ExitRecordPath(job_dir, 0),
                           RankIdEntry("job-ad", 0, 3));
   ASSERT_GT(pid, 0);
@@ -500,6 +503,7 @@ TEST_F(AgentTest, AdoptsARankAndReportsItsRecordedExitCode) {
   ASSERT_EQ(reg->register_().running_size(), 1);
   EXPECT_EQ(reg->register_().running(0).job_id(), "job-ad");
   EXPECT_EQ(reg->register_().running(0).pid(), pid);
+  std::ofstream(go) << "go\n";
   auto e = fake_->WaitExit("job-ad", 0);
   ASSERT_TRUE(e.has_value());
   EXPECT_EQ(e->exit_code(), 7);
@@ -563,6 +567,46 @@ TEST_F(AgentTest, DoesNotAdoptAPidThatIsNotTheRank) {
   agent.Stop();
   EXPECT_TRUE(ProcessAlive(other));  // not ours: not stopped
   kill(-other, SIGKILL);
+}
+
+// A rank whose pid the coordinator never recorded (0) is found by its
+// DGCA_RANK_ID and adopted.
+TEST_F(AgentTest, AdoptsARankWhosePidWasNeverRecorded) {
+  pid_t pid = SpawnOrphan("sleep 100", RankIdEntry("job-z", 1, 2));
+  ASSERT_GT(pid, 0);
+  AgentOptions o = Options({});
+  o.adopt = {Adoptee("test-node", "job-z", 1, 2, 0)};
+  Agent agent(o);
+  ASSERT_TRUE(agent.Start().ok());
+  auto running = agent.Running();
+  ASSERT_EQ(running.size(), 1u);
+  EXPECT_EQ(running[0].pid(), pid);
+  agent.Stop();  // stops it, as it stops its own ranks
+  EXPECT_FALSE(ProcessAlive(pid));
+}
+
+// Exit reports are sent again after every registration: a coordinator that
+// restarted after the agent wrote an exit, but before it handled it, still
+// learns it.
+TEST_F(AgentTest, SendsRecentExitsAgainAfterReconnecting) {
+  Agent agent(Options({"/bin/sh", "-c", "exit {rank}"}));
+  ASSERT_TRUE(agent.Start().ok());
+  ASSERT_TRUE(fake_->WaitFor([](const v1::AgentMessage& m) { return m.has_register_(); }));
+  agent.Execute(Launch("job-re", 0));
+  agent.Execute(Launch("job-re", 3));
+  ASSERT_TRUE(fake_->WaitExit("job-re", 0).has_value());
+  ASSERT_TRUE(fake_->WaitExit("job-re", 3).has_value());
+  int port = port_;
+  StopServer();
+  StartServer(port);
+  ASSERT_EQ(port_, port);
+  auto e0 = fake_->WaitExit("job-re", 0, 15s);
+  auto e3 = fake_->WaitExit("job-re", 3, 15s);
+  ASSERT_TRUE(e0.has_value());
+  ASSERT_TRUE(e3.has_value());
+  EXPECT_EQ(e0->exit_code(), 0);
+  EXPECT_EQ(e3->exit_code(), 3);
+  agent.Stop();
 }
 
 // StopRanks reaches an adopted rank (its process group), and its end is

@@ -1,5 +1,6 @@
 #include "worker/agent/rank_process.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <unistd.h>
@@ -99,6 +100,22 @@ bool ProcessEnvironHas(pid_t pid, const std::string& entry) {
     if (e == entry) return true;
   }
   return false;
+}
+
+pid_t FindProcessWithEnviron(const std::string& entry) {
+  DIR* d = opendir("/proc");
+  if (d == nullptr) return 0;
+  pid_t found = 0;
+  while (struct dirent* e = readdir(d)) {
+    pid_t pid = 0;
+    if (!absl::SimpleAtoi(e->d_name, &pid) || pid <= 1) continue;
+    if ((found == 0 || pid < found) && ProcessStartTime(pid).has_value() &&
+        ProcessEnvironHas(pid, entry)) {
+      found = pid;
+    }
+  }
+  closedir(d);
+  return found;
 }
 
 }  // namespace dgca

@@ -52,6 +52,11 @@ std::optional<uint64_t> ProcessStartTime(pid_t pid);
 // `entry` ("NAME=value") exactly.
 bool ProcessEnvironHas(pid_t pid, const std::string& entry);
 
+// The live process whose environment holds `entry`, searched through /proc
+// (for a rank whose pid was never recorded); 0 when there is none. With
+// several, the lowest pid.
+pid_t FindProcessWithEnviron(const std::string& entry);
+
 }  // namespace dgca
 
 #endif  // DGCA_WORKER_AGENT_RANK_PROCESS_H_

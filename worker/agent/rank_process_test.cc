@@ -91,5 +91,29 @@ TEST(ProcessEnvironHas, ExactEntriesOfThatProcess) {
   EXPECT_FALSE(ProcessEnvironHas(child, "OTHER=x"));
 }
 
+// A rank whose pid was never recorded is found by its DGCA_RANK_ID.
+TEST(FindProcessWithEnviron, FindsTheProcessCarryingTheEntry) {
+  const std::string entry = "DGCA_RANK_ID=find-" + std::to_string(getpid()) + "/0/0";
+  EXPECT_EQ(FindProcessWithEnviron(entry), 0);
+  pid_t child = fork();
+  if (child == 0) {
+    char* const argv[] = {const_cast<char*>("sleep"), const_cast<char*>("30"), nullptr};
+    char* const envp[] = {const_cast<char*>(entry.c_str()), nullptr};
+    execve("/bin/sleep", argv, envp);
+    _exit(127);
+  }
+  ASSERT_GT(child, 0);
+  pid_t found = 0;
+  for (int i = 0; i < 250 && found == 0; ++i) {
+    found = FindProcessWithEnviron(entry);
+    if (found == 0) std::this_thread::sleep_for(20ms);
+  }
+  EXPECT_EQ(found, child);
+  EXPECT_EQ(FindProcessWithEnviron(entry + "1"), 0);
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  EXPECT_EQ(FindProcessWithEnviron(entry), 0);
+}
+
 }  // namespace
 }  // namespace dgca
