@@ -217,17 +217,7 @@ int CmdPlan(const GlobalOptions& g, Io io, const std::string& spec_path, bool js
     for (const auto& [k, v] : std::map<std::string, std::string>(p.env().begin(), p.env().end()))
       io.out << "  " << k << "=" << v << "\n";
   }
-  if (p.trials_size() > 0) {
-    std::vector<std::vector<std::string>> t = {
-        {"MICRO_BATCH", "ACCUMULATION", "BUCKET_MB", "STEP_S", "SAMPLES/S", "NOTE"}};
-    for (const auto& tr : p.trials()) {
-      t.push_back({absl::StrCat(tr.micro_batch()), absl::StrCat(tr.accumulation()),
-                   absl::StrFormat("%.1f", tr.bucket_mb()),
-                   absl::StrFormat("%.3f", tr.measured_step_seconds()),
-                   absl::StrFormat("%.1f", tr.samples_per_second()), tr.note()});
-    }
-    io.out << "\ntrials:\n" << Table(t);
-  }
+  if (p.trials_size() > 0) io.out << "\ntrials:\n" << TrialsTable(p);
   for (const auto& w : p.warnings()) io.out << "warning: " << w << "\n";
   return kOk;
 }
@@ -289,6 +279,7 @@ int CmdStatus(const GlobalOptions& g, Io io, const std::string& job_id, bool jso
                               plan.ranks(), plan.device(), plan.backend(), plan.micro_batch(),
                               plan.accumulation(), plan.precision());
   }
+  if (plan.trials_size() > 0) io.out << "\ntuning trials:\n" << TrialsTable(plan);
   if (j.ranks_size() > 0) io.out << "\n" << RankRows(j, {});
   if (j.plan_check().samples() > 0) {
     const v1::PlanCheck& c = j.plan_check();

@@ -114,6 +114,23 @@ std::string Table(const std::vector<std::vector<std::string>>& rows) {
   return out;
 }
 
+std::string TrialsTable(const v1::Plan& plan) {
+  if (plan.trials_size() == 0) return "";
+  auto secs = [](double v) { return v > 0 ? absl::StrFormat("%.4f", v) : std::string("-"); };
+  std::vector<std::vector<std::string>> t = {{"MICRO_BATCH", "ACCUMULATION", "BUCKET_MB",
+                                              "PREDICTED_S", "MEASURED_S", "SAMPLES/S", "NOTE"}};
+  for (const auto& tr : plan.trials()) {
+    t.push_back({absl::StrCat(tr.micro_batch()), absl::StrCat(tr.accumulation()),
+                 absl::StrFormat("%g", tr.bucket_mb()), secs(tr.predicted_step_seconds()),
+                 secs(tr.measured_step_seconds()),
+                 tr.samples_per_second() > 0 ? absl::StrFormat("%.1f", tr.samples_per_second())
+                                             : std::string("-"),
+                 // One line per trial: a failure's log tail is cut at its first line.
+                 tr.note().substr(0, tr.note().find('\n'))});
+  }
+  return Table(t);
+}
+
 std::string EvalTable(const std::map<std::string, double>& eval) {
   std::vector<std::vector<std::string>> rows = {{"METRIC", "VALUE"}};
   for (const auto& [k, v] : eval) {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "dgca/v1/job.pb.h"
+#include "dgca/v1/plan.pb.h"
 #include "dgca/v1/metrics.pb.h"
 
 namespace dgca {
@@ -46,6 +47,11 @@ bool IsTerminal(v1::JobState s);
 
 // Columns padded to the widest cell; the first row is the header.
 std::string Table(const std::vector<std::vector<std::string>>& rows);
+
+// The tuning trials of a plan (tuning.mode trial) as a table: micro-batch,
+// accumulation, bucket, predicted and measured seconds per step, samples/s,
+// the planner's note ("kept (fastest)", "failed: ..."). "" when none.
+std::string TrialsTable(const v1::Plan& plan);
 
 // Metric table "metric  value", sorted by name.
 std::string EvalTable(const std::map<std::string, double>& eval);

@@ -32,6 +32,31 @@ constexpr size_t kMinStepSamples = 5;
 constexpr int kMaxStepPoints = 6;
 // Jobs whose all-reduce skew is taken into a plan (median).
 constexpr int kMaxSkewJobs = 5;
+// A tuning trial runs this many optimizer steps; the first kTrialWarmupSteps
+// (allocation, first touch, loader warm-up) are not timed.
+constexpr int kTrialWarmupSteps = 2;
+constexpr int kTrialTimedSteps = 4;
+
+bool WantsTrials(const v1::JobSpec& spec) {
+  return spec.tuning().mode() == "trial" && spec.kind() != "comm_probe";
+}
+
+// What a trial's ranks run: the job, cut to the trial's steps, with no
+// evaluation, no checkpoints and no tuning of its own.
+v1::JobSpec TrialSpec(const v1::JobSpec& spec) {
+  v1::JobSpec t = spec;
+  t.mutable_train()->set_steps(kTrialWarmupSteps + kTrialTimedSteps);
+  t.mutable_train()->set_eval_every(0);
+  t.mutable_train()->set_checkpoint_every(0);
+  t.mutable_data()->clear_eval();
+  t.mutable_tuning()->set_mode("off");
+  return t;
+}
+
+std::string CandidateLabel(const v1::Plan& p) {
+  return absl::StrFormat("micro_batch %d x accumulation %d, bucket %g MB", p.micro_batch(),
+                         p.accumulation(), p.bucket_mb());
+}
 
 std::string ReadFileOrEmpty(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -121,9 +146,14 @@ Scheduler::~Scheduler() {
   {
     std::lock_guard<std::mutex> l(mu_);
     stop_thread_ = true;
+    for (auto& [id, rt] : jobs_) {
+      if (rt->trials) rt->trials->cancelled = true;
+    }
   }
   cv_.notify_all();
+  trial_cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+  JoinTrialThreads(/*all=*/true);
 }
 
 std::optional<Scheduler::InterruptedStop> Scheduler::InterruptedStopOf(
@@ -177,8 +207,15 @@ absl::Status Scheduler::Recover() {
     rt->restarts = j.restarts();
     for (const auto& [k, v] : j.eval()) rt->eval[k] = v;
     if (j.state() != v1::RUNNING) {
-      // Nothing was launched yet: queued again, planned afresh against the
-      // nodes that connect now.
+      // Nothing of the job itself was launched yet: queued again, planned
+      // afresh against the nodes that connect now. A tuning trial's ranks
+      // (PLANNING) are killed; the trials start over.
+      auto trial_ranks = store_->ListRanks(j.id());
+      if (trial_ranks.ok()) {
+        KillOrphans(j.id(), *trial_ranks, "trial rank");
+        // Later attempts stay distinct from the killed trial's.
+        for (const StoredRank& r : *trial_ranks) rt->attempt = std::max(rt->attempt, r.attempt + 1);
+      }
       jobs_[rt->id] = std::move(owned);
       Event(rt, v1::PENDING, j.state() == v1::PLANNING ? "state" : "info",
             "coordinator restarted; queued again", true);
@@ -200,19 +237,10 @@ absl::Status Scheduler::Recover() {
       }
     }
     if (!why.empty()) {
-      if (ranks.ok()) {
-        for (const StoredRank& r : *ranks) {
-          if (KillOrphan(r)) {
-            (void)store_->AppendEvent(j.id(), "info",
-                                      absl::StrCat("killed orphaned rank ", r.rank, " (pid ",
-                                                   r.pid, ", attempt ", r.attempt, ")"));
-          }
-        }
-      }
+      if (ranks.ok()) KillOrphans(j.id(), *ranks, "rank");
       auto ev = store_->SetState(
           j.id(), v1::FAILED, absl::StrCat("coordinator restarted; cannot re-adopt: ", why));
       if (!ev.ok()) return ev.status();
-      (void)store_->ClearRanks(j.id());
       spdlog::warn("job {} was RUNNING when the coordinator stopped and cannot be re-adopted "
                    "({}); marked FAILED", j.id(), why);
       continue;
@@ -294,6 +322,18 @@ absl::Status Scheduler::Recover() {
   return absl::OkStatus();
 }
 
+void Scheduler::KillOrphans(const std::string& job_id, const std::vector<StoredRank>& ranks,
+                            const std::string& what) {
+  for (const StoredRank& r : ranks) {
+    if (KillOrphan(r)) {
+      (void)store_->AppendEvent(job_id, "info",
+                                absl::StrCat("killed orphaned ", what, " ", r.rank, " (pid ", r.pid,
+                                             ", attempt ", r.attempt, ")"));
+    }
+  }
+  (void)store_->ClearRanks(job_id);
+}
+
 std::vector<StoredRank> Scheduler::RecoveredRanks() {
   std::lock_guard<std::mutex> l(mu_);
   return recovered_ranks_;
@@ -317,8 +357,26 @@ void Scheduler::Shutdown() {
     stop_thread_ = true;
   }
   cv_.notify_all();
+  trial_cv_.notify_all();
   Flush(&out);
   if (thread_.joinable()) thread_.join();
+  JoinTrialThreads(/*all=*/true);
+}
+
+void Scheduler::JoinTrialThreads(bool all) {
+  std::vector<std::thread> done;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (auto it = trial_threads_.begin(); it != trial_threads_.end();) {
+      if (all || it->first->done) {
+        done.push_back(std::move(it->second));
+        it = trial_threads_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (std::thread& t : done) t.join();
 }
 
 void Scheduler::Flush(Outbox* out) {
@@ -441,6 +499,10 @@ void Scheduler::Persist(JobRt* rt) {
 }
 
 void Scheduler::Finish(JobRt* rt, v1::JobState state, const std::string& message) {
+  if (rt->trials) {
+    rt->trials->cancelled = true;  // its planning thread stops trying
+    trial_cv_.notify_all();
+  }
   if (rt->planned && rt->spec.kind() != "comm_probe") CheckPlan(rt, state);
   Persist(rt);
   Event(rt, state, "state", message, true);
@@ -526,7 +588,8 @@ double Median(std::vector<double> v) {
 }  // namespace
 
 absl::StatusOr<v1::Plan> Scheduler::PlanMeasured(const v1::JobSpec& spec,
-                                                 const std::vector<v1::Topology>& topo) {
+                                                 const std::vector<v1::Topology>& topo,
+                                                 TrialRunner* trials) {
   auto plan = MakePlan(spec, topo, PlannerMeasurements{});
   if (!plan.ok() || spec.kind() == "comm_probe") return plan;
   std::set<std::string> nodes(plan->rank_nodes().begin(), plan->rank_nodes().end());
@@ -578,8 +641,8 @@ absl::StatusOr<v1::Plan> Scheduler::PlanMeasured(const v1::JobSpec& spec,
         absl::StrJoin(from, "; "));
     measured = true;
   }
-  if (!measured) return plan;
-  auto again = MakePlan(spec, topo, meas);
+  if (!measured && trials == nullptr) return plan;
+  auto again = MakePlan(spec, topo, meas, trials);
   return again.ok() ? again : plan;
 }
 
@@ -770,6 +833,7 @@ absl::StatusOr<v1::Job> Scheduler::Cancel(const std::string& id, std::chrono::mi
     }
     JobRt* rt = it->second.get();
     if (rt->state != v1::RUNNING) {
+      if (TrialRunning(*rt)) QueueStop(*rt, /*live_only=*/true, &out);  // a trial's ranks
       Finish(rt, v1::CANCELLED, "cancelled by user");
     } else if (rt->stop != StopAction::kCancel) {
       BeginStop(rt, StopAction::kCancel, "cancelled by user", &out);
@@ -935,6 +999,7 @@ void Scheduler::Tick() {
     }
   }
   Flush(&out);
+  JoinTrialThreads(/*all=*/false);
 }
 
 void Scheduler::Schedule(JobRt* rt, Outbox* out) {
@@ -946,6 +1011,12 @@ void Scheduler::Schedule(JobRt* rt, Outbox* out) {
     return;
   }
   if (rt->state == v1::PENDING) Event(rt, v1::PLANNING, "state", "planning", true);
+  if (!rt->planned && WantsTrials(rt->spec)) {
+    // Planned on a thread of its own, which times the candidates on the
+    // ranks; it sets rt->plan (or fails the job) when done.
+    if (!rt->trials) StartTrials(rt, topo);
+    return;
+  }
   if (!rt->planned) {
     absl::StatusOr<v1::Plan> plan;
     try {
@@ -967,15 +1038,14 @@ void Scheduler::Schedule(JobRt* rt, Outbox* out) {
     Event(rt, v1::PLANNING, "plan", PlanSummary(rt->plan), false);
   }
   std::string why;
-  if (Launch(rt, out, &why)) {
+  if (Launch(rt, rt->plan, out, &why)) {
     Event(rt, v1::RUNNING, "state", absl::StrCat("running ", rt->plan.ranks(), " ranks"), true);
   } else if (rt->message != why) {
     Event(rt, v1::PLANNING, "info", why, true);
   }
 }
 
-bool Scheduler::Launch(JobRt* rt, Outbox* out, std::string* why) {
-  const v1::Plan& plan = rt->plan;
+bool Scheduler::Launch(JobRt* rt, const v1::Plan& plan, Outbox* out, std::string* why) {
   int world = plan.ranks();
   std::string first;
   for (auto& [name, n] : nodes_) {
@@ -984,7 +1054,7 @@ bool Scheduler::Launch(JobRt* rt, Outbox* out, std::string* why) {
   std::vector<RankRt> ranks(world);
   std::set<std::pair<std::string, int>> busy;
   for (auto& [id, other] : jobs_) {
-    if (other.get() == rt || other->state != v1::RUNNING) continue;
+    if (other.get() == rt || (other->state != v1::RUNNING && !TrialRunning(*other))) continue;
     for (const auto& r : other->ranks) {
       if (r.local_device >= 0) busy.insert({r.node, r.local_device});
     }
@@ -1039,6 +1109,191 @@ bool Scheduler::Launch(JobRt* rt, Outbox* out, std::string* why) {
   // restarted coordinator would otherwise take for this attempt's.
   Persist(rt);
   return true;
+}
+
+// --- Tuning trials (tuning.mode: trial) ------------------------------------
+
+class Scheduler::JobTrialRunner : public TrialRunner {
+ public:
+  JobTrialRunner(Scheduler* s, std::string id, std::shared_ptr<Trials> st)
+      : s_(s), id_(std::move(id)), st_(std::move(st)) {}
+  absl::StatusOr<double> TimeStep(const v1::Plan& candidate, double budget_s) override {
+    return s_->RunTrial(id_, st_, candidate, budget_s);
+  }
+
+ private:
+  Scheduler* s_;
+  std::string id_;
+  std::shared_ptr<Trials> st_;
+};
+
+void Scheduler::StartTrials(JobRt* rt, const std::vector<v1::Topology>& topo) {
+  rt->trials = std::make_shared<Trials>();
+  const double budget = rt->spec.tuning().budget_s() > 0 ? rt->spec.tuning().budget_s() : 120;
+  rt->trials->wall_deadline =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(budget));
+  Event(rt, v1::PLANNING, "info",
+        absl::StrFormat("tuning.mode trial: timing the planner's best candidates as %d-step runs "
+                        "on the job's ranks (budget %g s)",
+                        kTrialWarmupSteps + kTrialTimedSteps, budget),
+        true);
+  std::shared_ptr<Trials> st = rt->trials;
+  trial_threads_.emplace_back(
+      st, std::thread([this, id = rt->id, spec = rt->spec, topo, st] {
+        TrialPlanning(id, spec, topo, st);
+      }));
+}
+
+void Scheduler::TrialPlanning(std::string id, v1::JobSpec spec, std::vector<v1::Topology> topo,
+                              std::shared_ptr<Trials> st) {
+  JobTrialRunner runner(this, id, st);
+  absl::StatusOr<v1::Plan> plan;
+  try {
+    plan = PlanMeasured(spec, topo, &runner);
+  } catch (const std::exception& e) {
+    plan = absl::InternalError(absl::StrCat("planner threw: ", e.what()));
+  }
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    st->done = true;
+    auto it = jobs_.find(id);
+    if (it == jobs_.end() || st->cancelled) return;  // cancelled or shut down meanwhile
+    JobRt* rt = it->second.get();
+    if (!plan.ok()) {
+      Finish(rt, v1::FAILED, absl::StrCat("planning failed: ", plan.status().message()));
+    } else if (plan->ranks() <= 0) {
+      Finish(rt, v1::FAILED, "planning failed: the plan has no ranks");
+    } else {
+      rt->plan = *plan;
+      rt->planned = true;
+      // The kept trial's measured communication share is the prediction
+      // when the model had none.
+      auto share = st->comm_share.find(CandidateLabel(rt->plan));
+      if (rt->plan.predicted_comm_share() <= 0 && rt->plan.predicted_step_seconds() > 0 &&
+          share != st->comm_share.end()) {
+        rt->plan.set_predicted_comm_share(share->second);
+      }
+      (void)store_->SetPlan(rt->id, rt->plan);
+      Event(rt, v1::PLANNING, "plan", PlanSummary(rt->plan), false);
+    }
+    wake_ = true;
+  }
+  cv_.notify_all();
+}
+
+absl::StatusOr<double> Scheduler::RunTrial(const std::string& id,
+                                           const std::shared_ptr<Trials>& st,
+                                           const v1::Plan& candidate, double budget_s) {
+  const auto now = Clock::now();
+  const auto deadline = std::min(
+      st->wall_deadline,
+      now + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(budget_s)));
+  const std::string label = CandidateLabel(candidate);
+  auto find = [&]() -> JobRt* {
+    auto it = jobs_.find(id);
+    return it == jobs_.end() || st->cancelled || shutting_down_ ? nullptr : it->second.get();
+  };
+  auto all_exited = [](const JobRt& rt) {
+    return std::all_of(rt.ranks.begin(), rt.ranks.end(), [](const RankRt& r) { return r.exited; });
+  };
+  Outbox out;
+  int n = 0;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    JobRt* rt = find();
+    if (rt == nullptr) return absl::CancelledError("the job is no longer planning");
+    if (now >= st->wall_deadline) {
+      return absl::DeadlineExceededError("tuning.budget_s used up before this trial");
+    }
+    n = ++st->index;
+    st->plan = candidate;
+    st->steps.clear();
+    st->failure.clear();
+    std::string why;
+    if (!Launch(rt, candidate, &out, &why)) return absl::UnavailableError(why);
+    st->active = true;
+    for (RankRt& r : rt->ranks) r.progress.set_state("trial");
+    Event(rt, v1::PLANNING, "trial",
+          absl::StrCat("trial ", n, ": ", label, " (attempt ", rt->attempt, ")"), true);
+  }
+  Flush(&out);
+
+  // Until every rank has ended (a trial runs its few steps and exits), one
+  // failed, the budget ran out, or the job went away.
+  bool timed_out = false;
+  {
+    std::unique_lock<std::mutex> l(mu_);
+    while (true) {
+      JobRt* rt = find();
+      if (rt == nullptr || !st->failure.empty() || all_exited(*rt)) break;
+      if (Clock::now() >= deadline) {
+        timed_out = true;
+        break;
+      }
+      trial_cv_.wait_for(l, std::chrono::milliseconds(100));
+    }
+    JobRt* rt = find();
+    if (rt != nullptr && !all_exited(*rt)) QueueStop(*rt, /*live_only=*/true, &out);
+  }
+  Flush(&out);
+  const auto stop_deadline =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                         std::chrono::duration<double>(opt_.stop_grace_s + 5));
+  std::unique_lock<std::mutex> l(mu_);
+  while (Clock::now() < stop_deadline) {
+    auto it = jobs_.find(id);
+    if (it == jobs_.end() || all_exited(*it->second)) break;
+    trial_cv_.wait_for(l, std::chrono::milliseconds(100));
+  }
+  st->active = false;
+  auto it = jobs_.find(id);
+  JobRt* rt = it == jobs_.end() ? nullptr : it->second.get();
+  if (rt != nullptr) {
+    rt->attempt++;  // the next trial, or the job itself, runs as a new attempt
+    rendezvous_.ClearAttemptsBefore(id, rt->attempt);
+  }
+  absl::StatusOr<double> result;
+  std::vector<double> steps, share, compute;
+  const int k = std::max(1, candidate.accumulation());
+  for (const StepSample& x : st->steps) {
+    steps.push_back(x.step_seconds);
+    share.push_back(x.exposed_seconds / x.step_seconds);
+    compute.push_back(std::max(0.0, x.step_seconds - x.exposed_seconds) / k);
+  }
+  if (rt == nullptr || st->cancelled || shutting_down_) {
+    return absl::CancelledError("the job is no longer planning");
+  } else if (timed_out) {  // before failures: the stop makes the ranks "fail"
+    result = absl::DeadlineExceededError(
+        absl::StrFormat("stopped: tuning.budget_s ran out after %.1f s",
+                        std::chrono::duration<double>(Clock::now() - now).count()));
+  } else if (!st->failure.empty()) {
+    result = absl::AbortedError(st->failure);
+  } else if (steps.empty()) {
+    result = absl::InternalError("the ranks ended without reporting a timed step");
+  } else {
+    result = Median(steps);
+    st->comm_share[label] = Median(share);
+    // What the trial measured feeds later plans like a finished job's plan
+    // check does (the planner's c(m), one point per timed micro-batch).
+    StepMeasurement m;
+    m.job_id = absl::StrCat(id, "/trial-", n);
+    m.key = StepKey(rt->spec, candidate, NodeSetKey(*rt));
+    m.micro_batch = candidate.micro_batch();
+    m.compute_seconds = Median(compute);
+    m.samples = static_cast<int64_t>(compute.size());
+    m.time_unix_ms = NowUnixMs();
+    m.comm_key = CommKey(NodeSetKey(*rt), candidate);
+    if (absl::Status s = store_->AddStepMeasurement(m); !s.ok()) {
+      spdlog::warn("job {}: cannot store trial {}'s measurement: {}", id, n, s.ToString());
+    }
+  }
+  Event(rt, v1::PLANNING, "trial",
+        result.ok()
+            ? absl::StrFormat("trial %d: %s: %.4f s per step (median of %d timed rank-steps)", n,
+                              label, *result, static_cast<int>(steps.size()))
+            : absl::StrCat("trial ", n, ": ", label, ": ", result.status().message()),
+        true);
+  return result;
 }
 
 std::set<std::string> Scheduler::QueueStop(const JobRt& rt, bool live_only, Outbox* out) {
@@ -1103,7 +1358,7 @@ void Scheduler::CompleteStop(JobRt* rt, Outbox* out) {
   hub_->IncRankRestarts(rt->id);
   rendezvous_.ClearAttemptsBefore(rt->id, rt->attempt);
   std::string why;
-  if (!Launch(rt, out, &why)) {
+  if (!Launch(rt, rt->plan, out, &why)) {
     Finish(rt, v1::FAILED, absl::StrCat("cannot restart after: ", rt->stop_message, "; ", why));
     return;
   }
@@ -1154,7 +1409,8 @@ absl::Status Scheduler::AgentRegistered(const v1::RegisterAgent& reg, const std:
     for (const auto& r : reg.running()) {
       auto it = jobs_.find(r.job_id());
       if (it == jobs_.end() || it->second->attempt != r.attempt() ||
-          it->second->state != v1::RUNNING || it->second->stop != StopAction::kNone) {
+          (it->second->state != v1::RUNNING && !TrialRunning(*it->second)) ||
+          it->second->stop != StopAction::kNone) {
         stop_jobs.insert(r.job_id());
       }
     }
@@ -1209,12 +1465,33 @@ void Scheduler::RankExited(const std::string& node, const v1::RankExited& e) {
     auto it = jobs_.find(e.job_id());
     if (it == jobs_.end()) return;
     JobRt* rt = it->second.get();
-    if (rt->state != v1::RUNNING || e.attempt() != rt->attempt || e.rank() < 0 ||
-        e.rank() >= static_cast<int>(rt->ranks.size())) {
+    if ((rt->state != v1::RUNNING && !TrialRunning(*rt)) || e.attempt() != rt->attempt ||
+        e.rank() < 0 || e.rank() >= static_cast<int>(rt->ranks.size())) {
       return;
     }
     RankRt& rr = rt->ranks[e.rank()];
     if (rr.exited) return;
+    if (TrialRunning(*rt)) {
+      // A trial's rank: its end is the trial's business (RunTrial).
+      rr.exited = true;
+      const bool clean = e.exit_code() == 0 && e.signal() == 0 && !e.status_unknown();
+      rr.progress.set_exit_code(e.exit_code());
+      rr.progress.set_state(clean ? "exited" : "failed");
+      if (!clean && rt->trials->failure.empty()) {
+        rt->trials->failure =
+            e.signal() != 0
+                ? absl::StrCat("rank ", e.rank(), " on node ", node, " was killed by signal ",
+                               SignalName(e.signal()))
+                : absl::StrCat("rank ", e.rank(), " on node ", node, " exited with code ",
+                               e.exit_code());
+        if (!e.message().empty()) {
+          absl::StrAppend(&rt->trials->failure, "; last output:\n",
+                          e.message().substr(0, 2000));
+        }
+      }
+      trial_cv_.notify_all();
+      return;
+    }
     rr.exited = true;
     bool clean = e.exit_code() == 0 && e.signal() == 0 && !e.status_unknown();
     rr.progress.set_exit_code(e.exit_code());
@@ -1280,7 +1557,8 @@ absl::StatusOr<v1::GetAssignmentResponse> Scheduler::GetAssignment(
         absl::StrCat("job ", req.job_id(), " is not running (unknown or finished)"));
   }
   JobRt* rt = it->second.get();
-  if (rt->state != v1::RUNNING || rt->stop != StopAction::kNone) {
+  const bool trial = TrialRunning(*rt);
+  if ((rt->state != v1::RUNNING && !trial) || rt->stop != StopAction::kNone) {
     return absl::FailedPreconditionError(absl::StrCat("job ", rt->id, " is ",
                                                       v1::JobState_Name(rt->state),
                                                       rt->stop != StopAction::kNone ? " and stopping" : ""));
@@ -1295,11 +1573,20 @@ absl::StatusOr<v1::GetAssignmentResponse> Scheduler::GetAssignment(
                                                    rt->ranks.size() - 1));
   }
   v1::GetAssignmentResponse resp;
-  *resp.mutable_spec() = rt->spec;
-  *resp.mutable_plan() = rt->plan;
   resp.set_rank(req.rank());
   resp.set_world_size(static_cast<int>(rt->ranks.size()));
   resp.set_attempt(rt->attempt);
+  RankRt& rr = rt->ranks[req.rank()];
+  rr.last_progress = Clock::now();
+  if (trial) {
+    // A tuning trial: the candidate plan, a few steps, no checkpoints.
+    *resp.mutable_spec() = TrialSpec(rt->spec);
+    *resp.mutable_plan() = rt->trials->plan;
+    rr.progress.set_state("trial");
+    return resp;
+  }
+  *resp.mutable_spec() = rt->spec;
+  *resp.mutable_plan() = rt->plan;
   std::string dir = CheckpointDir(rt->id);
   resp.set_checkpoint_dir(dir);
   std::string latest(absl::StripAsciiWhitespace(ReadFileOrEmpty(dir + "/latest")));
@@ -1308,8 +1595,6 @@ absl::StatusOr<v1::GetAssignmentResponse> Scheduler::GetAssignment(
       stat((dir + "/" + latest).c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
     resp.set_resume_from(dir + "/" + latest);
   }
-  RankRt& rr = rt->ranks[req.rank()];
-  rr.last_progress = Clock::now();
   rr.progress.set_state("running");
   return resp;
 }
@@ -1324,7 +1609,7 @@ v1::RankHeartbeatResponse Scheduler::RankHeartbeat(const v1::RankHeartbeatReques
     return resp;
   }
   JobRt* rt = it->second.get();
-  if (rt->state != v1::RUNNING || rt->stop != StopAction::kNone) {
+  if ((rt->state != v1::RUNNING && !TrialRunning(*rt)) || rt->stop != StopAction::kNone) {
     resp.set_stop(true);
     resp.set_reason(rt->stop != StopAction::kNone ? rt->stop_message : rt->message);
     return resp;
@@ -1361,13 +1646,27 @@ std::string Scheduler::IngestSample(const v1::MetricSample& s, const std::string
     RankRt& rr = rt->ranks[m.rank()];
     rr.last_progress = Clock::now();
     v1::RankProgress& p = rr.progress;
-    p.set_state("running");
+    const bool trial = TrialRunning(*rt);
+    p.set_state(trial ? "trial" : "running");
     p.set_step(m.step());
     if (m.total_steps() > 0) p.set_total_steps(m.total_steps());
     p.set_loss(m.loss());
     p.set_samples_per_second(m.samples_per_second());
     p.set_step_seconds(m.step_seconds());
     rt->dirty = true;
+    if (trial) {
+      // A tuning trial's step: timed after the warmup; not the job's own
+      // progress, plan check or /metrics series.
+      if (m.step() > kTrialWarmupSteps && m.step_seconds() > 0) {
+        rt->trials->steps.push_back(
+            {m.step_seconds(), m.exposed_comm_seconds(), m.allreduce_seconds()});
+      }
+      trial_cv_.notify_all();
+      v1::WatchJobResponse u;
+      *u.mutable_sample() = s;
+      Publish(job, u);
+      return job;
+    }
     // The plan check skips each rank's first two steps of an attempt
     // (allocation, first-touch, loader warm-up).
     if (++rr.step_samples > 2 && m.step_seconds() > 0 &&

@@ -9,7 +9,14 @@
 //    dry_run). While no agent is connected it stays PENDING ("waiting for a
 //    node agent"). Then PLANNING: MakePlan(spec, topologies of the connected
 //    nodes); a planner error -> FAILED "planning failed: ...". The plan is
-//    stored with the job. Placement: rank r goes to plan.rank_nodes(r) (or
+//    stored with the job. tuning.mode trial: the job is planned on a thread
+//    of its own instead (StartTrials), whose planner times its candidates as
+//    short attempts of the job on its ranks (RunTrial: TrialSpec, 6 steps,
+//    the last 4 timed on every rank, no eval or checkpoints; events "trial";
+//    a failed or over-budget candidate is noted and skipped; each success
+//    stores a step measurement JOB/trial-N for later plans); the job stays
+//    PLANNING meanwhile and its attempt counts the trials, and cancel stops
+//    a trial's ranks. Placement: rank r goes to plan.rank_nodes(r) (or
 //    the first connected node when the plan names none), device
 //    plan.rank_local_devices(r) (or -1). A job waits in PLANNING ("waiting for
 //    capacity: ...") while a named node is not connected or one of its GPUs
@@ -77,7 +84,7 @@
 // Event kinds: "state" (every state change), "plan" (plan summary),
 // "rank_exit" (an abnormal rank exit or stall, the reason), "restart",
 // "stop" (StopRanks sent: cancel or failure), "eval" (evaluation metrics
-// summary), "info".
+// summary), "trial" (a tuning trial's start and result), "info".
 //
 // Thread-safety: all public methods are thread-safe.
 #ifndef DGCA_COORDINATOR_SCHEDULER_H_
@@ -217,6 +224,22 @@ class Scheduler {
     double step_seconds = 0, exposed_seconds = 0, allreduce_seconds = 0;
   };
   enum class StopAction { kNone, kRestart, kFail, kCancel };
+  // tuning.mode trial: the planner's candidates, each timed as a short run
+  // of the job on its ranks (attempt = the job's attempt then), from a
+  // planning thread of its own (TrialPlanning). Guarded by mu_.
+  struct Trials {
+    bool active = false;     // a trial's ranks run now
+    bool done = false;       // the planning thread has finished
+    bool cancelled = false;  // the job ended (cancel, shutdown): no more trials
+    int index = 0;           // trials started
+    v1::Plan plan;           // the candidate being timed
+    std::vector<StepSample> steps;  // its timed steps (after the warmup), every rank
+    std::string failure;     // why it failed ("" while none)
+    // Measured exposed-communication share (median) per timed candidate,
+    // by CandidateLabel: the kept one's becomes the plan's prediction.
+    std::map<std::string, double> comm_share;
+    Clock::time_point wall_deadline;   // spec.tuning.budget_s from the first trial
+  };
   struct JobRt {
     std::string id;
     v1::JobSpec spec;
@@ -242,6 +265,7 @@ class Scheduler {
     Clock::time_point last_persist;
     Clock::time_point last_snapshot;
     bool dirty = false;
+    std::shared_ptr<Trials> trials;  // tuning.mode trial, while planning
   };
   struct Node {
     std::string name;
@@ -261,6 +285,11 @@ class Scheduler {
   Scheduler(SchedulerOptions options, MetricsHub* hub, std::unique_ptr<JobStore> store);
   absl::Status Recover();
   static std::optional<InterruptedStop> InterruptedStopOf(const std::vector<v1::JobEvent>& events);
+  // Kills the recorded rank processes of a job that cannot go on (those
+  // whose /proc/PID/cmdline still names the job), an "info" event per kill
+  // ("killed orphaned WHAT R (pid P, attempt A)"), and forgets the records.
+  void KillOrphans(const std::string& job_id, const std::vector<StoredRank>& ranks,
+                   const std::string& what);
   // `reason` plus "(after K restarts; train.max_restarts is M)" when
   // restarts are allowed: the message of a job that failed for good.
   static std::string FailureMessage(const JobRt& rt, const std::string& reason);
@@ -276,7 +305,28 @@ class Scheduler {
   void Publish(const std::string& id, const v1::WatchJobResponse& u);
   void Finish(JobRt* rt, v1::JobState state, const std::string& message);
   void Schedule(JobRt* rt, Outbox* out);
-  bool Launch(JobRt* rt, Outbox* out, std::string* why);
+  // Launches `plan`'s ranks of rt at rt->attempt (rt->plan for the job
+  // itself, a candidate for a trial).
+  bool Launch(JobRt* rt, const v1::Plan& plan, Outbox* out, std::string* why);
+  // True while a trial of rt runs its ranks (they are then welcome though
+  // the job is PLANNING).
+  static bool TrialRunning(const JobRt& rt) { return rt.trials && rt.trials->active; }
+  // Starts the planning thread of a tuning.mode trial job. mu_ held.
+  void StartTrials(JobRt* rt, const std::vector<v1::Topology>& topo);
+  // The planning thread: plans with the trials, then hands the plan to the
+  // job (or fails it). mu_ NOT held.
+  void TrialPlanning(std::string id, v1::JobSpec spec, std::vector<v1::Topology> topo,
+                     std::shared_ptr<Trials> st);
+  // One trial (the TrialRunner of the planning thread): launches `candidate`
+  // as a short run of the job (TrialSpec), waits for its ranks to end (or
+  // stops them at the budget), returns the median of their timed steps.
+  // mu_ NOT held.
+  absl::StatusOr<double> RunTrial(const std::string& id, const std::shared_ptr<Trials>& st,
+                                  const v1::Plan& candidate, double budget_s);
+  class JobTrialRunner;
+  // Joins the trial planning threads that are done (all: every one; the
+  // jobs must have been cancelled first). mu_ NOT held.
+  void JoinTrialThreads(bool all);
   void BeginStop(JobRt* rt, StopAction action, const std::string& message, Outbox* out);
   // Queues a stop of rt to each connected node that holds one of its ranks
   // (live_only: a rank that has not exited); returns those nodes.
@@ -289,9 +339,12 @@ class Scheduler {
   std::vector<v1::Topology> ConnectedTopologies();
   // Plans `spec`; when the store holds a `dgca diagnose comm` measurement
   // for the plan's node set, backend and ranks, plans again with it (the
-  // reasons then cite it). Added by R2-A.
+  // reasons then cite it). With `trials` (tuning.mode trial), the final plan
+  // times its candidates through it. Needs no lock (the store is
+  // thread-safe). Added by R2-A.
   absl::StatusOr<v1::Plan> PlanMeasured(const v1::JobSpec& spec,
-                                        const std::vector<v1::Topology>& topo);
+                                        const std::vector<v1::Topology>& topo,
+                                        TrialRunner* trials = nullptr);
   // Adds the newest `dgca diagnose comm` rows for (node_set, backend,
   // ranks) to *meas; false when there are none.
   bool AddCommMeasurement(const std::string& node_set, const v1::Plan& plan,
@@ -321,6 +374,9 @@ class Scheduler {
   std::deque<std::string> finished_order_;
   std::map<std::string, Node> nodes_;
   std::vector<StoredRank> recovered_ranks_;
+  // Trial planning threads; joined once done (Tick) or at Shutdown.
+  std::vector<std::pair<std::shared_ptr<Trials>, std::thread>> trial_threads_;
+  std::condition_variable trial_cv_;  // trial ranks' samples and exits
   std::map<std::string, std::list<std::shared_ptr<WatchSubscription>>> watchers_;
   std::atomic<bool> shutting_down_{false};
   bool stop_thread_ = false;

@@ -1108,6 +1108,183 @@ TEST_F(ServerTest, RestartQueuesAPlanningJobAgain) {
   EXPECT_EQ(Get(id).job().state(), v1::RUNNING);
 }
 
+// The test as a trial's ranks: the assignment of `attempt`, and steps
+// 1..steps of every rank at `step_seconds` each.
+v1::GetAssignmentResponse Assignment(v1::RankService::Stub* rank, const std::string& token,
+                                     const std::string& job, int attempt) {
+  grpc::ClientContext ctx;
+  AddAuth(&ctx, token);
+  v1::GetAssignmentRequest req;
+  req.set_job_id(job);
+  req.set_rank(0);
+  req.set_attempt(attempt);
+  v1::GetAssignmentResponse resp;
+  grpc::Status s = rank->GetAssignment(&ctx, req, &resp);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  return resp;
+}
+
+void StreamSteps(v1::RankService::Stub* rank, const std::string& token, const std::string& job,
+                 int ranks, int steps, double step_seconds) {
+  grpc::ClientContext ctx;
+  AddAuth(&ctx, token);
+  v1::StreamMetricsResponse resp;
+  auto w = rank->StreamMetrics(&ctx, &resp);
+  for (int step = 1; step <= steps; ++step) {
+    for (int r = 0; r < ranks; ++r) {
+      v1::MetricSample s;
+      auto* m = s.mutable_step();
+      m->set_job_id(job);
+      m->set_rank(r);
+      m->set_step(step);
+      m->set_total_steps(steps);
+      m->set_step_seconds(step_seconds);
+      EXPECT_TRUE(w->Write(s));
+    }
+  }
+  w->WritesDone();
+  EXPECT_TRUE(w->Finish().ok());
+}
+
+std::string TrialSpecYaml(int ranks) {
+  return "name: tuned\ntrain: {steps: 10, global_batch: 64}\nresources: {ranks: " +
+         std::to_string(ranks) + ", device: cpu}\ntuning: {mode: trial, budget_s: 60}\n";
+}
+
+// tuning.mode trial: each of the planner's candidates runs as a short
+// attempt of the job (its spec cut to a few steps, no eval, no checkpoints,
+// the candidate's plan); the measured fastest is kept and the job itself
+// runs it at the next attempt, its trials in the stored plan.
+TEST_F(ServerTest, TrialModeTimesCandidatesOnTheRanksAndKeepsTheFastest) {
+  StartServer();
+  FakeAgent agent(server_->address(), server_->token(), "n1");
+  const std::string id = Submit(TrialSpecYaml(2));
+  std::vector<v1::Plan> candidates;
+  int attempt = 0;
+  for (; attempt < 10; ++attempt) {
+    ASSERT_TRUE(WaitUntil([&] { return agent.Launches(id, attempt).size() == 2; }))
+        << "attempt " << attempt << ": " << Get(id).job().message();
+    v1::GetAssignmentResponse a = Assignment(rank_.get(), server_->token(), id, attempt);
+    if (a.spec().train().steps() == 10) break;  // the job itself
+    EXPECT_EQ(Get(id).job().state(), v1::PLANNING);
+    EXPECT_EQ(a.spec().train().steps(), 6);
+    EXPECT_TRUE(a.spec().data().eval().empty());
+    EXPECT_EQ(a.spec().train().checkpoint_every(), 0);
+    EXPECT_TRUE(a.checkpoint_dir().empty());
+    candidates.push_back(a.plan());
+    // The second candidate is the fastest.
+    StreamSteps(rank_.get(), server_->token(), id, 2, 6, attempt == 1 ? 0.1 : 0.4);
+    agent.Exit(id, 0, attempt, 0);
+    agent.Exit(id, 1, attempt, 0);
+  }
+  ASSERT_GE(candidates.size(), 2u) << "the planner offered fewer than two candidates";
+  auto j = Get(id);
+  ASSERT_TRUE(WaitUntil([&] { return Get(id).job().state() == v1::RUNNING; }));
+  ASSERT_EQ(j.plan().trials_size(), static_cast<int>(candidates.size()));
+  EXPECT_NE(j.plan().trials(1).note().find("kept (fastest)"), std::string::npos)
+      << j.plan().trials(1).note();
+  EXPECT_DOUBLE_EQ(j.plan().trials(1).measured_step_seconds(), 0.1);
+  EXPECT_DOUBLE_EQ(j.plan().trials(0).measured_step_seconds(), 0.4);
+  EXPECT_EQ(j.plan().micro_batch(), candidates[1].micro_batch());
+  EXPECT_EQ(j.plan().accumulation(), candidates[1].accumulation());
+  EXPECT_EQ(j.plan().bucket_mb(), candidates[1].bucket_mb());
+  v1::GetAssignmentResponse real = Assignment(rank_.get(), server_->token(), id, attempt);
+  EXPECT_EQ(real.plan().micro_batch(), candidates[1].micro_batch());
+  EXPECT_FALSE(real.checkpoint_dir().empty());
+  int trial_events = 0;
+  for (const auto& e : j.events()) trial_events += e.kind() == "trial";
+  EXPECT_EQ(trial_events, 2 * static_cast<int>(candidates.size()));  // start and result
+  EXPECT_EQ(j.job().restarts(), 0);
+
+  // The trials' measurements feed later plans of the same model on these
+  // nodes: a model-only plan now predicts a step time and cites them.
+  v1::PlanJobRequest preq;
+  std::string yaml = TrialSpecYaml(2);
+  yaml.replace(yaml.find("mode: trial"), 11, "mode: model");
+  preq.set_spec_yaml(yaml);
+  v1::PlanJobResponse presp;
+  auto pctx = Ctx();
+  ASSERT_TRUE(coord_->PlanJob(pctx.get(), preq, &presp).ok());
+  EXPECT_GT(presp.plan().predicted_step_seconds(), 0);
+  bool cited = false;
+  for (const auto& d : presp.plan().decisions()) {
+    cited |= d.reason().find(id + "/trial-2") != std::string::npos;
+  }
+  EXPECT_TRUE(cited) << presp.plan().DebugString();
+}
+
+// A trial whose rank fails (e.g. out of memory at that micro-batch) is
+// logged as failed with the rank's last output, and the others go on.
+TEST_F(ServerTest, AFailedTrialIsLoggedAndSkipped) {
+  StartServer();
+  FakeAgent agent(server_->address(), server_->token(), "n1");
+  const std::string id = Submit(TrialSpecYaml(2));
+  int attempt = 0;
+  for (; attempt < 10; ++attempt) {
+    ASSERT_TRUE(WaitUntil([&] { return agent.Launches(id, attempt).size() == 2; }))
+        << Get(id).job().message();
+    if (Assignment(rank_.get(), server_->token(), id, attempt).spec().train().steps() == 10) break;
+    if (attempt == 0) {
+      agent.Exit(id, 1, attempt, 1, 0, "error: cudaMalloc: out of memory");
+      continue;  // the trial stops rank 0 (FakeAgent exits it on StopRanks)
+    }
+    StreamSteps(rank_.get(), server_->token(), id, 2, 6, 0.2);
+    agent.Exit(id, 0, attempt, 0);
+    agent.Exit(id, 1, attempt, 0);
+  }
+  auto j = Get(id);
+  ASSERT_GE(j.plan().trials_size(), 2);
+  EXPECT_NE(j.plan().trials(0).note().find("rank 1 on node n1 exited with code 1"),
+            std::string::npos)
+      << j.plan().trials(0).note();
+  EXPECT_NE(j.plan().trials(0).note().find("out of memory"), std::string::npos);
+  EXPECT_EQ(j.plan().trials(0).measured_step_seconds(), 0);
+  EXPECT_NE(j.plan().trials(1).note().find("kept (fastest)"), std::string::npos);
+}
+
+// Cancelling while a trial runs stops its ranks; no more trials, no launch.
+TEST_F(ServerTest, CancelDuringATrialStopsItsRanks) {
+  StartServer();
+  FakeAgent agent(server_->address(), server_->token(), "n1");
+  const std::string id = Submit(TrialSpecYaml(2));
+  ASSERT_TRUE(WaitUntil([&] { return agent.Launches(id, 0).size() == 2; }));
+  v1::CancelJobRequest req;
+  req.set_job_id(id);
+  v1::CancelJobResponse resp;
+  auto ctx = Ctx();
+  ASSERT_TRUE(coord_->CancelJob(ctx.get(), req, &resp).ok());
+  EXPECT_EQ(resp.job().state(), v1::CANCELLED);
+  EXPECT_TRUE(WaitUntil([&] { return agent.Stops(id) >= 1; }));
+  std::this_thread::sleep_for(milliseconds(500));
+  EXPECT_TRUE(agent.Launches(id, 1).empty());
+}
+
+// A trial whose ranks never end is stopped when tuning.budget_s runs out,
+// and the job goes on with the model's plan.
+TEST_F(ServerTest, ATrialIsStoppedAtTheBudget) {
+  StartServer();
+  FakeAgent agent(server_->address(), server_->token(), "n1");
+  const std::string id = Submit(
+      "name: slow\ntrain: {steps: 10, global_batch: 64}\nresources: {ranks: 2, device: cpu}\n"
+      "tuning: {mode: trial, budget_s: 1}\n");
+  ASSERT_TRUE(WaitUntil([&] { return agent.Launches(id, 0).size() == 2; }));
+  ASSERT_TRUE(WaitUntil([&] { return agent.Stops(id) >= 1; }, milliseconds(8000)));
+  int real = -1;
+  ASSERT_TRUE(WaitUntil([&] {
+    for (int a = 1; a < 5; ++a) {
+      if (agent.Launches(id, a).size() == 2) real = a;
+    }
+    return real > 0 && Get(id).job().state() == v1::RUNNING;
+  }, milliseconds(15000)))
+      << Get(id).job().message();
+  auto j = Get(id);
+  EXPECT_NE(j.plan().trials(0).note().find("tuning.budget_s ran out"), std::string::npos)
+      << j.plan().trials(0).note();
+  bool warned = false;
+  for (const auto& w : j.plan().warnings()) warned |= w.find("every tuning trial failed") != std::string::npos;
+  EXPECT_TRUE(warned);
+}
+
 // The real binary killed with SIGKILL and restarted on the same state dir.
 TEST(CoordinatorBinary, Kill9RestartKeepsJobs) {
   const char* build = getenv("DGCA_BUILD_DIR");

@@ -1398,8 +1398,8 @@ void Planner::Trials() {
   if (!asked) return;
   if (runner_ == nullptr) {
     if (mode_ == "trial")
-      Warn("tuning.mode trial: no trial runner at plan time (dry run); the plan is "
-           "the model's");
+      Warn("tuning.mode trial: this dry run has no trials, so the plan is the model's; a "
+           "submitted job times the best candidates on its ranks before it starts");
     return;
   }
   // Candidates around the model's choice, ranked by predicted samples/s.
@@ -1480,6 +1480,13 @@ void Planner::Trials() {
   }
   const Cand& c = cands[best];
   plan_.mutable_trials(best)->set_note(plan_.trials(best).note() + "; kept (fastest)");
+  // The trials measured what the model lacked: its warning no longer holds.
+  auto* warnings = plan_.mutable_warnings();
+  warnings->erase(std::remove_if(warnings->begin(), warnings->end(),
+                                 [](const std::string& w) {
+                                   return absl::StartsWith(w, "no step-time measurement");
+                                 }),
+                  warnings->end());
   const std::string why = absl::StrFormat("trial: fastest of %d timed candidates, %s "
                                           "samples/s measured",
                                           static_cast<int>(cands.size()), Num(best_sps));

@@ -57,6 +57,19 @@ JobView WaitRunning(const CoordinatorProcess& coord, const std::string& job, int
   return v;
 }
 
+// Waits (up to 120 s) for the job to leave RUNNING; its last view.
+JobView WaitEnded(const CoordinatorProcess& coord, const std::string& job) {
+  JobView v;
+  bool ended = WaitUntil(
+      [&] {
+        v = Status(coord, job);
+        return v.ok && v.state != "RUNNING";
+      },
+      120s);
+  EXPECT_TRUE(ended) << v.raw << coord.Log();
+  return v;
+}
+
 bool HasEvent(const JobView& v, const std::string& text) {
   return v.raw.find(text) != std::string::npos;
 }
@@ -126,14 +139,7 @@ TEST(CoordinatorRestartTest, Kill9ThenRestartReadoptsRunningRanks) {
 
   // ... to the end, with no restart; the rank exits come from their exit
   // records, through the agent that adopted them.
-  JobView end;
-  ASSERT_TRUE(WaitUntil(
-      [&] {
-        end = Status(coord, run_id);
-        return end.state != "RUNNING";
-      },
-      120s))
-      << end.raw << coord.Log();
+  JobView end = WaitEnded(coord, run_id);
   EXPECT_EQ(end.state, "SUCCEEDED") << end.raw << coord.Log();
   EXPECT_EQ(end.message, "all 2 ranks exited 0");
   EXPECT_EQ(end.step, kSteps);
@@ -178,14 +184,7 @@ TEST(CoordinatorRestartTest, RankKilledWhileCoordinatorIsDownRestartsFromCheckpo
   ASSERT_EQ(kill(before.pids[1], SIGKILL), 0);  // no exit record, nobody to wait for it
   ASSERT_TRUE(coord.Start(address));
 
-  JobView end;
-  ASSERT_TRUE(WaitUntil(
-      [&] {
-        end = Status(coord, job);
-        return end.state != "RUNNING" && end.state != "";
-      },
-      120s))
-      << end.raw << coord.Log();
+  JobView end = WaitEnded(coord, job);
   EXPECT_EQ(end.state, "SUCCEEDED") << end.raw << coord.Log();
   // The dead rank is named for what is known of it (the headline, or under
   // "other ranks" when rank 0's exit, which it caused, came first).
@@ -225,14 +224,7 @@ TEST(CoordinatorRestartTest, ExternalAgentKeepsItsRanksThroughARestart) {
 
   coord.Kill9();
   ASSERT_TRUE(coord.Start(address, {"--no-local-agent"}));
-  JobView end;
-  ASSERT_TRUE(WaitUntil(
-      [&] {
-        end = Status(coord, job);
-        return end.state != "RUNNING" && end.state != "";
-      },
-      120s))
-      << end.raw << coord.Log() << ReadFile(dir + "/agent/agent.log");
+  JobView end = WaitEnded(coord, job);
   EXPECT_EQ(end.state, "SUCCEEDED") << end.raw << ReadFile(dir + "/agent/agent.log");
   EXPECT_FALSE(HasEvent(end, "restart 1 of")) << end.raw;
   EXPECT_TRUE(HasEvent(end, "coordinator restarted; re-adopting attempt 0 (rank@node:pid 0@n1:" +
