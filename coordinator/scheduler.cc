@@ -213,8 +213,12 @@ absl::Status Scheduler::Recover() {
       auto trial_ranks = store_->ListRanks(j.id());
       if (trial_ranks.ok()) {
         KillOrphans(j.id(), *trial_ranks, "trial rank");
-        // Later attempts stay distinct from the killed trial's.
-        for (const StoredRank& r : *trial_ranks) rt->attempt = std::max(rt->attempt, r.attempt + 1);
+        // Later attempts stay distinct from the killed trial's, also after
+        // another restart: its attempts stay recorded, without pids.
+        for (const StoredRank& r : *trial_ranks) {
+          rt->attempt = std::max(rt->attempt, r.attempt + 1);
+          (void)store_->RecordRank({j.id(), r.rank, r.attempt, r.node, 0, 0});
+        }
       }
       jobs_[rt->id] = std::move(owned);
       Event(rt, v1::PENDING, j.state() == v1::PLANNING ? "state" : "info",
@@ -1011,12 +1015,7 @@ void Scheduler::Schedule(JobRt* rt, Outbox* out) {
     return;
   }
   if (rt->state == v1::PENDING) Event(rt, v1::PLANNING, "state", "planning", true);
-  if (!rt->planned && WantsTrials(rt->spec)) {
-    // Planned on a thread of its own, which times the candidates on the
-    // ranks; it sets rt->plan (or fails the job) when done.
-    if (!rt->trials) StartTrials(rt, topo);
-    return;
-  }
+  if (rt->trials && !rt->trials->done) return;  // its planning thread decides (TrialPlanning)
   if (!rt->planned) {
     absl::StatusOr<v1::Plan> plan;
     try {
@@ -1032,6 +1031,19 @@ void Scheduler::Schedule(JobRt* rt, Outbox* out) {
       Finish(rt, v1::FAILED, "planning failed: the plan has no ranks");
       return;
     }
+    if (WantsTrials(rt->spec)) {
+      // Timed on a thread of its own once its ranks have room (the trials
+      // use the model plan's placement; only micro-batch, accumulation and
+      // bucket differ); that thread sets rt->plan, or fails the job.
+      std::vector<RankRt> placed;
+      std::string why;
+      if (Place(rt, *plan, &placed, &why)) {
+        StartTrials(rt, topo, placed);
+      } else if (rt->message != why) {
+        Event(rt, v1::PLANNING, "info", why, true);
+      }
+      return;
+    }
     rt->plan = *plan;
     rt->planned = true;
     (void)store_->SetPlan(rt->id, rt->plan);
@@ -1045,18 +1057,28 @@ void Scheduler::Schedule(JobRt* rt, Outbox* out) {
   }
 }
 
-bool Scheduler::Launch(JobRt* rt, const v1::Plan& plan, Outbox* out, std::string* why) {
-  int world = plan.ranks();
+bool Scheduler::Place(const JobRt* rt, const v1::Plan& plan, std::vector<RankRt>* placed,
+                      std::string* why) {
+  const int world = plan.ranks();
   std::string first;
   for (auto& [name, n] : nodes_) {
     if (n.conn) { first = name; break; }
   }
-  std::vector<RankRt> ranks(world);
+  std::vector<RankRt>& ranks = *placed;
+  ranks.assign(world, RankRt());
+  // GPUs held by running jobs, and by jobs timing tuning trials (from their
+  // first trial to their launch, so no other job takes them in between).
   std::set<std::pair<std::string, int>> busy;
   for (auto& [id, other] : jobs_) {
-    if (other.get() == rt || (other->state != v1::RUNNING && !TrialRunning(*other))) continue;
-    for (const auto& r : other->ranks) {
-      if (r.local_device >= 0) busy.insert({r.node, r.local_device});
+    if (other.get() == rt) continue;
+    if (other->state == v1::RUNNING) {
+      for (const auto& r : other->ranks) {
+        if (r.local_device >= 0) busy.insert({r.node, r.local_device});
+      }
+    } else if (other->trials && !other->trials->done) {
+      for (const auto& r : other->trials->placement) {
+        if (r.second >= 0) busy.insert(r);
+      }
     }
   }
   for (int r = 0; r < world; ++r) {
@@ -1076,6 +1098,13 @@ bool Scheduler::Launch(JobRt* rt, const v1::Plan& plan, Outbox* out, std::string
     ranks[r].node = node;
     ranks[r].local_device = dev;
   }
+  return true;
+}
+
+bool Scheduler::Launch(JobRt* rt, const v1::Plan& plan, Outbox* out, std::string* why) {
+  const int world = plan.ranks();
+  std::vector<RankRt> ranks;
+  if (!Place(rt, plan, &ranks, why)) return false;
   auto now = Clock::now();
   std::map<std::string, std::string> env(plan.env().begin(), plan.env().end());
   for (const auto& [k, v] : rt->spec.comm().env()) env[k] = v;
@@ -1101,6 +1130,8 @@ bool Scheduler::Launch(JobRt* rt, const v1::Plan& plan, Outbox* out, std::string
   rt->last_persist = now;
   // The attempt and placement are durable from here (pids follow as the
   // agents report them), so a restarted coordinator can re-adopt the ranks.
+  // (Cleared first: an earlier attempt may have had more ranks.)
+  (void)store_->ClearRanks(rt->id);
   for (int r = 0; r < world; ++r) {
     absl::Status s = store_->RecordRank({rt->id, r, rt->attempt, rt->ranks[r].node, 0, 0});
     if (!s.ok()) spdlog::warn("job {}: cannot record rank {}: {}", rt->id, r, s.ToString());
@@ -1127,8 +1158,10 @@ class Scheduler::JobTrialRunner : public TrialRunner {
   std::shared_ptr<Trials> st_;
 };
 
-void Scheduler::StartTrials(JobRt* rt, const std::vector<v1::Topology>& topo) {
+void Scheduler::StartTrials(JobRt* rt, const std::vector<v1::Topology>& topo,
+                            const std::vector<RankRt>& placement) {
   rt->trials = std::make_shared<Trials>();
+  for (const RankRt& r : placement) rt->trials->placement.emplace_back(r.node, r.local_device);
   const double budget = rt->spec.tuning().budget_s() > 0 ? rt->spec.tuning().budget_s() : 120;
   rt->trials->wall_deadline =
       Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(budget));
@@ -1198,38 +1231,70 @@ absl::StatusOr<double> Scheduler::RunTrial(const std::string& id,
   };
   Outbox out;
   int n = 0;
+  std::set<std::string> nodes;  // where the trial's ranks were launched
   {
     std::lock_guard<std::mutex> l(mu_);
     JobRt* rt = find();
     if (rt == nullptr) return absl::CancelledError("the job is no longer planning");
     if (now >= st->wall_deadline) {
-      return absl::DeadlineExceededError("tuning.budget_s used up before this trial");
+      // The planner notes it as skipped, not failed.
+      return absl::ResourceExhaustedError("tuning.budget_s used up before this trial");
     }
-    n = ++st->index;
     st->plan = candidate;
     st->steps.clear();
     st->failure.clear();
     std::string why;
     if (!Launch(rt, candidate, &out, &why)) return absl::UnavailableError(why);
+    n = ++st->index;
     st->active = true;
-    for (RankRt& r : rt->ranks) r.progress.set_state("trial");
+    for (RankRt& r : rt->ranks) {
+      r.progress.set_state("trial");
+      nodes.insert(r.node);
+    }
     Event(rt, v1::PLANNING, "trial",
           absl::StrCat("trial ", n, ": ", label, " (attempt ", rt->attempt, ")"), true);
   }
   Flush(&out);
+  {
+    // A cancel or shutdown between the launch and its sending stopped
+    // nothing on the agents: stop what was just launched.
+    std::lock_guard<std::mutex> l(mu_);
+    if (find() == nullptr) {
+      for (const std::string& node : nodes) {
+        auto it = nodes_.find(node);
+        if (it == nodes_.end() || !it->second.conn) continue;
+        v1::CoordinatorCommand c;
+        c.mutable_stop()->set_job_id(id);
+        c.mutable_stop()->set_grace_seconds(opt_.stop_grace_s);
+        out.emplace_back(it->second.conn, c);
+      }
+    }
+  }
+  Flush(&out);
 
   // Until every rank has ended (a trial runs its few steps and exits), one
-  // failed, the budget ran out, or the job went away.
+  // failed or stalled, the budget ran out, or the job went away.
   bool timed_out = false;
   {
     std::unique_lock<std::mutex> l(mu_);
     while (true) {
       JobRt* rt = find();
       if (rt == nullptr || !st->failure.empty() || all_exited(*rt)) break;
-      if (Clock::now() >= deadline) {
+      const auto t = Clock::now();
+      if (t >= deadline) {
         timed_out = true;
         break;
       }
+      for (size_t r = 0; r < rt->ranks.size() && st->failure.empty(); ++r) {
+        const RankRt& rr = rt->ranks[r];
+        const double idle = std::chrono::duration<double>(t - rr.last_progress).count();
+        if (!rr.exited && idle > opt_.heartbeat_timeout_s) {
+          st->failure = absl::StrCat("rank ", r, " on node ", rr.node, " made no progress for ",
+                                     static_cast<int>(idle), " s (no heartbeat or step; timeout ",
+                                     opt_.heartbeat_timeout_s, " s)");
+        }
+      }
+      if (!st->failure.empty()) break;
       trial_cv_.wait_for(l, std::chrono::milliseconds(100));
     }
     JobRt* rt = find();
@@ -1643,6 +1708,7 @@ std::string Scheduler::IngestSample(const v1::MetricSample& s, const std::string
   if (s.has_step()) {
     const v1::StepMetrics& m = s.step();
     if (m.rank() < 0 || m.rank() >= static_cast<int>(rt->ranks.size())) return job;
+    if (m.attempt() != rt->attempt) return job;  // late, of an earlier attempt or trial
     RankRt& rr = rt->ranks[m.rank()];
     rr.last_progress = Clock::now();
     v1::RankProgress& p = rr.progress;

@@ -239,6 +239,9 @@ class Scheduler {
     // by CandidateLabel: the kept one's becomes the plan's prediction.
     std::map<std::string, double> comm_share;
     Clock::time_point wall_deadline;   // spec.tuning.budget_s from the first trial
+    // Node and GPU (-1: none) of each rank, held from the first trial to
+    // the job's launch.
+    std::vector<std::pair<std::string, int>> placement;
   };
   struct JobRt {
     std::string id;
@@ -305,6 +308,11 @@ class Scheduler {
   void Publish(const std::string& id, const v1::WatchJobResponse& u);
   void Finish(JobRt* rt, v1::JobState state, const std::string& message);
   void Schedule(JobRt* rt, Outbox* out);
+  // Where `plan`'s ranks of rt go (node, GPU), or why not yet ("waiting for
+  // capacity: ..."): a named node not connected, or a GPU held by a running
+  // job or by a job timing tuning trials. mu_ held.
+  bool Place(const JobRt* rt, const v1::Plan& plan, std::vector<RankRt>* placed,
+             std::string* why);
   // Launches `plan`'s ranks of rt at rt->attempt (rt->plan for the job
   // itself, a candidate for a trial).
   bool Launch(JobRt* rt, const v1::Plan& plan, Outbox* out, std::string* why);
@@ -312,7 +320,8 @@ class Scheduler {
   // the job is PLANNING).
   static bool TrialRunning(const JobRt& rt) { return rt.trials && rt.trials->active; }
   // Starts the planning thread of a tuning.mode trial job. mu_ held.
-  void StartTrials(JobRt* rt, const std::vector<v1::Topology>& topo);
+  void StartTrials(JobRt* rt, const std::vector<v1::Topology>& topo,
+                   const std::vector<RankRt>& placement);
   // The planning thread: plans with the trials, then hands the plan to the
   // job (or fails it). mu_ NOT held.
   void TrialPlanning(std::string id, v1::JobSpec spec, std::vector<v1::Topology> topo,

@@ -1125,7 +1125,7 @@ v1::GetAssignmentResponse Assignment(v1::RankService::Stub* rank, const std::str
 }
 
 void StreamSteps(v1::RankService::Stub* rank, const std::string& token, const std::string& job,
-                 int ranks, int steps, double step_seconds) {
+                 int attempt, int ranks, int steps, double step_seconds) {
   grpc::ClientContext ctx;
   AddAuth(&ctx, token);
   v1::StreamMetricsResponse resp;
@@ -1139,6 +1139,7 @@ void StreamSteps(v1::RankService::Stub* rank, const std::string& token, const st
       m->set_step(step);
       m->set_total_steps(steps);
       m->set_step_seconds(step_seconds);
+      m->set_attempt(attempt);
       EXPECT_TRUE(w->Write(s));
     }
   }
@@ -1173,13 +1174,13 @@ TEST_F(ServerTest, TrialModeTimesCandidatesOnTheRanksAndKeepsTheFastest) {
     EXPECT_TRUE(a.checkpoint_dir().empty());
     candidates.push_back(a.plan());
     // The second candidate is the fastest.
-    StreamSteps(rank_.get(), server_->token(), id, 2, 6, attempt == 1 ? 0.1 : 0.4);
+    StreamSteps(rank_.get(), server_->token(), id, attempt, 2, 6, attempt == 1 ? 0.1 : 0.4);
     agent.Exit(id, 0, attempt, 0);
     agent.Exit(id, 1, attempt, 0);
   }
   ASSERT_GE(candidates.size(), 2u) << "the planner offered fewer than two candidates";
-  auto j = Get(id);
   ASSERT_TRUE(WaitUntil([&] { return Get(id).job().state() == v1::RUNNING; }));
+  auto j = Get(id);
   ASSERT_EQ(j.plan().trials_size(), static_cast<int>(candidates.size()));
   EXPECT_NE(j.plan().trials(1).note().find("kept (fastest)"), std::string::npos)
       << j.plan().trials(1).note();
@@ -1228,7 +1229,7 @@ TEST_F(ServerTest, AFailedTrialIsLoggedAndSkipped) {
       agent.Exit(id, 1, attempt, 1, 0, "error: cudaMalloc: out of memory");
       continue;  // the trial stops rank 0 (FakeAgent exits it on StopRanks)
     }
-    StreamSteps(rank_.get(), server_->token(), id, 2, 6, 0.2);
+    StreamSteps(rank_.get(), server_->token(), id, attempt, 2, 6, 0.2);
     agent.Exit(id, 0, attempt, 0);
     agent.Exit(id, 1, attempt, 0);
   }
@@ -1255,7 +1256,64 @@ TEST_F(ServerTest, CancelDuringATrialStopsItsRanks) {
   ASSERT_TRUE(coord_->CancelJob(ctx.get(), req, &resp).ok());
   EXPECT_EQ(resp.job().state(), v1::CANCELLED);
   EXPECT_TRUE(WaitUntil([&] { return agent.Stops(id) >= 1; }));
-  std::this_thread::sleep_for(milliseconds(500));
+  // The planning thread gives up: no further trial, no plan, no launch.
+  agent.Exit(id, 0, 0, -1, SIGTERM);
+  agent.Exit(id, 1, 0, -1, SIGTERM);
+  std::this_thread::sleep_for(milliseconds(800));
+  EXPECT_TRUE(agent.Launches(id, 1).empty());
+  auto j = Get(id);
+  EXPECT_EQ(j.job().state(), v1::CANCELLED);
+  for (const auto& e : j.events()) EXPECT_NE(e.kind(), "plan") << e.message();
+  EXPECT_EQ(j.events(j.events_size() - 1).message(), "cancelled by user");
+}
+
+// A coordinator killed during the trials: the job is queued again, the
+// trial's orphaned rank is killed, and the trials start over at a later
+// attempt (never reusing one the agents may still report on; the attempts
+// stay recorded for a second restart).
+TEST_F(ServerTest, RestartKillsOrphanedTrialRanksAndTimesAgain) {
+  std::string id;
+  pid_t child = -1;
+  {
+    auto store = JobStore::Open(dir_ + "/dgca.db");
+    ASSERT_TRUE(store.ok());
+    auto parsed = ParseJobSpec(TrialSpecYaml(2), "job.yaml");
+    ASSERT_TRUE(parsed.ok());
+    auto j = (*store)->CreateJob(parsed->spec, TrialSpecYaml(2));
+    ASSERT_TRUE(j.ok());
+    id = j->id();
+    ASSERT_TRUE((*store)->SetState(id, v1::PLANNING, "trial 2: ...", "trial").ok());
+    child = fork();
+    if (child == 0) {
+      setpgid(0, 0);
+      execl("/bin/sh", "sh", "-c", "sleep 30", id.c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    ASSERT_GT(child, 0);
+    setpgid(child, child);
+    std::this_thread::sleep_for(milliseconds(100));
+    ASSERT_TRUE((*store)->RecordRank({id, 0, 1, "n1", child, child}).ok());
+    ASSERT_TRUE((*store)->RecordRank({id, 1, 1, "n1", 0, 0}).ok());
+  }
+  StartServer();
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+  EXPECT_EQ(Get(id).job().state(), v1::PENDING);
+  {
+    // Its attempts stay recorded (without pids) for a second restart.
+    auto store = JobStore::Open(dir_ + "/dgca.db");
+    ASSERT_TRUE(store.ok());
+    auto rows = (*store)->ListRanks(id);
+    ASSERT_TRUE(rows.ok());
+    ASSERT_EQ(rows->size(), 2u);
+    EXPECT_EQ((*rows)[0].attempt, 1);
+    EXPECT_EQ((*rows)[0].pid, 0);
+  }
+  FakeAgent agent(server_->address(), server_->token(), "n1");
+  ASSERT_TRUE(WaitUntil([&] { return agent.Launches(id, 2).size() == 2; }))
+      << Get(id).job().message();
+  EXPECT_TRUE(agent.Launches(id, 0).empty());
   EXPECT_TRUE(agent.Launches(id, 1).empty());
 }
 

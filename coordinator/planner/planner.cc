@@ -1436,6 +1436,7 @@ void Planner::Trials() {
   if (cands.size() > static_cast<size_t>(kMaxTrials)) cands.resize(kMaxTrials);
   double budget = spec_.tuning().budget_s() > 0 ? spec_.tuning().budget_s() : 120;
   int best = -1;
+  int skipped = 0;
   double best_sps = 0;
   const double samples = static_cast<double>(n) * plan_.micro_batch() * plan_.accumulation();
   for (size_t i = 0; i < cands.size(); ++i) {
@@ -1455,9 +1456,15 @@ void Planner::Trials() {
     t->set_predicted_samples_per_second(c.p.sps);
     if (budget <= 0) {
       t->set_note("skipped: tuning.budget_s used up");
+      ++skipped;
       continue;
     }
     auto r = runner_->TimeStep(cand, budget);
+    if (!r.ok() && absl::IsResourceExhausted(r.status())) {  // the runner's own budget
+      t->set_note(absl::StrCat("skipped: ", r.status().message()));
+      ++skipped;
+      continue;
+    }
     if (!r.ok() || *r <= 0) {
       t->set_note(absl::StrCat("failed: ", r.ok() ? "non-positive time" : r.status().ToString()));
       continue;
@@ -1475,7 +1482,9 @@ void Planner::Trials() {
   }
   (void)samples;
   if (best < 0) {
-    Warn("every tuning trial failed; keeping the model's plan");
+    Warn(skipped == static_cast<int>(cands.size())
+             ? "no tuning trial fitted in tuning.budget_s; keeping the model's plan"
+             : "every tuning trial failed; keeping the model's plan");
     return;
   }
   const Cand& c = cands[best];

@@ -101,7 +101,9 @@ class TrialRunner {
   // Runs a few optimizer steps of `candidate` (ranks, micro_batch,
   // accumulation, bucket_mb, precision, env as in the plan) and returns the
   // measured seconds per optimizer step. `budget_s` is what is left of the
-  // tuning budget; a runner that cannot fit in it returns an error.
+  // tuning budget; a runner that cannot fit in it returns an error
+  // (RESOURCE_EXHAUSTED when it did not start it: the trial is noted
+  // "skipped", not "failed").
   virtual absl::StatusOr<double> TimeStep(const v1::Plan& candidate,
                                           double budget_s) = 0;
 };

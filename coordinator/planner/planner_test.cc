@@ -622,11 +622,15 @@ class FakeRunner : public TrialRunner {
     ++calls;
     last_budget = budget_s;
     if (fail) return absl::UnavailableError("ranks not reachable");
+    if (out_of_budget_after >= 0 && calls > out_of_budget_after) {
+      return absl::ResourceExhaustedError("tuning.budget_s used up before this trial");
+    }
     return 0.2 / 128 * c.micro_batch() * c.accumulation() + c.bucket_mb() * 0.004;
   }
   int calls = 0;
   double last_budget = 0;
   bool fail = false;
+  int out_of_budget_after = -1;  // >= 0: RESOURCE_EXHAUSTED after that many calls
 };
 
 TEST(PlannerTrials, KeepsTheFastestAndLogsEveryTrial) {
@@ -668,6 +672,34 @@ TEST(PlannerTrials, FailingRunnerKeepsTheModelPlan) {
   EXPECT_EQ(plan->accumulation(), model->accumulation());
   ASSERT_GT(plan->trials_size(), 0);
   EXPECT_TRUE(absl::StrContains(plan->trials(0).note(), "ranks not reachable"));
+}
+
+// A runner out of its own budget (RESOURCE_EXHAUSTED) skips the candidate:
+// noted "skipped", not "failed"; with none measured, the model's plan stays
+// and the warning says why.
+TEST(PlannerTrials, RunnerOutOfBudgetSkipsCandidates) {
+  v1::JobSpec spec = Config("wsl2-two-gpus-sys.yaml");
+  spec.mutable_tuning()->set_mode("trial");
+  FakeRunner runner;
+  runner.out_of_budget_after = 1;
+  auto plan = MakePlan(spec, {Fixture("wsl2-2x4090")}, Wsl2Measurements(), &runner);
+  ASSERT_TRUE(plan.ok());
+  ASSERT_GE(plan->trials_size(), 2);
+  EXPECT_GT(plan->trials(0).measured_step_seconds(), 0);
+  EXPECT_TRUE(absl::StrContains(plan->trials(0).note(), "kept"));
+  EXPECT_EQ(plan->trials(1).note(), "skipped: tuning.budget_s used up before this trial");
+
+  FakeRunner none;
+  none.out_of_budget_after = 0;
+  auto model = MakePlan(spec, {Fixture("wsl2-2x4090")}, Wsl2Measurements());
+  auto unmeasured = MakePlan(spec, {Fixture("wsl2-2x4090")}, Wsl2Measurements(), &none);
+  ASSERT_TRUE(unmeasured.ok() && model.ok());
+  EXPECT_EQ(unmeasured->micro_batch(), model->micro_batch());
+  bool warned = false;
+  for (const auto& w : unmeasured->warnings()) {
+    warned |= w == "no tuning trial fitted in tuning.budget_s; keeping the model's plan";
+  }
+  EXPECT_TRUE(warned);
 }
 
 TEST(PlannerTrials, ModelModeNeverCallsTheRunner) {

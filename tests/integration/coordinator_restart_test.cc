@@ -57,8 +57,10 @@ JobView WaitRunning(const CoordinatorProcess& coord, const std::string& job, int
   return v;
 }
 
-// Waits (up to 120 s) for the job to leave RUNNING; its last view.
-JobView WaitEnded(const CoordinatorProcess& coord, const std::string& job) {
+// Waits (up to 120 s) for the job to leave RUNNING; its last view. On a
+// timeout the failure shows the coordinator's log and `more`.
+JobView WaitEnded(const CoordinatorProcess& coord, const std::string& job,
+                  const std::string& more = "") {
   JobView v;
   bool ended = WaitUntil(
       [&] {
@@ -66,7 +68,7 @@ JobView WaitEnded(const CoordinatorProcess& coord, const std::string& job) {
         return v.ok && v.state != "RUNNING";
       },
       120s);
-  EXPECT_TRUE(ended) << v.raw << coord.Log();
+  EXPECT_TRUE(ended) << v.raw << coord.Log() << more;
   return v;
 }
 
@@ -224,7 +226,7 @@ TEST(CoordinatorRestartTest, ExternalAgentKeepsItsRanksThroughARestart) {
 
   coord.Kill9();
   ASSERT_TRUE(coord.Start(address, {"--no-local-agent"}));
-  JobView end = WaitEnded(coord, job);
+  JobView end = WaitEnded(coord, job, ReadFile(dir + "/agent/agent.log"));
   EXPECT_EQ(end.state, "SUCCEEDED") << end.raw << ReadFile(dir + "/agent/agent.log");
   EXPECT_FALSE(HasEvent(end, "restart 1 of")) << end.raw;
   EXPECT_TRUE(HasEvent(end, "coordinator restarted; re-adopting attempt 0 (rank@node:pid 0@n1:" +

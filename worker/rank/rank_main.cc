@@ -230,6 +230,7 @@ class RankObserver : public TrainObserver {
     m->set_gpu_power_watts(g.power_watts);
     m->set_time_unix_ms(NowUnixMs());
     m->set_samples(r.samples);
+    m->set_attempt(a_.attempt);
     sender_->Push(std::move(s), true);
     // The trainer's own step lines arrive through OnLog; nothing printed here.
   }
