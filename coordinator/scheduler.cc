@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -700,19 +701,72 @@ namespace {
 double RelativeError(double predicted, double measured) {
   return measured > 0 ? (predicted - measured) / measured : 0;
 }
+
+// Steady-state rank-steps before the live check: enough for a median that
+// one slow step does not move.
+size_t LiveCheckSamples(int ranks) { return std::max<size_t>(40, 10 * std::max(1, ranks)); }
 }  // namespace
 
-void Scheduler::CheckPlan(JobRt* rt, v1::JobState final_state) {
-  const auto& ss = rt->step_samples;
-  if (ss.size() < kMinStepSamples) return;
-  const int k = std::max(1, rt->plan.accumulation());
+Scheduler::StepMedians Scheduler::MediansOf(const std::vector<StepSample>& samples,
+                                             int accumulation) {
+  const int k = std::max(1, accumulation);
   std::vector<double> step, share, allreduce, compute;
-  for (const StepSample& x : ss) {
+  for (const StepSample& x : samples) {
+    if (x.step_seconds <= 0) continue;
     step.push_back(x.step_seconds);
     share.push_back(x.exposed_seconds / x.step_seconds);
     allreduce.push_back(x.allreduce_seconds);
     compute.push_back(std::max(0.0, x.step_seconds - x.exposed_seconds) / k);
   }
+  return {Median(step), Median(share), Median(allreduce), Median(compute)};
+}
+
+void Scheduler::LiveCheck(JobRt* rt) {
+  rt->live_checked = true;
+  const v1::Plan& p = rt->plan;
+  const StepMedians m = MediansOf(rt->step_samples, p.accumulation());
+  if (m.step <= 0) return;
+  std::string text = absl::StrFormat("live check (median of %d rank-steps): step %.4f s",
+                                     static_cast<int>(rt->step_samples.size()), m.step);
+  const double err = RelativeError(p.predicted_step_seconds(), m.step);
+  if (p.predicted_step_seconds() > 0) {
+    absl::StrAppendFormat(&text, " vs %.4f s predicted (%+.1f%%)", p.predicted_step_seconds(),
+                          100 * err);
+  }
+  absl::StrAppendFormat(&text, "; exposed communication %.1f%% of the step (target %.0f%%",
+                        100 * m.comm_share, 100 * kTargetCommShare);
+  if (p.predicted_step_seconds() > 0) {
+    absl::StrAppendFormat(&text, ", %.1f%% predicted", 100 * p.predicted_comm_share());
+  }
+  text += ")";
+  std::vector<std::string> verdict;
+  if (m.comm_share > kTargetCommShare && m.comm_share < 1) {
+    // Exposed communication E per step is fixed by the gradients; compute C
+    // grows with the samples per step G: E/(E + C G'/G) <= t needs
+    // G' >= G s/(1-s) (1-t)/t, in whole micro-batches on every rank.
+    const int unit = std::max(1, p.ranks()) * std::max(1, p.micro_batch());
+    const double g = static_cast<double>(unit) * std::max(1, p.accumulation());
+    const double need = g * m.comm_share / (1 - m.comm_share) * (1 - kTargetCommShare) /
+                        kTargetCommShare;
+    const int64_t global = static_cast<int64_t>(std::ceil(need / unit - 1e-9)) * unit;
+    verdict.push_back(absl::StrFormat(
+        "above the target: raise train.global_batch to >= %d (now %d) to bring it under %.0f%% "
+        "(accumulation at this global batch moves compute between micro-steps, not the share)",
+        global, static_cast<int64_t>(g), 100 * kTargetCommShare));
+  }
+  if (p.predicted_step_seconds() > 0 && std::fabs(err) > 0.25) {
+    verdict.push_back("the step prediction is off by more than 25%; this job's measurements "
+                      "correct the next plan of the model on these nodes");
+  }
+  text += verdict.empty() ? "; the plan holds" : "; " + absl::StrJoin(verdict, "; ");
+  Event(rt, rt->state, "plan", text, false);
+}
+
+void Scheduler::CheckPlan(JobRt* rt, v1::JobState final_state) {
+  const auto& ss = rt->step_samples;
+  if (ss.size() < kMinStepSamples) return;
+  const int k = std::max(1, rt->plan.accumulation());
+  const StepMedians med = MediansOf(ss, k);
   v1::PlanCheck& c = rt->plan_check;
   c.set_samples(static_cast<int64_t>(ss.size()));
   c.set_micro_batch(rt->plan.micro_batch());
@@ -720,10 +774,10 @@ void Scheduler::CheckPlan(JobRt* rt, v1::JobState final_state) {
   c.set_predicted_step_seconds(rt->plan.predicted_step_seconds());
   c.set_predicted_comm_share(rt->plan.predicted_comm_share());
   c.set_predicted_allreduce_seconds(rt->plan.predicted_allreduce_seconds());
-  c.set_measured_step_seconds(Median(step));
-  c.set_measured_comm_share(Median(share));
-  c.set_measured_allreduce_seconds(Median(allreduce));
-  c.set_measured_compute_seconds(Median(compute));
+  c.set_measured_step_seconds(med.step);
+  c.set_measured_comm_share(med.comm_share);
+  c.set_measured_allreduce_seconds(med.allreduce);
+  c.set_measured_compute_seconds(med.compute);
   std::string text;
   if (c.predicted_step_seconds() > 0) {
     text = absl::StrFormat(
@@ -1318,13 +1372,8 @@ absl::StatusOr<double> Scheduler::RunTrial(const std::string& id,
     rendezvous_.ClearAttemptsBefore(id, rt->attempt);
   }
   absl::StatusOr<double> result;
-  std::vector<double> steps, share, compute;
-  const int k = std::max(1, candidate.accumulation());
-  for (const StepSample& x : st->steps) {
-    steps.push_back(x.step_seconds);
-    share.push_back(x.exposed_seconds / x.step_seconds);
-    compute.push_back(std::max(0.0, x.step_seconds - x.exposed_seconds) / k);
-  }
+  const StepMedians med = MediansOf(st->steps, candidate.accumulation());
+  const int timed = static_cast<int>(st->steps.size());
   if (rt == nullptr || st->cancelled || shutting_down_) {
     return absl::CancelledError("the job is no longer planning");
   } else if (timed_out) {  // before failures: the stop makes the ranks "fail"
@@ -1333,19 +1382,19 @@ absl::StatusOr<double> Scheduler::RunTrial(const std::string& id,
                         std::chrono::duration<double>(Clock::now() - now).count()));
   } else if (!st->failure.empty()) {
     result = absl::AbortedError(st->failure);
-  } else if (steps.empty()) {
+  } else if (timed == 0 || med.step <= 0) {
     result = absl::InternalError("the ranks ended without reporting a timed step");
   } else {
-    result = Median(steps);
-    st->comm_share[label] = Median(share);
+    result = med.step;
+    st->comm_share[label] = med.comm_share;
     // What the trial measured feeds later plans like a finished job's plan
     // check does (the planner's c(m), one point per timed micro-batch).
     StepMeasurement m;
     m.job_id = absl::StrCat(id, "/trial-", n);
     m.key = StepKey(rt->spec, candidate, NodeSetKey(*rt));
     m.micro_batch = candidate.micro_batch();
-    m.compute_seconds = Median(compute);
-    m.samples = static_cast<int64_t>(compute.size());
+    m.compute_seconds = med.compute;
+    m.samples = timed;
     m.time_unix_ms = NowUnixMs();
     m.comm_key = CommKey(NodeSetKey(*rt), candidate);
     if (absl::Status s = store_->AddStepMeasurement(m); !s.ok()) {
@@ -1355,7 +1404,7 @@ absl::StatusOr<double> Scheduler::RunTrial(const std::string& id,
   Event(rt, v1::PLANNING, "trial",
         result.ok()
             ? absl::StrFormat("trial %d: %s: %.4f s per step (median of %d timed rank-steps)", n,
-                              label, *result, static_cast<int>(steps.size()))
+                              label, *result, timed)
             : absl::StrCat("trial ", n, ": ", label, ": ", result.status().message()),
         true);
   return result;
@@ -1739,6 +1788,10 @@ std::string Scheduler::IngestSample(const v1::MetricSample& s, const std::string
         rt->step_samples.size() < kMaxStepSamples) {
       rt->step_samples.push_back(
           {m.step_seconds(), m.exposed_comm_seconds(), m.allreduce_seconds()});
+      if (!rt->live_checked && rt->planned && rt->spec.kind() != "comm_probe" &&
+          rt->step_samples.size() >= LiveCheckSamples(static_cast<int>(rt->ranks.size()))) {
+        LiveCheck(rt);
+      }
     }
     hub_->IngestStep(m, rr.node, rr.local_device);
   } else if (s.has_probe_row()) {

@@ -223,6 +223,13 @@ class Scheduler {
   struct StepSample {
     double step_seconds = 0, exposed_seconds = 0, allreduce_seconds = 0;
   };
+  // Medians over rank-steps: seconds per optimizer step, exposed
+  // communication share, all-reduce seconds, compute per micro-step (the
+  // step less its exposed communication, over `accumulation`).
+  struct StepMedians {
+    double step = 0, comm_share = 0, allreduce = 0, compute = 0;
+  };
+  static StepMedians MediansOf(const std::vector<StepSample>& samples, int accumulation);
   enum class StopAction { kNone, kRestart, kFail, kCancel };
   // tuning.mode trial: the planner's candidates, each timed as a short run
   // of the job on its ranks (attempt = the job's attempt then), from a
@@ -265,6 +272,7 @@ class Scheduler {
     std::map<std::string, double> eval;
     std::vector<StepSample> step_samples;  // steady-state steps, every rank
     v1::PlanCheck plan_check;
+    bool live_checked = false;  // LiveCheck done for this job
     Clock::time_point last_persist;
     Clock::time_point last_snapshot;
     bool dirty = false;
@@ -369,6 +377,13 @@ class Scheduler {
   // Medians of the job's steady-state steps against its plan; stores the
   // compute time for later plans and logs a "plan" event. mu_ held.
   void CheckPlan(JobRt* rt, v1::JobState final_state);
+  // The plan re-checked from live metrics, once, as soon as the job has
+  // LiveCheckSamples steady-state rank-steps: measured step time against
+  // the prediction, exposed communication against kTargetCommShare, and
+  // what would meet the target (the global batch: at a fixed global batch
+  // accumulation moves compute between micro-steps but not the share). An
+  // event "plan" ("live check ..."). mu_ held.
+  void LiveCheck(JobRt* rt);
   std::string CheckpointDir(const std::string& id) const;
 
   SchedulerOptions opt_;

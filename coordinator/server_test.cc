@@ -1125,7 +1125,8 @@ v1::GetAssignmentResponse Assignment(v1::RankService::Stub* rank, const std::str
 }
 
 void StreamSteps(v1::RankService::Stub* rank, const std::string& token, const std::string& job,
-                 int attempt, int ranks, int steps, double step_seconds) {
+                 int attempt, int ranks, int steps, double step_seconds,
+                 double exposed_seconds = 0) {
   grpc::ClientContext ctx;
   AddAuth(&ctx, token);
   v1::StreamMetricsResponse resp;
@@ -1139,6 +1140,7 @@ void StreamSteps(v1::RankService::Stub* rank, const std::string& token, const st
       m->set_step(step);
       m->set_total_steps(steps);
       m->set_step_seconds(step_seconds);
+      m->set_exposed_comm_seconds(exposed_seconds);
       m->set_attempt(attempt);
       EXPECT_TRUE(w->Write(s));
     }
@@ -1265,6 +1267,53 @@ TEST_F(ServerTest, CancelDuringATrialStopsItsRanks) {
   EXPECT_EQ(j.job().state(), v1::CANCELLED);
   for (const auto& e : j.events()) EXPECT_NE(e.kind(), "plan") << e.message();
   EXPECT_EQ(j.events(j.events_size() - 1).message(), "cancelled by user");
+}
+
+// The plan is re-checked from live metrics once enough steady steps are in:
+// exposed communication above the 10% target names the global batch that
+// would meet it (exposed time per step is fixed, compute grows with the
+// samples per step); under it, the plan holds.
+TEST_F(ServerTest, LiveCheckSaysWhatWouldMeetTheCommTarget) {
+  StartServer();
+  FakeAgent agent(server_->address(), server_->token(), "n1");
+  auto live = [&](const std::string& id) {
+    const v1::GetJobResponse j = Get(id);
+    for (const auto& e : j.events()) {
+      if (e.kind() == "plan" && e.message().rfind("live check", 0) == 0) return e.message();
+    }
+    return std::string();
+  };
+  const std::string slow = Submit(Spec(0, 2));
+  ASSERT_TRUE(WaitUntil([&] { return agent.Launches(slow, 0).size() == 2; }));
+  const v1::Plan plan = Get(slow).plan();
+  const int global = 2 * plan.micro_batch() * plan.accumulation();
+  // 20 steps per rank: 36 steady rank-steps, under the 40 needed.
+  StreamSteps(rank_.get(), server_->token(), slow, 0, 2, 20, 0.1, 0.04);
+  EXPECT_EQ(live(slow), "");
+  StreamSteps(rank_.get(), server_->token(), slow, 0, 2, 5, 0.1, 0.04);
+  ASSERT_TRUE(WaitUntil([&] { return !live(slow).empty(); }));
+  const std::string text = live(slow);
+  EXPECT_NE(text.find("step 0.1000 s; exposed communication 40.0% of the step (target 10%)"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("raise train.global_batch to >= " + std::to_string(6 * global) +
+                      " (now " + std::to_string(global) + ")"),
+            std::string::npos)
+      << text;
+  // Once per job.
+  StreamSteps(rank_.get(), server_->token(), slow, 0, 2, 30, 0.1, 0.04);
+  int checks = 0;
+  const v1::GetJobResponse after = Get(slow);
+  for (const auto& e : after.events()) checks += e.message().rfind("live check", 0) == 0;
+  EXPECT_EQ(checks, 1);
+
+  const std::string fine = Submit(Spec(0, 2));
+  ASSERT_TRUE(WaitUntil([&] { return agent.Launches(fine, 0).size() == 2; }));
+  StreamSteps(rank_.get(), server_->token(), fine, 0, 2, 25, 0.1, 0.005);
+  ASSERT_TRUE(WaitUntil([&] { return !live(fine).empty(); }));
+  EXPECT_NE(live(fine).find("exposed communication 5.0% of the step (target 10%); the plan holds"),
+            std::string::npos)
+      << live(fine);
 }
 
 // A coordinator killed during the trials: the job is queued again, the

@@ -49,7 +49,6 @@ namespace {
 
 constexpr double kMiB = 1024.0 * 1024.0;
 constexpr double kGiB = 1024.0 * kMiB;
-constexpr double kTargetCommShare = 0.10;   // DESIGN.md: default 10%
 constexpr double kGpuMemoryTarget = 0.80;   // DESIGN.md: 70-85% of device memory
 constexpr double kMemoryWarnShare = 0.85;   // a predicted peak above this share of the device warns
 constexpr double kCpuMemoryTarget = 0.70;   // host memory is shared with the OS

@@ -110,6 +110,10 @@ class TrialRunner {
 
 inline constexpr int kMaxTrials = 3;
 
+// The planner's target for exposed communication: at most this share of the
+// optimizer step (DESIGN.md "Accumulation", default 10%).
+inline constexpr double kTargetCommShare = 0.10;
+
 // Plans `spec` on `nodes` (at least one). Never fails for a valid spec: facts
 // the topology lacks are reported in Plan.warnings and the decisions' reasons.
 absl::StatusOr<v1::Plan> MakePlan(const v1::JobSpec& spec,
