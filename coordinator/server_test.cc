@@ -805,6 +805,22 @@ TEST_F(ServerTest, LocalAgentRunsRealProcesses) {
   EXPECT_EQ(nodes.nodes(0).name(), "local");
 }
 
+// A stand-in for a rank a killed coordinator left behind: `sleep 30` in its
+// own process group, its command line naming the job (what KillOrphan
+// checks). Returns its pid (the caller reaps it), -1 on failure.
+pid_t SpawnOrphanRank(const std::string& job_id) {
+  pid_t child = fork();
+  if (child == 0) {
+    setpgid(0, 0);
+    execl("/bin/sh", "sh", "-c", "sleep 30", job_id.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  if (child < 0) return -1;
+  setpgid(child, child);
+  std::this_thread::sleep_for(milliseconds(100));  // past the exec
+  return child;
+}
+
 // A job the store holds as RUNNING (as after kill -9) whose ranks cannot be
 // re-adopted (here: no plan stored) is FAILED "coordinator restarted; cannot
 // re-adopt: ..." on start, its recorded orphan rank process is killed, and
@@ -823,16 +839,8 @@ TEST_F(ServerTest, RestartFailsJobsItCannotReadoptAndKillsOrphans) {
     ASSERT_TRUE((*store)->SetState(id, v1::RUNNING, "running 1 ranks").ok());
     auto done = (*store)->CreateJob(spec, "name: done\n");
     ASSERT_TRUE((*store)->SetState(done->id(), v1::SUCCEEDED, "ok").ok());
-    // An orphan whose command line mentions the job id, in its own group.
-    child = fork();
-    if (child == 0) {
-      setpgid(0, 0);
-      execl("/bin/sh", "sh", "-c", "sleep 30", id.c_str(), static_cast<char*>(nullptr));
-      _exit(127);
-    }
+    child = SpawnOrphanRank(id);
     ASSERT_GT(child, 0);
-    setpgid(child, child);
-    std::this_thread::sleep_for(milliseconds(100));
     ASSERT_TRUE((*store)->RecordRank({id, 0, 0, "n1", child, child}).ok());
   }
   StartServer();
@@ -1332,15 +1340,8 @@ TEST_F(ServerTest, RestartKillsOrphanedTrialRanksAndTimesAgain) {
     ASSERT_TRUE(j.ok());
     id = j->id();
     ASSERT_TRUE((*store)->SetState(id, v1::PLANNING, "trial 2: ...", "trial").ok());
-    child = fork();
-    if (child == 0) {
-      setpgid(0, 0);
-      execl("/bin/sh", "sh", "-c", "sleep 30", id.c_str(), static_cast<char*>(nullptr));
-      _exit(127);
-    }
+    child = SpawnOrphanRank(id);
     ASSERT_GT(child, 0);
-    setpgid(child, child);
-    std::this_thread::sleep_for(milliseconds(100));
     ASSERT_TRUE((*store)->RecordRank({id, 0, 1, "n1", child, child}).ok());
     ASSERT_TRUE((*store)->RecordRank({id, 1, 1, "n1", 0, 0}).ok());
   }
