@@ -54,6 +54,12 @@ v1::JobSpec TrialSpec(const v1::JobSpec& spec) {
   return t;
 }
 
+// The GPU (on its node) the plan gives rank r; -1 for CPU ranks.
+int PlannedDevice(const v1::Plan& plan, int r) {
+  if (plan.device() != "cuda" || r >= plan.rank_local_devices_size()) return -1;
+  return plan.rank_local_devices(r);
+}
+
 std::string CandidateLabel(const v1::Plan& p) {
   return absl::StrFormat("micro_batch %d x accumulation %d, bucket %g MB", p.micro_batch(),
                          p.accumulation(), p.bucket_mb());
@@ -260,9 +266,7 @@ absl::Status Scheduler::Recover() {
     for (const StoredRank& r : *ranks) {
       RankRt& rr = rt->ranks[r.rank];
       rr.node = r.node;
-      rr.local_device = rt->plan.device() == "cuda" && r.rank < rt->plan.rank_local_devices_size()
-                            ? rt->plan.rank_local_devices(r.rank)
-                            : -1;
+      rr.local_device = PlannedDevice(rt->plan, r.rank);
       if (r.rank < j.ranks_size()) rr.progress = j.ranks(r.rank);
       rr.progress.set_rank(r.rank);
       rr.progress.set_node(r.node);
@@ -1021,18 +1025,7 @@ void Scheduler::Tick() {
         if (all_exited || now >= rt->stop_deadline) CompleteStop(rt, &out);
         continue;
       }
-      for (size_t r = 0; r < rt->ranks.size(); ++r) {
-        RankRt& rr = rt->ranks[r];
-        double idle = std::chrono::duration<double>(now - rr.last_progress).count();
-        if (!rr.exited && idle > opt_.heartbeat_timeout_s) {
-          RankFailed(rt, static_cast<int>(r),
-                     absl::StrCat("rank ", r, " on node ", rr.node, " made no progress for ",
-                                  static_cast<int>(idle), " s (no heartbeat or step; timeout ",
-                                  opt_.heartbeat_timeout_s, " s)"),
-                     &out);
-          break;
-        }
-      }
+      if (std::string stall = StallOf(*rt, now); !stall.empty()) RankFailed(rt, -1, stall, &out);
       it = jobs_.find(id);
       if (it == jobs_.end()) continue;
       rt = it->second.get();
@@ -1137,8 +1130,7 @@ bool Scheduler::Place(const JobRt* rt, const v1::Plan& plan, std::vector<RankRt>
   }
   for (int r = 0; r < world; ++r) {
     std::string node = r < plan.rank_nodes_size() && !plan.rank_nodes(r).empty() ? plan.rank_nodes(r) : first;
-    int dev = r < plan.rank_local_devices_size() ? plan.rank_local_devices(r) : -1;
-    if (plan.device() != "cuda") dev = -1;
+    const int dev = PlannedDevice(plan, r);
     auto it = nodes_.find(node);
     if (it == nodes_.end() || !it->second.conn) {
       *why = absl::StrCat("waiting for capacity: node ", node, " (rank ", r, ") is not connected");
@@ -1313,16 +1305,7 @@ absl::StatusOr<double> Scheduler::RunTrial(const std::string& id,
     // A cancel or shutdown between the launch and its sending stopped
     // nothing on the agents: stop what was just launched.
     std::lock_guard<std::mutex> l(mu_);
-    if (find() == nullptr) {
-      for (const std::string& node : nodes) {
-        auto it = nodes_.find(node);
-        if (it == nodes_.end() || !it->second.conn) continue;
-        v1::CoordinatorCommand c;
-        c.mutable_stop()->set_job_id(id);
-        c.mutable_stop()->set_grace_seconds(opt_.stop_grace_s);
-        out.emplace_back(it->second.conn, c);
-      }
-    }
+    if (find() == nullptr) QueueStopOn(id, nodes, &out);
   }
   Flush(&out);
 
@@ -1339,15 +1322,7 @@ absl::StatusOr<double> Scheduler::RunTrial(const std::string& id,
         timed_out = true;
         break;
       }
-      for (size_t r = 0; r < rt->ranks.size() && st->failure.empty(); ++r) {
-        const RankRt& rr = rt->ranks[r];
-        const double idle = std::chrono::duration<double>(t - rr.last_progress).count();
-        if (!rr.exited && idle > opt_.heartbeat_timeout_s) {
-          st->failure = absl::StrCat("rank ", r, " on node ", rr.node, " made no progress for ",
-                                     static_cast<int>(idle), " s (no heartbeat or step; timeout ",
-                                     opt_.heartbeat_timeout_s, " s)");
-        }
-      }
+      st->failure = StallOf(*rt, t);
       if (!st->failure.empty()) break;
       trial_cv_.wait_for(l, std::chrono::milliseconds(100));
     }
@@ -1415,15 +1390,33 @@ std::set<std::string> Scheduler::QueueStop(const JobRt& rt, bool live_only, Outb
   for (const auto& r : rt.ranks) {
     if (!live_only || !r.exited) nodes.insert(r.node);
   }
+  QueueStopOn(rt.id, nodes, out);
+  return nodes;
+}
+
+void Scheduler::QueueStopOn(const std::string& job_id, const std::set<std::string>& nodes,
+                            Outbox* out) {
   for (const auto& n : nodes) {
     auto it = nodes_.find(n);
     if (it == nodes_.end() || !it->second.conn) continue;
     v1::CoordinatorCommand c;
-    c.mutable_stop()->set_job_id(rt.id);
+    c.mutable_stop()->set_job_id(job_id);
     c.mutable_stop()->set_grace_seconds(opt_.stop_grace_s);
     out->emplace_back(it->second.conn, c);
   }
-  return nodes;
+}
+
+std::string Scheduler::StallOf(const JobRt& rt, Clock::time_point now) const {
+  for (size_t r = 0; r < rt.ranks.size(); ++r) {
+    const RankRt& rr = rt.ranks[r];
+    const double idle = std::chrono::duration<double>(now - rr.last_progress).count();
+    if (!rr.exited && idle > opt_.heartbeat_timeout_s) {
+      return absl::StrCat("rank ", r, " on node ", rr.node, " made no progress for ",
+                          static_cast<int>(idle), " s (no heartbeat or step; timeout ",
+                          opt_.heartbeat_timeout_s, " s)");
+    }
+  }
+  return "";
 }
 
 void Scheduler::BeginStop(JobRt* rt, StopAction action, const std::string& message, Outbox* out) {
@@ -1523,16 +1516,13 @@ absl::Status Scheduler::AgentRegistered(const v1::RegisterAgent& reg, const std:
     for (const auto& r : reg.running()) {
       auto it = jobs_.find(r.job_id());
       if (it == jobs_.end() || it->second->attempt != r.attempt() ||
-          (it->second->state != v1::RUNNING && !TrialRunning(*it->second)) ||
+          !RanksWelcome(*it->second) ||
           it->second->stop != StopAction::kNone) {
         stop_jobs.insert(r.job_id());
       }
     }
     for (const auto& j : stop_jobs) {
-      v1::CoordinatorCommand c;
-      c.mutable_stop()->set_job_id(j);
-      c.mutable_stop()->set_grace_seconds(opt_.stop_grace_s);
-      out.emplace_back(conn, c);
+      QueueStopOn(j, {reg.node()}, &out);  // n.conn is this stream now
       spdlog::warn("node {} still runs ranks of job {}, which is not running here or is being "
                    "stopped; stopping them", reg.node(), j);
     }
@@ -1579,40 +1569,16 @@ void Scheduler::RankExited(const std::string& node, const v1::RankExited& e) {
     auto it = jobs_.find(e.job_id());
     if (it == jobs_.end()) return;
     JobRt* rt = it->second.get();
-    if ((rt->state != v1::RUNNING && !TrialRunning(*rt)) || e.attempt() != rt->attempt ||
+    if (!RanksWelcome(*rt) || e.attempt() != rt->attempt ||
         e.rank() < 0 || e.rank() >= static_cast<int>(rt->ranks.size())) {
       return;
     }
     RankRt& rr = rt->ranks[e.rank()];
     if (rr.exited) return;
-    if (TrialRunning(*rt)) {
-      // A trial's rank: its end is the trial's business (RunTrial).
-      rr.exited = true;
-      const bool clean = e.exit_code() == 0 && e.signal() == 0 && !e.status_unknown();
-      rr.progress.set_exit_code(e.exit_code());
-      rr.progress.set_state(clean ? "exited" : "failed");
-      if (!clean && rt->trials->failure.empty()) {
-        rt->trials->failure =
-            e.signal() != 0
-                ? absl::StrCat("rank ", e.rank(), " on node ", node, " was killed by signal ",
-                               SignalName(e.signal()))
-                : absl::StrCat("rank ", e.rank(), " on node ", node, " exited with code ",
-                               e.exit_code());
-        if (!e.message().empty()) {
-          absl::StrAppend(&rt->trials->failure, "; last output:\n",
-                          e.message().substr(0, 2000));
-        }
-      }
-      trial_cv_.notify_all();
-      return;
-    }
     rr.exited = true;
-    bool clean = e.exit_code() == 0 && e.signal() == 0 && !e.status_unknown();
+    const bool clean = e.exit_code() == 0 && e.signal() == 0 && !e.status_unknown();
     rr.progress.set_exit_code(e.exit_code());
     rr.progress.set_state(clean ? "exited" : "failed");
-    // Stored at once, before what it leads to: a coordinator restarted from
-    // here on neither waits for this rank again nor reports its end twice.
-    Persist(rt);
     const std::string how =
         e.status_unknown()
             ? absl::StrCat("rank ", e.rank(), " on node ", node,
@@ -1622,6 +1588,21 @@ void Scheduler::RankExited(const std::string& node, const v1::RankExited& e) {
                                          " was killed by signal ", SignalName(e.signal()))
                           : absl::StrCat("rank ", e.rank(), " on node ", node,
                                          " exited with code ", e.exit_code());
+    // `how` and the agent's last lines of the rank's log.
+    auto with_output = [&](size_t limit) {
+      return e.message().empty()
+                 ? how
+                 : absl::StrCat(how, "; last output:\n", e.message().substr(0, limit));
+    };
+    if (TrialRunning(*rt)) {
+      // A trial's rank: its end is the trial's business (RunTrial).
+      if (!clean && rt->trials->failure.empty()) rt->trials->failure = with_output(2000);
+      trial_cv_.notify_all();
+      return;
+    }
+    // Stored at once, before what it leads to: a coordinator restarted from
+    // here on neither waits for this rank again nor reports its end twice.
+    Persist(rt);
     if (rt->stop != StopAction::kNone) {
       // SIGTERM, or SIGKILL after the grace, is our own StopRanks at work
       // (an adopted rank's unknown end is taken for SIGKILL: a rank stopped
@@ -1635,11 +1616,7 @@ void Scheduler::RankExited(const std::string& node, const v1::RankExited& e) {
       }
       wake_ = true;
     } else if (!clean) {
-      std::string reason = how;
-      if (!e.message().empty()) {
-        absl::StrAppend(&reason, "; last output:\n", e.message().substr(0, 4000));
-      }
-      RankFailed(rt, e.rank(), reason, &out);
+      RankFailed(rt, e.rank(), with_output(4000), &out);
     } else if (std::all_of(rt->ranks.begin(), rt->ranks.end(),
                            [](const RankRt& r) { return r.exited; })) {
       Finish(rt, v1::SUCCEEDED, absl::StrCat("all ", rt->ranks.size(), " ranks exited 0"));
@@ -1672,7 +1649,7 @@ absl::StatusOr<v1::GetAssignmentResponse> Scheduler::GetAssignment(
   }
   JobRt* rt = it->second.get();
   const bool trial = TrialRunning(*rt);
-  if ((rt->state != v1::RUNNING && !trial) || rt->stop != StopAction::kNone) {
+  if (!RanksWelcome(*rt) || rt->stop != StopAction::kNone) {
     return absl::FailedPreconditionError(absl::StrCat("job ", rt->id, " is ",
                                                       v1::JobState_Name(rt->state),
                                                       rt->stop != StopAction::kNone ? " and stopping" : ""));
@@ -1723,7 +1700,7 @@ v1::RankHeartbeatResponse Scheduler::RankHeartbeat(const v1::RankHeartbeatReques
     return resp;
   }
   JobRt* rt = it->second.get();
-  if ((rt->state != v1::RUNNING && !TrialRunning(*rt)) || rt->stop != StopAction::kNone) {
+  if (!RanksWelcome(*rt) || rt->stop != StopAction::kNone) {
     resp.set_stop(true);
     resp.set_reason(rt->stop != StopAction::kNone ? rt->stop_message : rt->message);
     return resp;

@@ -327,6 +327,11 @@ class Scheduler {
   // True while a trial of rt runs its ranks (they are then welcome though
   // the job is PLANNING).
   static bool TrialRunning(const JobRt& rt) { return rt.trials && rt.trials->active; }
+  // True while rt's ranks may call in (assignment, heartbeats, exits): the
+  // job runs, or one of its tuning trials does.
+  static bool RanksWelcome(const JobRt& rt) {
+    return rt.state == v1::RUNNING || TrialRunning(rt);
+  }
   // Starts the planning thread of a tuning.mode trial job. mu_ held.
   void StartTrials(JobRt* rt, const std::vector<v1::Topology>& topo,
                    const std::vector<RankRt>& placement);
@@ -348,6 +353,12 @@ class Scheduler {
   // Queues a stop of rt to each connected node that holds one of its ranks
   // (live_only: a rank that has not exited); returns those nodes.
   std::set<std::string> QueueStop(const JobRt& rt, bool live_only, Outbox* out);
+  // Queues StopRanks for job `job_id` to each of `nodes` that is connected.
+  void QueueStopOn(const std::string& job_id, const std::set<std::string>& nodes, Outbox* out);
+  // "rank R on node N made no progress for T s ..." for the first rank of rt
+  // that has not exited and was last heard from more than
+  // heartbeat_timeout_s before `now`; "" when none. mu_ held.
+  std::string StallOf(const JobRt& rt, Clock::time_point now) const;
   void CompleteStop(JobRt* rt, Outbox* out);
   void RankFailed(JobRt* rt, int rank, const std::string& reason, Outbox* out);
   v1::Job Snapshot(const JobRt& rt);

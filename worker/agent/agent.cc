@@ -77,6 +77,15 @@ bool SafeName(const std::string& s) {
   return true;
 }
 
+// Appends `line` to the rank log at `path` (which the launch created; a
+// missing one is left missing).
+void AppendToLog(const std::string& path, const std::string& line) {
+  int fd = open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+  if (fd < 0) return;
+  (void)!write(fd, line.data(), line.size());
+  close(fd);
+}
+
 // Last `n` lines of the file (reads at most the last 64 KiB).
 std::string TailLines(const std::string& path, int n) {
   int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -173,8 +182,13 @@ class Agent::Impl {
   // Appends the agent's line to the rank's log.
   v1::RankExited ExitReport(const Child& c, std::optional<int> wait_status);
   void StopJob(const std::string& job_id, double grace_s);
-  // Sends on the open stream, or queues exits for the next connection.
+  // Sends on the open stream; false when there is none or it broke.
   bool Send(const v1::AgentMessage& m);
+  // Adds an exit report to recent_exits_ (bounded). mu_ held.
+  void RememberExit(const v1::RankExited& e) {
+    recent_exits_.push_back(e);
+    while (recent_exits_.size() > kRecentExits) recent_exits_.pop_front();
+  }
   void ReportExit(const v1::RankExited& e);
   bool SleepFor(double seconds);  // false when stopping
 
@@ -332,8 +346,7 @@ void Agent::Impl::ReportExit(const v1::RankExited& e) {
   std::lock_guard<std::mutex> l(stream_mu_);
   {
     std::lock_guard<std::mutex> l2(mu_);
-    recent_exits_.push_back(e);
-    while (recent_exits_.size() > kRecentExits) recent_exits_.pop_front();
+    RememberExit(e);
   }
   // A failed write is not retried here: the next registration sends it.
   if (stream_ != nullptr && connected_.load()) stream_->Write(m);
@@ -530,9 +543,6 @@ void Agent::Impl::Launch(const v1::LaunchRank& l) {
   env["DGCA_LOCAL_DEVICE"] = absl::StrCat(l.local_device());
   env["DGCA_WORLD_SIZE"] = absl::StrCat(l.world_size());
   env["DGCA_NODE"] = node_;
-  // What a later agent adopts the rank by (rank_process.h); set after the
-  // command's entries below so a LaunchRank cannot forge them.
-  const std::string rank_id = RankIdEntry(l.job_id(), l.rank(), l.attempt());
   const std::string exit_file = ExitRecordPath(log_dir, l.rank());
   unlink(exit_file.c_str());  // a record of an earlier attempt
   std::string refused;
@@ -543,7 +553,9 @@ void Agent::Impl::Launch(const v1::LaunchRank& l) {
       absl::StrAppend(&refused, refused.empty() ? "" : ", ", k);
     }
   }
-  env["DGCA_RANK_ID"] = rank_id.substr(rank_id.find('=') + 1);
+  // What a later agent adopts the rank by (rank_process.h); set after the
+  // command's entries so a LaunchRank cannot forge them.
+  env["DGCA_RANK_ID"] = RankId(l.job_id(), l.rank(), l.attempt());
   env["DGCA_EXIT_FILE"] = exit_file;
   std::string header = absl::StrCat("[agent ", node_, "] launching job ", l.job_id(), " rank ",
                                     l.rank(), " attempt ", l.attempt(), "\n");
@@ -678,13 +690,9 @@ void Agent::Impl::Adopt(const v1::RunningRank& r) {
   if (ours && children_.count(c.pid) == 0) {
     c.start_time = *start;
     children_[c.pid] = c;
-    std::string line = absl::StrCat("[agent ", node_, "] adopted rank ", c.rank, " (pid ", c.pid,
-                                    ", attempt ", c.attempt, ") after a coordinator restart\n");
-    int fd = open(c.log_path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
-    if (fd >= 0) {
-      (void)!write(fd, line.data(), line.size());
-      close(fd);
-    }
+    AppendToLog(c.log_path, absl::StrCat("[agent ", node_, "] adopted rank ", c.rank, " (pid ",
+                                         c.pid, ", attempt ", c.attempt,
+                                         ") after a coordinator restart\n"));
     spdlog::info("agent {}: adopted job {} rank {} attempt {} (pid {})", node_, c.job_id, c.rank,
                  c.attempt, c.pid);
     return;
@@ -694,7 +702,7 @@ void Agent::Impl::Adopt(const v1::RunningRank& r) {
   v1::RankExited e = ExitReport(c, std::nullopt);
   spdlog::info("agent {}: job {} rank {} attempt {} (pid {}) ended before it could be adopted",
                node_, c.job_id, c.rank, c.attempt, c.pid);
-  recent_exits_.push_back(e);
+  RememberExit(e);
 }
 
 v1::RankExited Agent::Impl::ExitReport(const Child& c, std::optional<int> wait_status) {
@@ -727,13 +735,8 @@ v1::RankExited Agent::Impl::ExitReport(const Child& c, std::optional<int> wait_s
             "crashed)";
     }
   }
-  std::string line = absl::StrCat("[agent ", node_, "] rank ", c.rank, " (pid ", c.pid, ") ", how,
-                                  c.stopping ? " after a stop request" : "", "\n");
-  int fd = open(c.log_path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
-  if (fd >= 0) {
-    (void)!write(fd, line.data(), line.size());
-    close(fd);
-  }
+  AppendToLog(c.log_path, absl::StrCat("[agent ", node_, "] rank ", c.rank, " (pid ", c.pid,
+                                       ") ", how, c.stopping ? " after a stop request" : "", "\n"));
   if (e.exit_code() != 0 || e.signal() != 0) e.set_message(TailLines(c.log_path, 20));
   spdlog::info("agent {}: job {} rank {} {}", node_, c.job_id, c.rank, how);
   return e;

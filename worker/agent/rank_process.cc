@@ -35,8 +35,12 @@ std::optional<std::string> ReadWhole(const std::string& path, size_t limit) {
 
 }  // namespace
 
+std::string RankId(const std::string& job_id, int rank, int attempt) {
+  return absl::StrCat(job_id, "/", rank, "/", attempt);
+}
+
 std::string RankIdEntry(const std::string& job_id, int rank, int attempt) {
-  return absl::StrCat("DGCA_RANK_ID=", job_id, "/", rank, "/", attempt);
+  return "DGCA_RANK_ID=" + RankId(job_id, rank, attempt);
 }
 
 std::string ExitRecordPath(const std::string& log_dir, int rank) {

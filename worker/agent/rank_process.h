@@ -30,7 +30,9 @@
 
 namespace dgca {
 
-// The environment entry that names a rank process: "DGCA_RANK_ID=J/R/A".
+// What names a rank process: "J/R/A", the value of its DGCA_RANK_ID; and
+// the environment entry itself, "DGCA_RANK_ID=J/R/A".
+std::string RankId(const std::string& job_id, int rank, int attempt);
 std::string RankIdEntry(const std::string& job_id, int rank, int attempt);
 
 // Where a rank's exit record goes: LOG_DIR/rank-R.exit.

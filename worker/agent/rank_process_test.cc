@@ -41,6 +41,7 @@ TEST(ExitRecord, RoundTripsForItsAttemptOnly) {
 }
 
 TEST(RankIdEntry, NamesJobRankAndAttempt) {
+  EXPECT_EQ(RankId("j-000001-abcd", 2, 7), "j-000001-abcd/2/7");
   EXPECT_EQ(RankIdEntry("j-000001-abcd", 2, 7), "DGCA_RANK_ID=j-000001-abcd/2/7");
 }
 
