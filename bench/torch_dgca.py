@@ -26,15 +26,17 @@ PRESETS = {
 PAD, UNK, CLS, SEP, MASK = 0, 100, 101, 102, 103
 
 
-def bert_config(s, vocab_size, max_position=512, type_vocab=2):
+def bert_config(s, vocab_size, max_position=512, type_vocab=2, dropout=0.0):
     """transformers' BertConfig for a PRESETS entry: post-LN, exact erf GELU,
-    no dropout, LayerNorm eps 1e-12 (model/nn/bert.cc). The attention is
+    dropout `dropout` on hidden states and attention probabilities (0 by
+    default, for exact comparisons; dgca's masks are its own hash, so with
+    dropout only speed compares), LayerNorm eps 1e-12 (model/nn/bert.cc). The attention is
     transformers' default for BERT (SDPA in current versions: PyTorch's
     fused attention kernels, the fastest peer a user gets)."""
     cfg = BertConfig(vocab_size=vocab_size, hidden_size=s["hidden"], num_hidden_layers=s["layers"],
                      num_attention_heads=s["heads"], intermediate_size=s["ffn"],
-                     hidden_act="gelu", hidden_dropout_prob=0.0,
-                     attention_probs_dropout_prob=0.0, max_position_embeddings=max_position,
+                     hidden_act="gelu", hidden_dropout_prob=dropout,
+                     attention_probs_dropout_prob=dropout, max_position_embeddings=max_position,
                      type_vocab_size=type_vocab, layer_norm_eps=1e-12)
     return cfg
 
@@ -90,11 +92,11 @@ class DgcaRelm(nn.Module):
 
     def __init__(self, preset="small", vocab_size=21128, prompt_length=3, top_k=8,
                  detector=True, candidate=True, fusion=True, max_position=512,
-                 lambda_detector=1.0, lambda_candidate=1.0):
+                 lambda_detector=1.0, lambda_candidate=1.0, dropout=0.0):
         super().__init__()
         s = PRESETS[preset] if isinstance(preset, str) else preset
         H = s["hidden"]
-        cfg = bert_config(s, vocab_size, max_position)
+        cfg = bert_config(s, vocab_size, max_position, dropout=dropout)
         self.bert = BertForMaskedLM(cfg)
         self.H, self.P, self.K = H, prompt_length, top_k
         self.prompt = PromptEncoder(prompt_length, H)

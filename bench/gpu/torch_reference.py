@@ -42,7 +42,7 @@ def sync(device):
 
 def train(args, device):
     torch.manual_seed(args.seed)
-    model = DgcaRelm(args.preset, prompt_length=args.prompt_length, top_k=args.top_k).to(device)
+    model = DgcaRelm(args.preset, prompt_length=args.prompt_length, top_k=args.top_k, dropout=args.dropout).to(device)
     model.train()
     opt_kwargs = dict(lr=args.lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01)
     if device.type == "cuda":
@@ -95,7 +95,7 @@ def train(args, device):
     fps = flops_per_sample(args.preset, args.seq)
     tflops = fps * sps / 1e12
     out = dict(
-        impl="pytorch", mode=args.mode, amp="bf16", preset=args.preset, seq=args.seq, batch=args.batch,
+        impl="pytorch", mode=args.mode, amp="bf16", dropout=args.dropout, preset=args.preset, seq=args.seq, batch=args.batch,
         micro_batch=micro, steps=args.steps, warmup=args.warmup,
         samples_per_second=sps, step_seconds_median=med, step_seconds=times,
         warmup_seconds=warmup_s,
@@ -294,6 +294,8 @@ def main():
     p.add_argument("--top-k", type=int, default=8)
     p.add_argument("--lr", type=float, default=5e-5)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--dropout", type=float, default=0.0,
+                   help="hidden and attention-probability dropout (HF BERT's default is 0.1)")
     p.add_argument("--device", default="cuda")
     p.add_argument("--peak-tflops", type=float, default=989.0, help="dense bf16 peak for MFU (H100 SXM: 989)")
     args = p.parse_args()

@@ -169,6 +169,9 @@ def main():
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--clip", type=float, default=0.0, help="global grad-norm clip (0 = off)")
+    ap.add_argument("--dropout", type=float, default=0.1,
+                    help="hidden and attention dropout (0.1: a job spec's default, model.dropout; "
+                         "the runs in README.md predate it and had 0)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
@@ -187,7 +190,7 @@ def main():
             conf[vocab[k]] = ids
     train = encode(read_pairs(a.train), vocab, nmax)
     test = encode(read_pairs(a.eval), vocab, nmax)
-    model = DgcaRelm(a.preset, vocab_size=V)
+    model = DgcaRelm(a.preset, vocab_size=V, dropout=a.dropout)
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=0.0, eps=1e-8)
 
     def lr_at(step):

@@ -41,6 +41,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "coordinator/spec/spec.h"
 #include "model/core/config.h"
 #include "model/core/memory_model.h"
 
@@ -359,6 +360,11 @@ void Planner::Model() {
     cfg_.fusion = ms.heads_spec().fusion() == "none" ? FusionKind::kNone
                                                       : FusionKind::kGated;
   }
+  // As the ranks will train (worker/rank/train_config.cc), so a memory
+  // model that counts dropout's scratch sees it.
+  const SpecDropout dropout = DropoutOf(ms);
+  cfg_.hidden_dropout = static_cast<float>(dropout.hidden);
+  cfg_.attention_dropout = static_cast<float>(dropout.attention);
   params_ = CountParameters(cfg_);
   seq_len_ = spec_.data().max_seq_len() > 0 ? spec_.data().max_seq_len() : 128;
   in_.grad_bytes = 4.0 * params_;

@@ -182,9 +182,10 @@ class Parser {
     *out = static_cast<T>(v);
   }
 
-  // Finite number in [lo, hi] (hi may be infinity); `lo_open`: must be > lo.
+  // Finite number in [lo, hi] (hi may be infinity); `lo_open`: must be > lo;
+  // `hi_open`: must be < hi.
   void Num(const YAML::Node& n, const std::string& field, double lo, double hi,
-           bool lo_open, bool auto_ok, double* out) {
+           bool lo_open, bool auto_ok, double* out, bool hi_open = false) {
     const char* want = auto_ok ? "a number or 'auto'" : "a number";
     if (auto_ok && IsAuto(n)) { *out = 0; return; }
     if (!n.IsScalar()) {
@@ -207,8 +208,10 @@ class Parser {
       return;
     }
     bool bad = lo_open ? !(d > lo) : !(d >= lo);
-    if (bad || d > hi) {
+    if (bad || (hi_open ? !(d < hi) : d > hi)) {
       std::string range = std::isinf(hi) ? absl::StrCat("must be ", lo_open ? "> " : ">= ", lo)
+                          : hi_open      ? absl::StrCat("must be ", lo_open ? "> " : ">= ", lo,
+                                                        " and < ", hi)
                                          : absl::StrCat("must be between ", lo, " and ", hi);
       if (auto_ok) absl::StrAppend(&range, " (or 'auto')");
       Problem(n, field, absl::StrCat(range, ", got ", Quote(n.Scalar())));
@@ -353,6 +356,19 @@ void Parser::ParseTop(const YAML::Node& root, v1::JobSpec* spec) {
               int32_t l = ps->length(); Int(x, q, 0, 64, false, &l); ps->set_length(l); }},
            {"encoder", [&](const YAML::Node& x, const std::string& q) {
               Enum(x, q, {"lstm", "mlp", "none"}, ps->mutable_encoder()); }},
+         });
+       }},
+      {"dropout", [&](const YAML::Node& v, const std::string& p) {
+         // Probabilities in [0, 1) (HF hidden_dropout_prob and
+         // attention_probs_dropout_prob); 0 turns one off.
+         v1::DropoutSpec* ds = model->mutable_dropout();
+         Map(v, p, {
+           {"hidden", [&](const YAML::Node& x, const std::string& q) {
+              double r = ds->hidden(); Num(x, q, 0, 1, false, false, &r, /*hi_open=*/true);
+              ds->set_hidden(r); }},
+           {"attention", [&](const YAML::Node& x, const std::string& q) {
+              double r = ds->attention(); Num(x, q, 0, 1, false, false, &r, /*hi_open=*/true);
+              ds->set_attention(r); }},
          });
        }},
     });
@@ -647,6 +663,13 @@ size_t FirstInvalidUtf8(const std::string& s) {
 
 }  // namespace
 
+SpecDropout DropoutOf(const v1::ModelSpec& model) {
+  SpecDropout d;
+  if (model.dropout().has_hidden()) d.hidden = model.dropout().hidden();
+  if (model.dropout().has_attention()) d.attention = model.dropout().attention();
+  return d;
+}
+
 v1::JobSpec DefaultJobSpec() {
   v1::JobSpec s;
   s.set_name("job");
@@ -658,6 +681,8 @@ v1::JobSpec DefaultJobSpec() {
   m->mutable_heads_spec()->mutable_candidate()->set_top_k(8);
   m->mutable_heads_spec()->mutable_candidate()->set_enabled(true);
   m->mutable_heads_spec()->set_fusion("gated");
+  m->mutable_dropout()->set_hidden(kDefaultDropout);
+  m->mutable_dropout()->set_attention(kDefaultDropout);
   v1::DataSpec* d = s.mutable_data();
   d->set_max_seq_len(128);
   d->mutable_mft()->set_mode("noerror");

@@ -24,6 +24,7 @@
 //    turns detector, candidate and fusion off (plain ReLM); nullable paths
 //    (model.vocab, model.init_from, heads.candidate.confusion) accept null/~.
 //    comm.env keys must match NCCL_*, CUDA_* or OMP_* (A-Z, 0-9, _).
+//    model.dropout.hidden/attention are numbers in [0, 1) (1 is an error).
 //  - Inputs larger than kMaxSpecBytes, with a NUL byte or with invalid UTF-8
 //    are rejected with one problem (UTF-8: at the offending line:column).
 //    Callers that send a spec over gRPC should parse it locally first: a
@@ -44,6 +45,21 @@
 namespace dgca {
 
 inline constexpr size_t kMaxSpecBytes = 1 << 20;
+
+// model.dropout.hidden and model.dropout.attention when the spec leaves them
+// out: HF BertConfig's hidden_dropout_prob and attention_probs_dropout_prob.
+// (ModelConfig's own default, and dgca-train's, is 0, so exact comparisons
+// stay free of masks.)
+inline constexpr double kDefaultDropout = 0.1;
+
+// A model spec's dropout probabilities, each unset field (a JobSpec built in
+// code, or stored before model.dropout existed) at kDefaultDropout. Not
+// range-checked: ParseJobSpec does that.
+struct SpecDropout {
+  double hidden = kDefaultDropout;
+  double attention = kDefaultDropout;
+};
+SpecDropout DropoutOf(const v1::ModelSpec& model);
 
 struct SpecParseResult {
   v1::JobSpec spec;

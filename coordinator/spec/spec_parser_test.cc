@@ -16,6 +16,7 @@ model:
   init_from: null
   prompt: {length: 3, encoder: lstm}
   heads: {detector: true, candidate: {top_k: 8, confusion: path}, fusion: gated}
+  dropout: {hidden: 0.1, attention: 0.05}
 data:
   train: path/train.txt
   eval: path/test.txt
@@ -66,6 +67,8 @@ TEST(SpecParser, FullExampleParses) {
   EXPECT_EQ(r.spec.model().heads_spec().candidate().top_k(), 8);
   EXPECT_EQ(r.spec.model().heads_spec().candidate().confusion(), "path");
   EXPECT_TRUE(r.spec.model().heads_spec().candidate().enabled());
+  EXPECT_DOUBLE_EQ(r.spec.model().dropout().hidden(), 0.1);
+  EXPECT_DOUBLE_EQ(r.spec.model().dropout().attention(), 0.05);
   EXPECT_EQ(r.spec.data().loader().threads(), 0);
   EXPECT_DOUBLE_EQ(r.spec.data().mft().rate(), 0.3);
   EXPECT_DOUBLE_EQ(r.spec.train().optimizer().lr(), 5.0e-5);
@@ -92,6 +95,10 @@ TEST(SpecParser, MinimalSpecGetsEveryDefault) {
   EXPECT_EQ(r.spec.model().prompt().length(), 3);
   EXPECT_EQ(r.spec.model().prompt().encoder(), "lstm");
   EXPECT_EQ(r.spec.model().heads_spec().fusion(), "gated");
+  EXPECT_TRUE(r.spec.model().dropout().has_hidden());
+  EXPECT_DOUBLE_EQ(r.spec.model().dropout().hidden(), 0.1);
+  EXPECT_TRUE(r.spec.model().dropout().has_attention());
+  EXPECT_DOUBLE_EQ(r.spec.model().dropout().attention(), 0.1);
   EXPECT_TRUE(r.spec.comm().overlap());
   EXPECT_EQ(r.spec.comm().backend(), "auto");
   EXPECT_EQ(r.spec.tuning().mode(), "auto");
@@ -165,6 +172,78 @@ TEST(SpecParser, TrainAttention) {
   ASSERT_EQ(bad.problems.size(), 1u);
   EXPECT_EQ(FormatProblem(bad.problems[0]),
             "job.yaml:2:14: train.attention: expected one of auto | fused | gemm, got 'flash'\n");
+}
+
+TEST(SpecParser, ModelDropout) {
+  // Absent: HF BertConfig's 0.1 each; one key alone keeps the other's default.
+  SpecParseResult none = Parse("model:\n  preset: tiny\n");
+  ASSERT_TRUE(none.ok()) << FormatProblems(none.problems);
+  EXPECT_DOUBLE_EQ(none.spec.model().dropout().hidden(), kDefaultDropout);
+  EXPECT_DOUBLE_EQ(none.spec.model().dropout().attention(), kDefaultDropout);
+  SpecParseResult one = Parse("model:\n  dropout:\n    attention: 0.2\n");
+  ASSERT_TRUE(one.ok()) << FormatProblems(one.problems);
+  EXPECT_DOUBLE_EQ(one.spec.model().dropout().hidden(), 0.1);
+  EXPECT_DOUBLE_EQ(one.spec.model().dropout().attention(), 0.2);
+  SpecParseResult null_map = Parse("model:\n  dropout: ~\n");
+  ASSERT_TRUE(null_map.ok()) << FormatProblems(null_map.problems);
+  EXPECT_DOUBLE_EQ(null_map.spec.model().dropout().hidden(), 0.1);
+  // 0 is a value (no dropout), kept apart from "unset".
+  SpecParseResult zero = Parse("model:\n  dropout: {hidden: 0, attention: 0.0}\n");
+  ASSERT_TRUE(zero.ok()) << FormatProblems(zero.problems);
+  EXPECT_TRUE(zero.spec.model().dropout().has_hidden());
+  EXPECT_EQ(zero.spec.model().dropout().hidden(), 0.0);
+  EXPECT_TRUE(zero.spec.model().dropout().has_attention());
+  EXPECT_EQ(zero.spec.model().dropout().attention(), 0.0);
+  // DropoutOf: what a spec that skipped the parser (fields unset) trains with.
+  v1::ModelSpec bare;
+  EXPECT_EQ(DropoutOf(bare).hidden, 0.1);
+  EXPECT_EQ(DropoutOf(bare).attention, 0.1);
+  bare.mutable_dropout()->set_attention(0);
+  EXPECT_EQ(DropoutOf(bare).hidden, 0.1);
+  EXPECT_EQ(DropoutOf(bare).attention, 0.0);
+  EXPECT_EQ(DropoutOf(zero.spec.model()).hidden, 0.0);
+  SpecParseResult high = Parse("model:\n  dropout: {hidden: 0.999, attention: 0.5}\n");
+  ASSERT_TRUE(high.ok()) << FormatProblems(high.problems);
+  EXPECT_DOUBLE_EQ(high.spec.model().dropout().hidden(), 0.999);
+
+  // Out of [0, 1): 1 itself, above, below; a non-number; 'auto' is not a spelling.
+  SpecParseResult bad = Parse(
+      "model:\n"
+      "  dropout:\n"
+      "    hidden: 1.5\n"
+      "    attention: 1\n");
+  ASSERT_EQ(bad.problems.size(), 2u) << FormatProblems(bad.problems);
+  EXPECT_EQ(FormatProblem(bad.problems[0]),
+            "job.yaml:3:13: model.dropout.hidden: must be >= 0 and < 1, got '1.5'\n");
+  EXPECT_EQ(FormatProblem(bad.problems[1]),
+            "job.yaml:4:16: model.dropout.attention: must be >= 0 and < 1, got '1'\n");
+  SpecParseResult neg = Parse("model: {dropout: {hidden: -0.1}}\n");
+  ASSERT_EQ(neg.problems.size(), 1u) << FormatProblems(neg.problems);
+  EXPECT_EQ(FormatProblem(neg.problems[0]),
+            "job.yaml:1:27: model.dropout.hidden: must be >= 0 and < 1, got '-0.1'\n");
+  SpecParseResult word = Parse("model:\n  dropout: {attention: lots}\n");
+  ASSERT_EQ(word.problems.size(), 1u) << FormatProblems(word.problems);
+  EXPECT_EQ(FormatProblem(word.problems[0]),
+            "job.yaml:2:24: model.dropout.attention: expected a number, got 'lots'\n");
+  SpecParseResult aut = Parse("model:\n  dropout: {hidden: auto}\n");
+  ASSERT_EQ(aut.problems.size(), 1u) << FormatProblems(aut.problems);
+  EXPECT_EQ(aut.problems[0].field(), "model.dropout.hidden");
+
+  // Unknown keys (with a suggestion) and a scalar where the mapping goes.
+  SpecParseResult typo = Parse("model:\n  dropout:\n    hiden: 0.2\n");
+  ASSERT_EQ(typo.problems.size(), 1u) << FormatProblems(typo.problems);
+  EXPECT_EQ(typo.problems[0].field(), "model.dropout.hiden");
+  EXPECT_EQ(typo.problems[0].line(), 3);
+  EXPECT_EQ(typo.problems[0].column(), 5);
+  EXPECT_EQ(typo.problems[0].message(),
+            "unknown field 'hiden'; did you mean 'hidden'?; valid fields here: hidden, attention");
+  SpecParseResult scalar = Parse("model:\n  dropout: 0.1\n");
+  ASSERT_EQ(scalar.problems.size(), 1u) << FormatProblems(scalar.problems);
+  EXPECT_EQ(FormatProblem(scalar.problems[0]),
+            "job.yaml:2:12: model.dropout: expected a mapping, got '0.1'\n");
+  SpecParseResult misplaced = Parse("train:\n  dropout: {hidden: 0.1}\n");
+  ASSERT_EQ(misplaced.problems.size(), 1u) << FormatProblems(misplaced.problems);
+  EXPECT_EQ(misplaced.problems[0].field(), "train.dropout");
 }
 
 TEST(SpecParser, SyntaxErrorHasLineColumn) {

@@ -48,6 +48,10 @@ struct Batch {
   // its data file (for evaluation output and resume).
   std::vector<int32_t> row_length;
   std::vector<int64_t> sample_index;
+  // Per row: the key of the sample's dropout masks (model/core/dropout.h),
+  // from (seed, epoch, sample index): a sample's masks do not depend on the
+  // batch it is in. [B]; may be empty when the model runs without dropout.
+  std::vector<uint64_t> dropout_keys;
 
   int num_slots() const { return static_cast<int>(slot_index.size()); }
 };

@@ -43,6 +43,18 @@ struct ModelConfig {
   FusionKind fusion = FusionKind::kGated;
   float lambda_detector = 1.0f;
   float lambda_candidate = 1.0f;
+  // Dropout during training (ForwardBackward only; Forward and Predict
+  // never drop), with the meaning of HF BertConfig's fields of the same
+  // purpose: hidden_dropout after the embedding LayerNorm and after each
+  // layer's attention output and FFN output projections (before their
+  // residual add), attention_dropout on the attention probabilities. Both
+  // in [0, 1). HF's defaults are 0.1; 0 here keeps the library's exact
+  // comparisons (golden files, CPU vs CUDA checks) free of masks.
+  // Masks come from model/core/dropout.h: a hash of the sample's key
+  // (Batch::dropout_keys) and the element's place, the same on every
+  // backend and independent of batch composition.
+  float hidden_dropout = 0.0f;
+  float attention_dropout = 0.0f;
 };
 
 // "tiny" (2 layers, H=128), "small" (4 layers, H=256), "bert-base" (12, 768).

@@ -141,6 +141,7 @@ namespace {
 
 constexpr uint64_t kMftStream = 0x4D46545F4D41534Bull;   // "MFT_MASK"
 constexpr uint64_t kShuffleStream = 0x53485546464C4521ull;  // "SHUFFLE!"
+constexpr uint64_t kDropoutStream = 0x44524F504F555421ull;  // "DROPOUT!"
 
 // Characters of `ex` that fit (defensive against src/trg of different sizes,
 // which the loader reports as an error before building).
@@ -171,6 +172,7 @@ Batch BuildBatchRows(const std::vector<Example>& examples, const std::vector<int
   b.mft_labels.assign(BL, -100);
   b.row_length.resize(B);
   b.sample_index.resize(B);
+  b.dropout_keys.resize(B);
 
   // Total target slots, to size the per-slot arrays once.
   int64_t T = 0;
@@ -202,6 +204,8 @@ Batch BuildBatchRows(const std::vector<Example>& examples, const std::vector<int
     const int n = RowChars(ex, max_chars);
     b.row_length[r] = n;
     b.sample_index[r] = idx;
+    b.dropout_keys[r] = MixSeed(o.seed, static_cast<uint64_t>(epochs ? epochs[r] : epoch),
+                                static_cast<uint64_t>(idx), kDropoutStream);
     const size_t row = static_cast<size_t>(r) * L;
     int32_t* ids = b.input_ids.data() + row;
     int32_t* slot = b.prompt_slot.data() + row;

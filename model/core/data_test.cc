@@ -397,6 +397,8 @@ TEST(DataLoaderTest, ResumeGivesIdenticalStream) {
   for (int k = 0; k < 6; ++k) {
     EXPECT_EQ(resumed[k].sample_index, full[10 + k].sample_index);
     EXPECT_EQ(resumed[k].input_ids, full[10 + k].input_ids);
+    EXPECT_EQ(resumed[k].dropout_keys, full[10 + k].dropout_keys);  // resumed dropout masks too
+    EXPECT_EQ(resumed[k].dropout_keys.size(), static_cast<size_t>(resumed[k].batch_size));
   }
 }
 
@@ -423,6 +425,10 @@ TEST(DataLoaderTest, UnionOverRanksEqualsSingleRank) {
     std::vector<int64_t> si = r0[k].sample_index;
     si.insert(si.end(), r1[k].sample_index.begin(), r1[k].sample_index.end());
     EXPECT_EQ(single[k].sample_index, si);
+    // A sample's dropout key is its own, whichever rank and batch it is in.
+    std::vector<uint64_t> keys = r0[k].dropout_keys;
+    keys.insert(keys.end(), r1[k].dropout_keys.begin(), r1[k].dropout_keys.end());
+    EXPECT_EQ(single[k].dropout_keys, keys);
     EXPECT_EQ(static_cast<int>(single[k].input_ids.size()), 6 * L);
   }
 }

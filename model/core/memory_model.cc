@@ -38,7 +38,8 @@ namespace dgca {
 // Backward scratch, one set for all layers: dhidden, its temporary and
 //   dcontext (3LH), dQKV (3LH), dGELU (LF), in e; the attention's: fused,
 //   the row sums (A*L fp32); GEMM, split heads and dprobs
-//   (max(4LH, 7LH + A*L*L) e).
+//   (max(4LH, 7LH + A*L*L) e), plus A*L*L e for the masked probabilities
+//   when attention dropout is on.
 // MLM head on R rows: gathered rows, dense, GELU and LN outputs, their two
 //   gradients and the heads' dhidden (7RH e), LN stats and row losses (3R
 //   fp32), vocabulary logits with their gradient written in place (RV e).
@@ -72,6 +73,9 @@ MemoryEstimate EstimateMemory(const ModelConfig& cfg, int seq_len, Precision pre
                        (fused ? A * L * 4.0 : A * L * L * e));
   act += (6.0 * L * H + L * F) * e;                                        // backward scratch
   act += fused ? A * L * 4.0 : std::max(4.0 * L * H, 7.0 * L * H + A * L * L) * e;
+  // GEMM attention with attention dropout: the masked probabilities too
+  // (the fused kernels regenerate the mask; hidden dropout needs nothing).
+  if (!fused && cfg.attention_dropout > 0.0f) act += A * L * L * e;
   act += 7.0 * R * H * e + 3.0 * R * 4.0 + R * V * e;                      // MLM head
   if (cfg.candidate && K > 0) act += 5.0 * T * H * 4.0 + T * H * e + 6.0 * T * K * 4.0;
   act += 16.0 * T * 4.0;                                                   // per-slot heads

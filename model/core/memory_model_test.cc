@@ -77,6 +77,24 @@ TEST(MemoryModelTest, FusedAttentionDropsTheProbabilities) {
   EXPECT_FALSE(FusedAttentionShape(513, 768, 12));
 }
 
+// Dropout masks are regenerated, never stored: only the GEMM attention's
+// masked probabilities (one A*L*L buffer) cost memory.
+TEST(MemoryModelTest, DropoutCostsOnlyTheGemmAttentionsMaskedProbabilities) {
+  ModelConfig cfg;  // bert-base
+  ModelConfig drop = cfg;
+  drop.hidden_dropout = drop.attention_dropout = 0.1f;
+  const double L = 128, A = 12;
+  EXPECT_DOUBLE_EQ(EstimateMemory(drop, 128, Precision::kBf16).activations_per_sample,
+                   EstimateMemory(cfg, 128, Precision::kBf16).activations_per_sample);
+  EXPECT_DOUBLE_EQ(EstimateMemory(drop, 128, Precision::kFp32).activations_per_sample -
+                       EstimateMemory(cfg, 128, Precision::kFp32).activations_per_sample,
+                   A * L * L * 4);
+  ModelConfig hidden_only = cfg;
+  hidden_only.hidden_dropout = 0.1f;
+  EXPECT_DOUBLE_EQ(EstimateMemory(hidden_only, 128, Precision::kFp32).activations_per_sample,
+                   EstimateMemory(cfg, 128, Precision::kFp32).activations_per_sample);
+}
+
 TEST(MemoryModelTest, MaxMicroBatch) {
   MemoryEstimate m;
   m.params = 100;

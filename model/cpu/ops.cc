@@ -10,6 +10,8 @@
 #include <cblas.h>
 #endif
 
+#include "model/core/dropout.h"
+
 namespace dgca {
 namespace cpu {
 
@@ -275,13 +277,30 @@ void SoftmaxRows(const Context& ctx, float* out, const float* inp, int rows, int
 // Per (batch row, head) task, as small single-threaded GEMMs on strided
 // views of qkv (a head's q, k or v is an [L, d] block with row stride 3H):
 //   S = scale Q K^T, P = masked row softmax(S), O = P V.
+namespace {
+
+// pd[i, j] = P[i, j] * M[i, j] / (1 - p) for query rows of one (b, h).
+void DropProbs(float* pd, const float* p, int L, int h, uint64_t site_key, uint32_t threshold,
+               float scale) {
+  for (int i = 0; i < L; ++i)
+    for (int j = 0; j < L; ++j) {
+      const size_t o = static_cast<size_t>(i) * L + j;
+      pd[o] = DropoutKeep(site_key, DropoutProbsIndex(h, i, j), threshold) ? p[o] * scale : 0.0f;
+    }
+}
+
+}  // namespace
+
 void AttentionForward(const Context& ctx, float* out, float* probs, const float* qkv,
-                      const int32_t* mask, int B, int L, int H, int nh) {
+                      const int32_t* mask, int B, int L, int H, int nh, const AttentionDropout& drop) {
   const int d = H / nh;
   const int H3 = 3 * H;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  const uint32_t threshold = drop.on() ? DropoutThreshold(drop.p) : 0u;
+  const float drop_scale = DropoutScale(drop.p);
   const Context serial;
   ParallelFor(ctx, B * nh, static_cast<int64_t>(B) * nh * L * L * d, [&](int64_t t0, int64_t t1) {
+    std::vector<float> pd(drop.on() ? static_cast<size_t>(L) * L : 0);
     for (int64_t t = t0; t < t1; ++t) {
       const int b = static_cast<int>(t / nh), h = static_cast<int>(t % nh);
       const float* base = qkv + static_cast<size_t>(b) * L * H3;
@@ -306,22 +325,31 @@ void AttentionForward(const Context& ctx, float* out, float* probs, const float*
         const float inv = sum > 0 ? static_cast<float>(1.0 / sum) : 0.0f;
         for (int j = 0; j < L; ++j) row[j] *= inv;
       }
-      Gemm(serial, false, false, L, d, L, 1.0f, p, L, v, H3, 0.0f,
+      const float* pv = p;
+      if (drop.on()) {
+        DropProbs(pd.data(), p, L, h, DropoutSiteKey(drop.keys[b], drop.layer, kDropAttnProbs), threshold,
+                  drop_scale);
+        pv = pd.data();
+      }
+      Gemm(serial, false, false, L, d, L, 1.0f, pv, L, v, H3, 0.0f,
            out + static_cast<size_t>(b) * L * H + h * d, H);
     }
   });
 }
 
-// dV = P^T dO; dP = dO V^T; dS = P * (dP - rowsum(P * dP));
-// dQ = scale dS K; dK = scale dS^T Q.
+// dV = Pd^T dO; dPd = dO V^T; dP = dPd * M / (1-p) (dP = dPd without
+// dropout); dS = P * (dP - rowsum(P * dP)); dQ = scale dS K; dK = scale dS^T Q.
 void AttentionBackward(const Context& ctx, float* dqkv, const float* dout, const float* qkv,
-                       const float* probs, int B, int L, int H, int nh) {
+                       const float* probs, int B, int L, int H, int nh, const AttentionDropout& drop) {
   const int d = H / nh;
   const int H3 = 3 * H;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  const uint32_t threshold = drop.on() ? DropoutThreshold(drop.p) : 0u;
+  const float drop_scale = DropoutScale(drop.p);
   const Context serial;
   ParallelFor(ctx, B * nh, static_cast<int64_t>(B) * nh * L * L * d, [&](int64_t t0, int64_t t1) {
     std::vector<float> ds(static_cast<size_t>(L) * L);
+    std::vector<float> pd(drop.on() ? static_cast<size_t>(L) * L : 0);
     for (int64_t t = t0; t < t1; ++t) {
       const int b = static_cast<int>(t / nh), h = static_cast<int>(t % nh);
       const float* base = qkv + static_cast<size_t>(b) * L * H3;
@@ -331,11 +359,21 @@ void AttentionBackward(const Context& ctx, float* dqkv, const float* dout, const
       const float* v = base + 2 * H + h * d;
       const float* go = dout + static_cast<size_t>(b) * L * H + h * d;
       const float* p = probs + static_cast<size_t>(t) * L * L;
-      Gemm(serial, true, false, L, d, L, 1.0f, p, L, go, H, 0.0f, dbase + 2 * H + h * d, H3);
+      const float* pv = p;
+      const uint64_t site = drop.on() ? DropoutSiteKey(drop.keys[b], drop.layer, kDropAttnProbs) : 0;
+      if (drop.on()) {
+        DropProbs(pd.data(), p, L, h, site, threshold, drop_scale);
+        pv = pd.data();
+      }
+      Gemm(serial, true, false, L, d, L, 1.0f, pv, L, go, H, 0.0f, dbase + 2 * H + h * d, H3);
       Gemm(serial, false, true, L, L, d, 1.0f, go, H, v, H3, 0.0f, ds.data(), L);
       for (int i = 0; i < L; ++i) {
         const float* pr = p + static_cast<size_t>(i) * L;
         float* dr = ds.data() + static_cast<size_t>(i) * L;
+        if (drop.on()) {
+          for (int j = 0; j < L; ++j)
+            dr[j] = DropoutKeep(site, DropoutProbsIndex(h, i, j), threshold) ? dr[j] * drop_scale : 0.0f;
+        }
         double dot = 0;
         for (int j = 0; j < L; ++j) dot += static_cast<double>(pr[j]) * dr[j];
         const float dotf = static_cast<float>(dot);
@@ -343,6 +381,23 @@ void AttentionBackward(const Context& ctx, float* dqkv, const float* dout, const
       }
       Gemm(serial, false, false, L, d, L, scale, ds.data(), L, k, H3, 0.0f, dbase + h * d, H3);
       Gemm(serial, true, false, L, d, L, scale, ds.data(), L, q, H3, 0.0f, dbase + H + h * d, H3);
+    }
+  });
+}
+
+void DropoutRows(const Context& ctx, float* x, const uint64_t* keys, int layer, int site, float p,
+                 int B, int L, int H) {
+  if (keys == nullptr || !(p > 0.0f)) return;
+  const uint32_t threshold = DropoutThreshold(p);
+  const float scale = DropoutScale(p);
+  const int64_t N = static_cast<int64_t>(B) * L;
+  ParallelFor(ctx, N, N * H, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const int b = static_cast<int>(i / L), pos = static_cast<int>(i % L);
+      const uint64_t key = DropoutSiteKey(keys[b], layer, site);
+      float* row = x + i * H;
+      for (int j = 0; j < H; ++j)
+        row[j] = DropoutKeep(key, DropoutHiddenIndex(pos, j), threshold) ? row[j] * scale : 0.0f;
     }
   });
 }

@@ -29,6 +29,7 @@
 
 #include <cstdint>
 
+#include "model/core/dropout.h"
 #include "model/cpu/thread_pool.h"
 
 namespace dgca {
@@ -122,11 +123,26 @@ void SoftmaxRows(const Context& ctx, float* out, const float* inp, int rows, int
 // keys get probability 0; a query row whose keys are all masked (never in
 // a ReLM batch: [CLS] is always real) gets all-zero probabilities.
 // out [B,L,H] = softmax(q k^T / sqrt(d) + mask) v; probs [B,nh,L,L] saved.
+//
+// Dropout on the probabilities when drop.keys != null and drop.p > 0
+// (model/core/dropout.h, site kDropAttnProbs of layer drop.layer, index
+// DropoutProbsIndex(h, i, j), keys[b] per batch row; the struct is
+// model/core/dropout.h's): out = (P o M / (1-p)) v,
+// probs keeps P without the mask; the backward regenerates the mask.
 void AttentionForward(const Context& ctx, float* out, float* probs, const float* qkv,
-                      const int32_t* mask, int B, int L, int H, int nh);
-// dqkv [B,L,3H] (overwritten) from dout [B,L,H].
+                      const int32_t* mask, int B, int L, int H, int nh,
+                      const AttentionDropout& drop = {});
+// dqkv [B,L,3H] (overwritten) from dout [B,L,H]; `drop` as in the forward.
 void AttentionBackward(const Context& ctx, float* dqkv, const float* dout, const float* qkv,
-                       const float* probs, int B, int L, int H, int nh);
+                       const float* probs, int B, int L, int H, int nh,
+                       const AttentionDropout& drop = {});
+
+// Inverted dropout of hidden rows (model/core/dropout.h): x [B*L, H], row
+// i of sample b = i / L at position i % L; x *= M / (1-p) in place with the
+// site `site` of layer `layer` and keys[b]. Forward and backward alike (the
+// backward multiplies the incoming gradient by the same mask).
+void DropoutRows(const Context& ctx, float* x, const uint64_t* keys, int layer, int site, float p,
+                 int B, int L, int H);
 
 // out[i,:] = table[ids[i],:]. ids must be in range (checked by the caller).
 void EmbeddingForward(const Context& ctx, float* out, const int32_t* ids, const float* table,

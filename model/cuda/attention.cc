@@ -9,7 +9,8 @@ namespace dgca {
 namespace cuda {
 template <typename T>
 Status AttentionForward(const CudaContext& ctx, GemmRunner* gemm, T* out, T* probs, const T* qkv,
-                        const int32_t* mask, int B, int L, int H, int nh, T* scratch) {
+                        const int32_t* mask, int B, int L, int H, int nh, T* scratch,
+                        const AttentionDropout& drop) {
   if (nh <= 0 || H % nh != 0) {
     return InvalidArgumentError("attention: hidden " + std::to_string(H) + " not divisible by heads " +
                                 std::to_string(nh));
@@ -34,9 +35,15 @@ Status AttentionForward(const CudaContext& ctx, GemmRunner* gemm, T* out, T* pro
   s.stride_a = int64_t(L) * d; s.stride_b = int64_t(L) * d; s.stride_c = int64_t(L) * L;
   DGCA_RETURN_IF_ERROR(gemm->Run(s));
   DGCA_RETURN_IF_ERROR(MaskedSoftmax<T>(ctx.stream(), probs, probs, mask, B, nh, L));
+  const T* pv = probs;
+  if (drop.on()) {  // P V with the masked probabilities, after the four [B,L,H] buffers
+    T* pd = scratch + 4 * n;
+    DGCA_RETURN_IF_ERROR(DropoutProbs<T>(ctx.stream(), pd, probs, drop, B, nh, L));
+    pv = pd;
+  }
   GemmArgs o;  // ctx[bh] = probs v
   o.M = L; o.N = d; o.K = L;
-  o.A = probs; o.lda = L; o.B = v; o.ldb = d; o.C = hctx; o.ldc = d;
+  o.A = pv; o.lda = L; o.B = v; o.ldb = d; o.C = hctx; o.ldc = d;
   o.in_type = o.out_type = kDType<T>;
   o.batch = B * nh;
   o.stride_a = int64_t(L) * L; o.stride_b = int64_t(L) * d; o.stride_c = int64_t(L) * d;
@@ -61,7 +68,8 @@ Status HeadGemm(GemmRunner* gemm, bool ta, bool tb, int M, int N, int K, float a
 
 template <typename T>
 Status AttentionBackward(const CudaContext& ctx, GemmRunner* gemm, T* dqkv, const T* dout, const T* qkv,
-                         const T* probs, int B, int L, int H, int nh, T* scratch) {
+                         const T* probs, int B, int L, int H, int nh, T* scratch,
+                         const AttentionDropout& drop) {
   if (nh <= 0 || H % nh != 0) {
     return InvalidArgumentError("attention: hidden " + std::to_string(H) + " not divisible by heads " +
                                 std::to_string(nh));
@@ -84,8 +92,15 @@ Status AttentionBackward(const CudaContext& ctx, GemmRunner* gemm, T* dqkv, cons
   DGCA_RETURN_IF_ERROR(GatherHeads<T>(s, dctx, dout, H, 0, B, L, H, nh));
   // dP = dctx V^T  [L,L]
   DGCA_RETURN_IF_ERROR(HeadGemm<T>(gemm, false, true, L, L, d, 1.0f, dctx, d, hd, v, d, hd, dp, L, ll, bh));
-  // dV = P^T dctx  [L,d]
-  DGCA_RETURN_IF_ERROR(HeadGemm<T>(gemm, true, false, L, d, L, 1.0f, probs, L, ll, dctx, d, hd, dv, d, hd, bh));
+  // dV = Pd^T dctx  [L,d] (Pd: the masked probabilities the forward used)
+  const T* pv = probs;
+  if (drop.on()) {
+    T* pd = dp + int64_t(bh) * ll;
+    DGCA_RETURN_IF_ERROR(DropoutProbs<T>(s, pd, probs, drop, B, nh, L));
+    DGCA_RETURN_IF_ERROR(DropoutProbs<T>(s, dp, dp, drop, B, nh, L));  // dP = dPd * M / (1-p)
+    pv = pd;
+  }
+  DGCA_RETURN_IF_ERROR(HeadGemm<T>(gemm, true, false, L, d, L, 1.0f, pv, L, ll, dctx, d, hd, dv, d, hd, bh));
   DGCA_RETURN_IF_ERROR(SoftmaxBackward<T>(s, dp, probs, dp, bh * L, L));
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   // dQ = dS K * scale, dK = dS^T Q * scale
@@ -98,9 +113,9 @@ Status AttentionBackward(const CudaContext& ctx, GemmRunner* gemm, T* dqkv, cons
 
 #define DGCA_INSTANTIATE(T)                                                                            \
   template Status AttentionForward<T>(const CudaContext&, GemmRunner*, T*, T*, const T*, const int32_t*, int, \
-                                      int, int, int, T*);                                                  \
+                                      int, int, int, T*, const AttentionDropout&);                         \
   template Status AttentionBackward<T>(const CudaContext&, GemmRunner*, T*, const T*, const T*, const T*,   \
-                                       int, int, int, int, T*);
+                                       int, int, int, int, T*, const AttentionDropout&);
 DGCA_INSTANTIATE(float)
 DGCA_INSTANTIATE(bf16)
 DGCA_INSTANTIATE(__half)

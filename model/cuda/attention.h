@@ -15,6 +15,7 @@
 
 #include <cstdint>
 
+#include "model/core/dropout.h"
 #include "model/core/status.h"
 #include "model/cuda/gemm.h"
 
@@ -27,9 +28,15 @@ inline int64_t AttentionScratchElems(int B, int L, int H) { return 4 * int64_t(B
 
 // T is float or bf16 (kernels.h). INVALID_ARGUMENT when H % nh != 0 or
 // L > 512.
+// With dropout on the probabilities (drop.on(): keys in device memory;
+// model/core/dropout.h, as cpu::AttentionForward) both scratches need
+// AttentionDropoutScratchElems more (the masked probabilities); probs keeps
+// them unmasked.
+inline int64_t AttentionDropoutScratchElems(int B, int L, int nh) { return int64_t(B) * nh * L * L; }
 template <typename T>
 Status AttentionForward(const CudaContext& ctx, GemmRunner* gemm, T* out, T* probs, const T* qkv,
-                        const int32_t* mask, int B, int L, int H, int nh, T* scratch);
+                        const int32_t* mask, int B, int L, int H, int nh, T* scratch,
+                        const AttentionDropout& drop = {});
 
 // Elements of T the backward's scratch must hold: q, k, v, dctx, dq, dk, dv
 // (each B*L*H) and dprobs (B*nh*L*L).
@@ -42,7 +49,8 @@ inline int64_t AttentionBackwardScratchElems(int B, int L, int H, int nh) {
 // dS = P (dP - rowsum(P dP)), dQ = dS K / sqrt(d), dK = dS^T Q / sqrt(d).
 template <typename T>
 Status AttentionBackward(const CudaContext& ctx, GemmRunner* gemm, T* dqkv, const T* dout, const T* qkv,
-                         const T* probs, int B, int L, int H, int nh, T* scratch);
+                         const T* probs, int B, int L, int H, int nh, T* scratch,
+                         const AttentionDropout& drop = {});
 
 }  // namespace cuda
 }  // namespace dgca

@@ -206,7 +206,8 @@ Status CudaBert<T>::AllocAttention(bool fused) {
   } else {
     for (Layer& ly : layers_) DGCA_RETURN_IF_ERROR(Alloc(&ly.probs, probs, "probs"));
     const int64_t scratch = std::max(AttentionScratchElems(max_batch_, seq_len_, H_),
-                                     AttentionBackwardScratchElems(max_batch_, seq_len_, H_, nh_));
+                                     AttentionBackwardScratchElems(max_batch_, seq_len_, H_, nh_)) +
+                            (cfg_.attention_dropout > 0.0f ? AttentionDropoutScratchElems(max_batch_, seq_len_, nh_) : 0);
     DGCA_RETURN_IF_ERROR(Alloc(&attn_scratch_, static_cast<size_t>(scratch), "attention scratch"));
   }
   attention_ready_ = true;
@@ -337,8 +338,15 @@ Status CudaBert<T>::EmbedForward(const int32_t* ids, const int32_t* token_types,
   DGCA_RETURN_IF_ERROR(BertEmbedSum<T>(stream(), emb_in_.get(), pos_ids_.get(), type_ids_.get(), word_ids_.get(),
                                        prompt_ids_.get(), ids, token_types, prompt_slot, prompt_rows, W(p_.wte),
                                        W(p_.pos), W(p_.type), B, L, H_));
-  return LayerNormForward<T>(stream(), emb_out_.get(), emb_mean_.get(), emb_rstd_.get(), emb_in_.get(), W(p_.eln_w),
-                             W(p_.eln_b), N, H_, cfg_.layer_norm_eps);
+  DGCA_RETURN_IF_ERROR(LayerNormForward<T>(stream(), emb_out_.get(), emb_mean_.get(), emb_rstd_.get(), emb_in_.get(),
+                                           W(p_.eln_w), W(p_.eln_b), N, H_, cfg_.layer_norm_eps));
+  if (drop_.hidden_on()) return DropHidden(emb_out_.get(), emb_out_.get(), nullptr, -1, kDropHidden);
+  return OkStatus();
+}
+
+template <typename T>
+Status CudaBert<T>::DropHidden(T* out, const T* in, const T* residual, int l, int site) {
+  return DropoutRows<T>(stream(), out, in, residual, drop_.keys, l, site, drop_.hidden, B_, L_, H_);
 }
 
 template <typename T>
@@ -380,21 +388,32 @@ Status CudaBert<T>::LayerForward(int l, const T* x, const int32_t* mask) {
   if constexpr (!std::is_same_v<T, float>) {
     if (fused_) {
       DGCA_RETURN_IF_ERROR(
-          FusedAttentionForward<T>(s, ly.ctx.get(), ly.lse.get(), ly.qkv.get(), mask, B_, L_, H, nh_));
+          FusedAttentionForward<T>(s, ly.ctx.get(), ly.lse.get(), ly.qkv.get(), mask, B_, L_, H, nh_, AttentionDrop(l)));
     }
   }
   if (!fused_) {
     DGCA_RETURN_IF_ERROR(AttentionForward<T>(*ctx_, gemm_, ly.ctx.get(), ly.probs.get(), ly.qkv.get(), mask, B_,
-                                             L_, H, nh_, attn_scratch_.get()));
+                                             L_, H, nh_, attn_scratch_.get(), AttentionDrop(l)));
   }
-  // Output projection + bias + residual in one GEMM, LayerNorm (post-LN).
-  DGCA_RETURN_IF_ERROR(Linear(ly.r1.get(), ly.ctx.get(), ly.ao_w, ly.ao_b, N, H, H, x));
+  // Output projection + bias + residual in one GEMM (with dropout: the
+  // projection, then mask + residual in one kernel), LayerNorm (post-LN).
+  if (drop_.hidden_on()) {
+    DGCA_RETURN_IF_ERROR(Linear(ly.r1.get(), ly.ctx.get(), ly.ao_w, ly.ao_b, N, H, H));
+    DGCA_RETURN_IF_ERROR(DropHidden(ly.r1.get(), ly.r1.get(), x, l, kDropAttnOut));
+  } else {
+    DGCA_RETURN_IF_ERROR(Linear(ly.r1.get(), ly.ctx.get(), ly.ao_w, ly.ao_b, N, H, H, x));
+  }
   DGCA_RETURN_IF_ERROR(LayerNormForward<T>(s, ly.h1.get(), ly.mean1.get(), ly.rstd1.get(), ly.r1.get(),
                                            W(ly.ln1_w), W(ly.ln1_b), N, H, eps));
   // Feed-forward.
   DGCA_RETURN_IF_ERROR(Linear(ly.f1.get(), ly.h1.get(), ly.fc1_w, ly.fc1_b, N, H, F));
   DGCA_RETURN_IF_ERROR(GeluForward<T>(s, ly.g.get(), ly.f1.get(), int64_t(N) * F));
-  DGCA_RETURN_IF_ERROR(Linear(ly.r2.get(), ly.g.get(), ly.fc2_w, ly.fc2_b, N, F, H, ly.h1.get()));
+  if (drop_.hidden_on()) {
+    DGCA_RETURN_IF_ERROR(Linear(ly.r2.get(), ly.g.get(), ly.fc2_w, ly.fc2_b, N, F, H));
+    DGCA_RETURN_IF_ERROR(DropHidden(ly.r2.get(), ly.r2.get(), ly.h1.get(), l, kDropFfnOut));
+  } else {
+    DGCA_RETURN_IF_ERROR(Linear(ly.r2.get(), ly.g.get(), ly.fc2_w, ly.fc2_b, N, F, H, ly.h1.get()));
+  }
   return LayerNormForward<T>(s, ly.out.get(), ly.mean2.get(), ly.rstd2.get(), ly.r2.get(), W(ly.ln2_w),
                              W(ly.ln2_b), N, H, eps);
 }
@@ -464,26 +483,38 @@ Status CudaBert<T>::LayerBackward(int l, const T* x, T* dcur) {
   // out = LN2(r2): dcur -> dtmp = d r2 (= d f2 = the residual part of d h1).
   DGCA_RETURN_IF_ERROR(LayerNormBackward<T>(s, dtmp, false, G(ly.ln2_w), G(ly.ln2_b), dcur, ly.r2.get(),
                                             W(ly.ln2_w), ly.mean2.get(), ly.rstd2.get(), N, H, col_scratch_.get()));
-  // r2 = g W2^T + b2 + h1.
-  DGCA_RETURN_IF_ERROR(LinearBack(dg_.get(), false, ly.fc2_w, ly.fc2_b, dtmp, ly.g.get(), N, F, H));
+  // r2 = drop(g W2^T + b2) + h1: the projection gets d r2 through the mask
+  // (in dctx_, free until the attention), the residual d r2 itself.
+  const T* dr2 = dtmp;
+  if (drop_.hidden_on()) {
+    DGCA_RETURN_IF_ERROR(DropHidden(dctx_.get(), dtmp, nullptr, l, kDropFfnOut));
+    dr2 = dctx_.get();
+  }
+  DGCA_RETURN_IF_ERROR(LinearBack(dg_.get(), false, ly.fc2_w, ly.fc2_b, dr2, ly.g.get(), N, F, H));
   DGCA_RETURN_IF_ERROR(GeluBackward<T>(s, dg_.get(), ly.f1.get(), dg_.get(), int64_t(N) * F));
   // f1 = h1 W1^T + b1: d h1 = d r2 + d f1 W1 (accumulated into dtmp).
   DGCA_RETURN_IF_ERROR(LinearBack(dtmp, true, ly.fc1_w, ly.fc1_b, dg_.get(), ly.h1.get(), N, H, F));
   // h1 = LN1(r1): dtmp -> dcur = d r1 (= d attention output = residual part of d x).
   DGCA_RETURN_IF_ERROR(LayerNormBackward<T>(s, dcur, false, G(ly.ln1_w), G(ly.ln1_b), dtmp, ly.r1.get(),
                                             W(ly.ln1_w), ly.mean1.get(), ly.rstd1.get(), N, H, col_scratch_.get()));
-  // r1 = ctx Wo^T + bo + x.
-  DGCA_RETURN_IF_ERROR(LinearBack(dctx_.get(), false, ly.ao_w, ly.ao_b, dcur, ly.ctx.get(), N, H, H));
+  // r1 = drop(ctx Wo^T + bo) + x (the masked d r1 in dtmp, free again).
+  const T* dr1 = dcur;
+  if (drop_.hidden_on()) {
+    DGCA_RETURN_IF_ERROR(DropHidden(dtmp, dcur, nullptr, l, kDropAttnOut));
+    dr1 = dtmp;
+  }
+  DGCA_RETURN_IF_ERROR(LinearBack(dctx_.get(), false, ly.ao_w, ly.ao_b, dr1, ly.ctx.get(), N, H, H));
   if constexpr (!std::is_same_v<T, float>) {
     if (fused_) {
       DGCA_RETURN_IF_ERROR(FusedAttentionBackward<T>(s, dqkv_.get(), dctx_.get(), ly.qkv.get(), ly.ctx.get(),
                                                      ly.lse.get(), mask_.get(), B_, L_, H, nh_,
-                                                     attn_rowdot_.get()));
+                                                     attn_rowdot_.get(), AttentionDrop(l)));
     }
   }
   if (!fused_) {
     DGCA_RETURN_IF_ERROR(AttentionBackward<T>(*ctx_, gemm_, dqkv_.get(), dctx_.get(), ly.qkv.get(),
-                                              ly.probs.get(), B_, L_, H, nh_, attn_scratch_.get()));
+                                              ly.probs.get(), B_, L_, H, nh_, attn_scratch_.get(),
+                                              AttentionDrop(l)));
   }
   // qkv = x Wqkv^T + bqkv: d x += dqkv Wqkv.
   return LinearBack(dcur, true, ly.qkv_w, ly.qkv_b, dqkv_.get(), x, N, H, 3 * H);
@@ -496,6 +527,8 @@ Status CudaBert<T>::EmbedBackward(float* dprompt) {
   const int N = B_ * L_, H = H_;
   cudaStream_t s = stream();
   T* demb = dtmp_.get();
+  if (drop_.hidden_on())  // d(LN output) = d emb_out * mask
+    DGCA_RETURN_IF_ERROR(DropHidden(dcur_.get(), dcur_.get(), nullptr, -1, kDropHidden));
   DGCA_RETURN_IF_ERROR(LayerNormBackward<T>(s, demb, false, G(p_.eln_w), G(p_.eln_b), dcur_.get(), emb_in_.get(),
                                             W(p_.eln_w), emb_mean_.get(), emb_rstd_.get(), N, H, col_scratch_.get()));
   DGCA_RETURN_IF_ERROR(EmbeddingBackward<T>(s, G(p_.pos), pos_ids_.get(), demb, N, H, deterministic_));

@@ -111,6 +111,14 @@ class CudaBert {
   // Whether the fused kernels run (after a successful Bind).
   bool fused_attention() const { return fused_ && attention_ready_; }
 
+  // Dropout of the following forward and its backward (dgca::Bert's
+  // places and masks; d.keys [B] in DEVICE memory, read when the kernels
+  // run, so a CUDA graph captured with these settings replays with whatever
+  // keys the pointer holds then). A default DropoutSpec (evaluation) turns
+  // it off. Attention dropout with the GEMM attention needs the scratch
+  // Bind sized for cfg.attention_dropout > 0.
+  void set_dropout(const DropoutSpec& d) { drop_ = d; }
+
   // Row i of [B*L] gets prompt_rows[prompt_slot[i]] when prompt_rows is
   // non-null and prompt_slot[i] >= 0, else the word embedding of ids[i];
   // then + token type, + position (i mod L) (HF's order of the sums); then
@@ -210,6 +218,12 @@ class CudaBert {
   Status LinearBack(T* dinp, bool accumulate_dinp, int w, int b, const T* dout, const T* inp,
                     int n, int ic, int oc);
   cudaStream_t stream() const { return ctx_->stream(); }
+  AttentionDropout AttentionDrop(int l) const {
+    return drop_.attention_on() ? AttentionDropout{drop_.keys, l, drop_.attention} : AttentionDropout{};
+  }
+  // out = in * hidden dropout mask of (layer l, site) / (1-p) (+ residual);
+  // only called when drop_.hidden_on().
+  Status DropHidden(T* out, const T* in, const T* residual, int l, int site);
 
   const T* W(int i) const { return params_->weight<T>(i); }
   float* G(int i) const { return params_->grad(i); }
@@ -232,6 +246,7 @@ class CudaBert {
   std::vector<Layer> layers_;
 
   // State of the last forward (host side).
+  DropoutSpec drop_;
   int B_ = 0, L_ = 0, R_ = 0;
   bool used_prompt_ = false;
 

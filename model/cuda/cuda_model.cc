@@ -134,7 +134,10 @@ class CudaDgcaModelImpl final : public CudaDgcaModel {
     off_targets_ = off_rows_ + R;
     off_src_ = off_targets_ + R;
     off_cand_ = off_src_ + R;
-    staging_n_ = off_cand_ + R * static_cast<size_t>(K);
+    // The rows' dropout keys, uint64 as int32 pairs at an even offset (the
+    // device copy is 8-byte aligned there: cudaMalloc aligns the base).
+    off_keys_ = (off_cand_ + R * static_cast<size_t>(K) + 1) / 2 * 2;
+    staging_n_ = off_keys_ + 2 * static_cast<size_t>(max_batch_);
     DGCA_RETURN_IF_ERROR(staging_.Allocate(staging_n_));
     DGCA_RETURN_IF_ERROR(d_in_.Allocate(staging_n_));
     DGCA_RETURN_IF_ERROR(host_row_loss_.Allocate(R));
@@ -169,6 +172,7 @@ class CudaDgcaModelImpl final : public CudaDgcaModel {
   StatusOr<std::vector<int32_t>> Predict(const Batch& batch) override {
     DGCA_RETURN_IF_ERROR(index_.Check(batch, /*need_labels=*/false));
     DGCA_RETURN_IF_ERROR(UploadBatch(batch));
+    SetDropout(false);
     Status s = RunPredict(batch);
     Status m = MarkConsumed();
     if (!s.ok()) return s;
@@ -432,6 +436,8 @@ class CudaDgcaModelImpl final : public CudaDgcaModel {
     for (int t = 0; t < NS; ++t) s[off_src_ + t] = src_ids ? b.slot_source_id[t] : 0;
     const bool cand = heads_on_ && heads_.candidate_enabled();
     if (cand) std::memcpy(s + off_cand_, b.candidates.data(), sizeof(int32_t) * b.candidates.size());
+    const bool keys = b.dropout_keys.size() == static_cast<size_t>(B);
+    if (keys) std::memcpy(s + off_keys_, b.dropout_keys.data(), sizeof(uint64_t) * B);
     // Copy only what is used: the four [B*le] arrays are at fixed offsets
     // (stride N), so copy each prefix; the row arrays likewise.
     const size_t n_in = static_cast<size_t>(B) * le;
@@ -451,9 +457,22 @@ class CudaDgcaModelImpl final : public CudaDgcaModel {
     DGCA_RETURN_IF_ERROR(copy(off_targets_, static_cast<size_t>(R)));
     DGCA_RETURN_IF_ERROR(copy(off_src_, static_cast<size_t>(NS)));
     if (cand) DGCA_RETURN_IF_ERROR(copy(off_cand_, b.candidates.size()));
+    if (keys) DGCA_RETURN_IF_ERROR(copy(off_keys_, 2 * static_cast<size_t>(B)));
     DGCA_RETURN_IF_ERROR(CudaStatus(cudaEventRecord(copied_.get(), copy_stream_), "cudaEventRecord"));
     return CudaStatus(cudaStreamWaitEvent(stream(), copied_.get(), 0),
                       "cudaStreamWaitEvent (model waits for the batch copy)");
+  }
+
+  // The keys' device copy is what the kernels read (captured graphs too).
+  void SetDropout(bool on) {
+    DropoutSpec d;
+    if (on) {
+      d.keys = reinterpret_cast<const uint64_t*>(d_in_.get() + off_keys_);
+      d.hidden = cfg_.hidden_dropout;
+      d.attention = cfg_.attention_dropout;
+    }
+    dropout_on_ = on;
+    bert_.set_dropout(d);
   }
 
   Status MarkConsumed() {
@@ -495,7 +514,11 @@ class CudaDgcaModelImpl final : public CudaDgcaModel {
     if (backward && !have_labels && NS > 0)
       return InvalidArgumentError("DgcaModel: ForwardBackward needs batch.labels or slot_target_id");
     DGCA_RETURN_IF_ERROR(index_.Check(b, /*need_labels=*/have_labels));
+    // Training drops (the config's rates, the batch's keys); evaluation not.
+    const bool drop = backward && DropoutActive(cfg_);
+    if (drop) DGCA_RETURN_IF_ERROR(CheckDropoutKeys(cfg_, b));
     DGCA_RETURN_IF_ERROR(UploadBatch(b));
+    SetDropout(drop);
     Status s = RunForwardBackward(b, backward, grad_scale, ready, NS, have_labels);
     // Whatever happened, later copies must not overwrite inputs still in use.
     Status m = MarkConsumed();
@@ -582,10 +605,12 @@ class CudaDgcaModelImpl final : public CudaDgcaModel {
   // head rows and target slots change with every batch: the heads and the
   // MLM head (a few dozen kernels) run eagerly. The graph key is what the
   // captured kernels' host arguments depend on: segment, B, L_eff.
-  enum Segment : int64_t { kEncoderForward = 1, kEncoderBackward = 2 };
+  // With dropout the segments hold more kernels: their own keys (a
+  // training forward and an evaluation forward of one shape differ).
+  enum Segment : int64_t { kEncoderForward = 1, kEncoderBackward = 2, kDropoutSegment = 16 };
   Status RunSegment(const StepShape& sh, Segment seg, const std::function<Status()>& enqueue) {
     if (!sh.graphs) return enqueue();
-    return graphs_->Run({seg, sh.B, L_eff_}, enqueue);
+    return graphs_->Run({seg + (dropout_on_ ? kDropoutSegment : 0), sh.B, L_eff_}, enqueue);
   }
 
   // The forward's device work: encoder (a graph segment when sh.graphs),
@@ -697,13 +722,14 @@ class CudaDgcaModelImpl final : public CudaDgcaModel {
 
   // The checked batch (token types, prompt slots, labelled rows, targets).
   BatchIndex index_;
+  bool dropout_on_ = false;  // the current step drops (SetDropout)
   int L_eff_ = 1;
   LossBreakdown lb_;
   std::vector<int32_t> pred_host_;
 
   // Inputs: pinned staging -> d_in_ (same offsets).
   size_t off_ids_ = 0, off_mask_ = 0, off_types_ = 0, off_slots_ = 0, off_rows_ = 0,
-         off_targets_ = 0, off_src_ = 0, off_cand_ = 0, staging_n_ = 0;
+         off_targets_ = 0, off_src_ = 0, off_cand_ = 0, off_keys_ = 0, staging_n_ = 0;
   PinnedArray<int32_t> staging_;
   DeviceArray<int32_t> d_in_;
   cudaStream_t copy_stream_ = nullptr;

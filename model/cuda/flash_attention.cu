@@ -17,6 +17,7 @@
 #include <type_traits>
 
 #include "model/core/config.h"
+#include "model/core/dropout.h"
 #include "model/cuda/cuda_context.h"
 
 namespace dgca {
@@ -37,6 +38,21 @@ constexpr int kSP = kTile + 4;  // fp32 score tile
 constexpr int kPP = kTile + 8;  // T probability tile
 template <int D>
 constexpr int kPitch = D + 8;  // T tiles of D columns
+
+// Dropout on the probabilities (model/core/dropout.h), resolved on the
+// host: kernels instantiated with kDrop = true read it, the others never do.
+struct KernelDrop {
+  const uint64_t* keys = nullptr;  // [B], device memory
+  int layer = 0;
+  uint32_t threshold = 0;
+  float scale = 1.0f;
+};
+// This (batch, head)'s site key; 0 when the kernel does not drop.
+template <bool kDrop>
+__device__ __forceinline__ uint64_t DropSite(const KernelDrop& drop, int b) {
+  if constexpr (kDrop) return DropoutSiteKey(drop.keys[b], drop.layer, kDropAttnProbs);
+  return 0;
+}
 
 using Acc = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
 template <typename T>
@@ -160,9 +176,11 @@ __device__ __forceinline__ void WriteRows(T* dst, int64_t ld, int valid, Acc (&a
 }
 
 // Grid (ceil(L/64), nh, B). out and lse for 64 queries of one head.
-template <typename T, int D>
+// With kDrop, P V uses P * M / (1-p); lse stays the unmasked softmax's.
+template <typename T, int D, bool kDrop>
 __global__ void __launch_bounds__(kThreads)
-    FlashForwardKernel(T* out, float* lse, const T* qkv, const int32_t* mask, int L, int H, int nh, float scale) {
+    FlashForwardKernel(T* out, float* lse, const T* qkv, const int32_t* mask, int L, int H, int nh, float scale,
+                       KernelDrop drop) {
   constexpr int P = kPitch<D>;
   __shared__ __align__(32) T q_s[kBlockRows * P];
   __shared__ __align__(32) T k_s[kTile * P];
@@ -184,6 +202,8 @@ __global__ void __launch_bounds__(kThreads)
   const int r = lane >> 1, c0 = (lane & 1) * 16;
   const float* s_row = s_w + r * kSP + c0;
   const int tiles = KeyTiles(LastRealKey(keys_real, L, last_s));
+  const int row0 = q0 + warp * kWarpRows;
+  const uint64_t site = DropSite<kDrop>(drop, b);
 
   // Pass 1: each row's max and sum of exp(score - max) over the real keys.
   float mx = -INFINITY, sum = 0.0f;
@@ -230,12 +250,14 @@ __global__ void __launch_bounds__(kThreads)
     ProductNT<T, D>(s_w, q_w, k_s);
     __syncwarp();
     ForLaneColumns(r, [&](int j) {
-      p_w[r * kPP + c0 + j] = FromF<T>(keep_s[c0 + j] ? expf(s_row[j] * scale - mx) * inv : 0.0f);
+      float pv = keep_s[c0 + j] ? expf(s_row[j] * scale - mx) * inv : 0.0f;
+      if constexpr (kDrop)
+        pv = DropoutKeep(site, DropoutProbsIndex(h, row0 + r, k0 + c0 + j), drop.threshold) ? pv * drop.scale : 0.0f;
+      p_w[r * kPP + c0 + j] = FromF<T>(pv);
     });
     __syncwarp();
     Mma<T, wmma::row_major, kTile, D / 16>(o, p_w, kPP, v_s, P);
   }
-  const int row0 = q0 + warp * kWarpRows;
   if ((lane & 1) == 0 && row0 + r < L)
     lse[(int64_t(b) * nh + h) * L + row0 + r] = sum > 0.0f ? mx + logf(sum) : INFINITY;
   WriteRows<T, D>(out + (int64_t(b) * L + row0) * H + int64_t(h) * D, H, L - row0, o, 1.0f, s_w);
@@ -261,10 +283,13 @@ __global__ void __launch_bounds__(kThreads)
 // Grid (ceil(L/64), nh, B). dK and dV of 64 keys of one head, over every
 // query: P^T = exp(K Q^T * scale - lse) (zero for padding keys),
 // dV = P^T dO, dP^T = V dO^T, dS^T = P^T (dP^T - D), dK = scale dS^T Q.
-template <typename T, int D>
+// With kDrop (mask M, scale s = 1/(1-p)): dV = (P o M s)^T dO and
+// dS^T = P^T (M s dP^T - D); D = rowsum(dO O) holds as it is, O being the
+// masked forward's output.
+template <typename T, int D, bool kDrop>
 __global__ void __launch_bounds__(kThreads)
     FlashBackwardKVKernel(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* dvec,
-                          const int32_t* mask, int L, int H, int nh, float scale) {
+                          const int32_t* mask, int L, int H, int nh, float scale, KernelDrop drop) {
   constexpr int P = kPitch<D>;
   __shared__ __align__(32) T k_s[kBlockRows * P];
   __shared__ __align__(32) T v_s[kBlockRows * P];
@@ -291,6 +316,7 @@ __global__ void __launch_bounds__(kThreads)
   const float* s_row = s_w + r * kSP + c0;
   const int row0 = k0 + warp * kWarpRows;
   const bool keep = row0 + r < L && mask[int64_t(b) * L + row0 + r] != 0;
+  const uint64_t site = DropSite<kDrop>(drop, b);
   Acc dk[D / 16], dv[D / 16];
   Zero(dk);
   Zero(dv);
@@ -314,13 +340,33 @@ __global__ void __launch_bounds__(kThreads)
       p_w[r * kPP + c0 + j] = FromF<T>(keep ? expf(s_row[j] * scale - lse_s[c0 + j]) : 0.0f);
     });
     __syncwarp();
-    Mma<T, wmma::row_major, kTile, D / 16>(dv, p_w, kPP, do_s, P);  // dV += P^T dO
-    ProductNT<T, D>(s_w, v_s + warp * kWarpRows * P, do_s);         // dP^T = V dO^T
-    __syncwarp();
-    ForLaneColumns(r, [&](int j) {
-      T& p = p_w[r * kPP + c0 + j];
-      p = FromF<T>(ToF(p) * (s_row[j] - d_s[c0 + j]));  // dS^T
-    });
+    if constexpr (kDrop) {
+      // dP^T first (over S^T, no longer needed); then, per element, dS^T in
+      // place of dP^T (it needs the unmasked P^T) and the masked P^T in
+      // place of P^T; dV, then dS^T into the T tile for dK.
+      ProductNT<T, D>(s_w, v_s + warp * kWarpRows * P, do_s);  // dP^T = V dO^T
+      __syncwarp();
+      float* s_mut = s_w + r * kSP + c0;
+      ForLaneColumns(r, [&](int j) {
+        T& p = p_w[r * kPP + c0 + j];
+        const float pf = ToF(p);
+        const bool m = DropoutKeep(site, DropoutProbsIndex(h, q0 + c0 + j, row0 + r), drop.threshold);
+        s_mut[j] = pf * ((m ? s_mut[j] * drop.scale : 0.0f) - d_s[c0 + j]);  // dS^T
+        p = FromF<T>(m ? pf * drop.scale : 0.0f);
+      });
+      __syncwarp();
+      Mma<T, wmma::row_major, kTile, D / 16>(dv, p_w, kPP, do_s, P);  // dV += (P o M s)^T dO
+      __syncwarp();
+      ForLaneColumns(r, [&](int j) { p_w[r * kPP + c0 + j] = FromF<T>(s_row[j]); });
+    } else {
+      Mma<T, wmma::row_major, kTile, D / 16>(dv, p_w, kPP, do_s, P);  // dV += P^T dO
+      ProductNT<T, D>(s_w, v_s + warp * kWarpRows * P, do_s);         // dP^T = V dO^T
+      __syncwarp();
+      ForLaneColumns(r, [&](int j) {
+        T& p = p_w[r * kPP + c0 + j];
+        p = FromF<T>(ToF(p) * (s_row[j] - d_s[c0 + j]));  // dS^T
+      });
+    }
     __syncwarp();
     Mma<T, wmma::row_major, kTile, D / 16>(dk, p_w, kPP, q_s, P);  // dK += dS^T Q
   }
@@ -331,11 +377,11 @@ __global__ void __launch_bounds__(kThreads)
 
 // Grid (ceil(L/64), nh, B). dQ of 64 queries of one head, over every key:
 // P = exp(Q K^T * scale - lse), dP = dO V^T, dS = P (dP - D),
-// dQ = scale dS K.
-template <typename T, int D>
+// dQ = scale dS K; with kDrop dS = P (M s dP - D).
+template <typename T, int D, bool kDrop>
 __global__ void __launch_bounds__(kThreads)
     FlashBackwardQKernel(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* dvec,
-                         const int32_t* mask, int L, int H, int nh, float scale) {
+                         const int32_t* mask, int L, int H, int nh, float scale, KernelDrop drop) {
   constexpr int P = kPitch<D>;
   __shared__ __align__(32) T q_s[kBlockRows * P];
   __shared__ __align__(32) T do_s[kBlockRows * P];
@@ -361,6 +407,7 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t bh = int64_t(b) * nh + h;
   const float row_lse = row0 + r < L ? lse[bh * L + row0 + r] : INFINITY;
   const float row_d = row0 + r < L ? dvec[bh * L + row0 + r] : 0.0f;
+  const uint64_t site = DropSite<kDrop>(drop, b);
   Acc dq[D / 16];
   Zero(dq);
   const int tiles = KeyTiles(LastRealKey(keys_real, L, last_s));
@@ -381,7 +428,10 @@ __global__ void __launch_bounds__(kThreads)
     __syncwarp();
     ForLaneColumns(r, [&](int j) {
       T& p = p_w[r * kPP + c0 + j];
-      p = FromF<T>(ToF(p) * (s_row[j] - row_d));  // dS
+      float dp = s_row[j];
+      if constexpr (kDrop)
+        dp = DropoutKeep(site, DropoutProbsIndex(h, row0 + r, k0 + c0 + j), drop.threshold) ? dp * drop.scale : 0.0f;
+      p = FromF<T>(ToF(p) * (dp - row_d));  // dS
     });
     __syncwarp();
     Mma<T, wmma::row_major, kTile, D / 16>(dq, p_w, kPP, k_s, P);  // dQ += dS K
@@ -407,26 +457,54 @@ Status CheckShape(DType type, int B, int L, int H, int nh, std::initializer_list
   return OkStatus();
 }
 
+KernelDrop ResolveDrop(const AttentionDropout& d) {
+  KernelDrop k;
+  if (!d.on()) return k;
+  k.keys = d.keys;
+  k.layer = d.layer;
+  k.threshold = DropoutThreshold(d.p);
+  k.scale = DropoutScale(d.p);
+  return k;
+}
+
 template <typename T, int D>
 Status Forward(cudaStream_t stream, T* out, float* lse, const T* qkv, const int32_t* mask, int B, int L, int H,
-               int nh) {
+               int nh, const AttentionDropout& drop) {
   const dim3 grid((L + kBlockRows - 1) / kBlockRows, nh, B);
-  FlashForwardKernel<T, D><<<grid, kThreads, 0, stream>>>(out, lse, qkv, mask, L, H, nh,
-                                                          1.0f / std::sqrt(float(D)));
+  const float scale = 1.0f / std::sqrt(float(D));
+  if (drop.on()) {
+    FlashForwardKernel<T, D, true><<<grid, kThreads, 0, stream>>>(out, lse, qkv, mask, L, H, nh, scale,
+                                                                  ResolveDrop(drop));
+  } else {
+    FlashForwardKernel<T, D, false><<<grid, kThreads, 0, stream>>>(out, lse, qkv, mask, L, H, nh, scale, KernelDrop());
+  }
   return Launched("FlashForwardKernel");
 }
 
 template <typename T, int D>
 Status Backward(cudaStream_t stream, T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse,
-                const int32_t* mask, int B, int L, int H, int nh, float* dvec) {
+                const int32_t* mask, int B, int L, int H, int nh, float* dvec, const AttentionDropout& drop) {
   const int64_t rows = int64_t(B) * L * nh;
   RowDotKernel<T, D><<<unsigned((rows + kWarps - 1) / kWarps), kThreads, 0, stream>>>(dvec, dout, out, L, nh, rows);
   DGCA_RETURN_IF_ERROR(Launched("RowDotKernel"));
   const dim3 grid((L + kBlockRows - 1) / kBlockRows, nh, B);
   const float scale = 1.0f / std::sqrt(float(D));
-  FlashBackwardKVKernel<T, D><<<grid, kThreads, 0, stream>>>(dqkv, dout, qkv, lse, dvec, mask, L, H, nh, scale);
+  const KernelDrop kd = ResolveDrop(drop);
+  if (drop.on()) {
+    FlashBackwardKVKernel<T, D, true><<<grid, kThreads, 0, stream>>>(dqkv, dout, qkv, lse, dvec, mask, L, H, nh,
+                                                                     scale, kd);
+  } else {
+    FlashBackwardKVKernel<T, D, false><<<grid, kThreads, 0, stream>>>(dqkv, dout, qkv, lse, dvec, mask, L, H, nh,
+                                                                      scale, kd);
+  }
   DGCA_RETURN_IF_ERROR(Launched("FlashBackwardKVKernel"));
-  FlashBackwardQKernel<T, D><<<grid, kThreads, 0, stream>>>(dqkv, dout, qkv, lse, dvec, mask, L, H, nh, scale);
+  if (drop.on()) {
+    FlashBackwardQKernel<T, D, true><<<grid, kThreads, 0, stream>>>(dqkv, dout, qkv, lse, dvec, mask, L, H, nh,
+                                                                    scale, kd);
+  } else {
+    FlashBackwardQKernel<T, D, false><<<grid, kThreads, 0, stream>>>(dqkv, dout, qkv, lse, dvec, mask, L, H, nh,
+                                                                     scale, kd);
+  }
   return Launched("FlashBackwardQKernel");
 }
 
@@ -438,34 +516,34 @@ bool FusedAttentionSupported(DType type, int L, int H, int nh) {
 
 template <typename T>
 Status FusedAttentionForward(cudaStream_t stream, T* out, float* lse, const T* qkv, const int32_t* mask,
-                             int B, int L, int H, int nh) {
+                             int B, int L, int H, int nh, const AttentionDropout& drop) {
   DGCA_RETURN_IF_ERROR(CheckShape(kDType<T>, B, L, H, nh, {out, qkv}, {lse, mask}));
   if (B == 0) return OkStatus();
   switch (H / nh) {
-    case 64: return Forward<T, 64>(stream, out, lse, qkv, mask, B, L, H, nh);
-    case 32: return Forward<T, 32>(stream, out, lse, qkv, mask, B, L, H, nh);
-    default: return Forward<T, 16>(stream, out, lse, qkv, mask, B, L, H, nh);
+    case 64: return Forward<T, 64>(stream, out, lse, qkv, mask, B, L, H, nh, drop);
+    case 32: return Forward<T, 32>(stream, out, lse, qkv, mask, B, L, H, nh, drop);
+    default: return Forward<T, 16>(stream, out, lse, qkv, mask, B, L, H, nh, drop);
   }
 }
 
 template <typename T>
 Status FusedAttentionBackward(cudaStream_t stream, T* dqkv, const T* dout, const T* qkv, const T* out,
                               const float* lse, const int32_t* mask, int B, int L, int H, int nh,
-                              float* scratch) {
+                              float* scratch, const AttentionDropout& drop) {
   DGCA_RETURN_IF_ERROR(CheckShape(kDType<T>, B, L, H, nh, {dqkv, dout, qkv, out}, {lse, mask, scratch}));
   if (B == 0) return OkStatus();
   switch (H / nh) {
-    case 64: return Backward<T, 64>(stream, dqkv, dout, qkv, out, lse, mask, B, L, H, nh, scratch);
-    case 32: return Backward<T, 32>(stream, dqkv, dout, qkv, out, lse, mask, B, L, H, nh, scratch);
-    default: return Backward<T, 16>(stream, dqkv, dout, qkv, out, lse, mask, B, L, H, nh, scratch);
+    case 64: return Backward<T, 64>(stream, dqkv, dout, qkv, out, lse, mask, B, L, H, nh, scratch, drop);
+    case 32: return Backward<T, 32>(stream, dqkv, dout, qkv, out, lse, mask, B, L, H, nh, scratch, drop);
+    default: return Backward<T, 16>(stream, dqkv, dout, qkv, out, lse, mask, B, L, H, nh, scratch, drop);
   }
 }
 
 #define DGCA_INSTANTIATE(T)                                                                                 \
   template Status FusedAttentionForward<T>(cudaStream_t, T*, float*, const T*, const int32_t*, int, int, int, \
-                                           int);                                                            \
+                                           int, const AttentionDropout&);                                  \
   template Status FusedAttentionBackward<T>(cudaStream_t, T*, const T*, const T*, const T*, const float*,    \
-                                            const int32_t*, int, int, int, int, float*);
+                                            const int32_t*, int, int, int, int, float*, const AttentionDropout&);
 DGCA_INSTANTIATE(bf16)
 DGCA_INSTANTIATE(__half)
 #undef DGCA_INSTANTIATE

@@ -556,7 +556,62 @@ Status MergeHeads(cudaStream_t stream, T* out, const T* ctx, int B, int L, int H
   return Launched("MergeHeads");
 }
 
+namespace {
+
+template <typename T>
+__global__ void DropoutRowsKernel(T* out, const T* in, const T* residual, const uint64_t* keys, int layer, int site,
+                                  uint32_t threshold, float scale, int L, int H, int64_t total) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t row = i / H;
+    const int col = static_cast<int>(i % H), pos = static_cast<int>(row % L);
+    const uint64_t key = DropoutSiteKey(keys[row / L], layer, site);
+    float v = DropoutKeep(key, DropoutHiddenIndex(pos, col), threshold) ? ToF(in[i]) * scale : 0.0f;
+    if (residual != nullptr) v += ToF(residual[i]);
+    out[i] = FromF<T>(v);
+  }
+}
+
+template <typename T>
+__global__ void DropoutProbsKernel(T* out, const T* in, const uint64_t* keys, int layer, uint32_t threshold,
+                                   float scale, int nh, int L, int64_t total) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    const int k = static_cast<int>(i % L);
+    const int64_t r = i / L;
+    const int q = static_cast<int>(r % L);
+    const int64_t bh = r / L;
+    const int h = static_cast<int>(bh % nh);
+    const uint64_t key = DropoutSiteKey(keys[bh / nh], layer, kDropAttnProbs);
+    out[i] = FromF<T>(DropoutKeep(key, DropoutProbsIndex(h, q, k), threshold) ? ToF(in[i]) * scale : 0.0f);
+  }
+}
+
+}  // namespace
+
+template <typename T>
+Status DropoutRows(cudaStream_t stream, T* out, const T* in, const T* residual, const uint64_t* keys, int layer,
+                   int site, float p, int B, int L, int H) {
+  const int64_t total = int64_t(B) * L * H;
+  if (total <= 0) return OkStatus();
+  if (keys == nullptr) return InvalidArgumentError("DropoutRows: null keys");
+  DropoutRowsKernel<T><<<Blocks(total, 256), 256, 0, stream>>>(out, in, residual, keys, layer, site,
+                                                               DropoutThreshold(p), DropoutScale(p), L, H, total);
+  return Launched("DropoutRows");
+}
+
+template <typename T>
+Status DropoutProbs(cudaStream_t stream, T* out, const T* in, const AttentionDropout& drop, int B, int nh, int L) {
+  const int64_t total = int64_t(B) * nh * L * L;
+  if (total <= 0) return OkStatus();
+  if (drop.keys == nullptr) return InvalidArgumentError("DropoutProbs: null keys");
+  DropoutProbsKernel<T><<<Blocks(total, 256), 256, 0, stream>>>(
+      out, in, drop.keys, drop.layer, DropoutThreshold(drop.p), DropoutScale(drop.p), nh, L, total);
+  return Launched("DropoutProbs");
+}
+
 #define DGCA_INSTANTIATE(T)                                                                      \
+  template Status DropoutRows<T>(cudaStream_t, T*, const T*, const T*, const uint64_t*, int, int, float, int, \
+                                 int, int);                                                      \
+  template Status DropoutProbs<T>(cudaStream_t, T*, const T*, const AttentionDropout&, int, int, int); \
   template Status LayerNormForward<T>(cudaStream_t, T*, float*, float*, const T*, const T*,      \
                                       const T*, int, int, float);                                \
   template Status LayerNormBackward<T>(cudaStream_t, T*, bool, float*, float*, const T*,         \

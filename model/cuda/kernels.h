@@ -26,6 +26,7 @@
 
 #include <cstdint>
 
+#include "model/core/dropout.h"
 #include "model/core/status.h"
 #include "model/cuda/dtype.h"
 
@@ -149,6 +150,19 @@ Status ScatterHeads(cudaStream_t stream, T* dst, int64_t row_stride, int64_t off
 template <typename T>
 Status SoftmaxBackward(cudaStream_t stream, T* dscores, const T* probs, const T* dprobs, int rows,
                        int cols);
+
+// Inverted dropout of hidden rows, as cpu::DropoutRows (model/core/dropout.h):
+// rows of [B*L, H], row i of sample i / L at position i % L, keys [B] in
+// device memory (read when the kernel runs, so a CUDA graph replays with
+// the keys of the batch uploaded before it). out = in * M / (1-p), plus
+// residual when it is non-null. out may alias in (not residual).
+template <typename T>
+Status DropoutRows(cudaStream_t stream, T* out, const T* in, const T* residual, const uint64_t* keys, int layer,
+                   int site, float p, int B, int L, int H);
+// out = in * M / (1-p) over probabilities [B, nh, L, L] with the mask of
+// drop (site kDropAttnProbs; keys in device memory). out may alias in.
+template <typename T>
+Status DropoutProbs(cudaStream_t stream, T* out, const T* in, const AttentionDropout& drop, int B, int nh, int L);
 
 }  // namespace cuda
 }  // namespace dgca

@@ -140,9 +140,19 @@ void TensorRows(const std::string& prefix, const std::string& dt, double tol,
   if (!all) rows->push_back({prefix + " (worst: " + worst_name + ")", dt, worst, tol});
 }
 
-Status CheckModel(Precision prec, const CudaContext& ctx, Rng* rng, Rows* rows) {
-  const ModelConfig cfg = CheckConfig();
+// The check config with dropout 0.1 on hidden states and probabilities:
+// the CPU and GPU models draw the same masks from the batches' keys
+// (model/core/dropout.h), so every row holds as without dropout.
+ModelConfig CheckConfigWith(bool dropout) {
+  ModelConfig c = CheckConfig();
+  if (dropout) c.hidden_dropout = c.attention_dropout = 0.1f;
+  return c;
+}
+
+Status CheckModel(Precision prec, bool dropout, const CudaContext& ctx, Rng* rng, Rows* rows) {
+  const ModelConfig cfg = CheckConfigWith(dropout);
   const std::string dt = PrecisionName(prec);
+  const std::string model = dropout ? "cuda_model dropout" : "cuda_model";
   const bool bf16 = prec == Precision::kBf16, fp16 = prec == Precision::kFp16;
   const bool half = bf16 || fp16;
   const double tol = bf16 ? kModelBf16Tol : fp16 ? kModelF16Tol : kF32Tol;
@@ -168,7 +178,7 @@ Status CheckModel(Precision prec, const CudaContext& ctx, Rng* rng, Rows* rows) 
   {
     double e = 0;
     for (int64_t j = 0; j < n; ++j) e = std::max(e, std::fabs(double(cp.values()[j]) - gp.values()[j]));
-    rows->push_back({"cuda_model init == cpu init (max abs diff)", dt, e, 0.0});
+    rows->push_back({model + " init == cpu init (max abs diff)", dt, e, 0.0});
   }
   // Non-trivial biases / LayerNorm parameters; bf16-representable values
   // for bf16. Then the GPU gets exactly the CPU's values.
@@ -203,7 +213,7 @@ Status CheckModel(Precision prec, const CudaContext& ctx, Rng* rng, Rows* rows) 
                           cpu->ForwardBackward(b, 0.5f, [&](int i) { ready_c.push_back(i); }));
     DGCA_ASSIGN_OR_RETURN(LossBreakdown lg,
                           gpu->ForwardBackward(b, 0.5f, [&](int i) { ready_g.push_back(i); }));
-    const std::string pre = "cuda_model micro" + std::to_string(step);
+    const std::string pre = model + " micro" + std::to_string(step);
     LossRows(pre, dt, tol, lg, lc, rows);
     rows->push_back({pre + " grad_ready order", dt, ready_c == ready_g ? 0.0 : kInf, 0.0});
     DGCA_RETURN_IF_ERROR(gpu->DownloadGrads());
@@ -214,20 +224,20 @@ Status CheckModel(Precision prec, const CudaContext& ctx, Rng* rng, Rows* rows) 
   if (fp16) {
     // The device's own unscale: the same gradients, and no overflow.
     DGCA_ASSIGN_OR_RETURN(CudaDgcaModel::GradStats st, gpu->UnscaleAndSquaredNorm(1.0f / loss_scale));
-    rows->push_back({"cuda_model unscale: no overflow at loss scale 1024", dt, st.found_inf ? kInf : 0.0, 0.0});
+    rows->push_back({model + " unscale: no overflow at loss scale 1024", dt, st.found_inf ? kInf : 0.0, 0.0});
     DGCA_RETURN_IF_ERROR(gpu->DownloadGrads());
-    TensorRows("cuda_model unscaled grads", dt, tol, cp, gp.grads(), cp.grads(), /*all=*/false, rows);
+    TensorRows(model + " unscaled grads", dt, tol, cp, gp.grads(), cp.grads(), /*all=*/false, rows);
     // The squared norm of the unscaled gradients, against the CPU's.
     double want_sq = 0.0;
     for (int64_t j = 0; j < n; ++j) want_sq += double(cp.grads()[j]) * cp.grads()[j];
-    rows->push_back({"cuda_model unscaled grad squared norm", dt, ScalarErr(st.squared_norm, want_sq), tol});
+    rows->push_back({model + " unscaled grad squared norm", dt, ScalarErr(st.squared_norm, want_sq), tol});
     // A scale no fp16 gradient survives: the overflow must be seen.
     DGCA_RETURN_IF_ERROR(gpu->ZeroGrads());
     gpu->set_loss_scale(1e30f);
     DGCA_ASSIGN_OR_RETURN(LossBreakdown lo, gpu->ForwardBackward(b1, 0.5f, GradReadyFn()));
     (void)lo;
     DGCA_ASSIGN_OR_RETURN(CudaDgcaModel::GradStats over, gpu->UnscaleAndSquaredNorm(1e-30f));
-    rows->push_back({"cuda_model unscale: overflow seen at loss scale 1e30", dt, over.found_inf ? 0.0 : kInf, 0.0});
+    rows->push_back({model + " unscale: overflow seen at loss scale 1e30", dt, over.found_inf ? 0.0 : kInf, 0.0});
     gpu->set_loss_scale(1.0f);
   }
 
@@ -248,7 +258,7 @@ Status CheckModel(Precision prec, const CudaContext& ctx, Rng* rng, Rows* rows) 
       dg[j] = gp.values()[j] - before[j];
       dc[j] = cp.values()[j] - before[j];
     }
-    TensorRows("cuda_model adamw update", dt, kF32Tol, cp, dg.data(), dc.data(), /*all=*/false,
+    TensorRows(model + " adamw update", dt, kF32Tol, cp, dg.data(), dc.data(), /*all=*/false,
                rows);
   }
   if (half) {
@@ -265,7 +275,7 @@ Status CheckModel(Precision prec, const CudaContext& ctx, Rng* rng, Rows* rows) 
       const double d = std::fabs(double(c) - round16(master[j]));
       e = std::max(e, std::isnan(d) ? kInf : d);
     }
-    rows->push_back({"cuda_model adamw " + dt + " copy == " + dt + "(master)", dt, e, 0.0});
+    rows->push_back({model + " adamw " + dt + " copy == " + dt + "(master)", dt, e, 0.0});
   }
 
   // A forward from the updated weights (the GPU reads its own updated
@@ -273,7 +283,7 @@ Status CheckModel(Precision prec, const CudaContext& ctx, Rng* rng, Rows* rows) 
   {
     DGCA_ASSIGN_OR_RETURN(LossBreakdown lc, cpu->Forward(b1));
     DGCA_ASSIGN_OR_RETURN(LossBreakdown lg, gpu->Forward(b1));
-    LossRows("cuda_model after adamw", dt, tol, lg, lc, rows);
+    LossRows(model + " after adamw", dt, tol, lg, lc, rows);
   }
   {
     DGCA_ASSIGN_OR_RETURN(std::vector<int32_t> pc, cpu->Predict(b2));
@@ -281,7 +291,7 @@ Status CheckModel(Precision prec, const CudaContext& ctx, Rng* rng, Rows* rows) 
     double diff = pc.size() == pg.size() ? 0.0 : kInf;
     for (size_t i = 0; i < std::min(pc.size(), pg.size()); ++i) diff += pc[i] != pg[i];
     if (!pc.empty()) diff /= static_cast<double>(pc.size());
-    rows->push_back({"cuda_model predict (fraction differing)", dt, diff, half ? 0.2 : 0.0});
+    rows->push_back({model + " predict (fraction differing)", dt, diff, half ? 0.2 : 0.0});
   }
   return gpu->Synchronize();
 }
@@ -291,8 +301,12 @@ Status CheckModel(Precision prec, const CudaContext& ctx, Rng* rng, Rows* rows) 
 // and gradients (the same kernels in the same order; deterministic mode, so
 // no atomics), and the encoder segments of repeated (batch size, L_eff)
 // were replayed (4 captured, 10 replayed).
-Status CheckGraphs(Precision prec, const CudaContext& ctx, Rng* rng, Rows* rows) {
-  const ModelConfig cfg = CheckConfig();
+// With dropout the training forward and the evaluation forward are
+// separate graphs (6 captured, 6 replayed), and replays must drop with the
+// keys of the batch they run (b3 replays b1's graphs with other keys).
+Status CheckGraphs(Precision prec, bool dropout, const CudaContext& ctx, Rng* rng, Rows* rows) {
+  const ModelConfig cfg = CheckConfigWith(dropout);
+  const std::string model = dropout ? "cuda_model dropout" : "cuda_model";
   const std::string dt = PrecisionName(prec);
   const int max_batch = 4, L = 32;
   const uint64_t seed = (*rng)();
@@ -325,7 +339,7 @@ Status CheckGraphs(Precision prec, const CudaContext& ctx, Rng* rng, Rows* rows)
     DGCA_ASSIGN_OR_RETURN(LossBreakdown fg, graphed->Forward(*b));
     loss_diff = std::max(loss_diff, std::fabs(fe.total - fg.total));
   }
-  rows->push_back({"cuda_model graphs: losses == eager (max abs diff)", dt, loss_diff, 0.0});
+  rows->push_back({model + " graphs: losses == eager (max abs diff)", dt, loss_diff, 0.0});
   DGCA_RETURN_IF_ERROR(eager->DownloadGrads());
   DGCA_RETURN_IF_ERROR(graphed->DownloadGrads());
   const int64_t n = eager->params().total_numel();
@@ -334,25 +348,31 @@ Status CheckGraphs(Precision prec, const CudaContext& ctx, Rng* rng, Rows* rows)
     const double d = std::fabs(double(eager->params().grads()[j]) - graphed->params().grads()[j]);
     grad_diff = std::max(grad_diff, std::isnan(d) ? kInf : d);
   }
-  rows->push_back({"cuda_model graphs: accumulated grads == eager (max abs diff)", dt, grad_diff, 0.0});
+  rows->push_back({model + " graphs: accumulated grads == eager (max abs diff)", dt, grad_diff, 0.0});
   const GraphCache::Stats st = graphed->cuda_graph_stats();
   // Six steps of two batch sizes (b1 and b3 4 rows, b2 3; all trim to
   // L_eff 32), each a forward+backward then a forward-only pass: the
   // encoder forward and backward segment of each batch size is captured on
   // its second sight (4 graphs; the forward-only pass shares the forward's)
   // and replayed after (10 replays).
-  rows->push_back({"cuda_model graphs: replayed (" + std::to_string(st.replayed) + "), captured (" +
+  const int want_replayed = dropout ? 6 : 10, want_captured = dropout ? 6 : 4;
+  rows->push_back({model + " graphs: replayed (" + std::to_string(st.replayed) + "), captured (" +
                        std::to_string(st.captured) + "), failed captures (" +
                        std::to_string(st.capture_failures) + ")",
-                   dt, st.replayed == 10 && st.captured == 4 && st.capture_failures == 0 ? 0.0 : kInf, 0.0});
+                   dt,
+                   st.replayed == want_replayed && st.captured == want_captured && st.capture_failures == 0 ? 0.0
+                                                                                                             : kInf,
+                   0.0});
   return graphed->Synchronize();
 }
 
 // The OpCheck running fn (CheckModel or CheckGraphs) at precision p.
-OpCheck AtPrecision(const std::string& name, Status (*fn)(Precision, const CudaContext&, Rng*, Rows*),
-                    Precision p) {
-  return OpCheck{name + " " + PrecisionName(p),
-                 [fn, p](const CudaContext& ctx, GemmRunner*, Rng* rng, Rows* rows) { return fn(p, ctx, rng, rows); }};
+OpCheck AtPrecision(const std::string& name, Status (*fn)(Precision, bool, const CudaContext&, Rng*, Rows*),
+                    Precision p, bool dropout = false) {
+  return OpCheck{name + (dropout ? " dropout " : " ") + PrecisionName(p),
+                 [fn, p, dropout](const CudaContext& ctx, GemmRunner*, Rng* rng, Rows* rows) {
+                   return fn(p, dropout, ctx, rng, rows);
+                 }};
 }
 
 }  // namespace
@@ -364,6 +384,10 @@ const std::vector<OpCheck>& ModelChecks() {
       AtPrecision("cuda_model", CheckModel, Precision::kFp16),
       AtPrecision("cuda_model graphs", CheckGraphs, Precision::kFp32),
       AtPrecision("cuda_model graphs", CheckGraphs, Precision::kBf16),
+      AtPrecision("cuda_model", CheckModel, Precision::kFp32, /*dropout=*/true),
+      AtPrecision("cuda_model", CheckModel, Precision::kBf16, /*dropout=*/true),
+      AtPrecision("cuda_model graphs", CheckGraphs, Precision::kFp32, /*dropout=*/true),
+      AtPrecision("cuda_model graphs", CheckGraphs, Precision::kBf16, /*dropout=*/true),
   };
   return *checks;
 }

@@ -324,7 +324,8 @@ struct AttentionReference {
   std::vector<float> qkv, out, probs;
   std::vector<int32_t> mask;
 };
-AttentionReference MakeAttentionReference(DType t, int B, int L, int H, int nh, Rng* rng) {
+AttentionReference MakeAttentionReference(DType t, int B, int L, int H, int nh, Rng* rng,
+                                          const AttentionDropout& drop = {}) {
   AttentionReference r;
   r.qkv = Round(t, Rand(size_t(B) * L * 3 * H, rng, -1.5f, 1.5f));
   r.mask.assign(size_t(B) * L, 1);
@@ -335,48 +336,78 @@ AttentionReference MakeAttentionReference(DType t, int B, int L, int H, int nh, 
   r.out.resize(size_t(B) * L * H);
   r.probs.resize(size_t(B) * nh * L * L);
   cpu::Context cc;
-  cpu::AttentionForward(cc, r.out.data(), r.probs.data(), r.qkv.data(), r.mask.data(), B, L, H, nh);
+  cpu::AttentionForward(cc, r.out.data(), r.probs.data(), r.qkv.data(), r.mask.data(), B, L, H, nh, drop);
   return r;
 }
 
+// Dropout on the probabilities for a check: p, fresh keys per row, layer 3
+// (any layer: the site key must be what the CPU uses). The host and device
+// copies of the keys.
+struct CheckDrop {
+  std::vector<uint64_t> keys;
+  DeviceArray<uint64_t> dkeys;
+  float p = 0.0f;
+  AttentionDropout host() const { return p > 0 ? AttentionDropout{keys.data(), 3, p} : AttentionDropout{}; }
+  AttentionDropout device() const { return p > 0 ? AttentionDropout{dkeys.get(), 3, p} : AttentionDropout{}; }
+  std::string tag() const { return p > 0 ? " dropout " + std::to_string(p).substr(0, 3) : ""; }
+};
+StatusOr<CheckDrop> MakeCheckDrop(int B, float p, Rng* rng) {
+  CheckDrop d;
+  d.p = p;
+  for (int b = 0; b < B; ++b) d.keys.push_back((*rng)());
+  DGCA_RETURN_IF_ERROR(d.dkeys.Upload(d.keys));
+  return d;
+}
+
 template <typename T>
-Status CheckAttention(const CudaContext& ctx, GemmRunner* gemm, Rng* rng, Rows* rows) {
+Status CheckAttentionWith(float drop_p, const CudaContext& ctx, GemmRunner* gemm, Rng* rng, Rows* rows) {
   const DType t = kDType<T>;
   const int B = 2, L = 40, H = 64, nh = 4;
-  const AttentionReference ref = MakeAttentionReference(t, B, L, H, nh, rng);
+  DGCA_ASSIGN_OR_RETURN(const CheckDrop drop, MakeCheckDrop(B, drop_p, rng));
+  const int64_t extra = drop_p > 0 ? AttentionDropoutScratchElems(B, L, nh) : 0;
+  const AttentionReference ref = MakeAttentionReference(t, B, L, H, nh, rng, drop.host());
   cpu::Context cc;
   DGCA_ASSIGN_OR_RETURN(Bytes dqkv, Up(t, ref.qkv));
   DGCA_ASSIGN_OR_RETURN(DeviceArray<int32_t> dmask, UpInts(ref.mask));
   DGCA_ASSIGN_OR_RETURN(Bytes dout, Poisoned(t, ref.out.size()));
   DGCA_ASSIGN_OR_RETURN(Bytes dprobs, Poisoned(t, ref.probs.size()));
-  DGCA_ASSIGN_OR_RETURN(Bytes scratch, Poisoned(t, AttentionScratchElems(B, L, H)));
+  DGCA_ASSIGN_OR_RETURN(Bytes scratch, Poisoned(t, AttentionScratchElems(B, L, H) + extra));
   DGCA_RETURN_IF_ERROR(SyncDevice());
   DGCA_RETURN_IF_ERROR(AttentionForward<T>(ctx, gemm, P<T>(dout), P<T>(dprobs), P<T>(dqkv), dmask.get(), B, L, H,
-                                           nh, P<T>(scratch)));
+                                           nh, P<T>(scratch), drop.device()));
   DGCA_RETURN_IF_ERROR(ctx.Synchronize());
   DGCA_ASSIGN_OR_RETURN(auto g_out, Down(t, dout));
   DGCA_ASSIGN_OR_RETURN(auto g_probs, Down(t, dprobs));
   const double tol = t == DType::kF32 ? kF32Tol : t == DType::kBF16 ? kAttnBf16Tol : kAttnF16Tol;
-  Add(rows, "attention_fwd.out", t, g_out, ref.out, tol);
-  Add(rows, "attention_fwd.probs", t, g_probs, ref.probs, tol);
+  Add(rows, "attention_fwd.out" + drop.tag(), t, g_out, ref.out, tol);
+  Add(rows, "attention_fwd.probs" + drop.tag(), t, g_probs, ref.probs, tol);
 
   // Backward from the reference probabilities (rounded to T, as the GPU
   // reads them), so it is checked independently of the forward.
   std::vector<float> probs_t = Round(t, ref.probs);
   std::vector<float> h_dout = Round(t, Rand(ref.out.size(), rng));
   std::vector<float> h_dqkv(ref.qkv.size());
-  cpu::AttentionBackward(cc, h_dqkv.data(), h_dout.data(), ref.qkv.data(), probs_t.data(), B, L, H, nh);
+  cpu::AttentionBackward(cc, h_dqkv.data(), h_dout.data(), ref.qkv.data(), probs_t.data(), B, L, H, nh,
+                         drop.host());
   DGCA_ASSIGN_OR_RETURN(Bytes dprobs_ref, Up(t, probs_t));
   DGCA_ASSIGN_OR_RETURN(Bytes ddout, Up(t, h_dout));
   DGCA_ASSIGN_OR_RETURN(Bytes ddqkv, Poisoned(t, ref.qkv.size()));
-  DGCA_ASSIGN_OR_RETURN(Bytes bscratch, Poisoned(t, AttentionBackwardScratchElems(B, L, H, nh)));
+  DGCA_ASSIGN_OR_RETURN(Bytes bscratch, Poisoned(t, AttentionBackwardScratchElems(B, L, H, nh) + extra));
   DGCA_RETURN_IF_ERROR(SyncDevice());
   DGCA_RETURN_IF_ERROR(AttentionBackward<T>(ctx, gemm, P<T>(ddqkv), P<T>(ddout), P<T>(dqkv), P<T>(dprobs_ref), B, L,
-                                            H, nh, P<T>(bscratch)));
+                                            H, nh, P<T>(bscratch), drop.device()));
   DGCA_RETURN_IF_ERROR(ctx.Synchronize());
   DGCA_ASSIGN_OR_RETURN(auto g_dqkv, Down(t, ddqkv));
-  Add(rows, "attention_bwd.dqkv", t, g_dqkv, h_dqkv, tol);
+  Add(rows, "attention_bwd.dqkv" + drop.tag(), t, g_dqkv, h_dqkv, tol);
   return OkStatus();
+}
+template <typename T>
+Status CheckAttention(const CudaContext& ctx, GemmRunner* gemm, Rng* rng, Rows* rows) {
+  return CheckAttentionWith<T>(0.0f, ctx, gemm, rng, rows);
+}
+template <typename T>
+Status CheckAttentionDropout(const CudaContext& ctx, GemmRunner* gemm, Rng* rng, Rows* rows) {
+  return CheckAttentionWith<T>(0.2f, ctx, gemm, rng, rows);
 }
 
 // The fused kernels (flash_attention.h) against the same CPU reference, on
@@ -385,19 +416,22 @@ Status CheckAttention(const CudaContext& ctx, GemmRunner* gemm, Rng* rng, Rows* 
 // padding (its rows must come out zero), bert-base's heads (L 128, H 768,
 // 12 heads) and the longest sequence (512). The backward runs on the fused
 // forward's own out and log-sum-exp (that is what it is given in training).
+// With dropout (CheckFusedAttentionDropout) on fewer shapes: one per head
+// size, partial tiles and padding among them.
+struct FusedShape {
+  int B, L, H, nh;
+};
 template <typename T>
-Status CheckFusedAttention(const CudaContext& ctx, GemmRunner*, Rng* rng, Rows* rows) {
+Status CheckFusedAttentionWith(float drop_p, std::initializer_list<FusedShape> shapes, Rng* rng, const CudaContext& ctx,
+                               Rows* rows) {
   const DType t = kDType<T>;
-  struct Shape {
-    int B, L, H, nh;
-  };
-  for (const Shape& s : {Shape{3, 75, 128, 2}, Shape{2, 40, 64, 2}, Shape{2, 20, 32, 2},
-                         Shape{2, 128, 768, 12}, Shape{2, 512, 128, 2}}) {
+  for (const FusedShape& s : shapes) {
     const int B = s.B, L = s.L, H = s.H, nh = s.nh;
+    DGCA_ASSIGN_OR_RETURN(const CheckDrop drop, MakeCheckDrop(B, drop_p, rng));
     const std::string tag =
-        " (fused, L=" + std::to_string(L) + ", d=" + std::to_string(H / nh) + ")";
+        " (fused, L=" + std::to_string(L) + ", d=" + std::to_string(H / nh) + ")" + drop.tag();
     if (!FusedAttentionSupported(t, L, H, nh)) return InternalError("fused attention: check shape unsupported" + tag);
-    const AttentionReference ref = MakeAttentionReference(t, B, L, H, nh, rng);
+    const AttentionReference ref = MakeAttentionReference(t, B, L, H, nh, rng, drop.host());
     cpu::Context cc;
     DGCA_ASSIGN_OR_RETURN(Bytes dqkv, Up(t, ref.qkv));
     DGCA_ASSIGN_OR_RETURN(DeviceArray<int32_t> dmask, UpInts(ref.mask));
@@ -405,7 +439,8 @@ Status CheckFusedAttention(const CudaContext& ctx, GemmRunner*, Rng* rng, Rows* 
     DGCA_ASSIGN_OR_RETURN(Bytes dlse, Poisoned(DType::kF32, size_t(B) * nh * L));
     DGCA_RETURN_IF_ERROR(SyncDevice());
     DGCA_RETURN_IF_ERROR(
-        FusedAttentionForward<T>(ctx.stream(), P<T>(dout), P<float>(dlse), P<T>(dqkv), dmask.get(), B, L, H, nh));
+        FusedAttentionForward<T>(ctx.stream(), P<T>(dout), P<float>(dlse), P<T>(dqkv), dmask.get(), B, L, H, nh,
+                                 drop.device()));
     DGCA_RETURN_IF_ERROR(ctx.Synchronize());
     DGCA_ASSIGN_OR_RETURN(auto g_out, Down(t, dout));
     const double tol = t == DType::kBF16 ? kAttnBf16Tol : kAttnF16Tol;
@@ -413,17 +448,96 @@ Status CheckFusedAttention(const CudaContext& ctx, GemmRunner*, Rng* rng, Rows* 
 
     std::vector<float> h_dout = Round(t, Rand(ref.out.size(), rng));
     std::vector<float> h_dqkv(ref.qkv.size());
-    cpu::AttentionBackward(cc, h_dqkv.data(), h_dout.data(), ref.qkv.data(), Round(t, ref.probs).data(), B, L, H, nh);
+    cpu::AttentionBackward(cc, h_dqkv.data(), h_dout.data(), ref.qkv.data(), Round(t, ref.probs).data(), B, L, H, nh,
+                           drop.host());
     DGCA_ASSIGN_OR_RETURN(Bytes ddout, Up(t, h_dout));
     DGCA_ASSIGN_OR_RETURN(Bytes ddqkv, Poisoned(t, ref.qkv.size()));
     DGCA_ASSIGN_OR_RETURN(Bytes bscratch, Poisoned(DType::kF32, FusedAttentionBackwardScratchFloats(B, L, nh)));
     DGCA_RETURN_IF_ERROR(SyncDevice());
     DGCA_RETURN_IF_ERROR(FusedAttentionBackward<T>(ctx.stream(), P<T>(ddqkv), P<T>(ddout), P<T>(dqkv), P<T>(dout),
-                                                   P<float>(dlse), dmask.get(), B, L, H, nh, P<float>(bscratch)));
+                                                   P<float>(dlse), dmask.get(), B, L, H, nh, P<float>(bscratch),
+                                                   drop.device()));
     DGCA_RETURN_IF_ERROR(ctx.Synchronize());
     DGCA_ASSIGN_OR_RETURN(auto g_dqkv, Down(t, ddqkv));
     Add(rows, "attention_bwd.dqkv" + tag, t, g_dqkv, h_dqkv, tol);
   }
+  return OkStatus();
+}
+template <typename T>
+Status CheckFusedAttention(const CudaContext& ctx, GemmRunner*, Rng* rng, Rows* rows) {
+  return CheckFusedAttentionWith<T>(0.0f,
+                                    {FusedShape{3, 75, 128, 2}, FusedShape{2, 40, 64, 2}, FusedShape{2, 20, 32, 2},
+                                     FusedShape{2, 128, 768, 12}, FusedShape{2, 512, 128, 2}},
+                                    rng, ctx, rows);
+}
+template <typename T>
+Status CheckFusedAttentionDropout(const CudaContext& ctx, GemmRunner*, Rng* rng, Rows* rows) {
+  return CheckFusedAttentionWith<T>(
+      0.2f, {FusedShape{3, 75, 128, 2}, FusedShape{2, 20, 32, 2}, FusedShape{2, 128, 768, 12}}, rng, ctx, rows);
+}
+
+// ---------------------------------------------------------------- dropout
+// Hidden rows (with and without the residual) and probabilities against
+// cpu::DropoutRows / the CPU attention's mask, plus the drop pattern
+// itself: the inputs are never zero, so an output is zero exactly where
+// the mask drops, and the two patterns must agree element for element.
+template <typename T>
+Status CheckDropout(const CudaContext& ctx, GemmRunner*, Rng* rng, Rows* rows) {
+  const DType t = kDType<T>;
+  const int B = 3, L = 24, H = 40, nh = 2;
+  const float p = 0.3f;
+  DGCA_ASSIGN_OR_RETURN(const CheckDrop drop, MakeCheckDrop(B, p, rng));
+  const size_t n = size_t(B) * L * H;
+  std::vector<float> x = Round(t, Rand(n, rng, 0.5f, 1.5f));
+  std::vector<float> res = Round(t, Rand(n, rng));
+  std::vector<float> want = x;
+  cpu::Context cc;
+  cpu::DropoutRows(cc, want.data(), drop.keys.data(), 1, kDropFfnOut, p, B, L, H);
+  std::vector<float> want_res = want;
+  for (size_t i = 0; i < n; ++i) want_res[i] += res[i];
+  DGCA_ASSIGN_OR_RETURN(Bytes dx, Up(t, x));
+  DGCA_ASSIGN_OR_RETURN(Bytes dres, Up(t, res));
+  DGCA_ASSIGN_OR_RETURN(Bytes dout, Poisoned(t, n));
+  DGCA_ASSIGN_OR_RETURN(Bytes dout_res, Poisoned(t, n));
+  // Probabilities [B, nh, L, L]: the CPU mask from a forward's P against
+  // DropoutProbs on the same values.
+  const size_t np = size_t(B) * nh * L * L;
+  std::vector<float> probs = Round(t, Rand(np, rng, 0.5f, 1.5f));
+  std::vector<float> want_p(np);
+  for (int b = 0; b < B; ++b) {
+    const uint64_t site = DropoutSiteKey(drop.keys[b], 3, kDropAttnProbs);
+    for (int h = 0; h < nh; ++h)
+      for (int i = 0; i < L; ++i)
+        for (int j = 0; j < L; ++j) {
+          const size_t o = ((size_t(b) * nh + h) * L + i) * L + j;
+          want_p[o] = DropoutKeep(site, DropoutProbsIndex(h, i, j), DropoutThreshold(p)) ? probs[o] * DropoutScale(p)
+                                                                                          : 0.0f;
+        }
+  }
+  DGCA_ASSIGN_OR_RETURN(Bytes dprobs, Up(t, probs));
+  DGCA_ASSIGN_OR_RETURN(Bytes dprobs_out, Poisoned(t, np));
+  DGCA_RETURN_IF_ERROR(SyncDevice());
+  DGCA_RETURN_IF_ERROR(DropoutRows<T>(ctx.stream(), P<T>(dout), P<T>(dx), nullptr, drop.dkeys.get(), 1, kDropFfnOut,
+                                      p, B, L, H));
+  DGCA_RETURN_IF_ERROR(DropoutRows<T>(ctx.stream(), P<T>(dout_res), P<T>(dx), P<T>(dres), drop.dkeys.get(), 1,
+                                      kDropFfnOut, p, B, L, H));
+  DGCA_RETURN_IF_ERROR(DropoutProbs<T>(ctx.stream(), P<T>(dprobs_out), P<T>(dprobs), drop.device(), B, nh, L));
+  DGCA_RETURN_IF_ERROR(ctx.Synchronize());
+  DGCA_ASSIGN_OR_RETURN(auto got, Down(t, dout));
+  DGCA_ASSIGN_OR_RETURN(auto got_res, Down(t, dout_res));
+  DGCA_ASSIGN_OR_RETURN(auto got_p, Down(t, dprobs_out));
+  Add(rows, "dropout_rows", t, got, want, DefaultTolerance(t));
+  Add(rows, "dropout_rows + residual", t, got_res, want_res, DefaultTolerance(t));
+  Add(rows, "dropout_probs", t, got_p, want_p, DefaultTolerance(t));
+  auto mismatches = [](const std::vector<float>& g, const std::vector<float>& w) {
+    if (g.size() != w.size()) return std::numeric_limits<double>::infinity();
+    size_t bad = 0;
+    for (size_t i = 0; i < g.size(); ++i) bad += (g[i] == 0.0f) != (w[i] == 0.0f) ? 1 : 0;
+    return double(bad);
+  };
+  rows->push_back(CheckRow{"dropout_rows.mask (elements dropped differently)", DTypeName(t), mismatches(got, want), 0.0});
+  rows->push_back(
+      CheckRow{"dropout_probs.mask (elements dropped differently)", DTypeName(t), mismatches(got_p, want_p), 0.0});
   return OkStatus();
 }
 
@@ -708,6 +822,10 @@ std::vector<OpCheck> BuildChecks() {
   DGCA_CHECK_ALL_TYPES("attention", CheckAttention)
   v.push_back(Make<bf16>("attention (fused)", CheckFusedAttention<bf16>));
   v.push_back(Make<__half>("attention (fused)", CheckFusedAttention<__half>));
+  DGCA_CHECK_ALL_TYPES("attention dropout", CheckAttentionDropout)
+  v.push_back(Make<bf16>("attention (fused) dropout", CheckFusedAttentionDropout<bf16>));
+  v.push_back(Make<__half>("attention (fused) dropout", CheckFusedAttentionDropout<__half>));
+  DGCA_CHECK_ALL_TYPES("dropout", CheckDropout)
   DGCA_CHECK_ALL_TYPES("embedding", CheckEmbedding)
   DGCA_CHECK_ALL_TYPES("bias", CheckBias)
   DGCA_CHECK_ALL_TYPES("cross_entropy", CheckCrossEntropy)

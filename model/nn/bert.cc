@@ -188,6 +188,11 @@ void Bert::EmbedForward(const cpu::Context& ctx, const int32_t* ids, const int32
   });
   cpu::LayerNormForward(ctx, emb_out_.data(), emb_mean_.data(), emb_rstd_.data(), x, P(p_.eln_w),
                         P(p_.eln_b), N, H, cfg_.layer_norm_eps);
+  DropHidden(ctx, emb_out_.data(), -1, kDropHidden);
+}
+
+void Bert::DropHidden(const cpu::Context& ctx, float* x, int l, int site) const {
+  if (drop_.hidden_on()) cpu::DropoutRows(ctx, x, drop_.keys, l, site, drop_.hidden, B_, L_, H_);
 }
 
 void Bert::EncoderForward(const cpu::Context& ctx, const int32_t* mask, int B, int L) {
@@ -207,9 +212,11 @@ void Bert::LayerForward(const cpu::Context& ctx, int l, const float* x, const in
   const float eps = cfg_.layer_norm_eps;
   // Self-attention: one GEMM for q, k, v.
   cpu::LinearForward(ctx, ly.qkv.data(), x, P(ly.qkv_w), P(ly.qkv_b), N, H, 3 * H);
-  cpu::AttentionForward(ctx, ly.ctx.data(), ly.probs.data(), ly.qkv.data(), mask, B_, L_, H, nh_);
-  // Output projection, residual, LayerNorm (post-LN).
+  cpu::AttentionForward(ctx, ly.ctx.data(), ly.probs.data(), ly.qkv.data(), mask, B_, L_, H, nh_,
+                        AttentionDrop(l));
+  // Output projection, dropout, residual, LayerNorm (post-LN).
   cpu::LinearForward(ctx, ly.r1.data(), ly.ctx.data(), P(ly.ao_w), P(ly.ao_b), N, H, H);
+  DropHidden(ctx, ly.r1.data(), l, kDropAttnOut);
   AddInPlace(ctx, ly.r1.data(), x, static_cast<int64_t>(N) * H);
   cpu::LayerNormForward(ctx, ly.h1.data(), ly.mean1.data(), ly.rstd1.data(), ly.r1.data(),
                         P(ly.ln1_w), P(ly.ln1_b), N, H, eps);
@@ -217,6 +224,7 @@ void Bert::LayerForward(const cpu::Context& ctx, int l, const float* x, const in
   cpu::LinearForward(ctx, ly.f1.data(), ly.h1.data(), P(ly.fc1_w), P(ly.fc1_b), N, H, F);
   cpu::GeluForward(ctx, ly.g.data(), ly.f1.data(), static_cast<int64_t>(N) * F);
   cpu::LinearForward(ctx, ly.r2.data(), ly.g.data(), P(ly.fc2_w), P(ly.fc2_b), N, F, H);
+  DropHidden(ctx, ly.r2.data(), l, kDropFfnOut);
   AddInPlace(ctx, ly.r2.data(), ly.h1.data(), static_cast<int64_t>(N) * H);
   cpu::LayerNormForward(ctx, ly.out.data(), ly.mean2.data(), ly.rstd2.data(), ly.r2.data(),
                         P(ly.ln2_w), P(ly.ln2_b), N, H, eps);
@@ -276,8 +284,15 @@ void Bert::LayerBackward(const cpu::Context& ctx, int l, const float* x, float* 
   // out = LN2(r2): dcur -> dtmp = d r2 (= d f2 = the residual part of d h1).
   cpu::LayerNormBackward(ctx, dtmp, false, G(ly.ln2_w), G(ly.ln2_b), dcur, ly.r2.data(),
                          P(ly.ln2_w), ly.mean2.data(), ly.rstd2.data(), N, H);
-  // r2 = g W2^T + b2 + h1.
-  cpu::LinearBackward(ctx, dg_.data(), false, G(ly.fc2_w), G(ly.fc2_b), dtmp, ly.g.data(),
+  // r2 = drop(g W2^T + b2) + h1: the projection gets d r2 through the mask
+  // (in dctx_, free until the attention), the residual d r2 itself.
+  const float* dr2 = dtmp;
+  if (drop_.hidden_on()) {
+    std::memcpy(dctx_.data(), dtmp, sizeof(float) * N * H);
+    DropHidden(ctx, dctx_.data(), l, kDropFfnOut);
+    dr2 = dctx_.data();
+  }
+  cpu::LinearBackward(ctx, dg_.data(), false, G(ly.fc2_w), G(ly.fc2_b), dr2, ly.g.data(),
                       P(ly.fc2_w), N, F, H);
   cpu::GeluBackward(ctx, dg_.data(), ly.f1.data(), dg_.data(), static_cast<int64_t>(N) * F);
   // f1 = h1 W1^T + b1: d h1 = d r2 + d f1 W1 (accumulated into dtmp).
@@ -286,11 +301,17 @@ void Bert::LayerBackward(const cpu::Context& ctx, int l, const float* x, float* 
   // h1 = LN1(r1): dtmp -> dcur = d r1 (= d attention output = residual part of d x).
   cpu::LayerNormBackward(ctx, dcur, false, G(ly.ln1_w), G(ly.ln1_b), dtmp, ly.r1.data(),
                          P(ly.ln1_w), ly.mean1.data(), ly.rstd1.data(), N, H);
-  // r1 = ctx Wo^T + bo + x.
-  cpu::LinearBackward(ctx, dctx_.data(), false, G(ly.ao_w), G(ly.ao_b), dcur, ly.ctx.data(),
+  // r1 = drop(ctx Wo^T + bo) + x (the masked d r1 in dtmp, free again).
+  const float* dr1 = dcur;
+  if (drop_.hidden_on()) {
+    std::memcpy(dtmp, dcur, sizeof(float) * N * H);
+    DropHidden(ctx, dtmp, l, kDropAttnOut);
+    dr1 = dtmp;
+  }
+  cpu::LinearBackward(ctx, dctx_.data(), false, G(ly.ao_w), G(ly.ao_b), dr1, ly.ctx.data(),
                       P(ly.ao_w), N, H, H);
   cpu::AttentionBackward(ctx, dqkv_.data(), dctx_.data(), ly.qkv.data(), ly.probs.data(), B_, L_,
-                         H, nh_);
+                         H, nh_, AttentionDrop(l));
   // qkv = x Wqkv^T + bqkv: d x += dqkv Wqkv.
   cpu::LinearBackward(ctx, dcur, true, G(ly.qkv_w), G(ly.qkv_b), dqkv_.data(), x, P(ly.qkv_w), N,
                       H, 3 * H);
@@ -299,6 +320,7 @@ void Bert::LayerBackward(const cpu::Context& ctx, int l, const float* x, float* 
 void Bert::EmbedBackward(const cpu::Context& ctx, float* dprompt) {
   const int N = B_ * L_, H = H_;
   float* demb = dtmp_.data();
+  DropHidden(ctx, dcur_.data(), -1, kDropHidden);  // d(LN output) = d emb_out * mask
   cpu::LayerNormBackward(ctx, demb, false, G(p_.eln_w), G(p_.eln_b), dcur_.data(), emb_in_.data(),
                          P(p_.eln_w), emb_mean_.data(), emb_rstd_.data(), N, H);
   cpu::EmbeddingBackward(ctx, G(p_.pos), pos_ids_.data(), demb, N, H);

@@ -32,8 +32,11 @@
 // attention.output.dense, attention.output.LayerNorm, intermediate.dense,
 // output.dense, output.LayerNorm), then DeclareMlmHead().
 //
-// Known gap: no dropout (hidden_dropout_prob and attention_probs_dropout_prob
-// are treated as 0); training therefore matches HF only with dropout off.
+// Dropout (set_dropout, for the next forward and its backward): HF's
+// places — after the embedding LayerNorm, on the attention probabilities,
+// after the attention output and FFN output projections before their
+// residual adds; none in the MLM head. Masks from model/core/dropout.h,
+// regenerated in the backward, never stored.
 //
 // Thread-safety: not thread-safe; owned by one model.
 #ifndef DGCA_MODEL_NN_BERT_H_
@@ -44,6 +47,7 @@
 #include <vector>
 
 #include "model/core/config.h"
+#include "model/core/dropout.h"
 #include "model/core/param_list.h"
 #include "model/core/status.h"
 #include "model/cpu/ops.h"
@@ -75,6 +79,11 @@ class Bert {
   int body_first_index() const { return p_.pos; }
   int layer_first_index(int l) const { return layers_[l].first; }
   int head_first_index() const { return head_first_; }
+
+  // The dropout of the following forward and backward (keys [B] in host
+  // memory, alive until the backward ends); a default DropoutSpec turns it
+  // off (evaluation).
+  void set_dropout(const DropoutSpec& d) { drop_ = d; }
 
   // Embeddings: row i of [B*L] gets prompt_rows[prompt_slot[i]] when
   // prompt_rows != nullptr and prompt_slot[i] >= 0, else the word embedding of
@@ -141,7 +150,14 @@ class Bert {
   int head_first_ = -1;
   std::vector<Layer> layers_;
 
+  AttentionDropout AttentionDrop(int l) const {
+    return drop_.attention_on() ? AttentionDropout{drop_.keys, l, drop_.attention} : AttentionDropout{};
+  }
+  // x *= hidden dropout mask / (1-p) at `site` of layer l ([B_*L_, H]).
+  void DropHidden(const cpu::Context& ctx, float* x, int l, int site) const;
+
   // State of the last forward.
+  DropoutSpec drop_;
   int B_ = 0, L_ = 0, R_ = 0;
   const int32_t* ids_ = nullptr;
   const int32_t* types_ = nullptr;

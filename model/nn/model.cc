@@ -48,6 +48,10 @@ Status ValidateConfig(const ModelConfig& c, int max_batch, int seq_len, int thre
   if (c.type_vocab < 1) return bad("type_vocab must be >= 1");
   if (c.prompt_length < 0) return bad("prompt_length must be >= 0");
   if (c.candidate && c.candidate_top_k < 1) return bad("candidate_top_k must be >= 1");
+  if (!(c.hidden_dropout >= 0.0f && c.hidden_dropout < 1.0f))
+    return bad("hidden_dropout must be in [0, 1), got " + std::to_string(c.hidden_dropout));
+  if (!(c.attention_dropout >= 0.0f && c.attention_dropout < 1.0f))
+    return bad("attention_dropout must be in [0, 1), got " + std::to_string(c.attention_dropout));
   if (max_batch < 1) return bad("max_batch must be >= 1, got " + std::to_string(max_batch));
   if (seq_len < 1 || seq_len > c.max_position)
     return bad("seq_len " + std::to_string(seq_len) + " must be in [1, max_position=" +
@@ -55,6 +59,18 @@ Status ValidateConfig(const ModelConfig& c, int max_batch, int seq_len, int thre
   if (threads < 1) return bad("threads must be >= 1, got " + std::to_string(threads));
   return OkStatus();
 }
+
+}  // namespace
+
+Status CheckDropoutKeys(const ModelConfig& c, const Batch& b) {
+  if (!DropoutActive(c) || b.dropout_keys.size() == static_cast<size_t>(b.batch_size)) return OkStatus();
+  return InvalidArgumentError("DgcaModel: dropout is on (hidden " + std::to_string(c.hidden_dropout) +
+                              ", attention " + std::to_string(c.attention_dropout) + ") and batch.dropout_keys has " +
+                              std::to_string(b.dropout_keys.size()) + " entries; it needs one per row (" +
+                              std::to_string(b.batch_size) + ")");
+}
+
+namespace {
 
 uint64_t Mix(uint64_t seed, uint64_t stream) {
   uint64_t z = seed + 0x9E3779B97F4A7C15ULL * (stream + 1);
@@ -116,6 +132,7 @@ class CpuDgcaModel final : public DgcaModel {
 
   StatusOr<std::vector<int32_t>> Predict(const Batch& batch) override {
     DGCA_RETURN_IF_ERROR(CheckAndTrim(batch, /*need_labels=*/false));
+    DGCA_RETURN_IF_ERROR(SetDropout(batch, /*train=*/false));
     RunEncoder(batch);
     const int T = batch.num_slots();
     std::vector<int32_t> pred(static_cast<size_t>(T), 0);
@@ -164,6 +181,20 @@ class CpuDgcaModel final : public DgcaModel {
     for (int32_t row : index_.rows()) rows_.push_back((row / L) * le + row % L);
   }
 
+  // Training (ForwardBackward) runs with the config's dropout and the
+  // batch's keys; evaluation never drops.
+  Status SetDropout(const Batch& b, bool train) {
+    DropoutSpec d;
+    if (train && DropoutActive(cfg_)) {
+      DGCA_RETURN_IF_ERROR(CheckDropoutKeys(cfg_, b));
+      d.keys = b.dropout_keys.data();
+      d.hidden = cfg_.hidden_dropout;
+      d.attention = cfg_.attention_dropout;
+    }
+    bert_.set_dropout(d);
+    return OkStatus();
+  }
+
   void RunEncoder(const Batch& b) {
     cpu::SetBlasThreads();
     const float* prompt_rows = prompt_.enabled() ? prompt_.Forward() : nullptr;
@@ -179,6 +210,7 @@ class CpuDgcaModel final : public DgcaModel {
     if (backward && !have_labels && T > 0)
       return InvalidArgumentError("DgcaModel: ForwardBackward needs batch.labels or slot_target_id");
     DGCA_RETURN_IF_ERROR(CheckAndTrim(b, /*need_labels=*/have_labels));
+    DGCA_RETURN_IF_ERROR(SetDropout(b, /*train=*/backward));
     RunEncoder(b);
     LossBreakdown lb;
     lb.target_slots = T;

@@ -37,6 +37,12 @@ struct LossBreakdown {
 // `first` only decreases. Used to start bucket all-reduces early.
 using GradReadyFn = std::function<void(int first_complete_param)>;
 
+// Whether training drops anything (either dropout rate > 0).
+inline bool DropoutActive(const ModelConfig& c) { return c.hidden_dropout > 0.0f || c.attention_dropout > 0.0f; }
+// INVALID_ARGUMENT naming the field when dropout is active and the batch
+// lacks a key per row (Batch::dropout_keys); OK otherwise.
+Status CheckDropoutKeys(const ModelConfig& c, const Batch& b);
+
 class DgcaModel {
  public:
   // Declares and allocates parameters (random init from `seed`, BERT-style:

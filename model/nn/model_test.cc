@@ -49,7 +49,11 @@ std::unique_ptr<DgcaModel> MakeModel(const ModelConfig& c, int B, int L, int thr
 // For every parameter tensor: the directional derivative along a random
 // direction by central differences (float32 model, loss accumulated in
 // double) against grad . direction.
+// With dropout on, the loss of the differences is ForwardBackward's (the
+// masks are a function of the batch's keys, so every evaluation drops the
+// same elements); Forward never drops.
 void CheckAllTensorsByFiniteDifferences(const ModelConfig& c, bool mft) {
+  const bool dropout = c.hidden_dropout > 0.0f || c.attention_dropout > 0.0f;
   const int L = 16;
   Batch b = SyntheticBatch(c, L, {4, 6}, mft, 5);
   auto m = MakeModel(c, 2, L, 1);
@@ -81,8 +85,8 @@ void CheckAllTensorsByFiniteDifferences(const ModelConfig& c, bool mft) {
     std::vector<float> saved(s.value(i), s.value(i) + p.numel);
     auto loss_at = [&](float step) {
       for (int64_t k = 0; k < p.numel; ++k) s.value(i)[k] = saved[k] + step * dir[k];
-      auto r = m->Forward(b);
-      EXPECT_TRUE(r.ok());
+      auto r = dropout ? m->ForwardBackward(b, 1.0f, GradReadyFn()) : m->Forward(b);
+      EXPECT_TRUE(r.ok()) << r.status().ToString();
       return r.ok() ? r->total : 0.0;
     };
     // Two step sizes: float32 rounding favours the larger, the ReLU kinks of
@@ -104,6 +108,47 @@ TEST(DgcaModelGrad, FullDgcaWithLstmPromptAndMftMatchesFiniteDifferences) {
 
 TEST(DgcaModelGrad, ReLMWithMlpPromptMatchesFiniteDifferences) {
   CheckAllTensorsByFiniteDifferences(TinyConfig(PromptEncoderKind::kMlp, false), true);
+}
+
+TEST(DgcaModelGrad, DropoutMatchesFiniteDifferences) {
+  ModelConfig c = TinyConfig(PromptEncoderKind::kLstm, true);
+  c.hidden_dropout = 0.2f;
+  c.attention_dropout = 0.3f;
+  CheckAllTensorsByFiniteDifferences(c, true);
+}
+
+// Dropout acts in training only, changes the training loss, and drops the
+// same elements for the same keys.
+TEST(DgcaModel, DropoutOnlyInTrainingAndKeyedByTheBatch) {
+  const int L = 16;
+  ModelConfig plain = TinyConfig(PromptEncoderKind::kLstm, true);
+  ModelConfig drop = plain;
+  drop.hidden_dropout = 0.1f;
+  drop.attention_dropout = 0.1f;
+  Batch b = SyntheticBatch(plain, L, {4, 6}, true, 5);
+  auto m0 = MakeModel(plain, 2, L, 1), m1 = MakeModel(drop, 2, L, 1);
+  ASSERT_NE(m0, nullptr);
+  ASSERT_NE(m1, nullptr);
+  auto e0 = m0->Forward(b), e1 = m1->Forward(b);
+  ASSERT_TRUE(e0.ok() && e1.ok());
+  EXPECT_EQ(e0->total, e1->total) << "evaluation must not drop";
+  auto t0 = m0->ForwardBackward(b, 1.0f, GradReadyFn());
+  auto t1 = m1->ForwardBackward(b, 1.0f, GradReadyFn());
+  auto t2 = m1->ForwardBackward(b, 1.0f, GradReadyFn());
+  ASSERT_TRUE(t0.ok() && t1.ok() && t2.ok());
+  EXPECT_EQ(t0->total, e0->total);
+  EXPECT_NE(t1->total, t0->total) << "training with dropout 0.1 gave the loss of no dropout";
+  EXPECT_EQ(t1->total, t2->total) << "the same keys must drop the same elements";
+  Batch other = b;
+  for (uint64_t& k : other.dropout_keys) k ^= 0x5555;
+  auto t3 = m1->ForwardBackward(other, 1.0f, GradReadyFn());
+  ASSERT_TRUE(t3.ok());
+  EXPECT_NE(t3->total, t1->total) << "other keys must drop other elements";
+  Batch keyless = b;
+  keyless.dropout_keys.clear();
+  auto bad = m1->ForwardBackward(keyless, 1.0f, GradReadyFn());
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("dropout_keys"), std::string::npos) << bad.status().ToString();
 }
 
 // model/core's ListParameters / CountParameters (what the planner and the

@@ -3,7 +3,14 @@
 #include <algorithm>
 #include <random>
 
+#include "model/core/rng.h"
+
 namespace dgca {
+namespace {
+// Keys of the rows' dropout masks: their own stream, so the batches' other
+// draws are those of before dropout existed.
+constexpr uint64_t kSyntheticDropoutStream = 0x44524F50ull;
+}  // namespace
 
 Batch SyntheticBatch(const ModelConfig& c, int L, const std::vector<int>& lengths, bool mft, uint32_t seed) {
   std::mt19937 rng(seed);
@@ -57,6 +64,7 @@ Batch SyntheticBatch(const ModelConfig& c, int L, const std::vector<int>& length
     for (int j = 0; j < pos; ++j) b.attention_mask[r * L + j] = 1;
     b.row_length.push_back(n);
     b.sample_index.push_back(r);
+    b.dropout_keys.push_back(MixSeed(seed, static_cast<uint64_t>(r), kSyntheticDropoutStream));
   }
   return b;
 }
@@ -111,6 +119,7 @@ Batch BenchmarkBatch(const ModelConfig& c, int B, int L, uint32_t seed) {
     for (int j = 0; j < std::min(L, 2 + 2 * P + 2 * n); ++j) b.attention_mask[row + j] = 1;
     b.row_length.push_back(n);
     b.sample_index.push_back(r);
+    b.dropout_keys.push_back(MixSeed(seed, static_cast<uint64_t>(r), kSyntheticDropoutStream));
   }
   return b;
 }

@@ -49,6 +49,11 @@
 // --gemm-attention (cuda_model.h set_fused_attention); the JSON's
 // "attention" says which ran ("fused" or "gemm"; fp32 is always "gemm").
 //
+// --dropout P: hidden and attention dropout P during the timed training
+// steps (model/core/dropout.h: the masks are hashed in the kernels, none
+// stored); the JSON's "dropout" says which ran. bench/gpu/run.sh adds a
+// 0.1 row (HF BERT's default) beside a PyTorch eager run with the same.
+//
 // Profile (--profile): after the timed steps, a few more steps run with
 // cudaEvent marks (model/cuda/step_profiler.h): GPU time per phase of the
 // step (encoder fwd, mlm head fwd, heads+loss, the loss read-back's host
@@ -63,7 +68,7 @@
 // Usage: dgca-bench [--preset bert-base] [--batch 128] [--seq 128]
 //          [--micro-batch N] [--steps 30] [--warmup 5] [--precision bf16|fp16|fp32]
 //          [--device 0] [--peak-tflops X] [--profile] [--no-cuda-graphs]
-//          [--gemm-attention] [--attention-only] [--json]
+//          [--gemm-attention] [--attention-only] [--dropout P] [--json]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -100,6 +105,7 @@ struct Args {
   bool graphs = true;
   bool fused_attention = true;
   bool attention_only = false;
+  double dropout = 0;
 };
 
 int Usage(const std::string& msg) {
@@ -107,7 +113,7 @@ int Usage(const std::string& msg) {
                "dgca-bench: %s\nusage: dgca-bench [--preset tiny|small|bert-base] [--batch N] "
                "[--seq N] [--micro-batch N] [--steps N] [--warmup N] [--precision bf16|fp16|fp32] "
                "[--device N] [--peak-tflops X] [--profile] [--no-cuda-graphs] [--gemm-attention] "
-               "[--attention-only] [--json]\n",
+               "[--attention-only] [--dropout P] [--json]\n",
                msg.c_str());
   return 3;
 }
@@ -244,6 +250,11 @@ int main(int argc, char** argv) {
       a.preset = v;
     } else if (k == "--precision") {
       a.precision = v;
+    } else if (k == "--dropout") {
+      char* end = nullptr;
+      a.dropout = std::strtod(v, &end);
+      if (end == v || *end != '\0' || !(a.dropout >= 0 && a.dropout < 1))
+        return Usage(std::string("--dropout takes a probability in [0, 1), got '") + v + "'");
     } else if (k == "--peak-tflops") {
       char* end = nullptr;
       a.peak_tflops = std::strtod(v, &end);
@@ -261,6 +272,7 @@ int main(int argc, char** argv) {
   if (!prec.ok()) return Usage(prec.status().message());
   auto cfg = dgca::ApplyPreset(a.preset, ModelConfig());
   if (!cfg.ok()) return Usage(cfg.status().message());
+  cfg->hidden_dropout = cfg->attention_dropout = static_cast<float>(a.dropout);
   if (a.seq > cfg->max_position)
     return Usage("--seq " + std::to_string(a.seq) + " exceeds max_position " +
                  std::to_string(cfg->max_position));
@@ -385,10 +397,11 @@ int main(int argc, char** argv) {
     }
     const dgca::cuda::GraphCache::Stats gs = m.cuda_graph_stats();
     std::printf("\"gemm_fallback_plans\": %zu, \"loss_first\": %.6f, \"loss_last\": %.6f, \"cuda_graphs\": %s, "
-                "\"graph_replays\": %lld, \"graph_captures\": %lld, \"graph_failures\": %lld, \"attention\": \"%s\"",
+                "\"graph_replays\": %lld, \"graph_captures\": %lld, \"graph_failures\": %lld, \"attention\": \"%s\", "
+                "\"dropout\": %.3g",
                 m.gemm_fallback_plans(), first_loss, last_loss, a.graphs ? "true" : "false",
                 static_cast<long long>(gs.replayed), static_cast<long long>(gs.captured),
-                static_cast<long long>(gs.capture_failures), attention);
+                static_cast<long long>(gs.capture_failures), attention, a.dropout);
     if (a.profile) {
       std::printf(", \"profile\": {\"steps\": %d, \"step_ms\": %.4f, \"gemm_ms\": %.4f, \"gemms_per_step\": %d, "
                   "\"phase_ms\": {",

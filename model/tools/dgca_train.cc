@@ -29,6 +29,10 @@
 //                        attention versions at the run's shape when the
 //                        device is built and keeps the faster; default auto)
 //   [--gemm-attention]  (= --attention gemm)
+//   [--hidden-dropout P] [--attention-dropout P]  (in [0, 1); HF's
+//                        hidden_dropout_prob and attention_probs_dropout_prob.
+//                        Default 0 here, so comparisons with PyTorch runs
+//                        without dropout stay exact; job specs default to 0.1)
 // Exit status: 0 done, 1 training failed (the error on stderr), 2 bad flags
 // or a device this build does not have.
 #include <cmath>
@@ -63,6 +67,9 @@ int Usage(const std::string& msg) {
                "  [--init-from FILE] [--dump-batches FILE]\n"
                "  [--json FILE] [--checkpoint-dir DIR [--checkpoint-every N]] [--max-eval-samples N]\n"
                "  [--deterministic] [--no-cuda-graphs] [--attention auto|fused|gemm] [--gemm-attention]\n"
+               "  [--hidden-dropout P] [--attention-dropout P]\n"
+               "Dropout probabilities are in [0, 1) and default to 0 here, so comparisons with\n"
+               "PyTorch runs without dropout stay exact (job specs default to 0.1, as HF BERT).\n"
                "A --checkpoint-dir holding a checkpoint is resumed from; without --checkpoint-every\n"
                "the run writes one checkpoint there at the end.\n",
                msg.c_str());
@@ -111,6 +118,7 @@ int main(int argc, char** argv) {
   cfg.eval_every = 0;
   std::string preset = "tiny", device = "cpu", precision = "fp32", dump, json;
   int gpu = 0;
+  float hidden_dropout = 0.0f, attention_dropout = 0.0f;
   for (int i = 1; i < argc; ++i) {
     const std::string f = argv[i];
     // The flags without a value.
@@ -142,6 +150,16 @@ int main(int argc, char** argv) {
       }
       return x;
     };
+    // A probability in [0, 1) (dropout: 1 would drop everything).
+    auto prob = [&]() -> float {
+      const double x = std::strtod(v.c_str(), &end);
+      if (end == v.c_str() || *end != '\0' || !(x >= 0 && static_cast<float>(x) < 1.0f)) {
+        std::fprintf(stderr, "dgca-train: %s %s: expected a number in [0, 1)\n", f.c_str(),
+                     v.c_str());
+        std::exit(2);  // NOLINT: a program's main, not library code
+      }
+      return static_cast<float>(x);
+    };
     if (f == "--train") cfg.train_path = v;
     else if (f == "--eval") cfg.eval_path = v;
     else if (f == "--vocab") cfg.vocab_path = v;
@@ -167,6 +185,8 @@ int main(int argc, char** argv) {
       if (!a.ok()) return Usage(a.status().message());
       cfg.attention = *a;
     }
+    else if (f == "--hidden-dropout") hidden_dropout = prob();
+    else if (f == "--attention-dropout") attention_dropout = prob();
     else if (f == "--gpu") gpu = static_cast<int>(num(0, 64));
     else if (f == "--precision") precision = v;
     else if (f == "--loss-scale") cfg.fp16_init_loss_scale = num(1e-30, 1e30);
@@ -186,6 +206,8 @@ int main(int argc, char** argv) {
   auto model = ApplyPreset(preset, cfg.model);
   if (!model.ok()) return Usage(model.status().message());
   cfg.model = *model;
+  cfg.model.hidden_dropout = hidden_dropout;
+  cfg.model.attention_dropout = attention_dropout;
   auto parsed_precision = ParsePrecision(precision, "--precision");
   if (!parsed_precision.ok()) return Usage(parsed_precision.status().message());
   cfg.precision = *parsed_precision;
@@ -241,6 +263,8 @@ int main(int argc, char** argv) {
     out += ", \"micro_batch\": " + std::to_string(cfg.micro_batch) +
            ", \"accumulation\": " + std::to_string(cfg.accumulation) +
            ", \"seq\": " + std::to_string(cfg.max_seq_len) + ", \"lr\": " + Num(cfg.lr) +
+           ", \"hidden_dropout\": " + Num(cfg.model.hidden_dropout) +
+           ", \"attention_dropout\": " + Num(cfg.model.attention_dropout) +
            ", \"final_loss\": " + Num(result->final_loss) +
            ", \"samples_per_second\": " + Num(result->samples_per_second) + ", \"steps\": [";
     for (size_t i = 0; i < obs.steps().size(); ++i) {

@@ -207,6 +207,42 @@ TEST(DpEquivalenceTest, TwoRanksOfBEqualOneRankOf2B) {
   CompareGradNorms(one, two, steps);
 }
 
+// Dropout masks are a function of each sample's key (model/core/dropout.h),
+// not of the batch it lands in: with dropout 0.1 two ranks of B still
+// train the weights of one rank of 2B, and those weights are not the ones
+// training without dropout gives (the masks are really applied).
+TEST(DpEquivalenceTest, TwoRanksOfBEqualOneRankOf2BWithDropout) {
+  if (!HaveData()) GTEST_SKIP() << "no train_law.txt under " << DataDir();
+  const std::string one = TempDir(), two = TempDir(), none = TempDir(), store = TempDir();
+  const int steps = 4;
+  TrainConfig c1 = EqConfig(one, steps);
+  c1.model.hidden_dropout = c1.model.attention_dropout = 0.1f;
+  c1.micro_batch = 8;
+  TrainConfig c2 = c1;
+  c2.checkpoint_dir = two;
+  c2.micro_batch = 4;
+  c2.bucket_mb = 0.02;
+  TrainConfig c0 = EqConfig(none, steps);
+  c0.micro_batch = 8;
+  auto codes = RunChildren({[&] { return TrainLocal(c1); },
+                            [&] { return TrainRank(c2, store, 0, ""); },
+                            [&] { return TrainRank(c2, store, 1, ""); },
+                            [&] { return TrainLocal(c0); }});
+  ASSERT_EQ(codes, (std::vector<int>{0, 0, 0, 0}));
+  double max_abs, max_rel, unused;
+  CompareWeights(one + "/step-00000004/model.safetensors", two + "/step-00000004/model.safetensors",
+                 &max_abs, &max_rel, &unused);
+  printf("dropout 0.1: 2 ranks x micro-batch 4 vs 1 rank x 8, %d steps: max |dw| = %.3g (max rel %.3g)\n",
+         steps, max_abs, max_rel);
+  EXPECT_LT(max_abs, kTolAbs);
+  CompareGradNorms(one, two, steps);
+  double off_abs, off_rel;
+  CompareWeights(one + "/step-00000004/model.safetensors", none + "/step-00000004/model.safetensors",
+                 &off_abs, &off_rel, &unused);
+  printf("dropout 0.1 vs none, 1 rank x 8: max |dw| = %.3g\n", off_abs);
+  EXPECT_GT(off_abs, 10 * kTolAbs) << "dropout 0.1 trained the weights of no dropout";
+}
+
 TEST(DpEquivalenceTest, AccumulationOfBEqualsOneStepOfKB) {
   if (!HaveData()) GTEST_SKIP() << "no train_law.txt under " << DataDir();
   const std::string big = TempDir(), acc = TempDir();

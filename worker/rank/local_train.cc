@@ -131,8 +131,10 @@ int RunLocalTrain(const LocalTrainArgs& args) {
   }
   if (!args.checkpoint_dir.empty()) cfg->checkpoint_dir = args.checkpoint_dir;
   if (cfg->checkpoint_dir.empty()) cfg->checkpoint_every = 0;
-  std::fprintf(stderr, "training %s: %d layers H=%d, micro_batch %d x accumulation %d, %lld steps, "
-               "%d threads\n", spec.name().c_str(), cfg->model.layers, cfg->model.hidden,
+  std::fprintf(stderr, "training %s: %d layers H=%d, dropout %g/%g (hidden/attention), "
+               "micro_batch %d x accumulation %d, %lld steps, %d threads\n",
+               spec.name().c_str(), cfg->model.layers, cfg->model.hidden,
+               cfg->model.hidden_dropout, cfg->model.attention_dropout,
                cfg->micro_batch, cfg->accumulation, static_cast<long long>(cfg->steps),
                cfg->threads);
   auto comm = MakeLocalCommunicator();

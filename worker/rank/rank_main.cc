@@ -401,9 +401,10 @@ int RunRank(const RankArgs& a) {
         nccl ? "nccl" : world > 1 ? "gloo" : "local",
         asg.spec().probe().sizes_bytes_size() > 0 ? asg.spec().probe().sizes_bytes_size()
                                                   : static_cast<int>(DefaultProbeSizes().size()));
-  } else Log(a.rank, "world %d, %s backend, %d layers H=%d, micro_batch %d x accumulation %d, %d steps, "
-      "%d threads%s",
-      world, nccl ? "nccl" : world > 1 ? "gloo" : "local", cfg->model.layers, cfg->model.hidden, cfg->micro_batch,
+  } else Log(a.rank, "world %d, %s backend, %d layers H=%d, dropout %g/%g (hidden/attention), "
+      "micro_batch %d x accumulation %d, %d steps, %d threads%s",
+      world, nccl ? "nccl" : world > 1 ? "gloo" : "local", cfg->model.layers, cfg->model.hidden,
+      cfg->model.hidden_dropout, cfg->model.attention_dropout, cfg->micro_batch,
       cfg->accumulation, cfg->steps, cfg->threads,
       cfg->resume_from.empty() ? "" : absl::StrCat(", resuming from ", cfg->resume_from));
 

@@ -4,6 +4,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "coordinator/spec/spec.h"
 
 namespace dgca {
 namespace {
@@ -117,6 +118,20 @@ absl::StatusOr<TrainConfig> TrainConfigFromSpec(const v1::JobSpec& spec, const v
   if (m.heads <= 0 || m.hidden % m.heads != 0) {
     return absl::InvalidArgumentError(absl::StrCat("model: hidden ", m.hidden,
                                                    " must be a multiple of heads ", m.heads));
+  }
+  // model.dropout: unset is HF BertConfig's 0.1 (ParseJobSpec fills it in;
+  // a JobSpec built in code or stored before the field existed may not).
+  // Checked as the float the model gets (0.99999999 rounds to 1).
+  const SpecDropout dr = DropoutOf(ms);
+  m.hidden_dropout = static_cast<float>(dr.hidden);
+  m.attention_dropout = static_cast<float>(dr.attention);
+  if (!(m.hidden_dropout >= 0.0f && m.hidden_dropout < 1.0f)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model.dropout.hidden: ", dr.hidden, " is not in [0, 1)"));
+  }
+  if (!(m.attention_dropout >= 0.0f && m.attention_dropout < 1.0f)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model.dropout.attention: ", dr.attention, " is not in [0, 1)"));
   }
   c.model = m;
 

@@ -21,8 +21,11 @@ namespace dgca {
 // micro-batch, accumulation, bucket size, loader threads and compute threads
 // come from the plan; where the plan leaves one at 0 the spec's value is used,
 // and where both are "auto" a safe default (see SimplePlan).
+// model.dropout.hidden/attention map to ModelConfig's hidden_dropout and
+// attention_dropout; each one unset is kDefaultDropout (0.1,
+// coordinator/spec/spec.h).
 // Errors: INVALID_ARGUMENT naming the field (unknown preset, encoder,
-// precision; no training data).
+// precision; dropout outside [0, 1); no training data).
 absl::StatusOr<TrainConfig> TrainConfigFromSpec(const v1::JobSpec& spec, const v1::Plan& plan);
 
 // A plan without the planner: what the spec says, and for "auto" values

@@ -152,6 +152,54 @@ TEST(TrainConfigTest, AttentionFromPlanThenSpec) {
   EXPECT_NE(std::string(e.status().message()).find("train.attention"), std::string::npos);
 }
 
+TEST(TrainConfigTest, Dropout) {
+  const std::string data = "data:\n  train: t.txt\ntrain: {steps: 1}\n";
+  // No model.dropout: HF's 0.1 each.
+  auto d = TrainConfigFromSpec(Parse("model: {preset: tiny}\n" + data), v1::Plan());
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_FLOAT_EQ(d->model.hidden_dropout, 0.1f);
+  EXPECT_FLOAT_EQ(d->model.attention_dropout, 0.1f);
+  // Explicit 0 turns it off (not "unset").
+  auto z = TrainConfigFromSpec(
+      Parse("model: {preset: tiny, dropout: {hidden: 0, attention: 0}}\n" + data), v1::Plan());
+  ASSERT_TRUE(z.ok()) << z.status();
+  EXPECT_EQ(z->model.hidden_dropout, 0.0f);
+  EXPECT_EQ(z->model.attention_dropout, 0.0f);
+  auto e = TrainConfigFromSpec(
+      Parse("model: {preset: tiny, dropout: {hidden: 0.25, attention: 0}}\n" + data), v1::Plan());
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_FLOAT_EQ(e->model.hidden_dropout, 0.25f);
+  EXPECT_EQ(e->model.attention_dropout, 0.0f);
+
+  // A JobSpec built in code (or stored before model.dropout existed): unset
+  // fields are 0.1 too, each on its own.
+  v1::JobSpec spec;
+  spec.mutable_model()->set_preset("tiny");
+  spec.mutable_data()->set_train("t.txt");
+  spec.mutable_train()->set_steps(1);
+  auto u = TrainConfigFromSpec(spec, v1::Plan());
+  ASSERT_TRUE(u.ok()) << u.status();
+  EXPECT_FLOAT_EQ(u->model.hidden_dropout, 0.1f);
+  EXPECT_FLOAT_EQ(u->model.attention_dropout, 0.1f);
+  spec.mutable_model()->mutable_dropout()->set_attention(0);
+  auto a = TrainConfigFromSpec(spec, v1::Plan());
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_FLOAT_EQ(a->model.hidden_dropout, 0.1f);
+  EXPECT_EQ(a->model.attention_dropout, 0.0f);
+
+  // Out of [0, 1) (a spec that skipped ParseJobSpec): the field is named.
+  spec.mutable_model()->mutable_dropout()->set_hidden(1.0);
+  auto bad = TrainConfigFromSpec(spec, v1::Plan());
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad.status().message(), "model.dropout.hidden: 1 is not in [0, 1)");
+  spec.mutable_model()->mutable_dropout()->set_hidden(0.1);
+  spec.mutable_model()->mutable_dropout()->set_attention(-0.5);
+  bad = TrainConfigFromSpec(spec, v1::Plan());
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(), "model.dropout.attention: -0.5 is not in [0, 1)");
+}
+
 TEST(TrainConfigTest, ResolvePath) {
   EXPECT_EQ(ResolvePath("/a", "b/c"), "/a/b/c");
   EXPECT_EQ(ResolvePath("/a/", "b"), "/a/b");
