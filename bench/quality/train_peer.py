@@ -169,9 +169,9 @@ def main():
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--clip", type=float, default=0.0, help="global grad-norm clip (0 = off)")
-    ap.add_argument("--dropout", type=float, default=0.1,
-                    help="hidden and attention dropout (0.1: a job spec's default, model.dropout; "
-                         "the runs in README.md predate it and had 0)")
+    ap.add_argument("--dropout", type=float, default=0.0,
+                    help="hidden and attention dropout (configs/quickstart.yaml's model.dropout is 0; "
+                         "a job spec that leaves it out gets 0.1)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
