@@ -19,7 +19,13 @@
 #      scale halved to 2e6 by its overflow) and resumed by a second process
 #      gives the uninterrupted run's steps 2-4 exactly (weights, moments,
 #      data position and the loss scale round-trip through the checkpoint:
-#      a resumed backward scaled by the flag's 4e6 would overflow at step 2).
+#      a resumed backward scaled by the flag's 4e6 would overflow at step 2);
+#   5. dropout 0.1 (hidden and attention): the CUDA fp32 run's losses and
+#      gradient norms within 1e-4 of the CPU's with the same dropout (the
+#      masks are the same hash on both, model/core/dropout.h), bf16 (fused
+#      attention) within 2e-2, and not the losses without dropout; the CPU
+#      run stopped at step 2 and resumed gives steps 3-4 exactly (the
+#      resumed batches carry the same keys).
 set -uo pipefail
 CPU=$1
 EMU=$2
@@ -67,6 +73,17 @@ grep -q "step 1: fp16 gradients overflowed: update skipped, loss scale now 2e+06
 grep -q '"loss_scale": 2000000' "$W"/ck/step-00000001/state.json || fail "no loss scale in the checkpoint: $(cat "$W"/ck/step-00000001/state.json)"
 "$EMU" "${COMMON[@]}" "${F16[@]}" --steps 4 --checkpoint-dir "$W/ck" --json "$W/part2.json" \
   > /dev/null 2> "$W/part2.log" || { tail -30 "$W/part2.log"; fail "cuda fp16 resume to step 4"; }
+DROP=(--hidden-dropout 0.1 --attention-dropout 0.1)
+"$CPU" "${COMMON[@]}" "${DROP[@]}" --steps 4 --json "$W/cpu_drop.json" > /dev/null 2> "$W/cpu_drop.log" ||
+  { cat "$W/cpu_drop.log"; fail "cpu dropout run"; }
+"$EMU" "${COMMON[@]}" "${DROP[@]}" --steps 4 --device cuda --precision fp32 --json "$W/fp32_drop.json" \
+  > /dev/null 2> "$W/fp32_drop.log" || { tail -30 "$W/fp32_drop.log"; fail "cuda fp32 dropout run"; }
+"$EMU" "${COMMON[@]}" "${DROP[@]}" --steps 4 --device cuda --precision bf16 --attention fused \
+  --json "$W/bf16_drop.json" > /dev/null 2> "$W/bf16_drop.log" || { tail -30 "$W/bf16_drop.log"; fail "cuda bf16 dropout run"; }
+"$CPU" "${COMMON[@]}" "${DROP[@]}" --steps 2 --checkpoint-dir "$W/ckd" > /dev/null 2> "$W/drop1.log" ||
+  { cat "$W/drop1.log"; fail "cpu dropout run to step 2"; }
+"$CPU" "${COMMON[@]}" "${DROP[@]}" --steps 4 --checkpoint-dir "$W/ckd" --json "$W/drop2.json" > /dev/null \
+  2> "$W/drop2.log" || { cat "$W/drop2.log"; fail "cpu dropout resume to step 4"; }
 
 python3 - "$W" <<'PY' || fail "the CUDA trainer does not match"
 import json, os, sys
@@ -96,6 +113,23 @@ assert [s["step"] for s in part2] == [2, 3, 4], part2
 for a, b in zip(over[1:], part2):
     for k in ("loss", "loss_scale", "skipped", "grad_norm"):
         assert a[k] == b[k], ("resume", a["step"], k, b[k], a[k])
+cpu_drop, fp32_drop, bf16_drop, drop2 = (steps("cpu_drop.json"), steps("fp32_drop.json"), steps("bf16_drop.json"),
+                                         steps("drop2.json"))
+drop_worst = 0.0
+for c, g in zip(cpu_drop, fp32_drop):
+    for k in ("loss", "fusion", "mft", "detector", "candidate", "grad_norm"):
+        drop_worst = max(drop_worst, rel(g[k], c[k]))
+        assert rel(g[k], c[k]) <= 1e-4, ("fp32 dropout", c["step"], k, g[k], c[k])
+drop_half = max(rel(g["loss"], c["loss"]) for c, g in zip(cpu_drop, bf16_drop))
+assert drop_half <= 2e-2, ("bf16 dropout", [(g["loss"], c["loss"]) for c, g in zip(cpu_drop, bf16_drop)])
+assert all(rel(d["loss"], c["loss"]) > 1e-4 for c, d in zip(cpu, cpu_drop)), ("dropout did not change the losses",
+                                                                            cpu, cpu_drop)
+assert [s["step"] for s in drop2] == [3, 4], drop2
+for a, b in zip(cpu_drop[2:], drop2):
+    for k in ("loss", "grad_norm"):
+        assert a[k] == b[k], ("dropout resume", a["step"], k, b[k], a[k])
+print(f"dropout 0.1: fp32 worst relative difference {drop_worst:.2e}, bf16 loss {drop_half:.2e}, "
+      f"resumed steps 3-4 {[round(s['loss'], 6) for s in drop2]}")
 print(f"fp32 worst relative difference {worst:.2e}; bf16 worst loss difference {half['bf16']:.2e} "
       f"(GEMM attention {half['bf16 GEMM attention']:.2e}), "
       f"fp16 {half['fp16']:.2e}; fp16 from scale 4e6: skipped {[s['step'] for s in over if s['skipped']]}, "
