@@ -481,31 +481,29 @@ Status Forward(cudaStream_t stream, T* out, float* lse, const T* qkv, const int3
   return Launched("FlashForwardKernel");
 }
 
+// The two backward kernels of one instantiation (with or without dropout).
+template <typename T, int D, bool kDrop>
+Status BackwardKernels(cudaStream_t stream, T* dqkv, const T* dout, const T* qkv, const float* lse,
+                       const float* dvec, const int32_t* mask, int B, int L, int H, int nh, const KernelDrop& kd) {
+  const dim3 grid((L + kBlockRows - 1) / kBlockRows, nh, B);
+  const float scale = 1.0f / std::sqrt(float(D));
+  FlashBackwardKVKernel<T, D, kDrop><<<grid, kThreads, 0, stream>>>(dqkv, dout, qkv, lse, dvec, mask, L, H, nh,
+                                                                    scale, kd);
+  DGCA_RETURN_IF_ERROR(Launched("FlashBackwardKVKernel"));
+  FlashBackwardQKernel<T, D, kDrop><<<grid, kThreads, 0, stream>>>(dqkv, dout, qkv, lse, dvec, mask, L, H, nh,
+                                                                   scale, kd);
+  return Launched("FlashBackwardQKernel");
+}
+
 template <typename T, int D>
 Status Backward(cudaStream_t stream, T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse,
                 const int32_t* mask, int B, int L, int H, int nh, float* dvec, const AttentionDropout& drop) {
   const int64_t rows = int64_t(B) * L * nh;
   RowDotKernel<T, D><<<unsigned((rows + kWarps - 1) / kWarps), kThreads, 0, stream>>>(dvec, dout, out, L, nh, rows);
   DGCA_RETURN_IF_ERROR(Launched("RowDotKernel"));
-  const dim3 grid((L + kBlockRows - 1) / kBlockRows, nh, B);
-  const float scale = 1.0f / std::sqrt(float(D));
-  const KernelDrop kd = ResolveDrop(drop);
-  if (drop.on()) {
-    FlashBackwardKVKernel<T, D, true><<<grid, kThreads, 0, stream>>>(dqkv, dout, qkv, lse, dvec, mask, L, H, nh,
-                                                                     scale, kd);
-  } else {
-    FlashBackwardKVKernel<T, D, false><<<grid, kThreads, 0, stream>>>(dqkv, dout, qkv, lse, dvec, mask, L, H, nh,
-                                                                      scale, kd);
-  }
-  DGCA_RETURN_IF_ERROR(Launched("FlashBackwardKVKernel"));
-  if (drop.on()) {
-    FlashBackwardQKernel<T, D, true><<<grid, kThreads, 0, stream>>>(dqkv, dout, qkv, lse, dvec, mask, L, H, nh,
-                                                                    scale, kd);
-  } else {
-    FlashBackwardQKernel<T, D, false><<<grid, kThreads, 0, stream>>>(dqkv, dout, qkv, lse, dvec, mask, L, H, nh,
-                                                                     scale, kd);
-  }
-  return Launched("FlashBackwardQKernel");
+  if (drop.on())
+    return BackwardKernels<T, D, true>(stream, dqkv, dout, qkv, lse, dvec, mask, B, L, H, nh, ResolveDrop(drop));
+  return BackwardKernels<T, D, false>(stream, dqkv, dout, qkv, lse, dvec, mask, B, L, H, nh, KernelDrop());
 }
 
 }  // namespace
