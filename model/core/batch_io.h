@@ -12,7 +12,9 @@
 //             sample_index[B] (int64)
 //   step    = the 1-based optimizer step the micro-batch belongs to,
 //   micro   = its 0-based index within the step's accumulation.
-// token_type_ids are not stored (all 0 by construction, model/core/batch.h).
+// token_type_ids are not stored (all 0 by construction, model/core/batch.h),
+// nor dropout_keys: a peer replaying the batches has its own dropout RNG,
+// so loss-curve comparisons run without dropout (dgca-train's default).
 //
 // Thread-safety: a BatchRecordWriter is used by one thread; ReadBatchRecords
 // is a free function.

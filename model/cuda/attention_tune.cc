@@ -67,7 +67,8 @@ StatusOr<std::vector<double>> TimeInRounds(cudaStream_t st, int warmup, int reps
 }
 
 template <typename T>
-StatusOr<AttentionTiming> TimeAs(const CudaContext& ctx, int B, int L, int H, int nh, int warmup, int reps) {
+StatusOr<AttentionTiming> TimeAs(const CudaContext& ctx, int B, int L, int H, int nh, int warmup, int reps,
+                                 float dropout) {
   const size_t n_qkv = size_t(B) * L * 3 * H, n_out = size_t(B) * L * H;
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
@@ -82,34 +83,40 @@ StatusOr<AttentionTiming> TimeAs(const CudaContext& ctx, int B, int L, int H, in
   DeviceArray<T> qkv, out, dout, dqkv, probs, scratch;
   DeviceArray<float> lse, rowdot;
   DeviceArray<int32_t> dmask;
-  const int64_t gemm_scratch = std::max(AttentionScratchElems(B, L, H), AttentionBackwardScratchElems(B, L, H, nh));
+  DeviceArray<uint64_t> keys;
+  std::vector<uint64_t> host_keys(static_cast<size_t>(B));
+  for (uint64_t& k : host_keys) k = (uint64_t(rng()) << 32) | rng();
+  const int64_t gemm_scratch = std::max(AttentionScratchElems(B, L, H), AttentionBackwardScratchElems(B, L, H, nh)) +
+                               (dropout > 0.0f ? AttentionDropoutScratchElems(B, L, nh) : 0);
   for (Status s : {qkv.Upload(random(n_qkv)), dout.Upload(random(n_out)), out.Allocate(n_out),
                    dqkv.Allocate(n_qkv), dmask.Upload(mask), probs.Allocate(size_t(B) * nh * L * L),
                    scratch.Allocate(size_t(gemm_scratch)), lse.Allocate(size_t(B) * nh * L),
-                   rowdot.Allocate(size_t(FusedAttentionBackwardScratchFloats(B, L, nh)))}) {
+                   rowdot.Allocate(size_t(FusedAttentionBackwardScratchFloats(B, L, nh))), keys.Upload(host_keys)}) {
     if (!s.ok()) return Status(s.code(), "attention timing buffers: " + s.message());
   }
   // The uploads ran on the legacy stream; the timed work runs on ctx's.
   DGCA_RETURN_IF_ERROR(CudaStatus(cudaDeviceSynchronize(), "cudaDeviceSynchronize"));
   GemmRunner gemm(&ctx);
   cudaStream_t st = ctx.stream();
+  const AttentionDropout drop = dropout > 0.0f ? AttentionDropout{keys.get(), 0, dropout} : AttentionDropout{};
   DGCA_ASSIGN_OR_RETURN(
       std::vector<double> ms,
       TimeInRounds(st, warmup, reps,
                    {[&] {
-                      return FusedAttentionForward<T>(st, out.get(), lse.get(), qkv.get(), dmask.get(), B, L, H, nh);
+                      return FusedAttentionForward<T>(st, out.get(), lse.get(), qkv.get(), dmask.get(), B, L, H, nh,
+                                                      drop);
                     },
                     [&] {
                       return FusedAttentionBackward<T>(st, dqkv.get(), dout.get(), qkv.get(), out.get(), lse.get(),
-                                                       dmask.get(), B, L, H, nh, rowdot.get());
+                                                       dmask.get(), B, L, H, nh, rowdot.get(), drop);
                     },
                     [&] {
                       return AttentionForward<T>(ctx, &gemm, out.get(), probs.get(), qkv.get(), dmask.get(), B, L,
-                                                 H, nh, scratch.get());
+                                                 H, nh, scratch.get(), drop);
                     },
                     [&] {
                       return AttentionBackward<T>(ctx, &gemm, dqkv.get(), dout.get(), qkv.get(), probs.get(), B, L,
-                                                  H, nh, scratch.get());
+                                                  H, nh, scratch.get(), drop);
                     }}));
   AttentionTiming t;
   t.fused_fwd_ms = ms[0];
@@ -125,7 +132,7 @@ StatusOr<AttentionTiming> TimeAs(const CudaContext& ctx, int B, int L, int H, in
 }  // namespace
 
 StatusOr<AttentionTiming> TimeAttention(const CudaContext& ctx, DType t, int B, int L, int H, int nh,
-                                        int warmup, int reps) {
+                                        int warmup, int reps, float attention_dropout) {
   if (reps < 1 || warmup < 0) return InvalidArgumentError("attention timing: reps must be >= 1, warmup >= 0");
   if (B < 1) return InvalidArgumentError("attention timing: batch must be >= 1");
   if (!FusedAttentionSupported(t, L, H, nh)) {
@@ -133,8 +140,10 @@ StatusOr<AttentionTiming> TimeAttention(const CudaContext& ctx, DType t, int B, 
                                 ", seq " + std::to_string(L) + ", hidden " + std::to_string(H) + ", " +
                                 std::to_string(nh) + " heads (bf16/fp16, head size 16/32/64, seq <= 512)");
   }
-  if (t == DType::kBF16) return TimeAs<__nv_bfloat16>(ctx, B, L, H, nh, warmup, reps);
-  return TimeAs<__half>(ctx, B, L, H, nh, warmup, reps);
+  if (!(attention_dropout >= 0.0f && attention_dropout < 1.0f))
+    return InvalidArgumentError("attention timing: dropout must be in [0, 1), got " + std::to_string(attention_dropout));
+  if (t == DType::kBF16) return TimeAs<__nv_bfloat16>(ctx, B, L, H, nh, warmup, reps, attention_dropout);
+  return TimeAs<__half>(ctx, B, L, H, nh, warmup, reps, attention_dropout);
 }
 
 bool PreferFused(const AttentionTiming& t, double margin) {

@@ -33,13 +33,15 @@ struct AttentionTiming {
 
 // Both versions' forward and backward at batch B, length L, hidden H, nh
 // heads: random q/k/v in [-1, 1], the last eighth of every row padding;
-// `warmup` untimed runs, then the median of `reps`. Its buffers are its own
+// `warmup` untimed runs, then the median of `reps`. With attention_dropout
+// > 0 both run with that dropout on the probabilities (random keys), as a
+// training step would. Its buffers are its own
 // and freed on return. INVALID_ARGUMENT when t is not bf16/fp16 or the
 // fused kernels do not take the shape (FusedAttentionSupported) or reps < 1;
 // RESOURCE_EXHAUSTED when the buffers do not fit; any other CUDA error as
 // INTERNAL (the context may be unusable).
 StatusOr<AttentionTiming> TimeAttention(const CudaContext& ctx, DType t, int B, int L, int H, int nh,
-                                        int warmup, int reps);
+                                        int warmup, int reps, float attention_dropout = 0.0f);
 
 // Keep the fused kernels unless the GEMM version is faster by more than
 // `margin` (a fraction of the fused time): the fused kernels keep

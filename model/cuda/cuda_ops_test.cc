@@ -213,9 +213,17 @@ TEST(AttentionTuneTest, TimesBothVersionsOrSaysWhyNot) {
   // The GEMM version keeps [B, heads, L, L] probabilities, the fused [B, heads, L].
   EXPECT_GE(t->gemm_bytes, size_t(2) * 4 * 40 * 40 * sizeof(bf16));
   EXPECT_LT(t->fused_bytes, t->gemm_bytes);
+  // With attention dropout (what a dropout run's auto choice times): the
+  // GEMM version's scratch also holds the masked probabilities.
+  auto d = TimeAttention(**ctx, DType::kBF16, 2, 40, 64, 4, 0, 1, /*attention_dropout=*/0.1f);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_GT(d->fused_ms(), 0);
+  EXPECT_GT(d->gemm_ms(), 0);
+  EXPECT_EQ(d->gemm_bytes, t->gemm_bytes + size_t(2) * 4 * 40 * 40 * sizeof(bf16));
   for (auto bad : {TimeAttention(**ctx, DType::kF32, 2, 40, 64, 4, 0, 1),   // fp32: no fused kernels
                    TimeAttention(**ctx, DType::kBF16, 2, 40, 96, 4, 0, 1),  // head size 24
-                   TimeAttention(**ctx, DType::kBF16, 2, 40, 64, 4, 0, 0)}) {
+                   TimeAttention(**ctx, DType::kBF16, 2, 40, 64, 4, 0, 0),  // no repetition
+                   TimeAttention(**ctx, DType::kBF16, 2, 40, 64, 4, 0, 1, 1.0f)}) {  // dropout 1
     ASSERT_FALSE(bad.ok());
     EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument) << bad.status().ToString();
   }

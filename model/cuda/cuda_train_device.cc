@@ -41,7 +41,8 @@ StatusOr<AttentionChoice> ApplyAttention(const TrainDeviceSpec& spec, Precision 
   const DType t = PrecisionDType(p);
   const int B = spec.micro_batch, L = spec.seq_len, H = spec.model.hidden, nh = spec.model.heads;
   StatusOr<AttentionTiming> timing =
-      timer ? timer(ctx, t, B, L, H, nh) : TimeAttention(ctx, t, B, L, H, nh, /*warmup=*/2, /*reps=*/7);
+      timer ? timer(ctx, t, B, L, H, nh)
+            : TimeAttention(ctx, t, B, L, H, nh, /*warmup=*/2, /*reps=*/7, spec.model.attention_dropout);
   if (!timing.ok()) {
     if (!Recoverable(timing.status()))
       return Status(timing.status().code(), "timing the attention kernels: " + timing.status().message());

@@ -153,7 +153,7 @@ int Fail(const Args& a, int code, const std::string& msg) {
 int AttentionBench(const Args& a, dgca::cuda::DType t, const ModelConfig& cfg, const dgca::cuda::CudaContext& ctx) {
   using namespace dgca::cuda;
   const int B = a.micro, L = a.seq, H = cfg.hidden, nh = cfg.heads;
-  auto timing = TimeAttention(ctx, t, B, L, H, nh, a.warmup, a.steps);
+  auto timing = TimeAttention(ctx, t, B, L, H, nh, a.warmup, a.steps, static_cast<float>(a.dropout));
   if (!timing.ok()) return Fail(a, 1, "attention bench: " + timing.status().ToString());
   struct Row {
     const char* kernel;
