@@ -20,7 +20,9 @@ Writes
                       target slots, asserted below) and mft the mean CE over
                       the MFT-masked source positions.
 
-Dropout is off (both probabilities 0): the C++ model has none.
+Dropout is off (both probabilities 0), as in the C++ model's default
+ModelConfig: its masks are its own hash (model/core/dropout.h), not
+PyTorch's RNG, so only dropout-free runs compare bit for bit.
 """
 import os
 
