@@ -203,11 +203,38 @@ absl::Status JobStore::Init() {
           "job database ", path_, " has schema version ", v, "; this coordinator knows up to ",
           kSchemaVersion, " (use a newer dgca-coordinator or another --state-dir)"));
     }
+    if (v < 2) return MigrateToV2();
   } else {
     Stmt ins(db_, "INSERT INTO meta(key, value) VALUES('schema_version', ?)");
     ins.BindText(1, std::to_string(kSchemaVersion));
     if (ins.Step() != SQLITE_DONE) return Error("writing schema version");
   }
+  return absl::OkStatus();
+}
+
+absl::Status JobStore::MigrateToV2() {
+  Txn txn(db_);
+  if (!txn.ok()) return Error("migrating to schema 2: begin");
+  std::vector<std::pair<std::string, std::string>> updated;  // id, spec
+  {
+    Stmt q(db_, "SELECT id, spec FROM jobs");
+    if (!q.ok()) return Error("migrating to schema 2: reading specs");
+    while (q.Step() == SQLITE_ROW) {
+      v1::JobSpec spec;
+      if (!spec.ParseFromString(q.Str(1)) || spec.model().has_dropout()) continue;
+      spec.mutable_model()->mutable_dropout()->set_hidden(0);
+      spec.mutable_model()->mutable_dropout()->set_attention(0);
+      updated.emplace_back(q.Str(0), spec.SerializeAsString());
+    }
+  }
+  for (const auto& [id, blob] : updated) {
+    Stmt u(db_, "UPDATE jobs SET spec=? WHERE id=?");
+    u.Bind(1, blob).BindText(2, id);
+    if (u.Step() != SQLITE_DONE) return Error("migrating to schema 2: writing a spec");
+  }
+  Stmt v(db_, "UPDATE meta SET value='2' WHERE key='schema_version'");
+  if (v.Step() != SQLITE_DONE) return Error("migrating to schema 2: version");
+  if (!txn.Commit()) return Error("migrating to schema 2: commit");
   return absl::OkStatus();
 }
 

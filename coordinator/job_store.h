@@ -95,7 +95,11 @@ struct CommMeasurement {
 
 class JobStore {
  public:
-  static constexpr int kSchemaVersion = 1;
+  // 2: specs stored by version 1 (before model.dropout existed, when
+  // training had no dropout) get dropout {hidden: 0, attention: 0} when the
+  // store is opened, so a job resumed or restarted after the upgrade trains
+  // as it began; an unset field would now mean the default 0.1.
+  static constexpr int kSchemaVersion = 2;
 
   // Opens (creating if needed) the database at `path`. A file that is not a
   // SQLite database, or has a newer schema, gives FAILED_PRECONDITION naming
@@ -172,6 +176,8 @@ class JobStore {
   explicit JobStore(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}
   absl::Status Exec(const char* sql);
   absl::Status Init();
+  // Version 1 -> 2 (see kSchemaVersion), in one transaction.
+  absl::Status MigrateToV2();
   absl::StatusOr<v1::JobEvent> AppendEventLocked(const std::string& id, v1::JobState state,
                                                  const std::string& kind,
                                                  const std::string& message, int64_t now);

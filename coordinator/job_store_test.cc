@@ -1,6 +1,7 @@
 #include "coordinator/job_store.h"
 
 #include <gtest/gtest.h>
+#include <sqlite3.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -125,6 +126,51 @@ TEST(JobStore, ReopenFindsEverything) {
   auto j2 = (*store)->CreateJob(Spec("next"), "");
   ASSERT_TRUE(j2.ok());
   EXPECT_GT(j2->id(), id);
+}
+
+// A version-1 store (before model.dropout: its jobs trained without
+// dropout) opened by this coordinator: specs without the field get dropout
+// 0 / 0 (an unset field now means 0.1), a spec that has it keeps it, and
+// the store is version 2 from then on.
+TEST(JobStore, Version1SpecsKeepTrainingWithoutDropout) {
+  const std::string dir = TempDir(), path = dir + "/dgca.db";
+  std::string old_id, new_id;
+  {
+    auto store = JobStore::Open(path);
+    ASSERT_TRUE(store.ok()) << store.status();
+    auto a = (*store)->CreateJob(Spec("before"), "");
+    v1::JobSpec with = Spec("with");
+    with.mutable_model()->mutable_dropout()->set_hidden(0.3);
+    auto b = (*store)->CreateJob(with, "");
+    ASSERT_TRUE(a.ok() && b.ok());
+    old_id = a->id();
+    new_id = b->id();
+  }
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "UPDATE meta SET value='1' WHERE key='schema_version'", nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+  auto store = JobStore::Open(path);
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto before = (*store)->GetJob(old_id);
+  auto with = (*store)->GetJob(new_id);
+  ASSERT_TRUE(before.ok() && with.ok());
+  ASSERT_TRUE(before->job.spec().model().has_dropout());
+  EXPECT_TRUE(before->job.spec().model().dropout().has_hidden());
+  EXPECT_EQ(before->job.spec().model().dropout().hidden(), 0.0);
+  EXPECT_EQ(before->job.spec().model().dropout().attention(), 0.0);
+  EXPECT_EQ(with->job.spec().model().dropout().hidden(), 0.3);
+  EXPECT_FALSE(with->job.spec().model().dropout().has_attention());
+  EXPECT_EQ(before->job.spec().name(), "before");
+  // Now version 2: a spec without the field written after this is left alone.
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  sqlite3_stmt* q = nullptr;
+  ASSERT_EQ(sqlite3_prepare_v2(db, "SELECT value FROM meta WHERE key='schema_version'", -1, &q, nullptr), SQLITE_OK);
+  ASSERT_EQ(sqlite3_step(q), SQLITE_ROW);
+  EXPECT_STREQ(reinterpret_cast<const char*>(sqlite3_column_text(q, 0)), "2");
+  sqlite3_finalize(q);
+  sqlite3_close(db);
 }
 
 // The restart count and its event go together, with the job's state.

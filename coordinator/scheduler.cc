@@ -695,6 +695,15 @@ std::string Scheduler::StepKey(const v1::JobSpec& spec, const v1::Plan& plan,
                                const std::string& node_set) {
   v1::ModelSpec model = spec.model();
   model.clear_init_from();  // the starting weights do not change the timing
+  // Dropout as the ranks train it: unset means the default; none at all
+  // keys as specs from before model.dropout did (their measurements were
+  // taken without dropout).
+  const SpecDropout dropout = DropoutOf(spec.model());
+  model.clear_dropout();
+  if (dropout.hidden > 0 || dropout.attention > 0) {
+    model.mutable_dropout()->set_hidden(dropout.hidden);
+    model.mutable_dropout()->set_attention(dropout.attention);
+  }
   return absl::StrCat("nodes=", node_set, " device=", plan.device(), " ranks=", plan.ranks(),
                       " threads=", plan.threads_per_rank(), " precision=", plan.precision(),
                       " seq=", spec.data().max_seq_len(), " mft=",

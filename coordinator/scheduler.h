@@ -159,6 +159,14 @@ class Scheduler {
                                                            MetricsHub* hub);
   ~Scheduler();
 
+  // What a compute-time measurement depends on besides the micro-batch:
+  // node set, device, ranks, threads per rank, precision, sequence length,
+  // MFT and the model (init_from excluded; dropout as trained: unset is the
+  // default, none keys as specs from before model.dropout did). Jobs with
+  // equal keys share c(m). A pure function.
+  static std::string StepKey(const v1::JobSpec& spec, const v1::Plan& plan,
+                             const std::string& node_set);
+
   void Start();  // the tick thread
   // Marks active jobs FAILED "coordinator shut down", stops their ranks, and
   // stops the tick thread; later agent reports are ignored.
@@ -380,11 +388,6 @@ class Scheduler {
   static std::string NodeSetKey(const JobRt& rt);
   // "node_set|backend|ranks": the all-reduce measurements' key.
   static std::string CommKey(const std::string& node_set, const v1::Plan& plan);
-  // What a compute-time measurement depends on besides the micro-batch:
-  // node set, device, ranks, threads per rank, precision, sequence length,
-  // MFT and the model (init_from excluded). Jobs with equal keys share c(m).
-  static std::string StepKey(const v1::JobSpec& spec, const v1::Plan& plan,
-                             const std::string& node_set);
   // Medians of the job's steady-state steps against its plan; stores the
   // compute time for later plans and logs a "plan" event. mu_ held.
   void CheckPlan(JobRt* rt, v1::JobState final_state);

@@ -362,13 +362,18 @@ void Parser::ParseTop(const YAML::Node& root, v1::JobSpec* spec) {
          // Probabilities in [0, 1) (HF hidden_dropout_prob and
          // attention_probs_dropout_prob); 0 turns one off.
          v1::DropoutSpec* ds = model->mutable_dropout();
+         // The ranks train in float: a value that rounds to 1 is refused
+         // here, not when the ranks start.
+         auto prob = [&](const YAML::Node& x, const std::string& q, double* r) {
+           Num(x, q, 0, 1, false, false, r, /*hi_open=*/true);
+           if (*r < 1 && !(static_cast<float>(*r) < 1.0f))
+             Problem(x, q, absl::StrCat("must be < 1 in single precision (the trainer's), got ", Quote(x.Scalar())));
+         };
          Map(v, p, {
            {"hidden", [&](const YAML::Node& x, const std::string& q) {
-              double r = ds->hidden(); Num(x, q, 0, 1, false, false, &r, /*hi_open=*/true);
-              ds->set_hidden(r); }},
+              double r = ds->hidden(); prob(x, q, &r); ds->set_hidden(r); }},
            {"attention", [&](const YAML::Node& x, const std::string& q) {
-              double r = ds->attention(); Num(x, q, 0, 1, false, false, &r, /*hi_open=*/true);
-              ds->set_attention(r); }},
+              double r = ds->attention(); prob(x, q, &r); ds->set_attention(r); }},
          });
        }},
     });

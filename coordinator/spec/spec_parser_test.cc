@@ -239,6 +239,9 @@ TEST(SpecParser, ModelDropout) {
   EXPECT_EQ(typo.problems[0].column(), 5);
   EXPECT_EQ(typo.problems[0].message(),
             "unknown field 'hiden'; did you mean 'hidden'?; valid fields here: hidden, attention");
+  EXPECT_EQ(only_problem("model: {dropout: {attention: 0.99999999}}\n"),
+            "job.yaml:1:30: model.dropout.attention: must be < 1 in single precision (the trainer's), "
+            "got '0.99999999'\n");
   EXPECT_EQ(only_problem("model:\n  dropout: 0.1\n"),
             "job.yaml:2:12: model.dropout: expected a mapping, got '0.1'\n");
   SpecParseResult misplaced = Parse("train:\n  dropout: {hidden: 0.1}\n");

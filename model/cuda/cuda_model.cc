@@ -366,10 +366,12 @@ class CudaDgcaModelImpl final : public CudaDgcaModel {
   Status Synchronize() override { return ctx_->Synchronize(); }
   size_t gemm_fallback_plans() const override { return gemm_.fallback_plans(); }
   void set_cuda_graphs(bool on) override {
-    // Two segments per (batch size, trimmed length): room for every length
-    // bucket of seq_len (multiples of 8, and seq_len itself) and a short
-    // last batch. An executable graph of a few hundred nodes is small.
-    const size_t capacity = 2 * ((static_cast<size_t>(seq_len_) + 7) / 8 + 2);
+    // Two segments per (batch size, trimmed length), three with dropout
+    // (the evaluation forward is a graph of its own then): room for every
+    // length bucket of seq_len (multiples of 8, and seq_len itself) and a
+    // short last batch. An executable graph of a few hundred nodes is small.
+    const size_t per_shape = DropoutActive(cfg_) ? 3 : 2;
+    const size_t capacity = per_shape * ((static_cast<size_t>(seq_len_) + 7) / 8 + 2);
     if (on && graphs_ == nullptr) graphs_ = std::make_unique<GraphCache>(stream(), capacity);
     if (!on) graphs_.reset();
   }
@@ -401,7 +403,9 @@ class CudaDgcaModelImpl final : public CudaDgcaModel {
   // then one H2D copy on the copy stream. The model stream waits for it
   // (copied_), and the copy waits for the previous batch's consumers
   // (consumed_, recorded at the end of every Run/Predict's enqueue).
-  Status UploadBatch(const Batch& b) {
+  // drop_keys: the batch's dropout keys are needed (a training step with
+  // dropout); otherwise they are not copied.
+  Status UploadBatch(const Batch& b, bool drop_keys = false) {
     const int B = b.batch_size, L = b.seq_len;
     // The batch's length (BatchIndex::TrimmedLength), rounded up to a
     // multiple of 8 (within L): the 16-bit GEMM attention
@@ -436,7 +440,7 @@ class CudaDgcaModelImpl final : public CudaDgcaModel {
     for (int t = 0; t < NS; ++t) s[off_src_ + t] = src_ids ? b.slot_source_id[t] : 0;
     const bool cand = heads_on_ && heads_.candidate_enabled();
     if (cand) std::memcpy(s + off_cand_, b.candidates.data(), sizeof(int32_t) * b.candidates.size());
-    const bool keys = b.dropout_keys.size() == static_cast<size_t>(B);
+    const bool keys = drop_keys && b.dropout_keys.size() == static_cast<size_t>(B);
     if (keys) std::memcpy(s + off_keys_, b.dropout_keys.data(), sizeof(uint64_t) * B);
     // Copy only what is used: the four [B*le] arrays are at fixed offsets
     // (stride N), so copy each prefix; the row arrays likewise.
@@ -517,7 +521,7 @@ class CudaDgcaModelImpl final : public CudaDgcaModel {
     // Training drops (the config's rates, the batch's keys); evaluation not.
     const bool drop = backward && DropoutActive(cfg_);
     if (drop) DGCA_RETURN_IF_ERROR(CheckDropoutKeys(cfg_, b));
-    DGCA_RETURN_IF_ERROR(UploadBatch(b));
+    DGCA_RETURN_IF_ERROR(UploadBatch(b, drop));
     SetDropout(drop);
     Status s = RunForwardBackward(b, backward, grad_scale, ready, NS, have_labels);
     // Whatever happened, later copies must not overwrite inputs still in use.

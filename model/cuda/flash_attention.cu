@@ -354,6 +354,10 @@ __global__ void __launch_bounds__(kThreads)
         s_mut[j] = pf * ((m ? s_mut[j] * drop.scale : 0.0f) - d_s[c0 + j]);  // dS^T
         p = FromF<T>(m ? pf * drop.scale : 0.0f);
       });
+      // Both syncs order per-lane p_w writes against the warp's wmma loads
+      // of it. The CUDA emulator runs a wmma load as a warp barrier, so
+      // ctest cannot catch either missing; compute-sanitizer --tool
+      // synccheck on a GPU can.
       __syncwarp();
       Mma<T, wmma::row_major, kTile, D / 16>(dv, p_w, kPP, do_s, P);  // dV += (P o M s)^T dO
       __syncwarp();

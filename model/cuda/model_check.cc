@@ -386,6 +386,7 @@ const std::vector<OpCheck>& ModelChecks() {
       AtPrecision("cuda_model graphs", CheckGraphs, Precision::kBf16),
       AtPrecision("cuda_model", CheckModel, Precision::kFp32, /*dropout=*/true),
       AtPrecision("cuda_model", CheckModel, Precision::kBf16, /*dropout=*/true),
+      AtPrecision("cuda_model", CheckModel, Precision::kFp16, /*dropout=*/true),
       AtPrecision("cuda_model graphs", CheckGraphs, Precision::kFp32, /*dropout=*/true),
       AtPrecision("cuda_model graphs", CheckGraphs, Precision::kBf16, /*dropout=*/true),
   };

@@ -416,8 +416,9 @@ Status CheckAttentionDropout(const CudaContext& ctx, GemmRunner* gemm, Rng* rng,
 // padding (its rows must come out zero), bert-base's heads (L 128, H 768,
 // 12 heads) and the longest sequence (512). The backward runs on the fused
 // forward's own out and log-sum-exp (that is what it is given in training).
-// With dropout (CheckFusedAttentionDropout) on fewer shapes: one per head
-// size, partial tiles and padding among them.
+// With dropout (CheckFusedAttentionDropout) on fewer shapes: each head
+// size, partial tiles, padding, a row without real keys and the longest
+// sequence among them.
 struct FusedShape {
   int B, L, H, nh;
 };
@@ -473,7 +474,10 @@ Status CheckFusedAttention(const CudaContext& ctx, GemmRunner*, Rng* rng, Rows* 
 template <typename T>
 Status CheckFusedAttentionDropout(const CudaContext& ctx, GemmRunner*, Rng* rng, Rows* rows) {
   return CheckFusedAttentionWith<T>(
-      0.2f, {FusedShape{3, 75, 128, 2}, FusedShape{2, 20, 32, 2}, FusedShape{2, 128, 768, 12}}, rng, ctx, rows);
+      0.2f,
+      {FusedShape{3, 75, 128, 2}, FusedShape{2, 40, 64, 2}, FusedShape{2, 20, 32, 2}, FusedShape{2, 128, 768, 12},
+       FusedShape{2, 512, 128, 2}},
+      rng, ctx, rows);
 }
 
 // ---------------------------------------------------------------- dropout

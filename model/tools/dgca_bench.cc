@@ -51,7 +51,8 @@
 //
 // --dropout P: hidden and attention dropout P during the timed training
 // steps (model/core/dropout.h: the masks are hashed in the kernels, none
-// stored); the JSON's "dropout" says which ran. bench/gpu/run.sh adds a
+// stored; the timed steps reuse their batches, so the masks repeat, which
+// costs the same); the JSON's "dropout" says which ran. bench/gpu/run.sh adds a
 // 0.1 row (HF BERT's default) beside a PyTorch eager run with the same.
 //
 // Profile (--profile): after the timed steps, a few more steps run with
