@@ -30,6 +30,7 @@
 int main(int argc, char** argv) {
   std::string preset = "small";
   int batch = 16, seq = 128, threads = 2, steps = 10, warmup = 2;
+  double dropout = 0;  // hidden and attention (model/core/dropout.h)
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i];
     const char* v = argv[i + 1];
@@ -39,6 +40,7 @@ int main(int argc, char** argv) {
     else if (k == "--threads") threads = std::atoi(v);
     else if (k == "--steps") steps = std::atoi(v);
     else if (k == "--warmup") warmup = std::atoi(v);
+    else if (k == "--dropout") dropout = std::atof(v);
     else {
       std::fprintf(stderr, "unknown flag %s\n", k.c_str());
       return 2;
@@ -49,6 +51,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", cfg.status().ToString().c_str());
     return 2;
   }
+  cfg->hidden_dropout = cfg->attention_dropout = static_cast<float>(dropout);
   auto model = dgca::DgcaModel::Create(*cfg, batch, seq, 42, threads);
   if (!model.ok()) {
     std::fprintf(stderr, "%s\n", model.status().ToString().c_str());
@@ -76,10 +79,10 @@ int main(int argc, char** argv) {
   std::sort(times.begin(), times.end());
   const double step = times.empty() ? 0 : times[times.size() / 2];
   std::printf(
-      "{\"impl\": \"dgca\", \"preset\": \"%s\", \"batch\": %d, \"seq\": %d, \"threads\": %d, "
+      "{\"impl\": \"dgca\", \"preset\": \"%s\", \"batch\": %d, \"seq\": %d, \"threads\": %d, \"dropout\": %g, "
       "\"step_seconds\": %.6f, \"samples_per_second\": %.3f, \"params\": %lld, "
       "\"count_parameters\": %lld, \"min_step_seconds\": %.6f, \"max_step_seconds\": %.6f}\n",
-      preset.c_str(), batch, seq, threads, step, step > 0 ? batch / step : 0.0,
+      preset.c_str(), batch, seq, threads, dropout, step, step > 0 ? batch / step : 0.0,
       static_cast<long long>(ps.total_numel()),
       static_cast<long long>(dgca::CountParameters(*cfg)), times.empty() ? 0 : times.front(),
       times.empty() ? 0 : times.back());

@@ -21,11 +21,12 @@ ap.add_argument("--seq", type=int, default=128)
 ap.add_argument("--threads", type=int, default=2)
 ap.add_argument("--steps", type=int, default=10)
 ap.add_argument("--warmup", type=int, default=2)
+ap.add_argument("--dropout", type=float, default=0.0, help="hidden and attention dropout")
 a = ap.parse_args()
 
 torch.set_num_threads(a.threads)
 torch.manual_seed(0)
-model = DgcaRelm(a.preset)
+model = DgcaRelm(a.preset, dropout=a.dropout)  # train mode: dropout active
 opt = torch.optim.AdamW(model.parameters(), lr=5e-5, weight_decay=0.0)
 batch = make_batch(a.batch, a.seq)
 times = []
@@ -41,5 +42,5 @@ for i in range(a.warmup + a.steps):
     print(f"torch step {i+1}/{a.warmup + a.steps} {dt:.3f}s loss {loss.item():.4f}", file=sys.stderr)
 step = sorted(times)[len(times) // 2]
 print(json.dumps({"impl": "pytorch", "preset": a.preset, "batch": a.batch, "seq": a.seq,
-                  "threads": a.threads, "step_seconds": step,
+                  "threads": a.threads, "dropout": a.dropout, "step_seconds": step,
                   "samples_per_second": a.batch / step, "torch": torch.__version__}))
