@@ -81,6 +81,38 @@ TEST(CliFormatTest, TableAlignsColumns) {
   EXPECT_EQ(Table({{"A", "BB"}, {"ccc", "d"}}), "A    BB\nccc  d\n");
 }
 
+TEST(CliFormatTest, LossPlotDrawsTheCurve) {
+  v1::Job job;
+  EXPECT_EQ(LossPlot(job), "");  // no points, no plot
+  for (int s = 1; s <= 100; ++s) {
+    v1::LossPoint* p = job.add_loss_curve();
+    p->set_step(s * 10);
+    p->set_loss(s <= 50 ? 8.0 - 0.1 * s : 3.0);  // falls, then flat
+  }
+  const std::string plot = LossPlot(job, 40, 8);
+  std::vector<std::string> lines;
+  for (size_t b = 0, e; b < plot.size(); b = e + 1) lines.push_back(plot.substr(b, (e = plot.find('\n', b)) - b));
+  ASSERT_EQ(lines.size(), 8u + 3u) << plot;
+  // The first column (steps 10-30: mean 7.8) at the top-left.
+  EXPECT_EQ(lines[0].substr(0, 6), "7.8 |*") << plot;
+  EXPECT_EQ(lines[7].substr(0, 4), "  3 ") << plot;      // the axis bottom is the lowest loss
+  EXPECT_EQ(lines[7].back(), '*') << plot;               // the flat tail along the bottom
+  for (int r = 1; r < 7; ++r) EXPECT_NE(lines[r].find('*'), std::string::npos) << "row " << r << "\n" << plot;
+  // Each column has one point, and the curve never rises.
+  int last_row = 0;
+  for (size_t c = 5; c < lines[0].size(); ++c) {
+    int row = -1;
+    for (int r = 0; r < 8; ++r)
+      if (c < lines[r].size() && lines[r][c] == '*') row = r;
+    ASSERT_GE(row, 0) << "column " << c << "\n" << plot;
+    EXPECT_GE(row, last_row) << "column " << c << "\n" << plot;
+    last_row = row;
+  }
+  EXPECT_NE(lines[9].find("step 10"), std::string::npos) << plot;
+  EXPECT_NE(lines[9].find("1000"), std::string::npos) << plot;
+  EXPECT_EQ(lines[10], "first 7.9000 (step 10), lowest 3.0000 (step 500), last 3.0000 (step 1000); 100 points");
+}
+
 TEST(CliFormatTest, TrialsTableOneLinePerTrial) {
   v1::Plan plan;
   EXPECT_EQ(TrialsTable(plan), "");

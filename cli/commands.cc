@@ -307,6 +307,7 @@ int CmdStatus(const GlobalOptions& g, Io io, const std::string& job_id, bool jso
                   c.samples(), c.measured_compute_seconds(), c.micro_batch())
            << Table(t);
   }
+  if (const std::string plot = LossPlot(j); !plot.empty()) io.out << "\nloss (mean over ranks):\n" << plot;
   if (!j.eval().empty()) io.out << "\nevaluation:\n" << EvalTable(EvalOf(j));
   if (resp.events_size() > 0) {
     io.out << "\nevents:\n";
@@ -524,6 +525,7 @@ int FollowJob(const GlobalOptions& g, Io io, Client* client, const std::string& 
   io.out << "job " << job.id() << " " << StateName(job.state());
   if (!job.message().empty()) io.out << ": " << job.message();
   io.out << "\n";
+  if (const std::string plot = LossPlot(job); !plot.empty()) io.out << "\nloss (mean over ranks):\n" << plot;
   if (!job.eval().empty()) io.out << "\nevaluation (step " << job.step() << "):\n" << EvalTable(EvalOf(job));
   io.out.flush();
   return job.state() == v1::SUCCEEDED ? kOk : kJobFailed;

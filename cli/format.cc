@@ -131,6 +131,55 @@ std::string TrialsTable(const v1::Plan& plan) {
   return Table(t);
 }
 
+std::string LossPlot(const v1::Job& job, int width, int height) {
+  const auto& pts = job.loss_curve();
+  if (pts.size() < 2 || width < 2 || height < 2) return "";
+  const int64_t s0 = pts.begin()->step(), s1 = pts.rbegin()->step();
+  const v1::LossPoint* lowest = &*pts.begin();
+  for (const v1::LossPoint& p : pts)
+    if (p.loss() < lowest->loss()) lowest = &p;
+  // Column c holds the mean of the points whose step maps to it; the loss
+  // axis spans what is drawn (the column means).
+  std::vector<double> sum(width, 0.0);
+  std::vector<int> n(width, 0);
+  for (const v1::LossPoint& p : pts) {
+    const int c = s1 > s0 ? static_cast<int>((p.step() - s0) * (width - 1) / (s1 - s0)) : 0;
+    sum[c] += p.loss();
+    ++n[c];
+  }
+  double lo = 0, hi = 0;
+  bool any = false;
+  for (int c = 0; c < width; ++c) {
+    if (n[c] == 0) continue;
+    const double v = sum[c] / n[c];
+    lo = any ? std::min(lo, v) : v;
+    hi = any ? std::max(hi, v) : v;
+    any = true;
+  }
+  std::vector<std::string> grid(height, std::string(width, ' '));
+  for (int c = 0; c < width; ++c) {
+    if (n[c] == 0) continue;
+    const double v = sum[c] / n[c];
+    const int r = hi > lo ? static_cast<int>(std::lround((hi - v) / (hi - lo) * (height - 1))) : height / 2;
+    grid[r][c] = '*';
+  }
+  const std::string top = absl::StrFormat("%.4g", hi), bottom = absl::StrFormat("%.4g", lo);
+  const size_t lw = std::max(top.size(), bottom.size());
+  std::string out;
+  for (int r = 0; r < height; ++r) {
+    std::string label = r == 0 ? top : r == height - 1 ? bottom : "";
+    out += std::string(lw - label.size(), ' ') + label + " |" + grid[r] + "\n";
+  }
+  out += std::string(lw, ' ') + " +" + std::string(width, '-') + "\n";
+  const std::string left = absl::StrCat("step ", s0), right = absl::StrCat(s1);
+  out += std::string(lw + 2, ' ') + left +
+         std::string(std::max<int>(1, width - static_cast<int>(left.size() + right.size())), ' ') + right + "\n";
+  out += absl::StrFormat("first %.4f (step %d), lowest %.4f (step %d), last %.4f (step %d); %d points\n",
+                         pts.begin()->loss(), s0, lowest->loss(), lowest->step(), pts.rbegin()->loss(), s1,
+                         pts.size());
+  return out;
+}
+
 std::string EvalTable(const std::map<std::string, double>& eval) {
   std::vector<std::vector<std::string>> rows = {{"METRIC", "VALUE"}};
   for (const auto& [k, v] : eval) {

@@ -53,6 +53,13 @@ std::string Table(const std::vector<std::vector<std::string>>& rows);
 // the planner's note ("kept (fastest)", "failed: ..."). "" when none.
 std::string TrialsTable(const v1::Plan& plan);
 
+// The job's loss curve (Job.loss_curve: mean over ranks) as a text plot,
+// `height` rows by `width` columns of '*' (each column the mean of the
+// points that fall in it), the loss axis (the column means' range)
+// labelled at the top and bottom rows, the step axis below; then one line: first, lowest and last loss
+// with their steps. "" with fewer than two points.
+std::string LossPlot(const v1::Job& job, int width = 60, int height = 10);
+
 // Metric table "metric  value", sorted by name.
 std::string EvalTable(const std::map<std::string, double>& eval);
 

@@ -105,6 +105,7 @@ void ReadJobRow(Stmt& s, StoredJob* out) {
   j.set_samples_per_second(eval_holder.samples_per_second());
   j.set_eta_seconds(eval_holder.eta_seconds());
   if (eval_holder.has_plan_check()) *j.mutable_plan_check() = eval_holder.plan_check();
+  *j.mutable_loss_curve() = eval_holder.loss_curve();
   j.set_step(s.Int(10));
   j.set_total_steps(j.spec().train().steps());
   std::string plan = s.Str(11);
@@ -377,6 +378,7 @@ absl::Status JobStore::SetProgress(const std::string& id, const v1::Job& progres
   holder.set_samples_per_second(progress.samples_per_second());
   holder.set_eta_seconds(progress.eta_seconds());
   if (progress.has_plan_check()) *holder.mutable_plan_check() = progress.plan_check();
+  *holder.mutable_loss_curve() = progress.loss_curve();
   Stmt upd(db_, "UPDATE jobs SET last_step=?, eval=?, updated_ms=? WHERE id=?");
   upd.Bind(1, progress.step()).Bind(2, holder.SerializeAsString()).Bind(3, NowUnixMs()).BindText(4, id);
   if (upd.Step() != SQLITE_DONE) return Error("storing progress");

@@ -51,6 +51,9 @@ TEST(JobStore, CreateUpdateListEvents) {
   (*progress.mutable_eval())["f1"] = 0.5;
   progress.add_ranks()->set_step(41);
   progress.set_loss(1.25);
+  v1::LossPoint* point = progress.add_loss_curve();
+  point->set_step(40);
+  point->set_loss(1.5);
   ASSERT_TRUE((*store)->SetProgress(a->id(), progress).ok());
 
   auto got = (*store)->GetJob(a->id());
@@ -67,6 +70,9 @@ TEST(JobStore, CreateUpdateListEvents) {
   ASSERT_EQ(got->job.ranks_size(), 1);
   EXPECT_EQ(got->job.ranks(0).step(), 41);
   EXPECT_DOUBLE_EQ(got->job.loss(), 1.25);
+  ASSERT_EQ(got->job.loss_curve_size(), 1);
+  EXPECT_EQ(got->job.loss_curve(0).step(), 40);
+  EXPECT_DOUBLE_EQ(got->job.loss_curve(0).loss(), 1.5);
 
   auto events = (*store)->ListEvents(a->id(), 0);
   ASSERT_TRUE(events.ok());

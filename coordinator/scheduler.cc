@@ -213,6 +213,7 @@ absl::Status Scheduler::Recover() {
     rt->message = j.message();
     rt->restarts = j.restarts();
     for (const auto& [k, v] : j.eval()) rt->eval[k] = v;
+    rt->loss_curve.Restore(j.loss_curve());
     if (j.state() != v1::RUNNING) {
       // Nothing of the job itself was launched yet: queued again, planned
       // afresh against the nodes that connect now. A tuning trial's ranks
@@ -483,6 +484,7 @@ void Scheduler::FillProgress(const JobRt& rt, v1::Job* job) {
   job->clear_eval();
   for (const auto& [k, v] : rt.eval) (*job->mutable_eval())[k] = v;
   if (rt.plan_check.samples() > 0) *job->mutable_plan_check() = rt.plan_check;
+  job->mutable_loss_curve()->Assign(rt.loss_curve.points().begin(), rt.loss_curve.points().end());
 }
 
 v1::Job Scheduler::Snapshot(const JobRt& rt) {
@@ -1779,6 +1781,7 @@ std::string Scheduler::IngestSample(const v1::MetricSample& s, const std::string
         LiveCheck(rt);
       }
     }
+    rt->loss_curve.Add(m.step(), m.rank(), m.loss(), static_cast<int>(rt->ranks.size()));
     hub_->IngestStep(m, rr.node, rr.local_device);
   } else if (s.has_probe_row()) {
     // dgca diagnose comm: rank 0's rows are the measurement (every rank

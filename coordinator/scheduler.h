@@ -108,6 +108,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "coordinator/job_store.h"
+#include "coordinator/loss_curve.h"
 #include "coordinator/metrics_hub.h"
 #include "coordinator/planner/planner.h"
 #include "coordinator/rendezvous_store.h"
@@ -279,6 +280,7 @@ class Scheduler {
     Clock::time_point launched;
     std::map<std::string, double> eval;
     std::vector<StepSample> step_samples;  // steady-state steps, every rank
+    LossCurve loss_curve;                  // Job.loss_curve
     v1::PlanCheck plan_check;
     bool live_checked = false;  // LiveCheck done for this job
     Clock::time_point last_persist;

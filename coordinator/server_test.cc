@@ -406,6 +406,17 @@ TEST_F(ServerTest, PendingWithoutAgentThenRunsAndSucceeds) {
     auto ctx = Ctx();
     v1::StreamMetricsResponse resp;
     auto w = rank_->StreamMetrics(ctx.get(), &resp);
+    // Step 3 from both ranks: a point of the loss curve (their mean);
+    // steps 4 and 5 from one rank each: none yet.
+    for (int r = 0; r < 2; ++r) {
+      v1::MetricSample s;
+      auto* m = s.mutable_step();
+      m->set_job_id(id);
+      m->set_rank(r);
+      m->set_step(3);
+      m->set_loss(1.0 + r);
+      ASSERT_TRUE(w->Write(s));
+    }
     for (int r = 0; r < 2; ++r) {
       v1::MetricSample s;
       auto* m = s.mutable_step();
@@ -424,9 +435,12 @@ TEST_F(ServerTest, PendingWithoutAgentThenRunsAndSucceeds) {
     ASSERT_TRUE(w->Write(e));
     w->WritesDone();
     ASSERT_TRUE(w->Finish().ok());
-    EXPECT_EQ(resp.received(), 3);
+    EXPECT_EQ(resp.received(), 5);
     auto g = Get(id);
     EXPECT_EQ(g.job().step(), 4);
+    ASSERT_EQ(g.job().loss_curve_size(), 1);
+    EXPECT_EQ(g.job().loss_curve(0).step(), 3);
+    EXPECT_DOUBLE_EQ(g.job().loss_curve(0).loss(), 1.5);
     EXPECT_DOUBLE_EQ(g.job().samples_per_second(), 200);
     EXPECT_DOUBLE_EQ(g.job().loss(), 2.5);
     EXPECT_DOUBLE_EQ(g.job().eta_seconds(), 3.0);
