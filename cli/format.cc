@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <ctime>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -147,19 +148,14 @@ std::string LossPlot(const v1::Job& job, int width, int height) {
     sum[c] += p.loss();
     ++n[c];
   }
-  double lo = 0, hi = 0;
-  bool any = false;
-  for (int c = 0; c < width; ++c) {
-    if (n[c] == 0) continue;
-    const double v = sum[c] / n[c];
-    lo = any ? std::min(lo, v) : v;
-    hi = any ? std::max(hi, v) : v;
-    any = true;
-  }
+  std::vector<std::pair<int, double>> drawn;  // (column, mean)
+  for (int c = 0; c < width; ++c)
+    if (n[c] > 0) drawn.emplace_back(c, sum[c] / n[c]);
+  const auto [lo_it, hi_it] = std::minmax_element(
+      drawn.begin(), drawn.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
+  const double lo = lo_it->second, hi = hi_it->second;
   std::vector<std::string> grid(height, std::string(width, ' '));
-  for (int c = 0; c < width; ++c) {
-    if (n[c] == 0) continue;
-    const double v = sum[c] / n[c];
+  for (const auto& [c, v] : drawn) {
     const int r = hi > lo ? static_cast<int>(std::lround((hi - v) / (hi - lo) * (height - 1))) : height / 2;
     grid[r][c] = '*';
   }

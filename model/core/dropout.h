@@ -62,6 +62,10 @@ DGCA_DROPOUT_FN uint32_t DropoutThreshold(float p) {
 
 DGCA_DROPOUT_FN float DropoutScale(float p) { return p > 0.0f ? 1.0f / (1.0f - p) : 1.0f; }
 
+// A dropout probability the trainer takes: in [0, 1) as the float it
+// trains with (0.99999999 rounds to 1 and is not).
+inline bool ValidDropout(double p) { return p >= 0.0 && static_cast<float>(p) < 1.0f; }
+
 DGCA_DROPOUT_FN bool DropoutKeep(uint64_t site_key, uint64_t index, uint32_t threshold) {
   return threshold == 0u || DropoutHash(site_key, index) >= threshold;
 }

@@ -279,13 +279,14 @@ void SoftmaxRows(const Context& ctx, float* out, const float* inp, int rows, int
 //   S = scale Q K^T, P = masked row softmax(S), O = P V.
 namespace {
 
-// pd[i, j] = P[i, j] * M[i, j] / (1 - p) for query rows of one (b, h).
-void DropProbs(float* pd, const float* p, int L, int h, uint64_t site_key, uint32_t threshold,
+// out[i, j] = in[i, j] * M[i, j] / (1 - p) over the [L, L] block of one
+// (b, h); out may alias in.
+void DropProbs(float* out, const float* in, int L, int h, uint64_t site_key, uint32_t threshold,
                float scale) {
   for (int i = 0; i < L; ++i)
     for (int j = 0; j < L; ++j) {
       const size_t o = static_cast<size_t>(i) * L + j;
-      pd[o] = DropoutKeep(site_key, DropoutProbsIndex(h, i, j), threshold) ? p[o] * scale : 0.0f;
+      out[o] = DropoutKeep(site_key, DropoutProbsIndex(h, i, j), threshold) ? in[o] * scale : 0.0f;
     }
 }
 
@@ -367,13 +368,10 @@ void AttentionBackward(const Context& ctx, float* dqkv, const float* dout, const
       }
       Gemm(serial, true, false, L, d, L, 1.0f, pv, L, go, H, 0.0f, dbase + 2 * H + h * d, H3);
       Gemm(serial, false, true, L, L, d, 1.0f, go, H, v, H3, 0.0f, ds.data(), L);
+      if (drop.on()) DropProbs(ds.data(), ds.data(), L, h, site, threshold, drop_scale);  // dP = dPd M / (1-p)
       for (int i = 0; i < L; ++i) {
         const float* pr = p + static_cast<size_t>(i) * L;
         float* dr = ds.data() + static_cast<size_t>(i) * L;
-        if (drop.on()) {
-          for (int j = 0; j < L; ++j)
-            dr[j] = DropoutKeep(site, DropoutProbsIndex(h, i, j), threshold) ? dr[j] * drop_scale : 0.0f;
-        }
         double dot = 0;
         for (int j = 0; j < L; ++j) dot += static_cast<double>(pr[j]) * dr[j];
         const float dotf = static_cast<float>(dot);
@@ -385,9 +383,8 @@ void AttentionBackward(const Context& ctx, float* dqkv, const float* dout, const
   });
 }
 
-void DropoutRows(const Context& ctx, float* x, const uint64_t* keys, int layer, int site, float p,
-                 int B, int L, int H) {
-  if (keys == nullptr || !(p > 0.0f)) return;
+void DropoutRows(const Context& ctx, float* out, const float* in, const float* residual,
+                 const uint64_t* keys, int layer, int site, float p, int B, int L, int H) {
   const uint32_t threshold = DropoutThreshold(p);
   const float scale = DropoutScale(p);
   const int64_t N = static_cast<int64_t>(B) * L;
@@ -395,9 +392,28 @@ void DropoutRows(const Context& ctx, float* x, const uint64_t* keys, int layer, 
     for (int64_t i = i0; i < i1; ++i) {
       const int b = static_cast<int>(i / L), pos = static_cast<int>(i % L);
       const uint64_t key = DropoutSiteKey(keys[b], layer, site);
-      float* row = x + i * H;
-      for (int j = 0; j < H; ++j)
-        row[j] = DropoutKeep(key, DropoutHiddenIndex(pos, j), threshold) ? row[j] * scale : 0.0f;
+      const float* x = in + i * H;
+      const float* r = residual != nullptr ? residual + i * H : nullptr;
+      float* y = out + i * H;
+      for (int j = 0; j < H; ++j) {
+        float v = DropoutKeep(key, DropoutHiddenIndex(pos, j), threshold) ? x[j] * scale : 0.0f;
+        if (r != nullptr) v += r[j];
+        y[j] = v;
+      }
+    }
+  });
+}
+
+void DropoutProbs(const Context& ctx, float* out, const float* in, const AttentionDropout& drop, int B,
+                  int nh, int L) {
+  const uint32_t threshold = DropoutThreshold(drop.p);
+  const float scale = DropoutScale(drop.p);
+  const size_t block = static_cast<size_t>(L) * L;
+  ParallelFor(ctx, B * nh, static_cast<int64_t>(B) * nh * block, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const int b = static_cast<int>(t / nh), h = static_cast<int>(t % nh);
+      DropProbs(out + t * block, in + t * block, L, h, DropoutSiteKey(drop.keys[b], drop.layer, kDropAttnProbs),
+                threshold, scale);
     }
   });
 }

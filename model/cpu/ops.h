@@ -137,12 +137,18 @@ void AttentionBackward(const Context& ctx, float* dqkv, const float* dout, const
                        const float* probs, int B, int L, int H, int nh,
                        const AttentionDropout& drop = {});
 
-// Inverted dropout of hidden rows (model/core/dropout.h): x [B*L, H], row
-// i of sample b = i / L at position i % L; x *= M / (1-p) in place with the
-// site `site` of layer `layer` and keys[b]. Forward and backward alike (the
-// backward multiplies the incoming gradient by the same mask).
-void DropoutRows(const Context& ctx, float* x, const uint64_t* keys, int layer, int site, float p,
-                 int B, int L, int H);
+// Inverted dropout of hidden rows (model/core/dropout.h): rows of
+// [B*L, H], row i of sample b = i / L at position i % L, site `site` of
+// layer `layer`, keys[b] (non-null); out = in * M / (1-p), plus residual
+// when it is non-null. out may alias in (not residual). Forward and
+// backward alike (the backward multiplies the incoming gradient by the
+// same mask).
+void DropoutRows(const Context& ctx, float* out, const float* in, const float* residual,
+                 const uint64_t* keys, int layer, int site, float p, int B, int L, int H);
+// out = in * M / (1-p) over probabilities [B, nh, L, L] with the mask of
+// `drop` (site kDropAttnProbs, index DropoutProbsIndex); out may alias in.
+void DropoutProbs(const Context& ctx, float* out, const float* in, const AttentionDropout& drop, int B,
+                  int nh, int L);
 
 // out[i,:] = table[ids[i],:]. ids must be in range (checked by the caller).
 void EmbeddingForward(const Context& ctx, float* out, const int32_t* ids, const float* table,

@@ -13,6 +13,7 @@
 #ifndef DGCA_MODEL_CUDA_ATTENTION_H_
 #define DGCA_MODEL_CUDA_ATTENTION_H_
 
+#include <algorithm>
 #include <cstdint>
 
 #include "model/core/dropout.h"
@@ -51,6 +52,13 @@ template <typename T>
 Status AttentionBackward(const CudaContext& ctx, GemmRunner* gemm, T* dqkv, const T* dout, const T* qkv,
                          const T* probs, int B, int L, int H, int nh, T* scratch,
                          const AttentionDropout& drop = {});
+// One scratch that serves the forward and the backward alike (CudaBert
+// keeps one for all layers): the larger of the two, plus the masked
+// probabilities when attention dropout is on.
+inline int64_t AttentionSharedScratchElems(int B, int L, int H, int nh, bool dropout) {
+  return std::max(AttentionScratchElems(B, L, H), AttentionBackwardScratchElems(B, L, H, nh)) +
+         (dropout ? AttentionDropoutScratchElems(B, L, nh) : 0);
+}
 
 }  // namespace cuda
 }  // namespace dgca

@@ -86,8 +86,7 @@ StatusOr<AttentionTiming> TimeAs(const CudaContext& ctx, int B, int L, int H, in
   DeviceArray<uint64_t> keys;
   std::vector<uint64_t> host_keys(static_cast<size_t>(B));
   for (uint64_t& k : host_keys) k = (uint64_t(rng()) << 32) | rng();
-  const int64_t gemm_scratch = std::max(AttentionScratchElems(B, L, H), AttentionBackwardScratchElems(B, L, H, nh)) +
-                               (dropout > 0.0f ? AttentionDropoutScratchElems(B, L, nh) : 0);
+  const int64_t gemm_scratch = AttentionSharedScratchElems(B, L, H, nh, dropout > 0.0f);
   for (Status s : {qkv.Upload(random(n_qkv)), dout.Upload(random(n_out)), out.Allocate(n_out),
                    dqkv.Allocate(n_qkv), dmask.Upload(mask), probs.Allocate(size_t(B) * nh * L * L),
                    scratch.Allocate(size_t(gemm_scratch)), lse.Allocate(size_t(B) * nh * L),
@@ -140,7 +139,7 @@ StatusOr<AttentionTiming> TimeAttention(const CudaContext& ctx, DType t, int B, 
                                 ", seq " + std::to_string(L) + ", hidden " + std::to_string(H) + ", " +
                                 std::to_string(nh) + " heads (bf16/fp16, head size 16/32/64, seq <= 512)");
   }
-  if (!(attention_dropout >= 0.0f && attention_dropout < 1.0f))
+  if (!ValidDropout(attention_dropout))
     return InvalidArgumentError("attention timing: dropout must be in [0, 1), got " + std::to_string(attention_dropout));
   if (t == DType::kBF16) return TimeAs<__nv_bfloat16>(ctx, B, L, H, nh, warmup, reps, attention_dropout);
   return TimeAs<__half>(ctx, B, L, H, nh, warmup, reps, attention_dropout);

@@ -205,9 +205,8 @@ Status CudaBert<T>::AllocAttention(bool fused) {
         "attention row sums"));
   } else {
     for (Layer& ly : layers_) DGCA_RETURN_IF_ERROR(Alloc(&ly.probs, probs, "probs"));
-    const int64_t scratch = std::max(AttentionScratchElems(max_batch_, seq_len_, H_),
-                                     AttentionBackwardScratchElems(max_batch_, seq_len_, H_, nh_)) +
-                            (cfg_.attention_dropout > 0.0f ? AttentionDropoutScratchElems(max_batch_, seq_len_, nh_) : 0);
+    const int64_t scratch =
+        AttentionSharedScratchElems(max_batch_, seq_len_, H_, nh_, cfg_.attention_dropout > 0.0f);
     DGCA_RETURN_IF_ERROR(Alloc(&attn_scratch_, static_cast<size_t>(scratch), "attention scratch"));
   }
   attention_ready_ = true;

@@ -494,30 +494,20 @@ Status CheckDropout(const CudaContext& ctx, GemmRunner*, Rng* rng, Rows* rows) {
   const size_t n = size_t(B) * L * H;
   std::vector<float> x = Round(t, Rand(n, rng, 0.5f, 1.5f));
   std::vector<float> res = Round(t, Rand(n, rng));
-  std::vector<float> want = x;
+  std::vector<float> want(n), want_res(n);
   cpu::Context cc;
-  cpu::DropoutRows(cc, want.data(), drop.keys.data(), 1, kDropFfnOut, p, B, L, H);
-  std::vector<float> want_res = want;
-  for (size_t i = 0; i < n; ++i) want_res[i] += res[i];
+  cpu::DropoutRows(cc, want.data(), x.data(), nullptr, drop.keys.data(), 1, kDropFfnOut, p, B, L, H);
+  cpu::DropoutRows(cc, want_res.data(), x.data(), res.data(), drop.keys.data(), 1, kDropFfnOut, p, B, L, H);
   DGCA_ASSIGN_OR_RETURN(Bytes dx, Up(t, x));
   DGCA_ASSIGN_OR_RETURN(Bytes dres, Up(t, res));
   DGCA_ASSIGN_OR_RETURN(Bytes dout, Poisoned(t, n));
   DGCA_ASSIGN_OR_RETURN(Bytes dout_res, Poisoned(t, n));
-  // Probabilities [B, nh, L, L]: the CPU mask from a forward's P against
-  // DropoutProbs on the same values.
+  // Probabilities [B, nh, L, L] against cpu::DropoutProbs (the mask the
+  // CPU attention uses).
   const size_t np = size_t(B) * nh * L * L;
   std::vector<float> probs = Round(t, Rand(np, rng, 0.5f, 1.5f));
   std::vector<float> want_p(np);
-  for (int b = 0; b < B; ++b) {
-    const uint64_t site = DropoutSiteKey(drop.keys[b], 3, kDropAttnProbs);
-    for (int h = 0; h < nh; ++h)
-      for (int i = 0; i < L; ++i)
-        for (int j = 0; j < L; ++j) {
-          const size_t o = ((size_t(b) * nh + h) * L + i) * L + j;
-          want_p[o] = DropoutKeep(site, DropoutProbsIndex(h, i, j), DropoutThreshold(p)) ? probs[o] * DropoutScale(p)
-                                                                                          : 0.0f;
-        }
-  }
+  cpu::DropoutProbs(cc, want_p.data(), probs.data(), drop.host(), B, nh, L);
   DGCA_ASSIGN_OR_RETURN(Bytes dprobs, Up(t, probs));
   DGCA_ASSIGN_OR_RETURN(Bytes dprobs_out, Poisoned(t, np));
   DGCA_RETURN_IF_ERROR(SyncDevice());

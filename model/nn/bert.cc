@@ -188,11 +188,12 @@ void Bert::EmbedForward(const cpu::Context& ctx, const int32_t* ids, const int32
   });
   cpu::LayerNormForward(ctx, emb_out_.data(), emb_mean_.data(), emb_rstd_.data(), x, P(p_.eln_w),
                         P(p_.eln_b), N, H, cfg_.layer_norm_eps);
-  DropHidden(ctx, emb_out_.data(), -1, kDropHidden);
+  if (drop_.hidden_on()) DropHidden(ctx, emb_out_.data(), emb_out_.data(), nullptr, -1, kDropHidden);
 }
 
-void Bert::DropHidden(const cpu::Context& ctx, float* x, int l, int site) const {
-  if (drop_.hidden_on()) cpu::DropoutRows(ctx, x, drop_.keys, l, site, drop_.hidden, B_, L_, H_);
+void Bert::DropHidden(const cpu::Context& ctx, float* out, const float* in, const float* residual, int l,
+                      int site) const {
+  cpu::DropoutRows(ctx, out, in, residual, drop_.keys, l, site, drop_.hidden, B_, L_, H_);
 }
 
 void Bert::EncoderForward(const cpu::Context& ctx, const int32_t* mask, int B, int L) {
@@ -214,18 +215,18 @@ void Bert::LayerForward(const cpu::Context& ctx, int l, const float* x, const in
   cpu::LinearForward(ctx, ly.qkv.data(), x, P(ly.qkv_w), P(ly.qkv_b), N, H, 3 * H);
   cpu::AttentionForward(ctx, ly.ctx.data(), ly.probs.data(), ly.qkv.data(), mask, B_, L_, H, nh_,
                         AttentionDrop(l));
-  // Output projection, dropout, residual, LayerNorm (post-LN).
+  // Output projection, dropout, residual (one pass), LayerNorm (post-LN).
   cpu::LinearForward(ctx, ly.r1.data(), ly.ctx.data(), P(ly.ao_w), P(ly.ao_b), N, H, H);
-  DropHidden(ctx, ly.r1.data(), l, kDropAttnOut);
-  AddInPlace(ctx, ly.r1.data(), x, static_cast<int64_t>(N) * H);
+  if (drop_.hidden_on()) DropHidden(ctx, ly.r1.data(), ly.r1.data(), x, l, kDropAttnOut);
+  else AddInPlace(ctx, ly.r1.data(), x, static_cast<int64_t>(N) * H);
   cpu::LayerNormForward(ctx, ly.h1.data(), ly.mean1.data(), ly.rstd1.data(), ly.r1.data(),
                         P(ly.ln1_w), P(ly.ln1_b), N, H, eps);
   // Feed-forward.
   cpu::LinearForward(ctx, ly.f1.data(), ly.h1.data(), P(ly.fc1_w), P(ly.fc1_b), N, H, F);
   cpu::GeluForward(ctx, ly.g.data(), ly.f1.data(), static_cast<int64_t>(N) * F);
   cpu::LinearForward(ctx, ly.r2.data(), ly.g.data(), P(ly.fc2_w), P(ly.fc2_b), N, F, H);
-  DropHidden(ctx, ly.r2.data(), l, kDropFfnOut);
-  AddInPlace(ctx, ly.r2.data(), ly.h1.data(), static_cast<int64_t>(N) * H);
+  if (drop_.hidden_on()) DropHidden(ctx, ly.r2.data(), ly.r2.data(), ly.h1.data(), l, kDropFfnOut);
+  else AddInPlace(ctx, ly.r2.data(), ly.h1.data(), static_cast<int64_t>(N) * H);
   cpu::LayerNormForward(ctx, ly.out.data(), ly.mean2.data(), ly.rstd2.data(), ly.r2.data(),
                         P(ly.ln2_w), P(ly.ln2_b), N, H, eps);
 }
@@ -288,8 +289,7 @@ void Bert::LayerBackward(const cpu::Context& ctx, int l, const float* x, float* 
   // (in dctx_, free until the attention), the residual d r2 itself.
   const float* dr2 = dtmp;
   if (drop_.hidden_on()) {
-    std::memcpy(dctx_.data(), dtmp, sizeof(float) * N * H);
-    DropHidden(ctx, dctx_.data(), l, kDropFfnOut);
+    DropHidden(ctx, dctx_.data(), dtmp, nullptr, l, kDropFfnOut);
     dr2 = dctx_.data();
   }
   cpu::LinearBackward(ctx, dg_.data(), false, G(ly.fc2_w), G(ly.fc2_b), dr2, ly.g.data(),
@@ -304,8 +304,7 @@ void Bert::LayerBackward(const cpu::Context& ctx, int l, const float* x, float* 
   // r1 = drop(ctx Wo^T + bo) + x (the masked d r1 in dtmp, free again).
   const float* dr1 = dcur;
   if (drop_.hidden_on()) {
-    std::memcpy(dtmp, dcur, sizeof(float) * N * H);
-    DropHidden(ctx, dtmp, l, kDropAttnOut);
+    DropHidden(ctx, dtmp, dcur, nullptr, l, kDropAttnOut);
     dr1 = dtmp;
   }
   cpu::LinearBackward(ctx, dctx_.data(), false, G(ly.ao_w), G(ly.ao_b), dr1, ly.ctx.data(),
@@ -320,7 +319,8 @@ void Bert::LayerBackward(const cpu::Context& ctx, int l, const float* x, float* 
 void Bert::EmbedBackward(const cpu::Context& ctx, float* dprompt) {
   const int N = B_ * L_, H = H_;
   float* demb = dtmp_.data();
-  DropHidden(ctx, dcur_.data(), -1, kDropHidden);  // d(LN output) = d emb_out * mask
+  if (drop_.hidden_on())  // d(LN output) = d emb_out * mask
+    DropHidden(ctx, dcur_.data(), dcur_.data(), nullptr, -1, kDropHidden);
   cpu::LayerNormBackward(ctx, demb, false, G(p_.eln_w), G(p_.eln_b), dcur_.data(), emb_in_.data(),
                          P(p_.eln_w), emb_mean_.data(), emb_rstd_.data(), N, H);
   cpu::EmbeddingBackward(ctx, G(p_.pos), pos_ids_.data(), demb, N, H);

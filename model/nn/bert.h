@@ -153,8 +153,11 @@ class Bert {
   AttentionDropout AttentionDrop(int l) const {
     return drop_.attention_on() ? AttentionDropout{drop_.keys, l, drop_.attention} : AttentionDropout{};
   }
-  // x *= hidden dropout mask / (1-p) at `site` of layer l ([B_*L_, H]).
-  void DropHidden(const cpu::Context& ctx, float* x, int l, int site) const;
+  // out = in * hidden dropout mask / (1-p) at `site` of layer l (+ residual
+  // when non-null), rows [B_*L_, H]; only called when drop_.hidden_on()
+  // (as CudaBert::DropHidden).
+  void DropHidden(const cpu::Context& ctx, float* out, const float* in, const float* residual, int l,
+                  int site) const;
 
   // State of the last forward.
   DropoutSpec drop_;

@@ -48,9 +48,9 @@ Status ValidateConfig(const ModelConfig& c, int max_batch, int seq_len, int thre
   if (c.type_vocab < 1) return bad("type_vocab must be >= 1");
   if (c.prompt_length < 0) return bad("prompt_length must be >= 0");
   if (c.candidate && c.candidate_top_k < 1) return bad("candidate_top_k must be >= 1");
-  if (!(c.hidden_dropout >= 0.0f && c.hidden_dropout < 1.0f))
+  if (!ValidDropout(c.hidden_dropout))
     return bad("hidden_dropout must be in [0, 1), got " + std::to_string(c.hidden_dropout));
-  if (!(c.attention_dropout >= 0.0f && c.attention_dropout < 1.0f))
+  if (!ValidDropout(c.attention_dropout))
     return bad("attention_dropout must be in [0, 1), got " + std::to_string(c.attention_dropout));
   if (max_batch < 1) return bad("max_batch must be >= 1, got " + std::to_string(max_batch));
   if (seq_len < 1 || seq_len > c.max_position)

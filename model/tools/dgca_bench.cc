@@ -82,6 +82,7 @@
 
 #include "model/core/batch.h"
 #include "model/core/config.h"
+#include "model/core/dropout.h"
 #include "model/core/memory_model.h"
 #include "model/cuda/attention_tune.h"
 #include "model/cuda/cuda_context.h"
@@ -254,7 +255,7 @@ int main(int argc, char** argv) {
     } else if (k == "--dropout") {
       char* end = nullptr;
       a.dropout = std::strtod(v, &end);
-      if (end == v || *end != '\0' || !(a.dropout >= 0 && a.dropout < 1))
+      if (end == v || *end != '\0' || !dgca::ValidDropout(a.dropout))
         return Usage(std::string("--dropout takes a probability in [0, 1), got '") + v + "'");
     } else if (k == "--peak-tflops") {
       char* end = nullptr;

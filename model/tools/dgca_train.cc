@@ -45,6 +45,7 @@
 
 #include "model/core/batch_io.h"
 #include "model/core/config.h"
+#include "model/core/dropout.h"
 #include "model/core/json.h"
 #include "model/train/trainer.h"
 #ifdef DGCA_HAVE_CUDA_TRAINER
@@ -153,7 +154,7 @@ int main(int argc, char** argv) {
     // A probability in [0, 1) (dropout: 1 would drop everything).
     auto prob = [&]() -> float {
       const double x = std::strtod(v.c_str(), &end);
-      if (end == v.c_str() || *end != '\0' || !(x >= 0 && static_cast<float>(x) < 1.0f)) {
+      if (end == v.c_str() || *end != '\0' || !ValidDropout(x)) {
         std::fprintf(stderr, "dgca-train: %s %s: expected a number in [0, 1)\n", f.c_str(),
                      v.c_str());
         std::exit(2);  // NOLINT: a program's main, not library code

@@ -5,6 +5,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "coordinator/spec/spec.h"
+#include "model/core/dropout.h"
 
 namespace dgca {
 namespace {
@@ -125,11 +126,11 @@ absl::StatusOr<TrainConfig> TrainConfigFromSpec(const v1::JobSpec& spec, const v
   const SpecDropout dr = DropoutOf(ms);
   m.hidden_dropout = static_cast<float>(dr.hidden);
   m.attention_dropout = static_cast<float>(dr.attention);
-  if (!(m.hidden_dropout >= 0.0f && m.hidden_dropout < 1.0f)) {
+  if (!ValidDropout(dr.hidden)) {
     return absl::InvalidArgumentError(
         absl::StrCat("model.dropout.hidden: ", dr.hidden, " is not in [0, 1)"));
   }
-  if (!(m.attention_dropout >= 0.0f && m.attention_dropout < 1.0f)) {
+  if (!ValidDropout(dr.attention)) {
     return absl::InvalidArgumentError(
         absl::StrCat("model.dropout.attention: ", dr.attention, " is not in [0, 1)"));
   }
