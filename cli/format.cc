@@ -144,7 +144,11 @@ std::string LossPlot(const v1::Job& job, int width, int height) {
   std::vector<double> sum(width, 0.0);
   std::vector<int> n(width, 0);
   for (const v1::LossPoint& p : pts) {
-    const int c = s1 > s0 ? static_cast<int>((p.step() - s0) * (width - 1) / (s1 - s0)) : 0;
+    // The coordinator sends the points in step order; clamped all the same,
+    // so a reply out of order cannot index past the grid.
+    const int c = s1 > s0 ? static_cast<int>(std::clamp<int64_t>(
+                                (p.step() - s0) * (width - 1) / (s1 - s0), 0, width - 1))
+                          : 0;
     sum[c] += p.loss();
     ++n[c];
   }

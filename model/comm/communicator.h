@@ -68,6 +68,15 @@ class Communicator {
 // World of one: every collective is a no-op that completes at once.
 std::unique_ptr<Communicator> MakeLocalCommunicator();
 
+// Leaves `comm` to the process exit instead of destroying it, for a rank
+// that stopped or failed while its peers may be inside a collective it will
+// never join: destroying it would run the teardown barrier with those peers
+// and only wait out the timeout. At exit the OS closes its sockets and the
+// peers fail at once ("connection closed by peer"). It is kept in a
+// process-lifetime list, so it stays reachable and leak checkers (ASan's
+// LeakSanitizer, tools/sanitize.sh) do not count it. Thread-safe.
+void AbandonUntilExit(std::unique_ptr<Communicator> comm);
+
 }  // namespace dgca
 
 #endif  // DGCA_MODEL_COMM_COMMUNICATOR_H_

@@ -2,8 +2,10 @@
 
 #include <stdlib.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <random>
 
 #include "gtest/gtest.h"
 #include "model/core/core_test_util.h"
@@ -203,6 +205,45 @@ TEST_F(CheckpointTest, UnwritableDirIsAnError) {
   auto r = SaveCheckpoint(file + "/ckpt", ps_, adam_.get(), Cfg(), state_);
   ASSERT_FALSE(r.ok());
   EXPECT_TRUE(Contains(r.status(), file + "/ckpt")) << r.status().ToString();
+}
+
+// Each file of a checkpoint mutated at random (testutil::MutateBytes):
+// loading gives either a state that keeps its invariants or an error naming
+// the file, and after an error the parameters are untouched (everything is
+// validated before anything is copied). Run under tools/sanitize.sh too.
+TEST_F(CheckpointTest, MutatedFilesAreRefusedBeforeAnythingIsCopied) {
+  std::mt19937_64 rng(7);
+  for (const std::string file : {"state.json", "model.safetensors", "optimizer.safetensors"}) {
+    const std::string path = step_dir_ + "/" + file;
+    const std::string original = testutil::ReadFile(path);
+    ASSERT_FALSE(original.empty()) << path;
+    int accepted = 0;
+    constexpr int kMutations = 400;
+    for (int i = 0; i < kMutations; ++i) {
+      testutil::WriteFile(path, testutil::MutateBytes(original, &rng));
+      ParamStore ps;
+      Declare(&ps);
+      for (int64_t k = 0; k < ps.total_numel(); ++k) ps.values()[k] = 42.0f;
+      AdamW adam(&ps, AdamWOptions{});
+      CheckpointState st;
+      const Status s = LoadCheckpoint(step_dir_, Cfg(), &ps, &adam, &st);
+      SCOPED_TRACE(file + " mutation " + std::to_string(i));
+      if (s.ok()) {
+        ++accepted;
+        EXPECT_GE(st.step, 0);
+        EXPECT_GE(st.loader_step, 0);
+        EXPECT_TRUE(st.loss_scale == 0 || (std::isfinite(st.loss_scale) && st.loss_scale > 0));
+        continue;
+      }
+      EXPECT_TRUE(Contains(s, file)) << s.ToString();
+      for (int64_t k = 0; k < ps.total_numel(); ++k) ASSERT_EQ(ps.values()[k], 42.0f) << k;
+      if (HasFailure()) break;
+    }
+    testutil::WriteFile(path, original);
+    EXPECT_GT(accepted, 0) << file;  // a flipped weight bit still loads
+    EXPECT_LT(accepted, kMutations) << file;
+  }
+  EXPECT_TRUE(LoadFresh().ok());
 }
 
 // fp16 runs keep their dynamic loss scale; other runs write none.

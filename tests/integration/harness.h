@@ -46,18 +46,11 @@ inline std::string CoordinatorBin() { return BuildDir() + "/coordinator/dgca-coo
 inline std::string CliBin() { return BuildDir() + "/cli/dgca"; }
 inline std::string WorkerBin() { return BuildDir() + "/worker/dgca-worker"; }
 
-inline std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-inline void WriteFile(const std::string& path, const std::string& text) {
-  std::ofstream(path, std::ios::binary) << text;
-}
 inline bool Exists(const std::string& path) { return access(path.c_str(), F_OK) == 0; }
 
 using testutil::MakeTempDir;  // a fresh /tmp/<prefix>.XXXXXX ("" if it cannot be made)
+using testutil::ReadFile;     // the whole file ("" if it cannot be read)
+using testutil::WriteFile;
 
 // True while `pid` exists and is not a zombie.
 inline bool ProcessAlive(pid_t pid) {

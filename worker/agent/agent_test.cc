@@ -126,12 +126,7 @@ std::string MakeTempDir() {
   return d.empty() ? "/tmp" : d;
 }
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using testutil::ReadFile;
 
 bool ProcessAlive(pid_t pid) {
   if (kill(pid, 0) != 0) return false;

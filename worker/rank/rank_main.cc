@@ -578,7 +578,7 @@ int RunRank(const RankArgs& a) {
       comm.reset();
       sender.Close(std::chrono::seconds(10));
     } else {
-      (void)comm.release();  // see below: peers may be inside a collective
+      AbandonUntilExit(std::move(comm));  // peers may be inside a collective
       sender.Close(std::chrono::seconds(2));
     }
     return code;
@@ -595,7 +595,7 @@ int RunRank(const RankArgs& a) {
                 "dgca-worker does not include (built without DGCA_WITH_CUDA); use device cpu "
                 "with backend gloo");
     finish_heartbeat();
-    (void)comm.release();
+    AbandonUntilExit(std::move(comm));
     sender.Close(std::chrono::seconds(5));
     return 1;
   }
@@ -604,7 +604,7 @@ int RunRank(const RankArgs& a) {
     Log(a.rank, "error: backend nccl needs device cuda (the CPU trainer's gradients live in "
                 "host memory); plan says device %s", asg.plan().device());
     finish_heartbeat();
-    (void)comm.release();
+    AbandonUntilExit(std::move(comm));
     sender.Close(std::chrono::seconds(5));
     return 1;
   }
@@ -643,9 +643,7 @@ int RunRank(const RankArgs& a) {
   } else {
     // Stopped or failed: the peers may be inside a collective this rank will
     // never join, so the teardown barrier would only wait out the timeout.
-    // The communicator is left to the process exit instead: the OS closes
-    // its sockets and the peers fail at once ("connection closed by peer").
-    (void)comm.release();
+    AbandonUntilExit(std::move(comm));
     sender.Close(std::chrono::seconds(2));
   }
   return code;

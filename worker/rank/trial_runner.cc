@@ -4,8 +4,10 @@
 
 #include <atomic>
 #include <chrono>
+#include <filesystem>
 #include <memory>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -111,13 +113,16 @@ absl::StatusOr<double> LocalTrialRunner::TimeStep(const v1::Plan& candidate, dou
       if (!res.ok()) {
         results[r] = res.status();
         over = true;
-        (void)comm.release();  // peers may still be in a collective (see rank_main.cc)
+        AbandonUntilExit(std::move(comm));  // peers may still be in a collective
       }
     });
   }
   for (auto& t : threads) t.join();
   double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-  if (!store_dir.empty()) std::system(absl::StrCat("rm -rf '", store_dir, "'").c_str());
+  if (!store_dir.empty()) {
+    std::error_code ec;  // best effort: a leftover store directory is harmless
+    std::filesystem::remove_all(store_dir, ec);
+  }
   std::string what = absl::StrFormat("ranks %d, micro %d x accumulation %d, bucket %.0f MB",
                                      world, candidate.micro_batch(), candidate.accumulation(),
                                      candidate.bucket_mb());

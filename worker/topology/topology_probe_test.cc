@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -363,6 +364,55 @@ TEST(BrokenRoot, EveryGarbageFactIsReportedUnknown) {
   std::string text = FormatTopoMatrix(*t);
   EXPECT_TRUE(absl::StrContains(text, "?")) << text;
   EXPECT_TRUE(absl::StrContains(text, "Unknown facts:")) << text;
+}
+
+// Every fixture's nvidia-smi text mutated at random (testutil::MutateBytes):
+// the parser returns a matrix that keeps its shape or an error, never
+// crashes; and the probe, given a mutated text, still returns a topology.
+TEST(BrokenRoot, MutatedNvidiaSmiTextNeverCrashes) {
+  std::mt19937_64 rng(11);
+  int accepted = 0, total = 0;
+  for (const char* fixture : {"nvlink-8-h100", "a100-4x-pcie", "wsl2-2x4090", "workstation-3gpu"}) {
+    const std::string original = ReadAll(FixtureDir(fixture) + "/nvidia-smi-topo-m.txt");
+    ASSERT_FALSE(original.empty()) << fixture;
+    for (int i = 0; i < 500; ++i, ++total) {
+      const std::string text = testutil::MutateBytes(original, &rng);
+      SCOPED_TRACE(absl::StrCat(fixture, " mutation ", i));
+      auto m = ParseNvidiaSmiTopo(text);
+      if (!m.ok()) {
+        EXPECT_FALSE(m.status().message().empty());
+        continue;
+      }
+      ++accepted;
+      const size_t n = m->devices.size();
+      ASSERT_EQ(m->cells.size(), n);
+      for (const auto& row : m->cells) ASSERT_EQ(row.size(), n);
+      EXPECT_EQ(m->cpu_affinity.size(), n);
+      EXPECT_EQ(m->numa_affinity.size(), n);
+      for (int a = 0; a < m->gpu_count(); ++a) {
+        for (int b = 0; b < m->gpu_count(); ++b) m->GpuPath(a, b);
+      }
+    }
+    if (HasFailure()) break;
+  }
+  EXPECT_GT(accepted, 0);
+  EXPECT_LT(accepted, total);
+  // Through the probe, on the WSL2 fixture (no PCI GPUs: the text is the
+  // whole matrix), a mutated text degrades into unknowns.
+  const std::string original = ReadAll(FixtureDir("wsl2-2x4090") + "/nvidia-smi-topo-m.txt");
+  for (int i = 0; i < 200; ++i) {
+    ProbeOptions opt;
+    opt.root = Fixture("wsl2-2x4090");
+    opt.use_nvml = false;
+    opt.nvidia_smi_topo_text = testutil::MutateBytes(original, &rng);
+    auto t = ProbeTopology(opt);
+    ASSERT_TRUE(t.ok()) << "mutation " << i << ": " << t.status();
+    for (const auto& link : t->links()) {
+      EXPECT_LT(link.a(), link.b());
+      EXPECT_LT(link.b(), t->gpus_size());
+      EXPECT_TRUE(IsValidPathType(link.path())) << link.path();
+    }
+  }
 }
 
 TEST(BrokenRoot, EmptyRootReportsMissingFacts) {
