@@ -24,6 +24,8 @@ using prometheus::Histogram;
 struct MetricsHub::Families {
   explicit Families(prometheus::Registry& r)
       : jobs(prometheus::BuildGauge().Name("dgca_jobs").Help("Jobs by state.").Register(r)),
+        job_state(prometheus::BuildGauge().Name("dgca_job_state")
+                      .Help("1, labelled with the job's current state (one series per job).").Register(r)),
         job_progress(prometheus::BuildGauge().Name("dgca_job_progress_ratio")
                          .Help("Job progress: completed optimizer steps / train.steps (0..1).").Register(r)),
         job_eta(prometheus::BuildGauge().Name("dgca_job_eta_seconds")
@@ -73,6 +75,7 @@ struct MetricsHub::Families {
         restarts(prometheus::BuildCounter().Name("dgca_rank_restarts_total")
                      .Help("Job restarts after a rank failure or stall.").Register(r)) {}
   Family<Gauge>& jobs;
+  Family<Gauge>& job_state;
   Family<Gauge>& job_progress;
   Family<Gauge>& job_eta;
   Family<Gauge>& job_sps;
@@ -117,7 +120,7 @@ struct MetricsHub::RankSeries {
 };
 
 struct MetricsHub::JobSeries {
-  std::set<Gauge*> progress, eta, sps, target, eval_f1, eval_metric;
+  std::set<Gauge*> state, progress, eta, sps, target, eval_f1, eval_metric;
   std::set<Counter*> restarts;
 };
 
@@ -255,6 +258,16 @@ void MetricsHub::IngestEval(const v1::EvalMetrics& m) {
   }
 }
 
+void MetricsHub::SetJobState(const std::string& job, v1::JobState state) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& js = job_series_[job];
+  if (!js) js = std::make_unique<JobSeries>();
+  RemoveAll(f_->job_state, js->state);  // the series of the state it leaves
+  Gauge* g = &f_->job_state.Add({{"job", job}, {"state", v1::JobState_Name(state)}});
+  js->state.insert(g);
+  g->Set(1);
+}
+
 void MetricsHub::SetJobProgress(const std::string& job, double ratio, double eta_seconds,
                                 double samples_per_second, int64_t target_steps) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -303,6 +316,7 @@ void MetricsHub::RemoveJob(const std::string& job) {
   }
   auto js = job_series_.find(job);
   if (js == job_series_.end()) return;
+  RemoveAll(f_->job_state, js->second->state);
   RemoveAll(f_->job_progress, js->second->progress);
   RemoveAll(f_->job_eta, js->second->eta);
   RemoveAll(f_->job_sps, js->second->sps);

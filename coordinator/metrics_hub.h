@@ -4,6 +4,8 @@
 // Series (prefix dgca_, base units, _total on counters; labels job, rank,
 // node, gpu, head, state, level, kind):
 //   dgca_jobs{state}                               gauge, jobs by state
+//   dgca_job_state{job,state}                      gauge, 1 for the job's current state
+//       (one series per job; alerts join on it to watch only RUNNING jobs)
 //   dgca_job_progress_ratio{job}, dgca_job_eta_seconds{job},
 //   dgca_job_samples_per_second{job}               gauges, job level
 //   dgca_train_step{job,rank,node}                 gauge, last optimizer step
@@ -66,6 +68,8 @@ class MetricsHub {
   std::string Serialize() const;
 
   void SetJobCounts(const std::map<v1::JobState, int>& counts);
+  // dgca_job_state{job,state=<state>} = 1, the series of its previous state removed.
+  void SetJobState(const std::string& job, v1::JobState state);
   // `node` and `gpu` (local device index, -1 = none) label the rank's series.
   void IngestStep(const v1::StepMetrics& m, const std::string& node, int gpu);
   void IngestEval(const v1::EvalMetrics& m);

@@ -84,6 +84,24 @@ TEST(MetricsHub, IngestsStepsAndEvals) {
   EXPECT_TRUE(Has(hub.Serialize(), "dgca_train_step{job=\"j-1\",node=\"n1\",rank=\"0\"} 7"));
 }
 
+// dgca_job_state: one series per job, labelled with its current state.
+TEST(MetricsHub, JobStateHasOneSeriesPerJob) {
+  MetricsHub hub;
+  hub.SetJobState("j-1", v1::PENDING);
+  hub.SetJobState("j-2", v1::RUNNING);
+  EXPECT_TRUE(Has(hub.Serialize(), "dgca_job_state{job=\"j-1\",state=\"PENDING\"} 1"));
+  hub.SetJobState("j-1", v1::RUNNING);
+  hub.SetJobState("j-1", v1::FAILED);
+  const std::string text = hub.Serialize();
+  EXPECT_TRUE(Has(text, "dgca_job_state{job=\"j-1\",state=\"FAILED\"} 1")) << text;
+  EXPECT_FALSE(Has(text, "dgca_job_state{job=\"j-1\",state=\"PENDING\"}")) << text;
+  EXPECT_FALSE(Has(text, "dgca_job_state{job=\"j-1\",state=\"RUNNING\"}")) << text;
+  EXPECT_TRUE(Has(text, "dgca_job_state{job=\"j-2\",state=\"RUNNING\"} 1")) << text;
+  hub.RemoveJob("j-1");
+  EXPECT_FALSE(Has(hub.Serialize(), "dgca_job_state{job=\"j-1\""));
+  EXPECT_TRUE(Has(hub.Serialize(), "dgca_job_state{job=\"j-2\""));
+}
+
 // A job's restart counter is exported at 0 before any restart, so the
 // dashboard's restarts panel and rate() work for healthy jobs too.
 TEST(MetricsHub, RestartCounterStartsAtZero) {

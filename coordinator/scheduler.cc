@@ -211,6 +211,7 @@ absl::Status Scheduler::Recover() {
     rt->spec = j.spec();
     rt->state = j.state();
     rt->message = j.message();
+    hub_->SetJobState(rt->id, rt->state);
     rt->restarts = j.restarts();
     for (const auto& [k, v] : j.eval()) rt->eval[k] = v;
     rt->loss_curve.Restore(j.loss_curve());
@@ -431,6 +432,7 @@ void Scheduler::Event(JobRt* rt, v1::JobState state, const std::string& kind,
   if (ev.ok() && set_state) {
     rt->state = state;
     rt->message = message;
+    hub_->SetJobState(rt->id, state);
   }
   Announce(rt, ev);
 }
@@ -573,6 +575,7 @@ absl::StatusOr<v1::SubmitJobResponse> Scheduler::Submit(const v1::SubmitJobReque
     rt->spec = parsed->spec;
     rt->state = v1::PENDING;
     rt->message = "submitted";
+    hub_->SetJobState(rt->id, rt->state);
     jobs_[rt->id] = std::move(rt);
     wake_ = true;
     last_counts_ = Clock::time_point();

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Checks the deploy files: Prometheus config and rules (promtool), the compose
+# Checks the deploy files: Prometheus config, rules and alert tests
+# (promtool), the systemd units (systemd-analyze, their flags), `cmake
+# --install`, the compose
 # file (docker-compose config; no Docker engine runs here, so containers are
 # never started), and that each Dockerfile builds the programs `make` builds
 # and copies them from where the build puts them.
@@ -24,6 +26,9 @@ if ! grep -qF "Checking $rules_path" <<<"$config_out" &&
   say "FAIL prometheus.yml's rule_files does not resolve to $rules_path"; fail=1
 fi
 promtool check rules "$src/deploy/prometheus/rules.yml"
+# The alerts' unit tests: each fires when and where it should, and not on
+# the series beside it that should not.
+promtool test rules "$src/tests/deploy/rules_test.yml" || { say "FAIL promtool test rules"; fail=1; }
 
 if command -v docker-compose >/dev/null; then
   (cd "$src" && docker-compose -f docker-compose.yml config -q) && say "docker-compose config: ok"
@@ -48,5 +53,60 @@ for df in "$src"/deploy/docker/*.Dockerfile; do
     if [ ! -x "$build/$rel" ]; then say "FAIL $df copies build/$rel, which the build does not produce"; fail=1; fi
   done
 done
+# systemd units (deploy/systemd): `systemd-analyze verify` with the programs
+# of this build in place of /usr/local/bin (it reports unknown keys, bad
+# values and a missing program, some only as warnings: any output fails), then
+# each unit's ExecStart run for 3 s with its paths moved into a temp dir: a
+# program that is still running then has accepted every flag (a wrong flag
+# is exit 2 at once).
+if command -v systemd-analyze >/dev/null; then
+  tmp=$(mktemp -d)
+  trap 'rm -rf "$tmp"' EXIT
+  echo "check-token" > "$tmp/token"
+  for unit in "$src"/deploy/systemd/*.service; do
+    name=$(basename "$unit")
+    sed -e "s#/usr/local/bin/dgca-coordinator#$build/coordinator/dgca-coordinator#" \
+        -e "s#/usr/local/bin/dgca-worker#$build/worker/dgca-worker#" "$unit" > "$tmp/$name"
+    rc=0
+    out=$(cd "$tmp" && systemd-analyze verify "$tmp/$name" 2>&1) || rc=$?
+    if [ $rc -ne 0 ] || [ -n "$out" ]; then
+      echo "$out"; say "FAIL systemd-analyze verify $name (exit $rc)"; fail=1
+    else
+      say "systemd-analyze verify $name: ok"
+    fi
+    exec_start=$(sed -n 's/^ExecStart=//p' "$tmp/$name")
+    cmd=$(sed -e "s#\${DGCA_COORDINATOR}#127.0.0.1:1#g" -e "s#%d/token#$tmp/token#g" \
+              -e "s#/var/lib/dgca-agent#$tmp/agent-state#g" -e "s#/var/lib/dgca#$tmp/state#g" \
+              -e "s#0\.0\.0\.0:[0-9]*#127.0.0.1:0#g" <<<"$exec_start")
+    if grep -q '[$%]' <<<"$cmd"; then
+      say "FAIL $name: ExecStart has a variable or specifier this check does not know: $cmd"; fail=1
+      continue
+    fi
+    rc=0
+    # shellcheck disable=SC2086  # the unit's command line, split as systemd splits it (no quotes in it)
+    (cd "$tmp" && exec timeout 3 $cmd) > "$tmp/run.log" 2>&1 || rc=$?
+    if [ $rc -eq 124 ]; then
+      say "$name: ExecStart ran 3 s (flags accepted)"
+    else
+      cat "$tmp/run.log"; say "FAIL $name: ExecStart exited $rc within 3 s: $cmd"; fail=1
+    fi
+  done
+else
+  say "SKIP systemd units: systemd-analyze not installed (apt-get install systemd)"
+fi
+
+# What `cmake --install` puts where the units expect it (into a temp prefix).
+inst=$(mktemp -d)
+if cmake --install "$build" --prefix "$inst" > "$inst.log" 2>&1; then
+  for f in bin/dgca-coordinator bin/dgca-worker bin/dgca lib/systemd/system/dgca-coordinator.service \
+           lib/systemd/system/dgca-agent.service lib/sysusers.d/dgca.conf; do
+    [ -e "$inst/$f" ] || { say "FAIL cmake --install did not install $f"; fail=1; }
+  done
+  [ $fail -eq 0 ] && say "cmake --install: programs, units and sysusers.d entry in place"
+else
+  cat "$inst.log"; say "FAIL cmake --install"; fail=1
+fi
+rm -rf "$inst" "$inst.log"
+
 [ $fail -eq 0 ] && say "ok"
 exit $fail

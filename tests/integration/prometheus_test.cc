@@ -396,6 +396,35 @@ TEST(PrometheusTest, EveryDashboardExpressionAndRecordingRuleHasSeries) {
   EXPECT_EQ(prom.Query("dgca_train_step{job=\"" + job + "\"}"), 2);
   EXPECT_GE(prom.Query("dgca_worker_heartbeat_age_seconds"), 1);
   EXPECT_EQ(prom.Scalar("max(dgca_train_target_steps{job=\"" + job + "\"})"), kSteps);
+  // The job's state series followed it: RUNNING while it trained, then
+  // SUCCEEDED (the alerts watch only RUNNING jobs through it).
+  EXPECT_NE(metrics.find("dgca_job_state{job=\"" + job + "\",state=\"RUNNING\"} 1"), std::string::npos)
+      << metrics.substr(0, 3000);
+  EXPECT_GE(prom.Query("dgca_job_state{job=\"" + job + "\",state=\"SUCCEEDED\"} == 1"), 1);
+  // Every alerting rule of rules.yml was evaluated against the real series
+  // without an error, and none fires for this healthy job. (Pending is
+  // possible: this tiny 2-rank CPU model can expose more than 25% of its
+  // step to communication, and the alert would fire after 10 minutes. The
+  // alerts' firing cases are promtool unit tests: tests/deploy/rules_test.yml.)
+  {
+    auto rules = ParseJson(HttpGet(prom.address(), "/api/v1/rules?type=alert"), "prometheus /api/v1/rules");
+    ASSERT_TRUE(rules.ok()) << rules.status().ToString();
+    int alerting = 0;
+    const JsonValue* data = rules->Find("data");
+    const JsonValue* groups = data ? data->Find("groups") : nullptr;
+    ASSERT_TRUE(groups && groups->is_array());
+    for (const JsonValue& g : groups->array) {
+      const JsonValue* rs = g.Find("rules");
+      if (!rs || !rs->is_array()) continue;
+      for (const JsonValue& r : rs->array) {
+        ++alerting;
+        EXPECT_EQ(JsonStr(r.Find("health")), "ok")
+            << JsonStr(r.Find("name")) << ": " << JsonStr(r.Find("lastError"));
+        EXPECT_NE(JsonStr(r.Find("state")), "firing") << JsonStr(r.Find("name"));
+      }
+    }
+    EXPECT_GE(alerting, 6) << "the alerting rules of rules.yml were not loaded";
+  }
 
   prom.Stop();
   coord.Stop();
