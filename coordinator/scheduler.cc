@@ -211,7 +211,6 @@ absl::Status Scheduler::Recover() {
     rt->spec = j.spec();
     rt->state = j.state();
     rt->message = j.message();
-    hub_->SetJobState(rt->id, rt->state);
     rt->restarts = j.restarts();
     for (const auto& [k, v] : j.eval()) rt->eval[k] = v;
     rt->loss_curve.Restore(j.loss_curve());
@@ -251,11 +250,16 @@ absl::Status Scheduler::Recover() {
     }
     if (!why.empty()) {
       if (ranks.ok()) KillOrphans(j.id(), *ranks, "rank");
-      auto ev = store_->SetState(
-          j.id(), v1::FAILED, absl::StrCat("coordinator restarted; cannot re-adopt: ", why));
+      const std::string message = absl::StrCat("coordinator restarted; cannot re-adopt: ", why);
+      auto ev = store_->SetState(j.id(), v1::FAILED, message);
       if (!ev.ok()) return ev.status();
       spdlog::warn("job {} was RUNNING when the coordinator stopped and cannot be re-adopted "
                    "({}); marked FAILED", j.id(), why);
+      v1::Job failed = j;
+      failed.set_state(v1::FAILED);
+      failed.set_message(message);
+      hub_->SetJobState(j.id(), v1::FAILED);  // DgcaJobFailed sees it
+      RememberFinished(failed);
       continue;
     }
     rt->plan = stored->plan;
@@ -284,6 +288,7 @@ absl::Status Scheduler::Recover() {
       adopted.push_back(absl::StrCat(r.rank, "@", r.node, ":", r.pid));
     }
     jobs_[rt->id] = std::move(owned);
+    hub_->SetJobState(rt->id, v1::RUNNING);
     Event(rt, v1::RUNNING, "info",
           absl::StrCat("coordinator restarted; re-adopting attempt ", rt->attempt,
                        " (rank@node:pid ", adopted.empty() ? "none" : absl::StrJoin(adopted, " "),
@@ -511,6 +516,16 @@ void Scheduler::Persist(JobRt* rt) {
                        p.eta_seconds(), p.samples_per_second(), p.total_steps());
 }
 
+void Scheduler::RememberFinished(const v1::Job& snap) {
+  finished_[snap.id()] = snap;
+  finished_order_.push_back(snap.id());
+  while (finished_order_.size() > kRememberFinished) {
+    finished_.erase(finished_order_.front());
+    hub_->RemoveJob(finished_order_.front());  // bounded /metrics series
+    finished_order_.pop_front();
+  }
+}
+
 void Scheduler::Finish(JobRt* rt, v1::JobState state, const std::string& message) {
   if (rt->trials) {
     rt->trials->cancelled = true;  // its planning thread stops trying
@@ -525,13 +540,11 @@ void Scheduler::Finish(JobRt* rt, v1::JobState state, const std::string& message
   v1::WatchJobResponse u;
   *u.mutable_snapshot() = snap;
   Publish(rt->id, u);
-  finished_[rt->id] = snap;
-  finished_order_.push_back(rt->id);
-  while (finished_order_.size() > kRememberFinished) {
-    finished_.erase(finished_order_.front());
-    hub_->RemoveJob(finished_order_.front());  // bounded /metrics series
-    finished_order_.pop_front();
-  }
+  // The state series follows even when the store could not record it (a
+  // full disk): the job has ended here either way, and a RUNNING series
+  // whose steps stopped would read as a stalled job.
+  hub_->SetJobState(rt->id, state);
+  RememberFinished(snap);
   std::string id = rt->id;
   jobs_.erase(id);  // rt is gone from here on
 }

@@ -325,6 +325,9 @@ class Scheduler {
   void Announce(JobRt* rt, const absl::StatusOr<v1::JobEvent>& ev);
   void Publish(const std::string& id, const v1::WatchJobResponse& u);
   void Finish(JobRt* rt, v1::JobState state, const std::string& message);
+  // Keeps `snap` among the last kRememberFinished finished jobs; the /metrics
+  // series of the one it pushes out are dropped.
+  void RememberFinished(const v1::Job& snap);
   void Schedule(JobRt* rt, Outbox* out);
   // Where `plan`'s ranks of rt go (node, GPU), or why not yet ("waiting for
   // capacity: ..."): a named node not connected, or a GPU held by a running

@@ -875,6 +875,11 @@ TEST_F(ServerTest, RestartFailsJobsItCannotReadoptAndKillsOrphans) {
   v1::ListJobsResponse list;
   ASSERT_TRUE(coord_->ListJobs(ctx.get(), v1::ListJobsRequest(), &list).ok());
   EXPECT_EQ(list.jobs_size(), 2);
+  // Its state series says FAILED (the DgcaJobFailed alert), never RUNNING.
+  const std::string metrics = server_->metrics()->Serialize();
+  EXPECT_NE(metrics.find("dgca_job_state{job=\"" + id + "\",state=\"FAILED\"} 1"), std::string::npos)
+      << metrics;
+  EXPECT_EQ(metrics.find("dgca_job_state{job=\"" + id + "\",state=\"RUNNING\"}"), std::string::npos);
 }
 
 // What the store holds after a coordinator died (kill -9) while attempt
@@ -944,6 +949,8 @@ TEST_F(ServerTest, RestartReadoptsARunningJobThatThenFinishes) {
   EXPECT_EQ(j.job().step(), 7);
   ASSERT_EQ(j.job().ranks_size(), 2);
   EXPECT_EQ(j.job().ranks(0).state(), "recovering");
+  EXPECT_NE(server_->metrics()->Serialize().find("dgca_job_state{job=\"" + id + "\",state=\"RUNNING\"} 1"),
+            std::string::npos);
   ASSERT_GE(j.events_size(), 1);
   EXPECT_EQ(j.events(j.events_size() - 1).message().rfind(
                 "coordinator restarted; re-adopting attempt 1 (rank@node:pid 0@n1:0 1@n1:0)", 0),
@@ -976,6 +983,10 @@ TEST_F(ServerTest, RestartReadoptsARunningJobThatThenFinishes) {
   ASSERT_TRUE(WaitUntil([&] { return Get(id).job().state() == v1::SUCCEEDED; }));
   EXPECT_EQ(Get(id).job().message(), "all 2 ranks exited 0");
   EXPECT_EQ(Get(id).job().restarts(), 1);
+  const std::string metrics = server_->metrics()->Serialize();
+  EXPECT_NE(metrics.find("dgca_job_state{job=\"" + id + "\",state=\"SUCCEEDED\"} 1"), std::string::npos)
+      << metrics;
+  EXPECT_EQ(metrics.find("dgca_job_state{job=\"" + id + "\",state=\"RUNNING\"}"), std::string::npos);
 }
 
 // A rank's clean exit is stored at once, so a restarted coordinator does not

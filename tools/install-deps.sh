@@ -8,6 +8,8 @@ PKGS=(
   libyaml-cpp-dev libabsl-dev prometheus-cpp-dev libgloo-dev libsqlite3-dev
   libspdlog-dev libcli11-dev libopenblas-dev libgtest-dev
   prometheus docker-compose bzip2 gzip
+  # systemd-analyze, for the deploy check of deploy/systemd (not run as init here).
+  systemd
   # Source text and readings for `dgca data synth` (the quickstart corpus).
   unicode-data debian-reference-zh-cn manpages-zh
 )

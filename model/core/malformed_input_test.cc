@@ -8,6 +8,9 @@
 // buffer into a failure too.
 #include <gtest/gtest.h>
 
+#include <cctype>
+#include <cstring>
+#include <iterator>
 #include <map>
 #include <random>
 #include <string>
@@ -55,6 +58,38 @@ int64_t Numel(const std::vector<int64_t>& shape) {
   return n;
 }
 
+// A safetensors file with one number of its JSON header (a shape
+// dimension, an offset) replaced and the 8-byte header length written back:
+// the file stays well-formed, only what it claims changes. Random bytes
+// rarely get past the length prefix and the JSON; these reach the size and
+// offset checks.
+std::string MutateHeaderNumber(const std::string& file, std::mt19937_64* rng) {
+  uint64_t n = 0;
+  std::memcpy(&n, file.data(), 8);
+  std::string header = file.substr(8, n);
+  std::vector<std::pair<size_t, size_t>> numbers;  // (start, length)
+  for (size_t i = 0; i < header.size();) {
+    if (std::isdigit(static_cast<unsigned char>(header[i]))) {
+      size_t j = i;
+      while (j < header.size() && std::isdigit(static_cast<unsigned char>(header[j]))) ++j;
+      numbers.emplace_back(i, j - i);
+      i = j;
+    } else {
+      ++i;
+    }
+  }
+  if (numbers.empty()) return file;
+  static const char* kValues[] = {"0",  "1",     "2",          "3",          "5",
+                                  "24", "25",    "40",         "4096",       "2147483648",
+                                  "-1", "1e300", "4294967296", "9007199254740993", "18446744073709551615"};
+  const auto& [at, len] = numbers[std::uniform_int_distribution<size_t>(0, numbers.size() - 1)(*rng)];
+  header.replace(at, len, kValues[std::uniform_int_distribution<size_t>(0, std::size(kValues) - 1)(*rng)]);
+  const uint64_t m = header.size();
+  std::string out(8, '\0');
+  std::memcpy(&out[0], &m, 8);
+  return out + header + file.substr(8 + n);
+}
+
 TEST(MalformedInput, Safetensors) {
   const std::string path = testutil::TempPath("mut.safetensors");
   std::vector<float> a(6), b(4);
@@ -81,6 +116,23 @@ TEST(MalformedInput, Safetensors) {
   // leave a valid file. Both must happen, or the mutations test nothing.
   EXPECT_GT(accepted, 0);
   EXPECT_LT(accepted, kMutations);
+
+  // Well-formed files whose header lies about a shape or an offset.
+  std::mt19937_64 rng(11);
+  int header_accepted = 0;
+  for (int i = 0; i < kMutations; ++i) {
+    SCOPED_TRACE("header mutation " + std::to_string(i) + " of seed 11");
+    testutil::WriteFile(path, MutateHeaderNumber(original, &rng));
+    StatusOr<SafetensorsFile> f = ReadSafetensors(path);
+    if (!f.ok()) {
+      ExpectNamesFile(f.status(), path);
+      continue;
+    }
+    ++header_accepted;  // e.g. an offset rewritten with its own value
+    for (const auto& [name, t] : f->tensors) EXPECT_EQ(static_cast<int64_t>(t.data.size()), Numel(t.shape));
+  }
+  std::remove(path.c_str());
+  EXPECT_LT(header_accepted, kMutations);
 }
 
 TEST(MalformedInput, Json) {

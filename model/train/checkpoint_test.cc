@@ -237,6 +237,9 @@ TEST_F(CheckpointTest, MutatedFilesAreRefusedBeforeAnythingIsCopied) {
       }
       EXPECT_TRUE(Contains(s, file)) << s.ToString();
       for (int64_t k = 0; k < ps.total_numel(); ++k) ASSERT_EQ(ps.values()[k], 42.0f) << k;
+      for (float m : adam.m()) ASSERT_EQ(m, 0.0f);  // fresh moments, untouched
+      for (float v : adam.v()) ASSERT_EQ(v, 0.0f);
+      EXPECT_EQ(adam.step(), 0);
       if (HasFailure()) break;
     }
     testutil::WriteFile(path, original);

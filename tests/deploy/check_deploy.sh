@@ -53,30 +53,44 @@ for df in "$src"/deploy/docker/*.Dockerfile; do
     if [ ! -x "$build/$rel" ]; then say "FAIL $df copies build/$rel, which the build does not produce"; fail=1; fi
   done
 done
-# systemd units (deploy/systemd): `systemd-analyze verify` with the programs
-# of this build in place of /usr/local/bin (it reports unknown keys, bad
-# values and a missing program, some only as warnings: any output fails), then
-# each unit's ExecStart run for 3 s with its paths moved into a temp dir: a
-# program that is still running then has accepted every flag (a wrong flag
-# is exit 2 at once).
-if command -v systemd-analyze >/dev/null; then
-  tmp=$(mktemp -d)
-  trap 'rm -rf "$tmp"' EXIT
-  echo "check-token" > "$tmp/token"
-  for unit in "$src"/deploy/systemd/*.service; do
+# `cmake --install` into a temporary prefix: the programs, the units (their
+# /usr/local/bin rewritten to PREFIX/bin) and the sysusers.d entry.
+inst=$(mktemp -d)
+trap 'rm -rf "$inst" "$inst.log"' EXIT
+if cmake --install "$build" --prefix "$inst" > "$inst.log" 2>&1; then
+  for f in bin/dgca-coordinator bin/dgca-worker bin/dgca lib/systemd/system/dgca-coordinator.service \
+           lib/systemd/system/dgca-agent.service lib/sysusers.d/dgca.conf; do
+    [ -e "$inst/$f" ] || { say "FAIL cmake --install did not install $f"; fail=1; }
+  done
+  if grep -q '/usr/local/bin' "$inst"/lib/systemd/system/*.service; then
+    say "FAIL installed units still name /usr/local/bin under prefix $inst"; fail=1
+  fi
+  say "cmake --install: programs, units and the sysusers.d entry in place"
+else
+  cat "$inst.log"; say "FAIL cmake --install"; fail=1
+fi
+
+# The installed units: `systemd-analyze verify` (it reports unknown keys,
+# bad values and a missing program, some only as warnings: any output
+# fails), then each unit's ExecStart run for 3 s with its state paths moved
+# into the temp dir: a program still running then has accepted every flag
+# (a wrong flag is exit 2 at once).
+if ! command -v systemd-analyze >/dev/null; then
+  say "SKIP systemd units: systemd-analyze not installed (apt-get install systemd)"
+elif [ -e "$inst/lib/systemd/system/dgca-coordinator.service" ]; then
+  echo "check-token" > "$inst/token"
+  for unit in "$inst"/lib/systemd/system/*.service; do
     name=$(basename "$unit")
-    sed -e "s#/usr/local/bin/dgca-coordinator#$build/coordinator/dgca-coordinator#" \
-        -e "s#/usr/local/bin/dgca-worker#$build/worker/dgca-worker#" "$unit" > "$tmp/$name"
     rc=0
-    out=$(cd "$tmp" && systemd-analyze verify "$tmp/$name" 2>&1) || rc=$?
+    out=$(cd "$inst" && systemd-analyze verify "$unit" 2>&1) || rc=$?
     if [ $rc -ne 0 ] || [ -n "$out" ]; then
       echo "$out"; say "FAIL systemd-analyze verify $name (exit $rc)"; fail=1
     else
       say "systemd-analyze verify $name: ok"
     fi
-    exec_start=$(sed -n 's/^ExecStart=//p' "$tmp/$name")
-    cmd=$(sed -e "s#\${DGCA_COORDINATOR}#127.0.0.1:1#g" -e "s#%d/token#$tmp/token#g" \
-              -e "s#/var/lib/dgca-agent#$tmp/agent-state#g" -e "s#/var/lib/dgca#$tmp/state#g" \
+    exec_start=$(sed -n 's/^ExecStart=//p' "$unit")
+    cmd=$(sed -e "s#\${DGCA_COORDINATOR}#127.0.0.1:1#g" -e "s#%d/token#$inst/token#g" \
+              -e "s#/var/lib/dgca-agent#$inst/agent-state#g" -e "s#/var/lib/dgca#$inst/state#g" \
               -e "s#0\.0\.0\.0:[0-9]*#127.0.0.1:0#g" <<<"$exec_start")
     if grep -q '[$%]' <<<"$cmd"; then
       say "FAIL $name: ExecStart has a variable or specifier this check does not know: $cmd"; fail=1
@@ -84,29 +98,14 @@ if command -v systemd-analyze >/dev/null; then
     fi
     rc=0
     # shellcheck disable=SC2086  # the unit's command line, split as systemd splits it (no quotes in it)
-    (cd "$tmp" && exec timeout 3 $cmd) > "$tmp/run.log" 2>&1 || rc=$?
+    (cd "$inst" && exec timeout -k 10 3 $cmd) > "$inst/run.log" 2>&1 || rc=$?
     if [ $rc -eq 124 ]; then
       say "$name: ExecStart ran 3 s (flags accepted)"
     else
-      cat "$tmp/run.log"; say "FAIL $name: ExecStart exited $rc within 3 s: $cmd"; fail=1
+      cat "$inst/run.log"; say "FAIL $name: ExecStart exited $rc within 3 s: $cmd"; fail=1
     fi
   done
-else
-  say "SKIP systemd units: systemd-analyze not installed (apt-get install systemd)"
 fi
-
-# What `cmake --install` puts where the units expect it (into a temp prefix).
-inst=$(mktemp -d)
-if cmake --install "$build" --prefix "$inst" > "$inst.log" 2>&1; then
-  for f in bin/dgca-coordinator bin/dgca-worker bin/dgca lib/systemd/system/dgca-coordinator.service \
-           lib/systemd/system/dgca-agent.service lib/sysusers.d/dgca.conf; do
-    [ -e "$inst/$f" ] || { say "FAIL cmake --install did not install $f"; fail=1; }
-  done
-  [ $fail -eq 0 ] && say "cmake --install: programs, units and sysusers.d entry in place"
-else
-  cat "$inst.log"; say "FAIL cmake --install"; fail=1
-fi
-rm -rf "$inst" "$inst.log"
 
 [ $fail -eq 0 ] && say "ok"
 exit $fail

@@ -163,6 +163,22 @@ std::vector<std::string> RecordNames(const std::string& path) {
   return out;
 }
 
+// Every metric name a rules file mentions (dgca_*, and job:dgca_* of its
+// recording rules), in first-seen order.
+std::vector<std::string> MetricNames(const std::string& path) {
+  std::vector<std::string> out;
+  const std::string text = ReadFile(path);
+  for (size_t i = text.find("dgca_"); i != std::string::npos; i = text.find("dgca_", i + 1)) {
+    if (i > 0 && (std::isalnum(static_cast<unsigned char>(text[i - 1])) || text[i - 1] == '_')) continue;
+    size_t b = i >= 4 && text.compare(i - 4, 4, "job:") == 0 ? i - 4 : i;
+    size_t e = i;
+    while (e < text.size() && (std::isalnum(static_cast<unsigned char>(text[e])) || text[e] == '_' || text[e] == ':')) ++e;
+    std::string name = text.substr(b, e - b);
+    if (std::find(out.begin(), out.end(), name) == out.end()) out.push_back(name);
+  }
+  return out;
+}
+
 // A Prometheus server process on 127.0.0.1.
 class PrometheusProcess {
  public:
@@ -400,7 +416,10 @@ TEST(PrometheusTest, EveryDashboardExpressionAndRecordingRuleHasSeries) {
   // SUCCEEDED (the alerts watch only RUNNING jobs through it).
   EXPECT_NE(metrics.find("dgca_job_state{job=\"" + job + "\",state=\"RUNNING\"} 1"), std::string::npos)
       << metrics.substr(0, 3000);
-  EXPECT_GE(prom.Query("dgca_job_state{job=\"" + job + "\",state=\"SUCCEEDED\"} == 1"), 1);
+  // (watch returns at the SUCCEEDED event; Prometheus sees it at its next scrape.)
+  EXPECT_TRUE(WaitUntil(
+      [&] { return prom.Query("dgca_job_state{job=\"" + job + "\",state=\"SUCCEEDED\"} == 1") >= 1; }, 10s))
+      << "dgca_job_state never said SUCCEEDED";
   // Every alerting rule of rules.yml was evaluated against the real series
   // without an error, and none fires for this healthy job. (Pending is
   // possible: this tiny 2-rank CPU model can expose more than 25% of its
@@ -424,6 +443,13 @@ TEST(PrometheusTest, EveryDashboardExpressionAndRecordingRuleHasSeries) {
       }
     }
     EXPECT_GE(alerting, 6) << "the alerting rules of rules.yml were not loaded";
+  }
+  // A misspelled metric in an alert evaluates to nothing without an error:
+  // every metric rules.yml names must have a series (the job's, now ended,
+  // are still exported).
+  for (const std::string& name : MetricNames(rules)) {
+    std::string err;
+    EXPECT_GE(prom.Query(name, &err), 1) << "rules.yml names " << name << ", which has no series " << err;
   }
 
   prom.Stop();
