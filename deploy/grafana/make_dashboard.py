@@ -47,8 +47,9 @@ PANELS = [
     ("GPU memory used", "bytes", [(f"dgca_gpu_memory_used_bytes{{{N}}}", "{{node}} gpu {{gpu}}")], 8, "timeseries"),
     ("GPU power", "watt", [(f"dgca_gpu_power_watts{{{N}}}", "{{node}} gpu {{gpu}}")], 8, "timeseries"),
     ("Health", None, None, 24, "row"),
-    ("Agent heartbeat age", "s", [(f"dgca_worker_heartbeat_age_seconds{{{N}}}", "{{node}}")], 12, "timeseries"),
-    ("Rank restarts", "none", [(f"sum by (job) (dgca_rank_restarts_total{{{J}}})", "{{job}}")], 12, "timeseries"),
+    ("Job state", "none", [(f"dgca_job_state{{{J}}} == 1", "{{job}}: {{state}}")], 8, "stat"),
+    ("Agent heartbeat age", "s", [(f"dgca_worker_heartbeat_age_seconds{{{N}}}", "{{node}}")], 8, "timeseries"),
+    ("Rank restarts", "none", [(f"sum by (job) (dgca_rank_restarts_total{{{J}}})", "{{job}}")], 8, "timeseries"),
 ]
 
 # Panels that are legitimately empty without a GPU: the Prometheus test
