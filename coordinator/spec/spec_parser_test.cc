@@ -217,36 +217,31 @@ TEST(SpecParser, ModelDropout) {
             "job.yaml:3:13: model.dropout.hidden: must be >= 0 and < 1, got '1.5'\n");
   EXPECT_EQ(FormatProblem(bad.problems[1]),
             "job.yaml:4:16: model.dropout.attention: must be >= 0 and < 1, got '1'\n");
-  // The one problem a spec has, formatted ("" and a failure otherwise).
-  auto only_problem = [](const std::string& yaml) -> std::string {
+  // The one problem a spec has (an empty one, and a failure, otherwise).
+  auto only = [](const std::string& yaml) -> v1::SpecProblem {
     SpecParseResult r = Parse(yaml);
-    EXPECT_EQ(r.problems.size(), 1u) << FormatProblems(r.problems);
-    return r.problems.size() == 1 ? FormatProblem(r.problems[0]) : "";
+    EXPECT_EQ(r.problems.size(), 1u) << yaml << FormatProblems(r.problems);
+    return r.problems.size() == 1 ? r.problems[0] : v1::SpecProblem();
   };
-  EXPECT_EQ(only_problem("model: {dropout: {hidden: -0.1}}\n"),
+  EXPECT_EQ(FormatProblem(only("model: {dropout: {hidden: -0.1}}\n")),
             "job.yaml:1:27: model.dropout.hidden: must be >= 0 and < 1, got '-0.1'\n");
-  EXPECT_EQ(only_problem("model:\n  dropout: {attention: lots}\n"),
+  EXPECT_EQ(FormatProblem(only("model:\n  dropout: {attention: lots}\n")),
             "job.yaml:2:24: model.dropout.attention: expected a number, got 'lots'\n");
-  SpecParseResult aut = Parse("model:\n  dropout: {hidden: auto}\n");
-  ASSERT_EQ(aut.problems.size(), 1u) << FormatProblems(aut.problems);
-  EXPECT_EQ(aut.problems[0].field(), "model.dropout.hidden");
+  EXPECT_EQ(only("model:\n  dropout: {hidden: auto}\n").field(), "model.dropout.hidden");
 
   // Unknown keys (with a suggestion) and a scalar where the mapping goes.
-  SpecParseResult typo = Parse("model:\n  dropout:\n    hiden: 0.2\n");
-  ASSERT_EQ(typo.problems.size(), 1u) << FormatProblems(typo.problems);
-  EXPECT_EQ(typo.problems[0].field(), "model.dropout.hiden");
-  EXPECT_EQ(typo.problems[0].line(), 3);
-  EXPECT_EQ(typo.problems[0].column(), 5);
-  EXPECT_EQ(typo.problems[0].message(),
+  const v1::SpecProblem typo = only("model:\n  dropout:\n    hiden: 0.2\n");
+  EXPECT_EQ(typo.field(), "model.dropout.hiden");
+  EXPECT_EQ(typo.line(), 3);
+  EXPECT_EQ(typo.column(), 5);
+  EXPECT_EQ(typo.message(),
             "unknown field 'hiden'; did you mean 'hidden'?; valid fields here: hidden, attention");
-  EXPECT_EQ(only_problem("model: {dropout: {attention: 0.99999999}}\n"),
+  EXPECT_EQ(FormatProblem(only("model: {dropout: {attention: 0.99999999}}\n")),
             "job.yaml:1:30: model.dropout.attention: must be < 1 in single precision (the trainer's), "
             "got '0.99999999'\n");
-  EXPECT_EQ(only_problem("model:\n  dropout: 0.1\n"),
+  EXPECT_EQ(FormatProblem(only("model:\n  dropout: 0.1\n")),
             "job.yaml:2:12: model.dropout: expected a mapping, got '0.1'\n");
-  SpecParseResult misplaced = Parse("train:\n  dropout: {hidden: 0.1}\n");
-  ASSERT_EQ(misplaced.problems.size(), 1u) << FormatProblems(misplaced.problems);
-  EXPECT_EQ(misplaced.problems[0].field(), "train.dropout");
+  EXPECT_EQ(only("train:\n  dropout: {hidden: 0.1}\n").field(), "train.dropout");
 }
 
 TEST(SpecParser, SyntaxErrorHasLineColumn) {

@@ -28,6 +28,7 @@
 #include "model/comm/fork_ranks_for_test.h"
 #include "model/comm/gloo_communicator.h"
 #include "model/core/safetensors.h"
+#include "model/train/checkpoint.h"
 #include "model/train/trainer.h"
 
 namespace dgca {
@@ -155,28 +156,31 @@ int TrainRank(TrainConfig c, const std::string& store_dir, int rank,
   return 0;
 }
 
-// max |a - b| over all tensors, and max |a| for scale; fails on name/shape mismatch.
-void CompareWeights(const std::string& a_path, const std::string& b_path, double* max_abs,
-                    double* max_rel, double* max_change, const std::string& init_path = "") {
-  auto a = ReadSafetensors(a_path);
-  auto b = ReadSafetensors(b_path);
+struct WeightDiff {
+  double max_abs = 0;  // max |a - b| over every weight
+  double max_rel = 0;  // max |a - b| / max(|a|, 1e-3)
+};
+
+// The weights two runs checkpointed after `steps` (DIR/step-NNNNNNNN/),
+// compared tensor by tensor; fails on a name or shape mismatch.
+void CompareWeights(const std::string& a_dir, const std::string& b_dir, int steps, WeightDiff* d) {
+  const std::string file = "/" + CheckpointDirName(steps) + "/model.safetensors";
+  auto a = ReadSafetensors(a_dir + file);
+  auto b = ReadSafetensors(b_dir + file);
   ASSERT_TRUE(a.ok()) << a.status().ToString();
   ASSERT_TRUE(b.ok()) << b.status().ToString();
   ASSERT_EQ(a->tensors.size(), b->tensors.size());
-  *max_abs = 0;
-  *max_rel = 0;
-  *max_change = 0;
+  *d = WeightDiff();
   for (const auto& kv : a->tensors) {
     auto it = b->tensors.find(kv.first);
     ASSERT_NE(it, b->tensors.end()) << kv.first;
     ASSERT_EQ(kv.second.shape, it->second.shape) << kv.first;
     for (size_t i = 0; i < kv.second.data.size(); ++i) {
       const double x = kv.second.data[i], y = it->second.data[i];
-      *max_abs = std::max(*max_abs, std::fabs(x - y));
-      *max_rel = std::max(*max_rel, std::fabs(x - y) / std::max(1e-3, std::fabs(x)));
+      d->max_abs = std::max(d->max_abs, std::fabs(x - y));
+      d->max_rel = std::max(d->max_rel, std::fabs(x - y) / std::max(1e-3, std::fabs(x)));
     }
   }
-  (void)init_path;
 }
 
 // 1 step of lr 1e-3 with Adam moves a weight by up to ~1e-3, so a max
@@ -184,6 +188,17 @@ void CompareWeights(const std::string& a_path, const std::string& b_path, double
 // different algorithm (a wrong average or a missed bucket moves weights by
 // ~1e-3).
 constexpr double kTolAbs = 2e-5;
+
+// What every equivalence below checks of two runs of `steps` steps: the
+// same weights within kTolAbs and the same gradient norm at every step.
+void ExpectSameTraining(const std::string& a_dir, const std::string& b_dir, int steps,
+                        const char* what) {
+  WeightDiff d;
+  CompareWeights(a_dir, b_dir, steps, &d);
+  printf("%s, %d steps: max |dw| = %.3g (max rel %.3g)\n", what, steps, d.max_abs, d.max_rel);
+  EXPECT_LT(d.max_abs, kTolAbs);
+  CompareGradNorms(a_dir, b_dir, steps);
+}
 
 TEST(DpEquivalenceTest, TwoRanksOfBEqualOneRankOf2B) {
   if (!HaveData()) GTEST_SKIP() << "no train_law.txt under " << DataDir();
@@ -198,13 +213,7 @@ TEST(DpEquivalenceTest, TwoRanksOfBEqualOneRankOf2B) {
                             [&] { return TrainRank(c2, store, 0, ""); },
                             [&] { return TrainRank(c2, store, 1, ""); }});
   ASSERT_EQ(codes, (std::vector<int>{0, 0, 0}));
-  double max_abs, max_rel, unused;
-  CompareWeights(one + "/step-00000004/model.safetensors", two + "/step-00000004/model.safetensors",
-                 &max_abs, &max_rel, &unused);
-  printf("2 ranks x micro-batch 4 vs 1 rank x 8, %d steps: max |dw| = %.3g (max rel %.3g)\n",
-         steps, max_abs, max_rel);
-  EXPECT_LT(max_abs, kTolAbs);
-  CompareGradNorms(one, two, steps);
+  ExpectSameTraining(one, two, steps, "2 ranks x micro-batch 4 vs 1 rank x 8");
 }
 
 // Dropout masks are a function of each sample's key (model/core/dropout.h),
@@ -229,18 +238,11 @@ TEST(DpEquivalenceTest, TwoRanksOfBEqualOneRankOf2BWithDropout) {
                             [&] { return TrainRank(c2, store, 1, ""); },
                             [&] { return TrainLocal(c0); }});
   ASSERT_EQ(codes, (std::vector<int>{0, 0, 0, 0}));
-  double max_abs, max_rel, unused;
-  CompareWeights(one + "/step-00000004/model.safetensors", two + "/step-00000004/model.safetensors",
-                 &max_abs, &max_rel, &unused);
-  printf("dropout 0.1: 2 ranks x micro-batch 4 vs 1 rank x 8, %d steps: max |dw| = %.3g (max rel %.3g)\n",
-         steps, max_abs, max_rel);
-  EXPECT_LT(max_abs, kTolAbs);
-  CompareGradNorms(one, two, steps);
-  double off_abs, off_rel;
-  CompareWeights(one + "/step-00000004/model.safetensors", none + "/step-00000004/model.safetensors",
-                 &off_abs, &off_rel, &unused);
-  printf("dropout 0.1 vs none, 1 rank x 8: max |dw| = %.3g\n", off_abs);
-  EXPECT_GT(off_abs, 10 * kTolAbs) << "dropout 0.1 trained the weights of no dropout";
+  ExpectSameTraining(one, two, steps, "dropout 0.1: 2 ranks x micro-batch 4 vs 1 rank x 8");
+  WeightDiff off;
+  CompareWeights(one, none, steps, &off);
+  printf("dropout 0.1 vs none, 1 rank x 8: max |dw| = %.3g\n", off.max_abs);
+  EXPECT_GT(off.max_abs, 10 * kTolAbs) << "dropout 0.1 trained the weights of no dropout";
 }
 
 TEST(DpEquivalenceTest, AccumulationOfBEqualsOneStepOfKB) {
@@ -254,13 +256,7 @@ TEST(DpEquivalenceTest, AccumulationOfBEqualsOneStepOfKB) {
   ca.accumulation = 3;
   auto codes = RunChildren({[&] { return TrainLocal(cb); }, [&] { return TrainLocal(ca); }});
   ASSERT_EQ(codes, (std::vector<int>{0, 0}));
-  double max_abs, max_rel, unused;
-  CompareWeights(big + "/step-00000004/model.safetensors", acc + "/step-00000004/model.safetensors",
-                 &max_abs, &max_rel, &unused);
-  printf("accumulation 3 x micro-batch 4 vs 1 x 12, %d steps: max |dw| = %.3g (max rel %.3g)\n",
-         steps, max_abs, max_rel);
-  EXPECT_LT(max_abs, kTolAbs);
-  CompareGradNorms(big, acc, steps);
+  ExpectSameTraining(big, acc, steps, "accumulation 3 x micro-batch 4 vs 1 x 12");
 }
 
 TEST(DpEquivalenceTest, TwoRanksWithAccumulationEqualOneRank) {
@@ -277,13 +273,7 @@ TEST(DpEquivalenceTest, TwoRanksWithAccumulationEqualOneRank) {
                             [&] { return TrainRank(c2, store, 0, ""); },
                             [&] { return TrainRank(c2, store, 1, ""); }});
   ASSERT_EQ(codes, (std::vector<int>{0, 0, 0}));
-  double max_abs, max_rel, unused;
-  CompareWeights(one + "/step-00000003/model.safetensors", two + "/step-00000003/model.safetensors",
-                 &max_abs, &max_rel, &unused);
-  printf("2 ranks x accumulation 2 x micro-batch 2 vs 1 rank x 8, %d steps: max |dw| = %.3g\n",
-         steps, max_abs);
-  EXPECT_LT(max_abs, kTolAbs);
-  CompareGradNorms(one, two, steps);
+  ExpectSameTraining(one, two, steps, "2 ranks x accumulation 2 x micro-batch 2 vs 1 rank x 8");
 }
 
 // Overlapping the all-reduce with backward changes when buckets run, never
@@ -305,11 +295,10 @@ TEST(DpEquivalenceTest, OverlapOnAndOffGiveIdenticalWeights) {
                             [&] { return TrainRank(c_off, s_off, 0, ""); },
                             [&] { return TrainRank(c_off, s_off, 1, ""); }});
   ASSERT_EQ(codes, (std::vector<int>{0, 0, 0, 0}));
-  double max_abs, max_rel, unused;
-  CompareWeights(on + "/step-00000003/model.safetensors", off + "/step-00000003/model.safetensors",
-                 &max_abs, &max_rel, &unused);
-  printf("overlap on vs off, 2 ranks, %d steps: max |dw| = %.3g\n", steps, max_abs);
-  EXPECT_EQ(max_abs, 0.0);
+  WeightDiff d;
+  CompareWeights(on, off, steps, &d);
+  printf("overlap on vs off, 2 ranks, %d steps: max |dw| = %.3g\n", steps, d.max_abs);
+  EXPECT_EQ(d.max_abs, 0.0);
 }
 
 // Must show 2: with buckets smaller than the model, bucket all-reduces start
