@@ -55,7 +55,6 @@ TEST(CommMeasurementsTest, LatestPerKeyByJobAndSize) {
   EXPECT_EQ((*rows)[1].bytes(), 65536);
   EXPECT_EQ((*s)->LatestCommMeasurement("a", "gloo", 4).status().code(),
             absl::StatusCode::kNotFound);
-  std::system(("rm -rf " + dir).c_str());
 }
 
 // Step measurements (finished jobs' compute per micro-step): the newest of
@@ -134,7 +133,6 @@ TEST(CommMeasurementsTest, StepMeasurementsNewestPerMicroBatchAndSkews) {
   EXPECT_EQ((*sk)[1].job_id, "j-2");
   EXPECT_NEAR((*sk)[1].skew, 0.006 / 0.12, 1e-12);
   EXPECT_NEAR((*sk)[2].skew, 0.002 / 0.05, 1e-12);
-  std::system(("rm -rf " + dir).c_str());
 }
 
 }  // namespace

@@ -198,7 +198,6 @@ TEST(JobStore, RecordRestartSetsCountAndEvent) {
   EXPECT_EQ(events->back().message(), "restart 2 of 3 (attempt 2) after: x");
   EXPECT_EQ((*store)->RecordRestart("j-nope", 1, "x").status().code(),
             absl::StatusCode::kNotFound);
-  std::system(("rm -rf " + dir).c_str());
 }
 
 TEST(JobStore, CorruptFileIsAClearError) {

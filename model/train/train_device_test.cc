@@ -10,7 +10,6 @@
 
 #include <gtest/gtest.h>
 
-#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -143,7 +142,6 @@ TEST(TrainDeviceTest, TrainerDrivesTheDeviceInContractOrder) {
   bool logged = false;
   for (const auto& l : obs.logs) logged |= l == "device: recording cpu (1 thread)";
   EXPECT_TRUE(logged);
-  std::filesystem::remove_all(dir);
 }
 
 TEST(TrainDeviceTest, GpuDevicesWaitForTheBackwardAndNeedNccl) {
@@ -203,7 +201,6 @@ TEST(TrainDeviceTest, InitFromIsPushedToTheDevice) {
   bool all = false;
   for (const auto& l : rec.logs) all |= l.find("init_from") == 0 && l.find("missing 0") != std::string::npos;
   EXPECT_TRUE(all) << "init_from should load every parameter";
-  std::filesystem::remove_all(dir);
 }
 
 TEST(TrainDeviceTest, RecordedBatchesReplayToTheSameLosses) {
@@ -268,7 +265,6 @@ TEST(TrainDeviceTest, RecordedBatchesReplayToTheSameLosses) {
   }
   ASSERT_EQ(r->losses.size(), 3u);
   for (int i = 0; i < 3; ++i) EXPECT_DOUBLE_EQ(losses[i], r->losses[i]) << "step " << i + 1;
-  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -164,7 +164,6 @@ TEST(CoordinatorRestartTest, Kill9ThenRestartReadoptsRunningRanks) {
 
   coord.Stop();
   KillLeftovers(before.pids, run_id);
-  if (!::testing::Test::HasFailure()) std::system(("rm -rf " + dir).c_str());
 }
 
 TEST(CoordinatorRestartTest, RankKilledWhileCoordinatorIsDownRestartsFromCheckpoint) {
@@ -205,7 +204,6 @@ TEST(CoordinatorRestartTest, RankKilledWhileCoordinatorIsDownRestartsFromCheckpo
       << logs.out;
   coord.Stop();
   KillLeftovers(before.pids, job);
-  if (!::testing::Test::HasFailure()) std::system(("rm -rf " + dir).c_str());
 }
 
 TEST(CoordinatorRestartTest, ExternalAgentKeepsItsRanksThroughARestart) {
@@ -237,7 +235,6 @@ TEST(CoordinatorRestartTest, ExternalAgentKeepsItsRanksThroughARestart) {
   StopAgent(agent);
   coord.Stop();
   KillLeftovers(before.pids, job);
-  if (!::testing::Test::HasFailure()) std::system(("rm -rf " + dir).c_str());
 }
 
 }  // namespace

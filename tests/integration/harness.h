@@ -334,11 +334,8 @@ class CoordinatorSuite : public ::testing::Test {
       delete coord_;
       coord_ = nullptr;
     }
-    if (dir_) {
-      if (!::testing::Test::HasFailure()) std::system(("rm -rf " + *dir_).c_str());
-      delete dir_;
-      dir_ = nullptr;
-    }
+    delete dir_;  // the directory itself goes at exit (testutil::MakeTempDir)
+    dir_ = nullptr;
   }
   void SetUp() override {
     if (!HavePrograms()) GTEST_SKIP() << "programs not built under " << BuildDir();

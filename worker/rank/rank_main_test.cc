@@ -90,7 +90,6 @@ class RankMainTest : public ::testing::Test {
   }
   void TearDown() override {
     if (server_) server_->Shutdown(std::chrono::system_clock::now() + 1s);
-    if (!dir_.empty()) std::system(("rm -rf " + dir_).c_str());
   }
   void StartServer(int64_t steps) {
     auto parsed = ParseJobSpec("name: r\nmodel: {preset: tiny}\n"

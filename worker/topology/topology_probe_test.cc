@@ -264,16 +264,7 @@ TEST(TopologyProbe, WorkstationWithoutGpuDetailsReportsUnknowns) {
 // PXB: two switch levels below one root port (built at test time).
 class TempTree {
  public:
-  TempTree() {
-    root_ = testutil::MakeTempDir("dgca_topo");
-  }
-  ~TempTree() {
-    if (!root_.empty()) {
-      std::string cmd = "rm -rf '" + root_ + "'";
-      if (std::system(cmd.c_str()) != 0) {
-      }
-    }
-  }
+  TempTree() : root_(testutil::MakeTempDir("dgca_topo")) {}
   const std::string& root() const { return root_; }
   void Write(const std::string& rel, const std::string& text) {
     std::string p = root_ + "/" + rel;
