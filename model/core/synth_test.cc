@@ -1,14 +1,13 @@
 #include "model/core/synth.h"
 
 #include <cstdlib>
-#include <fstream>
-#include <sstream>
 
 #include <gtest/gtest.h>
 #include <glob.h>
 #include <unistd.h>
 
 #include "model/core/confusion.h"
+#include "model/core/core_test_util.h"
 #include "model/core/data.h"
 #include "model/core/tokenizer.h"
 
@@ -25,12 +24,7 @@ bool AnySource(const SynthOptions& o) {
   return false;
 }
 
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using testutil::ReadFile;
 
 std::string TempDir(const std::string& name) {
   return "/tmp/dgca_synth_" + std::to_string(getpid()) + "/" + name;
@@ -91,7 +85,7 @@ TEST(SynthTest, ProducesEcspellCorpus) {
   for (const Example& e : *train) uniq.insert(e.trg);
   for (const Example& e : *test) uniq.insert(e.trg);
   EXPECT_EQ(uniq.size(), 3300u);
-  const std::string readme = ReadAll(o.out_dir + "/README.txt");
+  const std::string readme = ReadFile(o.out_dir + "/README.txt");
   EXPECT_NE(readme.find("debian-reference-zh-cn"), std::string::npos);
   EXPECT_NE(readme.find("Unihan"), std::string::npos);
 
@@ -99,13 +93,13 @@ TEST(SynthTest, ProducesEcspellCorpus) {
   SynthOptions o2 = o;
   o2.out_dir = TempDir("b");
   ASSERT_TRUE(SynthesizeCorpus(o2, nullptr).ok());
-  EXPECT_EQ(ReadAll(o.out_dir + "/train.txt"), ReadAll(o2.out_dir + "/train.txt"));
-  EXPECT_EQ(ReadAll(o.out_dir + "/test.txt"), ReadAll(o2.out_dir + "/test.txt"));
+  EXPECT_EQ(ReadFile(o.out_dir + "/train.txt"), ReadFile(o2.out_dir + "/train.txt"));
+  EXPECT_EQ(ReadFile(o.out_dir + "/test.txt"), ReadFile(o2.out_dir + "/test.txt"));
   o2.seed = 43;
   o2.train_sentences = 100;
   o2.test_sentences = 10;
   ASSERT_TRUE(SynthesizeCorpus(o2, nullptr).ok());
-  EXPECT_NE(ReadAll(o.out_dir + "/test.txt"), ReadAll(o2.out_dir + "/test.txt"));
+  EXPECT_NE(ReadFile(o.out_dir + "/test.txt"), ReadFile(o2.out_dir + "/test.txt"));
   std::system(("rm -rf /tmp/dgca_synth_" + std::to_string(getpid())).c_str());
 }
 

@@ -31,10 +31,7 @@ std::string FixtureDir(const std::string& name) {
 }
 std::string Fixture(const std::string& name) { return FixtureDir(name) + "/root"; }
 
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
+using testutil::ReadFile;
 
 bool HasUnknown(const v1::Topology& t, const std::string& needle) {
   for (const auto& u : t.unknown())
@@ -67,7 +64,7 @@ std::map<std::pair<int, int>, std::string> Links(const v1::Topology& t) {
 // ---- Parser -----------------------------------------------------------------
 
 TEST(NvidiaSmiTopoParser, SpacesNicsAndLegend) {
-  auto m = ParseNvidiaSmiTopo(ReadAll(FixtureDir("nvlink-8-h100") + "/nvidia-smi-topo-m.txt"));
+  auto m = ParseNvidiaSmiTopo(ReadFile(FixtureDir("nvlink-8-h100") + "/nvidia-smi-topo-m.txt"));
   ASSERT_TRUE(m.ok()) << m.status();
   EXPECT_EQ(m->gpu_count(), 8);
   EXPECT_EQ(m->devices.size(), 17u);
@@ -81,7 +78,7 @@ TEST(NvidiaSmiTopoParser, SpacesNicsAndLegend) {
 }
 
 TEST(NvidiaSmiTopoParser, TabsOldLayoutNamedNic) {
-  auto m = ParseNvidiaSmiTopo(ReadAll(FixtureDir("a100-4x-pcie") + "/nvidia-smi-topo-m.txt"));
+  auto m = ParseNvidiaSmiTopo(ReadFile(FixtureDir("a100-4x-pcie") + "/nvidia-smi-topo-m.txt"));
   ASSERT_TRUE(m.ok()) << m.status();
   EXPECT_EQ(m->gpu_count(), 4);
   EXPECT_EQ(m->devices.back(), "mlx5_0");
@@ -92,7 +89,7 @@ TEST(NvidiaSmiTopoParser, TabsOldLayoutNamedNic) {
 }
 
 TEST(NvidiaSmiTopoParser, NotApplicableAffinity) {
-  auto m = ParseNvidiaSmiTopo(ReadAll(FixtureDir("wsl2-2x4090") + "/nvidia-smi-topo-m.txt"));
+  auto m = ParseNvidiaSmiTopo(ReadFile(FixtureDir("wsl2-2x4090") + "/nvidia-smi-topo-m.txt"));
   ASSERT_TRUE(m.ok()) << m.status();
   EXPECT_EQ(m->GpuPath(0, 1), "SYS");
   EXPECT_EQ(m->cpu_affinity[0], "");
@@ -128,7 +125,7 @@ TEST(NvidiaSmiTopoParser, ErrorsNameTheLine) {
 
 void ExpectGpuMatrixMatches(const std::string& fixture) {
   SCOPED_TRACE(fixture);
-  auto ref = ParseNvidiaSmiTopo(ReadAll(FixtureDir(fixture) + "/nvidia-smi-topo-m.txt"));
+  auto ref = ParseNvidiaSmiTopo(ReadFile(FixtureDir(fixture) + "/nvidia-smi-topo-m.txt"));
   ASSERT_TRUE(ref.ok()) << ref.status();
   v1::Topology t = Probe(fixture);
   ASSERT_EQ(t.gpus_size(), ref->gpu_count()) << Unknowns(t);
@@ -158,7 +155,7 @@ TEST(FixtureMatrix, A100FourPcie) { ExpectGpuMatrixMatches("a100-4x-pcie"); }
 void ExpectSysfsTreeMatches(const std::string& fixture) {
   SCOPED_TRACE(fixture);
   using topo_internal::PciLocation;
-  auto ref = ParseNvidiaSmiTopo(ReadAll(FixtureDir(fixture) + "/nvidia-smi-topo-m.txt"));
+  auto ref = ParseNvidiaSmiTopo(ReadFile(FixtureDir(fixture) + "/nvidia-smi-topo-m.txt"));
   ASSERT_TRUE(ref.ok()) << ref.status();
   const std::string root = Fixture(fixture);
   v1::Topology t = Probe(fixture);
@@ -177,7 +174,7 @@ void ExpectSysfsTreeMatches(const std::string& fixture) {
     }
     auto loc = topo_internal::ResolvePciLocation(root, bdf);
     ASSERT_TRUE(loc.has_value()) << d << " " << bdf;
-    loc->numa = std::stoi(ReadAll(root + "/sys/bus/pci/devices/" + bdf + "/numa_node"));
+    loc->numa = std::stoi(ReadFile(root + "/sys/bus/pci/devices/" + bdf + "/numa_node"));
     locs.push_back(*loc);
   }
   int checked = 0;
@@ -364,7 +361,7 @@ TEST(BrokenRoot, MutatedNvidiaSmiTextNeverCrashes) {
   std::mt19937_64 rng(11);
   int accepted = 0, total = 0;
   for (const char* fixture : {"nvlink-8-h100", "a100-4x-pcie", "wsl2-2x4090", "workstation-3gpu"}) {
-    const std::string original = ReadAll(FixtureDir(fixture) + "/nvidia-smi-topo-m.txt");
+    const std::string original = ReadFile(FixtureDir(fixture) + "/nvidia-smi-topo-m.txt");
     ASSERT_FALSE(original.empty()) << fixture;
     for (int i = 0; i < 500; ++i, ++total) {
       const std::string text = testutil::MutateBytes(original, &rng);
@@ -390,7 +387,7 @@ TEST(BrokenRoot, MutatedNvidiaSmiTextNeverCrashes) {
   EXPECT_LT(accepted, total);
   // Through the probe, on the WSL2 fixture (no PCI GPUs: the text is the
   // whole matrix), a mutated text degrades into unknowns.
-  const std::string original = ReadAll(FixtureDir("wsl2-2x4090") + "/nvidia-smi-topo-m.txt");
+  const std::string original = ReadFile(FixtureDir("wsl2-2x4090") + "/nvidia-smi-topo-m.txt");
   for (int i = 0; i < 200; ++i) {
     ProbeOptions opt;
     opt.root = Fixture("wsl2-2x4090");
