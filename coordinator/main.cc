@@ -1,10 +1,13 @@
 // dgca-coordinator: the control plane (DESIGN.md "Command line").
 //   dgca-coordinator --listen HOST:PORT --metrics-listen HOST:PORT
 //                    --state-dir DIR [--no-local-agent] [--tls-cert F --tls-key F]
+//                    [--on-shutdown stop-jobs|keep-jobs]
 // Writes DIR/token (0600) and DIR/coordinator.json (the bound addresses),
 // runs the embedded local agent unless --no-local-agent, and shuts down
-// cleanly on SIGTERM/SIGINT. Exit codes: 0 clean shutdown, 1 start failure,
-// 2 bad usage.
+// cleanly on SIGTERM/SIGINT: ending active jobs, or with --on-shutdown
+// keep-jobs leaving them (and their ranks) for the next coordinator started
+// on the same state dir (a restart, an upgrade). Exit codes: 0 clean
+// shutdown, 1 start failure, 2 bad usage.
 #include <signal.h>
 
 #include <CLI/CLI.hpp>
@@ -35,6 +38,12 @@ int main(int argc, char** argv) {
   app.add_option("--worker-binary", opt.worker_binary,
                  "dgca-worker used by the embedded agent (default: next to this program)");
   app.add_option("--node-name", opt.node_name, "node name of the embedded agent (default: hostname)");
+  std::string on_shutdown = "stop-jobs";
+  app.add_option("--on-shutdown", on_shutdown,
+                 "on SIGTERM/SIGINT: stop-jobs (stop their ranks, mark them FAILED) or keep-jobs "
+                 "(ranks train on; a coordinator restarted on this state dir re-adopts them)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"stop-jobs", "keep-jobs"}));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -42,6 +51,7 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : 2;
   }
   opt.local_agent = !no_local_agent;
+  opt.keep_jobs_on_shutdown = on_shutdown == "keep-jobs";
 
   // Block the shutdown signals in every thread; the main thread waits for them.
   sigset_t sigs;
@@ -66,7 +76,9 @@ int main(int argc, char** argv) {
 
   int sig = 0;
   sigwait(&sigs, &sig);
-  spdlog::info("dgca-coordinator: signal {}, shutting down", sig);
+  spdlog::info("dgca-coordinator: signal {}, shutting down ({})", sig,
+               opt.keep_jobs_on_shutdown ? "keeping active jobs: --on-shutdown keep-jobs"
+                                         : "ending active jobs: --on-shutdown stop-jobs");
   (*server)->Shutdown();
   server->reset();
   return 0;

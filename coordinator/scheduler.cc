@@ -372,9 +372,39 @@ void Scheduler::Shutdown() {
     }
     stop_thread_ = true;
   }
+  StopThreads(&out);
+}
+
+void Scheduler::Detach() {
+  Outbox out;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (shutting_down_.exchange(true)) return;
+    for (auto& [id, rt] : jobs_) {
+      if (rt->trials) {
+        rt->trials->cancelled = true;
+        // Its trial ranks; Recover would kill them, planning starts over.
+        if (rt->trials->active) QueueStop(*rt, /*live_only=*/true, &out);
+      }
+      if (rt->state != v1::RUNNING) continue;
+      Persist(rt.get());
+      Event(rt.get(), rt->state, "info",
+            absl::StrCat("coordinator shutting down, keeping the job: its ranks train on and are "
+                         "re-adopted by a coordinator started on this state dir within ",
+                         opt_.heartbeat_timeout_s, " s (later, they stop by themselves, which "
+                         "counts as a rank failure: a restart from the last checkpoint while "
+                         "train.max_restarts allows)"),
+            false);
+    }
+    stop_thread_ = true;
+  }
+  StopThreads(&out);
+}
+
+void Scheduler::StopThreads(Outbox* out) {
   cv_.notify_all();
   trial_cv_.notify_all();
-  Flush(&out);
+  Flush(out);
   if (thread_.joinable()) thread_.join();
   JoinTrialThreads(/*all=*/true);
 }

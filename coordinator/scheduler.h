@@ -172,6 +172,14 @@ class Scheduler {
   // Marks active jobs FAILED "coordinator shut down", stops their ranks, and
   // stops the tick thread; later agent reports are ignored.
   void Shutdown();
+  // Shuts down without ending any job, for the next coordinator on this
+  // state dir to recover (as after kill -9, with progress persisted and an
+  // event saying so): RUNNING jobs' ranks train on (re-adopted if it comes
+  // back within their heartbeat timeout, restarted from a checkpoint if
+  // later), PENDING and PLANNING jobs stay queued. Tuning trials are stopped
+  // (planning starts over). Stops the tick thread; later agent reports are
+  // ignored. Shutdown() after Detach() (or the reverse) does nothing.
+  void Detach();
   bool shutting_down() const { return shutting_down_.load(); }
 
   // --- Coordinator API. Problems come back in the response (non-empty
@@ -317,6 +325,9 @@ class Scheduler {
   void Loop();
   void Tick();
   void Flush(Outbox* out);
+  // Shutdown/Detach after stop_thread_ is set: sends `out`, joins the tick
+  // and trial threads. Called without mu_.
+  void StopThreads(Outbox* out);
 
   // All below: mu_ held.
   void Event(JobRt* rt, v1::JobState state, const std::string& kind, const std::string& message,

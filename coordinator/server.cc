@@ -537,8 +537,13 @@ void CoordinatorServer::Shutdown() {
   shut_down_ = true;
   stopping_ = true;
   if (poller_.joinable()) poller_.join();
-  if (scheduler_) scheduler_->Shutdown();
-  if (agent_) agent_->Stop();
+  if (opt_.keep_jobs_on_shutdown) {
+    if (scheduler_) scheduler_->Detach();
+    if (agent_) agent_->Detach();
+  } else {
+    if (scheduler_) scheduler_->Shutdown();
+    if (agent_) agent_->Stop();
+  }
   if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
 }
 

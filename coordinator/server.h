@@ -78,6 +78,11 @@ struct CoordinatorServerOptions {
   // program (/proc/self/exe's directory).
   std::string worker_binary;
   std::string node_name;  // embedded agent's node name; "" = hostname
+  // What Shutdown() does to active jobs: false = end them (FAILED
+  // "coordinator shut down", ranks stopped); true = keep them for the next
+  // coordinator on this state dir (Scheduler::Detach; the embedded agent
+  // leaves its ranks running). `--on-shutdown keep-jobs`.
+  bool keep_jobs_on_shutdown = false;
   // Test hook passed to the embedded agent (AgentOptions::rank_argv_override).
   std::vector<std::string> rank_argv_override;
 };
@@ -88,7 +93,8 @@ class CoordinatorServer {
   ~CoordinatorServer();
 
   // Stops the embedded agent, marks running jobs FAILED "coordinator shut
-  // down", and stops the gRPC server. Idempotent.
+  // down" (or, with keep_jobs_on_shutdown, leaves jobs and ranks running
+  // for the next coordinator), and stops the gRPC server. Idempotent.
   void Shutdown();
 
   const std::string& address() const { return address_; }          // bound host:port

@@ -9,7 +9,9 @@
 //  - a rank killed while the coordinator is down is found gone, and the job
 //    restarts from its checkpoint and succeeds;
 //  - a separate `dgca-worker agent` keeps its ranks, reconnects and
-//    re-registers them.
+//    re-registers them;
+//  - SIGTERM with --on-shutdown keep-jobs leaves the job to the next
+//    coordinator the same way, and SIGTERM by default ends it.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -164,6 +166,73 @@ TEST(CoordinatorRestartTest, Kill9ThenRestartReadoptsRunningRanks) {
 
   coord.Stop();
   KillLeftovers(before.pids, run_id);
+}
+
+// SIGTERM (systemctl stop/restart) with --on-shutdown keep-jobs: a clean
+// shutdown that leaves the job RUNNING and its ranks training, and the next
+// coordinator re-adopts them as after kill -9.
+TEST(CoordinatorRestartTest, SigtermWithKeepJobsLeavesTheJobForTheNextCoordinator) {
+  if (!HavePrograms()) GTEST_SKIP() << "programs not built under " << BuildDir();
+  if (!HaveSharedData()) GTEST_SKIP() << "no ECSpell data under " << SharedData();
+  std::string dir = MakeTempDir("restart-keep");
+  mkdir((dir + "/state").c_str(), 0755);
+  CoordinatorProcess coord(dir + "/state");
+  ASSERT_TRUE(coord.Start("127.0.0.1:0", {"--on-shutdown", "keep-jobs"}));
+  const int kSteps = 600;
+  Result sub = Dgca(coord, {"submit", WriteLongSpec(dir, "kept", kSteps)});
+  ASSERT_EQ(sub.code, 0) << sub.err;
+  std::string job = Trim(sub.out);
+  JobView before = WaitRunning(coord, job, 30);
+  ASSERT_LT(before.step, kSteps / 2) << "the job is too short for this machine";
+  std::string address = coord.address();
+
+  const int status = coord.Stop();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status << coord.Log();
+  EXPECT_NE(coord.Log().find("detached from 2 rank(s), which keep running"), std::string::npos)
+      << coord.Log();
+  for (pid_t p : before.pids) EXPECT_TRUE(ProcessAlive(p)) << "rank " << p << " was stopped";
+  ASSERT_TRUE(coord.Start(address));  // default --on-shutdown from here on
+
+  JobView end = WaitEnded(coord, job);
+  EXPECT_EQ(end.state, "SUCCEEDED") << end.raw << coord.Log();
+  EXPECT_EQ(end.message, "all 2 ranks exited 0");
+  EXPECT_EQ(end.step, kSteps);
+  EXPECT_TRUE(HasEvent(end, "coordinator shutting down, keeping the job")) << end.raw;
+  EXPECT_TRUE(HasEvent(end, "coordinator restarted; re-adopting attempt 0 (rank@node:pid 0@")) << end.raw;
+  EXPECT_FALSE(HasEvent(end, "restart 1 of")) << end.raw;
+  EXPECT_FALSE(HasEvent(end, "coordinator shut down")) << end.raw;
+  coord.Stop();
+  KillLeftovers(before.pids, job);
+}
+
+// The default (--on-shutdown stop-jobs, a coordinator run in a terminal):
+// SIGTERM stops the ranks before the coordinator exits and the job is
+// FAILED for good, also for the next coordinator.
+TEST(CoordinatorRestartTest, SigtermByDefaultStopsRanksAndFailsTheJob) {
+  if (!HavePrograms()) GTEST_SKIP() << "programs not built under " << BuildDir();
+  if (!HaveSharedData()) GTEST_SKIP() << "no ECSpell data under " << SharedData();
+  std::string dir = MakeTempDir("restart-stop");
+  mkdir((dir + "/state").c_str(), 0755);
+  CoordinatorProcess coord(dir + "/state");
+  ASSERT_TRUE(coord.Start());
+  const int kSteps = 600;
+  Result sub = Dgca(coord, {"submit", WriteLongSpec(dir, "ended", kSteps)});
+  ASSERT_EQ(sub.code, 0) << sub.err;
+  std::string job = Trim(sub.out);
+  JobView before = WaitRunning(coord, job, 30);
+  ASSERT_LT(before.step, kSteps / 2) << "the job is too short for this machine";
+
+  const int status = coord.Stop();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status << coord.Log();
+  for (pid_t p : before.pids) EXPECT_FALSE(ProcessAlive(p)) << "rank " << p << " outlived it";
+  ASSERT_TRUE(coord.Start());
+  JobView after = Status(coord, job);
+  EXPECT_EQ(after.state, "FAILED") << after.raw;
+  EXPECT_EQ(after.message, "coordinator shut down") << after.raw;
+  EXPECT_LT(after.step, kSteps) << after.raw;
+  EXPECT_FALSE(HasEvent(after, "re-adopting")) << after.raw;
+  coord.Stop();
+  KillLeftovers(before.pids, job);
 }
 
 TEST(CoordinatorRestartTest, RankKilledWhileCoordinatorIsDownRestartsFromCheckpoint) {

@@ -185,10 +185,11 @@ class CoordinatorProcess {
     waitpid(pid_, nullptr, 0);
     pid_ = -1;
   }
-  void Stop() {
-    if (pid_ <= 0) return;
+  // SIGTERM, SIGKILL after 15 s; the wait status (-1 when not running).
+  int Stop() {
+    if (pid_ <= 0) return -1;
     kill(pid_, SIGTERM);
-    int status;
+    int status = -1;
     auto end = Clock::now() + 15s;
     while (waitpid(pid_, &status, WNOHANG) == 0) {
       if (Clock::now() > end) {
@@ -199,6 +200,7 @@ class CoordinatorProcess {
       std::this_thread::sleep_for(20ms);
     }
     pid_ = -1;
+    return status;
   }
   std::string Log() const {
     std::string all;

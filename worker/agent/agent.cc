@@ -148,7 +148,8 @@ class Agent::Impl {
   ~Impl() { Stop(); }
 
   absl::Status Start();
-  void Stop();
+  // stop_ranks = false: Detach (agent.h).
+  void Stop(bool stop_ranks = true);
   void Execute(const v1::CoordinatorCommand& cmd);
   std::vector<v1::RunningRank> Running() const;
   bool connected() const { return connected_.load(); }
@@ -280,7 +281,7 @@ absl::Status Agent::Impl::Start() {
   return absl::OkStatus();
 }
 
-void Agent::Impl::Stop() {
+void Agent::Impl::Stop(bool stop_ranks) {
   {
     std::lock_guard<std::mutex> l(mu_);
     if (stop_called_) return;
@@ -290,17 +291,21 @@ void Agent::Impl::Stop() {
       return;
     }
   }
-  // Stop every rank first, while the stream can still carry their exits.
-  std::vector<std::string> jobs;
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    for (auto& [pid, c] : children_) jobs.push_back(c.job_id);
+  if (stop_ranks) {
+    // Stop every rank first, while the stream can still carry their exits.
+    std::vector<std::string> jobs;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      for (auto& [pid, c] : children_) jobs.push_back(c.job_id);
+    }
+    for (const auto& j : jobs) StopJob(j, 5.0);
   }
-  for (const auto& j : jobs) StopJob(j, 5.0);
   {
     std::unique_lock<std::mutex> l(mu_);
-    cv_.wait_for(l, std::chrono::seconds(7),
-                 [this] { return children_.empty() && reporting_ == 0; });
+    if (stop_ranks) {
+      cv_.wait_for(l, std::chrono::seconds(7),
+                   [this] { return children_.empty() && reporting_ == 0; });
+    }
     stopping_ = true;
   }
   cv_.notify_all();
@@ -311,8 +316,16 @@ void Agent::Impl::Stop() {
   if (connect_thread_.joinable()) connect_thread_.join();
   if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
   if (reaper_thread_.joinable()) reaper_thread_.join();
-  // Anything the wait above did not see exit is killed now.
   std::lock_guard<std::mutex> l(mu_);
+  if (!stop_ranks) {
+    // Left running, unwaited: once this process exits they are init's
+    // children, and an adopting agent watches them through /proc.
+    spdlog::info("agent {}: detached from {} rank(s), which keep running", node_,
+                 children_.size());
+    children_.clear();
+    return;
+  }
+  // Anything the wait above did not see exit is killed now.
   for (auto& [pid, c] : children_) {
     if (c.adopted) {
       if (AdoptedAlive(c)) kill(-pid, SIGKILL);
@@ -801,6 +814,7 @@ Agent::Agent(AgentOptions options) : impl_(std::make_unique<Impl>(std::move(opti
 Agent::~Agent() { Stop(); }
 absl::Status Agent::Start() { return impl_->Start(); }
 void Agent::Stop() { impl_->Stop(); }
+void Agent::Detach() { impl_->Stop(/*stop_ranks=*/false); }
 std::string Agent::node_name() const { return impl_->node_name(); }
 bool Agent::connected() const { return impl_->connected(); }
 std::vector<v1::RunningRank> Agent::Running() const { return impl_->Running(); }

@@ -98,6 +98,11 @@ class Agent {
   // Stops every rank (SIGTERM, SIGKILL after 5 s), closes the stream and
   // joins the threads.
   void Stop();
+  // Closes the stream and joins the threads without stopping the ranks:
+  // they run on unsupervised (nobody waits for them; their exit records
+  // say how they ended), for an agent started with `adopt` listing them to
+  // supervise again. Stop() after Detach() (or the reverse) does nothing.
+  void Detach();
 
   // The name this agent registers under.
   std::string node_name() const;
