@@ -72,6 +72,10 @@ int RunCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
 
   auto* nodes = app.add_subcommand("nodes", "the nodes registered with the coordinator");
   nodes->add_flag("--json", json, "one JSON document");
+  std::string node;
+  auto* forget = nodes->add_subcommand(
+      "forget", "drop a disconnected node that is gone for good (list, /metrics, its alert)");
+  forget->add_option("NODE", node, "node name (dgca nodes)")->required();
 
   auto* diagnose = app.add_subcommand("diagnose", "staged bottleneck finder");
   DiagnoseCommOptions dco;
@@ -113,6 +117,7 @@ int RunCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
   if (*logs) return CmdLogs(g, io, job, rank, follow);
   if (*cancel) return CmdCancel(g, io, job);
   if (*topo) return CmdTopo(io, root, json);
+  if (*forget) return CmdForgetNode(g, io, node);
   if (*nodes) return CmdNodes(g, io, json);
   if (*dcomm) return CmdDiagnoseComm(g, io, dco);
   if (*diagnose) return CmdDiagnose(io);

@@ -645,6 +645,19 @@ int CmdNodes(const GlobalOptions& g, Io io, bool json) {
   return kOk;
 }
 
+int CmdForgetNode(const GlobalOptions& g, Io io, const std::string& node) {
+  auto client = Client::Connect(g);
+  if (!client.ok()) return ReportError(io.err, g, client.status());
+  v1::ForgetNodeRequest req;
+  req.set_node(node);
+  v1::ForgetNodeResponse resp;
+  auto ctx = (*client)->Context();
+  grpc::Status s = (*client)->stub()->ForgetNode(ctx.get(), req, &resp);
+  if (!s.ok()) return ReportError(io.err, g, FromGrpc(s));
+  io.out << "node " << node << " forgotten\n";
+  return kOk;
+}
+
 // ---------------------------------------------------------------- diagnose
 int CmdDiagnose(Io io) {
   io.out << "dgca diagnose will run a staged bottleneck finder on the job's nodes:\n"

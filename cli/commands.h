@@ -37,6 +37,9 @@ int CmdLogs(const GlobalOptions& g, Io io, const std::string& job_id, int rank, 
 int CmdCancel(const GlobalOptions& g, Io io, const std::string& job_id);
 int CmdTopo(Io io, const std::string& root, bool json);
 int CmdNodes(const GlobalOptions& g, Io io, bool json);
+// `dgca nodes forget NODE` (ForgetNodeRequest in coordinator.proto): exit 2
+// when refused (unknown, connected, or still holding ranks of a job).
+int CmdForgetNode(const GlobalOptions& g, Io io, const std::string& node);
 int CmdDiagnose(Io io);
 
 // `dgca diagnose comm`: the all-reduce bandwidth probe as a job (like

@@ -332,6 +332,13 @@ void MetricsHub::SetHeartbeatAge(const std::string& node, double age_seconds, bo
   f_->connected.Add({{"node", node}}).Set(connected ? 1 : 0);
 }
 
+void MetricsHub::RemoveNode(const std::string& node) {
+  // Family::Add returns the existing series for these labels (creating one
+  // only to remove it when the node never had any).
+  f_->hb_age.Remove(&f_->hb_age.Add({{"node", node}}));
+  f_->connected.Remove(&f_->connected.Add({{"node", node}}));
+}
+
 void MetricsHub::IncRankRestarts(const std::string& job) {
   std::lock_guard<std::mutex> lock(mu_);
   auto& js = job_series_[job];

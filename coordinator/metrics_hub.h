@@ -76,6 +76,8 @@ class MetricsHub {
   void SetJobProgress(const std::string& job, double ratio, double eta_seconds,
                       double samples_per_second, int64_t target_steps);
   void SetHeartbeatAge(const std::string& node, double age_seconds, bool connected);
+  // Drops the node's dgca_worker_* series (a node the scheduler forgot).
+  void RemoveNode(const std::string& node);
   void IncRankRestarts(const std::string& job);
   // Drops every series labelled with `job` (the scheduler calls it for
   // finished jobs it no longer remembers, so series stay bounded).

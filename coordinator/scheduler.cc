@@ -976,6 +976,40 @@ bool Scheduler::IsTerminal(const std::string& id) {
   return true;
 }
 
+absl::Status Scheduler::ForgetNode(const std::string& node) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = nodes_.find(node);
+  if (it == nodes_.end()) {
+    std::vector<std::string> names;
+    for (const auto& [name, n] : nodes_) names.push_back(name);
+    return absl::NotFoundError(absl::StrCat("no node named '", node, "' has registered (known: ",
+                                            names.empty() ? "none" : absl::StrJoin(names, ", "),
+                                            ")"));
+  }
+  if (it->second.conn) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "node ", node, " is connected; stop its agent first (a connected agent stays listed)"));
+  }
+  std::vector<std::string> jobs;
+  for (const auto& [id, rt] : jobs_) {
+    bool there = std::any_of(rt->ranks.begin(), rt->ranks.end(),
+                             [&](const RankRt& r) { return r.node == node && !r.exited; });
+    if (rt->trials && !rt->trials->done) {
+      for (const auto& p : rt->trials->placement) there = there || p.first == node;
+    }
+    if (there) jobs.push_back(id);
+  }
+  if (!jobs.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "node ", node, " still has ranks of active job(s) ", absl::StrJoin(jobs, ", "),
+        ": wait until they count as stalled and are stopped, or cancel them (dgca cancel)"));
+  }
+  nodes_.erase(it);
+  hub_->RemoveNode(node);
+  spdlog::info("node {} forgotten (dgca nodes forget)", node);
+  return absl::OkStatus();
+}
+
 std::vector<v1::NodeInfo> Scheduler::ListNodes() {
   std::lock_guard<std::mutex> l(mu_);
   std::vector<v1::NodeInfo> out;

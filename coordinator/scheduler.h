@@ -191,6 +191,9 @@ class Scheduler {
   // Waits up to `wait` for CANCELLED once ranks are told to stop.
   absl::StatusOr<v1::Job> Cancel(const std::string& id, std::chrono::milliseconds wait);
   std::vector<v1::NodeInfo> ListNodes();
+  // Drops a disconnected node from ListNodes and /metrics (see
+  // ForgetNodeRequest in coordinator.proto for the refusals).
+  absl::Status ForgetNode(const std::string& node);
   // Subscribes to a job: events after `after_seq` (replayed), then live
   // updates. NOT_FOUND for unknown jobs.
   absl::StatusOr<std::shared_ptr<WatchSubscription>> Watch(const std::string& id,

@@ -203,6 +203,15 @@ class CoordinatorServiceImpl final : public v1::Coordinator::Service {
     return Status::OK;
   }
 
+  Status ForgetNode(ServerContext* ctx, const v1::ForgetNodeRequest* req,
+                    v1::ForgetNodeResponse*) override {
+    DGCA_AUTH(ctx);
+    if (req->node().empty()) {
+      return Status(StatusCode::INVALID_ARGUMENT, "ForgetNode: node is empty (a name from dgca nodes)");
+    }
+    return ToGrpc(s_->ForgetNode(req->node()));
+  }
+
   Status PlanJob(ServerContext* ctx, const v1::PlanJobRequest* req,
                  v1::PlanJobResponse* resp) override {
     DGCA_AUTH(ctx);

@@ -611,6 +611,78 @@ TEST_F(ServerTest, CancelPendingAndUnknownJobs) {
   EXPECT_EQ(coord_->GetJob(ctx3.get(), g, &gr).error_code(), grpc::StatusCode::NOT_FOUND);
 }
 
+// ForgetNode: refused for unknown names, connected agents and nodes that
+// still hold an active job's ranks; then the node leaves ListNodes and its
+// dgca_worker_* series leave /metrics.
+TEST_F(ServerTest, ForgetNodeDropsOnlyAGoneNode) {
+  StartServer();
+  auto forget = [&](const std::string& node) {
+    auto ctx = Ctx();
+    v1::ForgetNodeRequest req;
+    req.set_node(node);
+    v1::ForgetNodeResponse resp;
+    return coord_->ForgetNode(ctx.get(), req, &resp);
+  };
+  auto nodes = [&] {
+    auto ctx = Ctx();
+    v1::ListNodesResponse resp;
+    EXPECT_TRUE(coord_->ListNodes(ctx.get(), v1::ListNodesRequest(), &resp).ok());
+    return resp;
+  };
+  const std::string series = "dgca_worker_connected{node=\"n1\"}";
+  auto agent = std::make_unique<FakeAgent>(server_->address(), server_->token(), "n1");
+  std::string id = Submit(Spec());
+  ASSERT_TRUE(WaitState(id, v1::RUNNING));
+  ASSERT_TRUE(WaitUntil([&] { return server_->metrics()->Serialize().find(series) !=
+                                     std::string::npos; }));
+
+  grpc::Status s = forget("");
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  s = forget("zz");
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND) << s.error_message();
+  EXPECT_NE(s.error_message().find("known: n1"), std::string::npos) << s.error_message();
+  s = forget("n1");
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << s.error_message();
+  EXPECT_NE(s.error_message().find("is connected"), std::string::npos) << s.error_message();
+
+  agent.reset();  // the agent goes away; the job's ranks there are not yet known to be gone
+  ASSERT_TRUE(WaitUntil([&] {
+    auto r = nodes();
+    return r.nodes_size() == 1 && !r.nodes(0).connected();
+  }));
+  s = forget("n1");
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << s.error_message();
+  EXPECT_NE(s.error_message().find("still has ranks of active job(s) " + id), std::string::npos)
+      << s.error_message();
+  EXPECT_EQ(nodes().nodes_size(), 1);
+
+  {
+    auto ctx = Ctx();
+    v1::CancelJobRequest req;
+    req.set_job_id(id);
+    v1::CancelJobResponse resp;
+    ASSERT_TRUE(coord_->CancelJob(ctx.get(), req, &resp).ok());
+  }
+  ASSERT_TRUE(WaitState(id, v1::CANCELLED));
+  s = forget("n1");
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(nodes().nodes_size(), 0);
+  // Gone from /metrics, and not put back by the next ticks.
+  std::this_thread::sleep_for(milliseconds(500));
+  const std::string text = server_->metrics()->Serialize();
+  EXPECT_EQ(text.find(series), std::string::npos) << text;
+  EXPECT_EQ(text.find("dgca_worker_heartbeat_age_seconds{node=\"n1\"}"), std::string::npos)
+      << text;
+  EXPECT_EQ(forget("n1").error_code(), grpc::StatusCode::NOT_FOUND);
+
+  // An agent of that name that comes back registers afresh.
+  FakeAgent again(server_->address(), server_->token(), "n1");
+  ASSERT_TRUE(WaitUntil([&] {
+    auto r = nodes();
+    return r.nodes_size() == 1 && r.nodes(0).connected();
+  }));
+}
+
 TEST_F(ServerTest, LogsNodesTopology) {
   StartServer();
   FakeAgent agent(server_->address(), server_->token(), "n1");

@@ -59,6 +59,28 @@ JobView WaitRunning(const CoordinatorProcess& coord, const std::string& job, int
   return v;
 }
 
+constexpr int kSteps = 600;  // long enough to outlast a restart here
+
+// Submits a kSteps job (WriteLongSpec) and waits for both its ranks past
+// `min_step` but short of half the job. False (with the failure recorded)
+// otherwise.
+bool SubmitLongJob(const CoordinatorProcess& coord, const std::string& dir, const std::string& name,
+                   int64_t min_step, std::string* id, JobView* before) {
+  Result sub = Dgca(coord, {"submit", WriteLongSpec(dir, name, kSteps)});
+  if (sub.code != 0) {
+    ADD_FAILURE() << "submit " << name << ": exit " << sub.code << "\n" << sub.err;
+    return false;
+  }
+  *id = Trim(sub.out);
+  *before = WaitRunning(coord, *id, min_step);
+  if (before->state != "RUNNING" || before->step >= kSteps / 2) {
+    ADD_FAILURE() << "job " << *id << " is not running short of half its steps (the job is too "
+                  << "short for this machine?)\n" << before->raw;
+    return false;
+  }
+  return true;
+}
+
 // Waits (up to 120 s) for the job to leave RUNNING; its last view. On a
 // timeout the failure shows the coordinator's log and `more`.
 JobView WaitEnded(const CoordinatorProcess& coord, const std::string& job,
@@ -99,16 +121,13 @@ TEST(CoordinatorRestartTest, Kill9ThenRestartReadoptsRunningRanks) {
   Result done = Dgca(coord, {"submit", WriteTinySpec(dir, "finished", 2, 1), "--wait"}, 90s);
   ASSERT_EQ(done.code, 0) << done.out << done.err << coord.Log();
   std::string done_id = done.out.substr(0, done.out.find('\n'));
-  const int kSteps = 600;
-  Result sub = Dgca(coord, {"submit", WriteLongSpec(dir, "running", kSteps)});
-  ASSERT_EQ(sub.code, 0) << sub.err;
-  std::string run_id = Trim(sub.out);
+  std::string run_id;
+  JobView before;
+  ASSERT_TRUE(SubmitLongJob(coord, dir, "running", 30, &run_id, &before));
   // `dgca watch` from before the crash to the end.
   pid_t watch = SpawnLogged({CliBin(), "--coordinator", coord.address(), "--token-file",
                              coord.token_file(), "watch", run_id},
                             dir + "/watch.log");
-  JobView before = WaitRunning(coord, run_id, 30);
-  ASSERT_LT(before.step, kSteps / 2) << "the job is too short for this machine";
   std::string address = coord.address();
 
   coord.Kill9();
@@ -178,12 +197,9 @@ TEST(CoordinatorRestartTest, SigtermWithKeepJobsLeavesTheJobForTheNextCoordinato
   mkdir((dir + "/state").c_str(), 0755);
   CoordinatorProcess coord(dir + "/state");
   ASSERT_TRUE(coord.Start("127.0.0.1:0", {"--on-shutdown", "keep-jobs"}));
-  const int kSteps = 600;
-  Result sub = Dgca(coord, {"submit", WriteLongSpec(dir, "kept", kSteps)});
-  ASSERT_EQ(sub.code, 0) << sub.err;
-  std::string job = Trim(sub.out);
-  JobView before = WaitRunning(coord, job, 30);
-  ASSERT_LT(before.step, kSteps / 2) << "the job is too short for this machine";
+  std::string job;
+  JobView before;
+  ASSERT_TRUE(SubmitLongJob(coord, dir, "kept", 30, &job, &before));
   std::string address = coord.address();
 
   const int status = coord.Stop();
@@ -198,7 +214,8 @@ TEST(CoordinatorRestartTest, SigtermWithKeepJobsLeavesTheJobForTheNextCoordinato
   EXPECT_EQ(end.message, "all 2 ranks exited 0");
   EXPECT_EQ(end.step, kSteps);
   EXPECT_TRUE(HasEvent(end, "coordinator shutting down, keeping the job")) << end.raw;
-  EXPECT_TRUE(HasEvent(end, "coordinator restarted; re-adopting attempt 0 (rank@node:pid 0@")) << end.raw;
+  EXPECT_TRUE(HasEvent(end, "coordinator restarted; re-adopting attempt 0 (rank@node:pid 0@"))
+      << end.raw;
   EXPECT_FALSE(HasEvent(end, "restart 1 of")) << end.raw;
   EXPECT_FALSE(HasEvent(end, "coordinator shut down")) << end.raw;
   coord.Stop();
@@ -215,12 +232,9 @@ TEST(CoordinatorRestartTest, SigtermByDefaultStopsRanksAndFailsTheJob) {
   mkdir((dir + "/state").c_str(), 0755);
   CoordinatorProcess coord(dir + "/state");
   ASSERT_TRUE(coord.Start());
-  const int kSteps = 600;
-  Result sub = Dgca(coord, {"submit", WriteLongSpec(dir, "ended", kSteps)});
-  ASSERT_EQ(sub.code, 0) << sub.err;
-  std::string job = Trim(sub.out);
-  JobView before = WaitRunning(coord, job, 30);
-  ASSERT_LT(before.step, kSteps / 2) << "the job is too short for this machine";
+  std::string job;
+  JobView before;
+  ASSERT_TRUE(SubmitLongJob(coord, dir, "ended", 30, &job, &before));
 
   const int status = coord.Stop();
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status << coord.Log();
@@ -242,12 +256,9 @@ TEST(CoordinatorRestartTest, RankKilledWhileCoordinatorIsDownRestartsFromCheckpo
   mkdir((dir + "/state").c_str(), 0755);
   CoordinatorProcess coord(dir + "/state");
   ASSERT_TRUE(coord.Start());
-  const int kSteps = 600;
-  Result sub = Dgca(coord, {"submit", WriteLongSpec(dir, "victim", kSteps)});
-  ASSERT_EQ(sub.code, 0) << sub.err;
-  std::string job = Trim(sub.out);
-  JobView before = WaitRunning(coord, job, 60);  // past the first checkpoint
-  ASSERT_LT(before.step, kSteps / 2) << "the job is too short for this machine";
+  std::string job;
+  JobView before;
+  ASSERT_TRUE(SubmitLongJob(coord, dir, "victim", 60, &job, &before));  // past the first checkpoint
   std::string address = coord.address();
 
   coord.Kill9();
@@ -283,12 +294,9 @@ TEST(CoordinatorRestartTest, ExternalAgentKeepsItsRanksThroughARestart) {
   CoordinatorProcess coord(dir + "/state");
   ASSERT_TRUE(coord.Start("127.0.0.1:0", {"--no-local-agent"}));
   pid_t agent = StartAgent(coord, "n1", dir + "/agent");
-  const int kSteps = 600;
-  Result sub = Dgca(coord, {"submit", WriteLongSpec(dir, "remote", kSteps)});
-  ASSERT_EQ(sub.code, 0) << sub.err;
-  std::string job = Trim(sub.out);
-  JobView before = WaitRunning(coord, job, 30);
-  ASSERT_LT(before.step, kSteps / 2) << "the job is too short for this machine";
+  std::string job;
+  JobView before;
+  ASSERT_TRUE(SubmitLongJob(coord, dir, "remote", 30, &job, &before));
   std::string address = coord.address();
 
   coord.Kill9();

@@ -1,6 +1,7 @@
 // Two `dgca-worker agent` processes (as on two nodes) and a coordinator
 // without its embedded agent: nodes register, a 2-rank job runs on them and
-// succeeds; stopping an agent with SIGTERM stops its ranks.
+// succeeds; stopping an agent with SIGTERM stops its ranks; `dgca nodes
+// forget` then drops a node that is gone.
 #include <gtest/gtest.h>
 
 #include <set>
@@ -85,6 +86,28 @@ TEST(MultiAgentTest, TwoAgentsRunATwoRankJob) {
                after.state.c_str(), after.message.c_str(),
                std::chrono::duration<double>(Clock::now() - t_stop).count());
   Dgca(coord, {"cancel", job2});
+
+  // Both nodes are gone for good: `dgca nodes forget` drops them from the
+  // list and their series from /metrics (DgcaAgentDisconnected resolves).
+  EXPECT_NE(HttpGet(coord.metrics(), "/metrics").find("dgca_worker_connected{node=\"node-a\"} 0"),
+            std::string::npos);
+  Result unknown = Dgca(coord, {"nodes", "forget", "node-z"});
+  EXPECT_EQ(unknown.code, 2) << unknown.out << unknown.err;
+  EXPECT_NE(unknown.err.find("no node named 'node-z' has registered (known: node-a, node-b)"),
+            std::string::npos)
+      << unknown.err;
+  Result forget = Dgca(coord, {"nodes", "forget", "node-a"});
+  EXPECT_EQ(forget.code, 0) << forget.out << forget.err << coord.Log();
+  EXPECT_EQ(forget.out, "node node-a forgotten\n");
+  Result left = Dgca(coord, {"nodes", "--json"});
+  EXPECT_EQ(left.out.find("node-a"), std::string::npos) << left.out;
+  EXPECT_NE(left.out.find("node-b"), std::string::npos) << left.out;
+  const std::string metrics = HttpGet(coord.metrics(), "/metrics");
+  EXPECT_EQ(metrics.find("dgca_worker_connected{node=\"node-a\"}"), std::string::npos) << metrics;
+  EXPECT_EQ(metrics.find("dgca_worker_heartbeat_age_seconds{node=\"node-a\"}"), std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find("dgca_worker_connected{node=\"node-b\"} 0"), std::string::npos)
+      << metrics;
   coord.Stop();
 }
 
