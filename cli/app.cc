@@ -77,7 +77,12 @@ int RunCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
       "forget", "drop a disconnected node that is gone for good (list, /metrics, its alert)");
   forget->add_option("NODE", node, "node name (dgca nodes)")->required();
 
-  auto* diagnose = app.add_subcommand("diagnose", "staged bottleneck finder");
+  auto* diagnose = app.add_subcommand(
+      "diagnose", "where a job's step time goes and what limits it (dgca diagnose JOB)");
+  std::string diag_job;
+  bool diag_json = false;
+  diagnose->add_option("JOB", diag_job, "job id (dgca list)");
+  diagnose->add_flag("--json", diag_json, "one JSON document");
   DiagnoseCommOptions dco;
   auto* dcomm = diagnose->add_subcommand(
       "comm", "all-reduce bandwidth sweep as a job (like nccl-tests); stored for the planner");
@@ -120,6 +125,7 @@ int RunCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
   if (*forget) return CmdForgetNode(g, io, node);
   if (*nodes) return CmdNodes(g, io, json);
   if (*dcomm) return CmdDiagnoseComm(g, io, dco);
+  if (*diagnose && !diag_job.empty()) return CmdDiagnoseJob(g, io, diag_job, diag_json);
   if (*diagnose) return CmdDiagnose(io);
   if (*synth) return CmdDataSynth(io, out_dir);
   err << "error: no command\n";

@@ -229,10 +229,17 @@ TEST(CliTest, EnvironmentVariablesActAsFlags) {
   std::remove(token.c_str());
 }
 
-TEST(CliTest, DiagnoseSaysItIsNotImplemented) {
+// Without a job, `dgca diagnose` says what its two forms do (and contacts
+// no coordinator); `comm` is its subcommand, not a job id.
+TEST(CliTest, DiagnoseWithoutAJobNamesItsForms) {
   CliRun r = Cli({"diagnose"});
   EXPECT_EQ(r.code, 0);
-  EXPECT_NE(r.out.find("not implemented yet"), std::string::npos);
+  EXPECT_NE(r.out.find("dgca diagnose JOB [--json]"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("dgca diagnose comm"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("not implemented"), std::string::npos) << r.out;
+  CliRun bad = Cli({"diagnose", "comm", "--ranks", "0"});
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.err.find("--ranks must be between 1 and 1024"), std::string::npos) << bad.err;
 }
 
 TEST(CliTest, TopoOnFixtureRootAndJson) {

@@ -660,15 +660,79 @@ int CmdForgetNode(const GlobalOptions& g, Io io, const std::string& node) {
 
 // ---------------------------------------------------------------- diagnose
 int CmdDiagnose(Io io) {
-  io.out << "dgca diagnose will run a staged bottleneck finder on the job's nodes:\n"
-            "  1. data: loader throughput alone (is the trainer starved?)\n"
-            "  2. compute: forward+backward time per micro-batch on each rank\n"
-            "  3. comm: all-reduce bus bandwidth and latency at several sizes, per link\n"
-            "  4. the whole step: exposed communication share and data wait\n"
-            "and name the stage that limits throughput, with the planner's fix.\n";
-  io.out << "stage 3 runs today: dgca diagnose comm [--ranks N] [--device cpu|cuda] "
-            "[--sizes 1K..256M] [--json]\n"
-            "stages 1, 2 and 4: not implemented yet\n";
+  io.out << "dgca diagnose finds the stage that limits a job's throughput:\n"
+            "  dgca diagnose JOB [--json]   where a job's step time goes (data wait, compute,\n"
+            "                               exposed communication, a straggling rank), from\n"
+            "                               its measured steps (running or finished), the\n"
+            "                               limiting stage and its fix\n"
+            "  dgca diagnose comm [--ranks N] [--device cpu|cuda] [--sizes 1K..256M] [--json]\n"
+            "                               all-reduce bus bandwidth and latency at several\n"
+            "                               sizes on the nodes (stored for the planner)\n";
+  return kOk;
+}
+
+namespace {
+std::string Pct(double part, double whole) {
+  return absl::StrFormat("%.1f%%", whole > 0 ? 100 * part / whole : 0.0);
+}
+}  // namespace
+
+int CmdDiagnoseJob(const GlobalOptions& g, Io io, const std::string& job_id, bool json) {
+  auto client = Client::Connect(g);
+  if (!client.ok()) return ReportError(io.err, g, client.status());
+  v1::DiagnoseJobRequest req;
+  req.set_job_id(job_id);
+  v1::DiagnoseJobResponse resp;
+  auto ctx = (*client)->Context();
+  grpc::Status s = (*client)->stub()->DiagnoseJob(ctx.get(), req, &resp);
+  // Unknown job or too few steps: exit 2 (ExitCodeFor).
+  if (!s.ok()) return ReportError(io.err, g, FromGrpc(s));
+  if (json) {
+    io.out << ToJson(resp);
+    return kOk;
+  }
+  const v1::Plan& plan = resp.plan();
+  const v1::StepBreakdown& b = resp.breakdown();
+  const double step = b.step_seconds();
+  io.out << absl::StrFormat(
+      "# dgca diagnose %s (%s): %s, %d rank(s) %s/%s, micro-batch %d x %d accumulation; medians "
+      "of %d %s rank-steps\n",
+      resp.job_id(), resp.name(), StateName(resp.state()), plan.ranks(), plan.device(),
+      plan.backend(), plan.micro_batch(), plan.accumulation(), b.samples(),
+      resp.live() ? "steady-state (so far)" : "steady-state");
+  std::vector<std::vector<std::string>> rows = {{"STAGE", "SECONDS", "SHARE", ""}};
+  const double hidden = b.allreduce_seconds() - b.exposed_comm_seconds();
+  rows.push_back({"data wait", absl::StrFormat("%.4f", b.data_wait_seconds()),
+                  Pct(b.data_wait_seconds(), step), ""});
+  rows.push_back({"compute", absl::StrFormat("%.4f", b.compute_seconds()),
+                  Pct(b.compute_seconds(), step),
+                  hidden > 0 ? absl::StrFormat("(%.4f s of all-reduce hidden in it)", hidden) : ""});
+  rows.push_back({"exposed comm", absl::StrFormat("%.4f", b.exposed_comm_seconds()),
+                  Pct(b.exposed_comm_seconds(), step),
+                  b.allreduce_seconds() > 0
+                      ? absl::StrFormat("(all-reduce %.4f s in total)", b.allreduce_seconds())
+                      : ""});
+  rows.push_back({"step", absl::StrFormat("%.4f", step), "100.0%", ""});
+  io.out << Table(rows);
+  if (b.ranks_size() > 1) {
+    std::vector<std::vector<std::string>> rr = {
+        {"RANK", "NODE", "STEPS", "STEP(s)", "DATA", "COMPUTE", "EXPOSED"}};
+    for (const auto& r : b.ranks()) {
+      rr.push_back({absl::StrCat(r.rank()), r.node().empty() ? "-" : r.node(),
+                    absl::StrCat(r.samples()), absl::StrFormat("%.4f", r.step_seconds()),
+                    Pct(r.data_wait_seconds(), r.step_seconds()),
+                    Pct(r.compute_seconds(), r.step_seconds()),
+                    Pct(r.exposed_comm_seconds(), r.step_seconds())});
+    }
+    io.out << "\n" << Table(rr);
+  }
+  io.out << "\n";
+  for (const auto& f : resp.findings()) {
+    const char* mark = f.limiting() ? "LIMITS" : f.above_limit() ? "high" : "ok";
+    io.out << absl::StrFormat("%-9s %-6s %s\n", f.stage(), mark, f.finding());
+    if (!f.fix().empty()) io.out << absl::StrFormat("%-9s %-6s fix: %s\n", "", "", f.fix());
+  }
+  io.out << "\nlimiting stage: " << resp.limiting_stage() << "\n";
   return kOk;
 }
 

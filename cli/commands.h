@@ -41,6 +41,12 @@ int CmdNodes(const GlobalOptions& g, Io io, bool json);
 // when refused (unknown, connected, or still holding ranks of a job).
 int CmdForgetNode(const GlobalOptions& g, Io io, const std::string& node);
 int CmdDiagnose(Io io);
+// `dgca diagnose JOB` (DiagnoseJobRequest in coordinator.proto): the step
+// breakdown (data wait, compute, exposed communication; per rank when there
+// are several), one line per stage (ok / high / LIMITS, with the fix) and
+// the limiting stage; --json prints the DiagnoseJobResponse. Exit 2 for an
+// unknown job or one with too few steps to diagnose.
+int CmdDiagnoseJob(const GlobalOptions& g, Io io, const std::string& job_id, bool json);
 
 // `dgca diagnose comm`: the all-reduce bandwidth probe as a job (like
 // nccl-tests' all_reduce_perf). Submits a spec of `kind: comm_probe` (see

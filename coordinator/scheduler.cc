@@ -10,6 +10,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -25,8 +26,9 @@ namespace {
 
 // Finished jobs whose per-rank progress and /metrics series are kept.
 constexpr size_t kRememberFinished = 64;
-// Plan check: at most this many (rank, step) samples per job are kept (the
-// medians need no more); fewer than kMinStepSamples make no check.
+// Plan check and dgca diagnose: the latest this many (rank, step) samples
+// per job are kept (the medians need no more); fewer than kMinStepSamples
+// make no check and no diagnosis.
 constexpr size_t kMaxStepSamples = 20000;
 constexpr size_t kMinStepSamples = 5;
 // Step measurements (distinct micro-batches) fed to one plan.
@@ -635,15 +637,6 @@ std::string Scheduler::NodeSetKey(const JobRt& rt) {
   return absl::StrJoin(nodes, ",");
 }
 
-namespace {
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-}  // namespace
-
 absl::StatusOr<v1::Plan> Scheduler::PlanMeasured(const v1::JobSpec& spec,
                                                  const std::vector<v1::Topology>& topo,
                                                  TrialRunner* trials) {
@@ -667,7 +660,7 @@ absl::StatusOr<v1::Plan> Scheduler::PlanMeasured(const v1::JobSpec& spec,
         r.push_back(x.skew);
         from.push_back(absl::StrFormat("%s %.3f", x.job_id, x.skew));
       }
-      meas.allreduce_skew_per_compute = std::max(0.0, Median(r));
+      meas.allreduce_skew_per_compute = std::max(0.0, MedianOf(r));
       meas.allreduce_skew_source = absl::StrCat(
           "the median of (measured all-reduce - probe) / compute over the newest ", r.size(),
           " job(s) on these nodes: ", absl::StrJoin(from, ", "));
@@ -777,9 +770,22 @@ Scheduler::StepMedians Scheduler::MediansOf(const std::vector<StepSample>& sampl
     step.push_back(x.step_seconds);
     share.push_back(x.exposed_seconds / x.step_seconds);
     allreduce.push_back(x.allreduce_seconds);
-    compute.push_back(std::max(0.0, x.step_seconds - x.exposed_seconds) / k);
+    // A starved loader is not the model's compute: the planner would carry
+    // it into every later plan of the model.
+    compute.push_back(std::max(0.0, x.step_seconds - x.exposed_seconds - x.data_wait_seconds) /
+                      k);
   }
-  return {Median(step), Median(share), Median(allreduce), Median(compute)};
+  return {MedianOf(step), MedianOf(share), MedianOf(allreduce), MedianOf(compute)};
+}
+
+Scheduler::StepSample Scheduler::SampleOf(const v1::StepMetrics& m) {
+  StepSample s;
+  s.rank = m.rank();
+  s.step_seconds = m.step_seconds();
+  s.data_wait_seconds = m.data_wait_seconds();
+  s.exposed_seconds = m.exposed_comm_seconds();
+  s.allreduce_seconds = m.allreduce_seconds();
+  return s;
 }
 
 void Scheduler::LiveCheck(JobRt* rt) {
@@ -802,18 +808,12 @@ void Scheduler::LiveCheck(JobRt* rt) {
   text += ")";
   std::vector<std::string> verdict;
   if (m.comm_share > kTargetCommShare && m.comm_share < 1) {
-    // Exposed communication E per step is fixed by the gradients; compute C
-    // grows with the samples per step G: E/(E + C G'/G) <= t needs
-    // G' >= G s/(1-s) (1-t)/t, in whole micro-batches on every rank.
-    const int unit = std::max(1, p.ranks()) * std::max(1, p.micro_batch());
-    const double g = static_cast<double>(unit) * std::max(1, p.accumulation());
-    const double need = g * m.comm_share / (1 - m.comm_share) * (1 - kTargetCommShare) /
-                        kTargetCommShare;
-    const int64_t global = static_cast<int64_t>(std::ceil(need / unit - 1e-9)) * unit;
+    const int64_t g = int64_t{std::max(1, p.ranks())} * std::max(1, p.micro_batch()) *
+                      std::max(1, p.accumulation());
     verdict.push_back(absl::StrFormat(
         "above the target: raise train.global_batch to >= %d (now %d) to bring it under %.0f%% "
         "(accumulation at this global batch moves compute between micro-steps, not the share)",
-        global, static_cast<int64_t>(g), 100 * kTargetCommShare));
+        GlobalBatchForCommTarget(p, m.comm_share), g, 100 * kTargetCommShare));
   }
   if (p.predicted_step_seconds() > 0 && std::fabs(err) > 0.25) {
     verdict.push_back("the step prediction is off by more than 25%; this job's measurements "
@@ -839,6 +839,7 @@ void Scheduler::CheckPlan(JobRt* rt, v1::JobState final_state) {
   c.set_measured_comm_share(med.comm_share);
   c.set_measured_allreduce_seconds(med.allreduce);
   c.set_measured_compute_seconds(med.compute);
+  *c.mutable_breakdown() = BreakdownOf(ss, rt->plan);
   std::string text;
   if (c.predicted_step_seconds() > 0) {
     text = absl::StrFormat(
@@ -922,6 +923,61 @@ absl::StatusOr<v1::GetJobResponse> Scheduler::GetJob(const std::string& id) {
     }
   }
   return resp;
+}
+
+absl::StatusOr<v1::DiagnoseJobResponse> Scheduler::DiagnoseJob(const std::string& id) {
+  auto stored = store_->GetJob(id);
+  if (!stored.ok()) return stored.status();
+  const v1::JobSpec& spec = stored->job.spec();
+  if (spec.kind() == "comm_probe") {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job ", id, " is a comm probe: it times all-reduces, not training steps (its table is "
+        "what dgca diagnose comm printed; dgca status ", id, " shows it again)"));
+  }
+  v1::DiagnoseJobResponse out;
+  out.set_job_id(id);
+  out.set_name(stored->job.name());
+  out.set_state(stored->job.state());
+  v1::Plan plan = stored->has_plan ? stored->plan : v1::Plan();
+  std::vector<StepSample> samples;
+  bool active = false;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = jobs_.find(id);
+    if (it != jobs_.end()) {
+      active = true;
+      const JobRt& rt = *it->second;
+      out.set_state(rt.state);
+      if (rt.planned) plan = rt.plan;
+      samples = rt.step_samples;  // copied: the medians are computed unlocked
+    }
+  }
+  v1::StepBreakdown breakdown;
+  if (active) {
+    if (samples.size() < kMinStepSamples) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "job %s (%s) has %d steady-state rank-step(s) so far; dgca diagnose needs at least %d "
+          "(each rank's first two steps are warm-up): try again after a few more steps",
+          id, absl::AsciiStrToLower(v1::JobState_Name(out.state())),
+          static_cast<int>(samples.size()), static_cast<int>(kMinStepSamples)));
+    }
+    breakdown = BreakdownOf(samples, plan);
+    out.set_live(true);
+  } else if (stored->job.plan_check().breakdown().samples() > 0) {
+    breakdown = stored->job.plan_check().breakdown();
+  } else {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "job %s (%s) left no step breakdown to diagnose: it ran fewer than %d steady-state "
+        "rank-steps (each rank's first two steps are warm-up), or finished before its "
+        "coordinator kept breakdowns",
+        id, absl::AsciiStrToLower(v1::JobState_Name(out.state())),
+        static_cast<int>(kMinStepSamples)));
+  }
+  absl::Status st = DiagnoseSteps(plan, spec, breakdown, &out);
+  if (!st.ok()) return st;
+  *out.mutable_plan() = std::move(plan);
+  *out.mutable_breakdown() = std::move(breakdown);
+  return out;
 }
 
 absl::StatusOr<std::vector<v1::Job>> Scheduler::ListJobs(const v1::ListJobsRequest& req) {
@@ -1841,8 +1897,7 @@ std::string Scheduler::IngestSample(const v1::MetricSample& s, const std::string
       // A tuning trial's step: timed after the warmup; not the job's own
       // progress, plan check or /metrics series.
       if (m.step() > kTrialWarmupSteps && m.step_seconds() > 0) {
-        rt->trials->steps.push_back(
-            {m.step_seconds(), m.exposed_comm_seconds(), m.allreduce_seconds()});
+        rt->trials->steps.push_back(SampleOf(m));
       }
       trial_cv_.notify_all();
       v1::WatchJobResponse u;
@@ -1852,10 +1907,13 @@ std::string Scheduler::IngestSample(const v1::MetricSample& s, const std::string
     }
     // The plan check skips each rank's first two steps of an attempt
     // (allocation, first-touch, loader warm-up).
-    if (++rr.step_samples > 2 && m.step_seconds() > 0 &&
-        rt->step_samples.size() < kMaxStepSamples) {
-      rt->step_samples.push_back(
-          {m.step_seconds(), m.exposed_comm_seconds(), m.allreduce_seconds()});
+    if (++rr.step_samples > 2 && m.step_seconds() > 0) {
+      if (rt->step_samples.size() < kMaxStepSamples) {
+        rt->step_samples.push_back(SampleOf(m));
+      } else {
+        rt->step_samples[rt->step_samples_seen % kMaxStepSamples] = SampleOf(m);
+      }
+      ++rt->step_samples_seen;
       if (!rt->live_checked && rt->planned && rt->spec.kind() != "comm_probe" &&
           rt->step_samples.size() >= LiveCheckSamples(static_cast<int>(rt->ranks.size()))) {
         LiveCheck(rt);

@@ -110,6 +110,7 @@
 #include "coordinator/job_store.h"
 #include "coordinator/loss_curve.h"
 #include "coordinator/metrics_hub.h"
+#include "coordinator/planner/diagnosis.h"
 #include "coordinator/planner/planner.h"
 #include "coordinator/rendezvous_store.h"
 #include "dgca/v1/agent.pb.h"
@@ -194,6 +195,10 @@ class Scheduler {
   // Drops a disconnected node from ListNodes and /metrics (see
   // ForgetNodeRequest in coordinator.proto for the refusals).
   absl::Status ForgetNode(const std::string& node);
+  // `dgca diagnose JOB` (DiagnoseJobRequest in coordinator.proto): a
+  // running job's steady-state steps so far, else the breakdown stored with
+  // a finished job's plan check, read through DiagnoseSteps.
+  absl::StatusOr<v1::DiagnoseJobResponse> DiagnoseJob(const std::string& id);
   // Subscribes to a job: events after `after_seq` (replayed), then live
   // updates. NOT_FOUND for unknown jobs.
   absl::StatusOr<std::shared_ptr<WatchSubscription>> Watch(const std::string& id,
@@ -239,13 +244,13 @@ class Scheduler {
     Clock::time_point last_progress;
     int step_samples = 0;  // step metrics received from this rank (this attempt)
   };
-  // One rank's step, kept for the plan check (predicted vs measured).
-  struct StepSample {
-    double step_seconds = 0, exposed_seconds = 0, allreduce_seconds = 0;
-  };
+  // One rank's step, kept for the plan check (predicted vs measured) and
+  // `dgca diagnose` (coordinator/planner/diagnosis.h).
+  using StepSample = ::dgca::StepSample;
+  static StepSample SampleOf(const v1::StepMetrics& m);
   // Medians over rank-steps: seconds per optimizer step, exposed
   // communication share, all-reduce seconds, compute per micro-step (the
-  // step less its exposed communication, over `accumulation`).
+  // step less its data wait and exposed communication, over `accumulation`).
   struct StepMedians {
     double step = 0, comm_share = 0, allreduce = 0, compute = 0;
   };
@@ -290,7 +295,10 @@ class Scheduler {
     Clock::time_point stop_deadline;
     Clock::time_point launched;
     std::map<std::string, double> eval;
-    std::vector<StepSample> step_samples;  // steady-state steps, every rank
+    // Steady-state steps, every rank: the latest kMaxStepSamples (a ring
+    // once full; step_samples_seen counts every one).
+    std::vector<StepSample> step_samples;
+    size_t step_samples_seen = 0;
     LossCurve loss_curve;                  // Job.loss_curve
     v1::PlanCheck plan_check;
     bool live_checked = false;  // LiveCheck done for this job

@@ -212,6 +212,18 @@ class CoordinatorServiceImpl final : public v1::Coordinator::Service {
     return ToGrpc(s_->ForgetNode(req->node()));
   }
 
+  Status DiagnoseJob(ServerContext* ctx, const v1::DiagnoseJobRequest* req,
+                     v1::DiagnoseJobResponse* resp) override {
+    DGCA_AUTH(ctx);
+    if (req->job_id().empty()) {
+      return Status(StatusCode::INVALID_ARGUMENT, "DiagnoseJob: job_id is empty (a job from dgca list)");
+    }
+    auto r = s_->DiagnoseJob(req->job_id());
+    if (!r.ok()) return ToGrpc(r.status());
+    *resp = std::move(r).value();
+    return Status::OK;
+  }
+
   Status PlanJob(ServerContext* ctx, const v1::PlanJobRequest* req,
                  v1::PlanJobResponse* resp) override {
     DGCA_AUTH(ctx);

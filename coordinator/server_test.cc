@@ -1232,7 +1232,7 @@ v1::GetAssignmentResponse Assignment(v1::RankService::Stub* rank, const std::str
 
 void StreamSteps(v1::RankService::Stub* rank, const std::string& token, const std::string& job,
                  int attempt, int ranks, int steps, double step_seconds,
-                 double exposed_seconds = 0) {
+                 double exposed_seconds = 0, double data_wait_seconds = 0) {
   grpc::ClientContext ctx;
   AddAuth(&ctx, token);
   v1::StreamMetricsResponse resp;
@@ -1247,6 +1247,7 @@ void StreamSteps(v1::RankService::Stub* rank, const std::string& token, const st
       m->set_total_steps(steps);
       m->set_step_seconds(step_seconds);
       m->set_exposed_comm_seconds(exposed_seconds);
+      m->set_data_wait_seconds(data_wait_seconds);
       m->set_attempt(attempt);
       EXPECT_TRUE(w->Write(s));
     }
@@ -1420,6 +1421,63 @@ TEST_F(ServerTest, LiveCheckSaysWhatWouldMeetTheCommTarget) {
   EXPECT_NE(live(fine).find("exposed communication 5.0% of the step (target 10%); the plan holds"),
             std::string::npos)
       << live(fine);
+}
+
+// dgca diagnose JOB over the real service: refused until there are enough
+// steady-state steps; from a running job's steps, then (after the job ends
+// and the coordinator restarts) from the breakdown stored with its plan
+// check. A starved loader is named, and its wait is not stored as compute.
+TEST_F(ServerTest, DiagnoseJobLiveAndAfterARestart) {
+  StartServer();
+  auto diagnose = [&](const std::string& id, v1::DiagnoseJobResponse* out) {
+    v1::DiagnoseJobRequest req;
+    req.set_job_id(id);
+    auto ctx = Ctx();
+    return coord_->DiagnoseJob(ctx.get(), req, out);
+  };
+  v1::DiagnoseJobResponse d;
+  EXPECT_EQ(diagnose("", &d).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(diagnose("j-none", &d).error_code(), grpc::StatusCode::NOT_FOUND);
+  std::string id;
+  {
+    FakeAgent agent(server_->address(), server_->token(), "n1");
+    id = Submit(Spec(0, 2));
+    ASSERT_TRUE(WaitUntil([&] { return agent.Launches(id, 0).size() == 2; }));
+    grpc::Status early = diagnose(id, &d);
+    EXPECT_EQ(early.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+    EXPECT_NE(early.error_message().find("0 steady-state rank-step(s) so far"), std::string::npos)
+        << early.error_message();
+    // 0.1 s steps: 0.03 s waiting for data, 0.01 s exposed all-reduce.
+    StreamSteps(rank_.get(), server_->token(), id, 0, 2, 8, 0.1, 0.01, 0.03);
+    ASSERT_TRUE(WaitUntil([&] { return diagnose(id, &d).ok() && d.breakdown().samples() == 12; }))
+        << d.ShortDebugString();
+    EXPECT_TRUE(d.live());
+    EXPECT_EQ(d.state(), v1::RUNNING);
+    EXPECT_EQ(d.limiting_stage(), "data");
+    EXPECT_NEAR(d.breakdown().compute_seconds(), 0.06, 1e-9);
+    ASSERT_EQ(d.breakdown().ranks_size(), 2);
+    EXPECT_EQ(d.breakdown().ranks(1).node(), "n1");
+    EXPECT_EQ(d.plan().ranks(), 2);
+    agent.Exit(id, 0, 0, 0);
+    agent.Exit(id, 1, 0, 0);
+    ASSERT_TRUE(WaitState(id, v1::SUCCEEDED));
+  }
+  // The plan check stores compute per micro-step without the data wait.
+  const v1::GetJobResponse done = Get(id);
+  ASSERT_GT(done.plan().accumulation(), 0);
+  EXPECT_NEAR(done.job().plan_check().measured_compute_seconds(),
+              0.06 / done.plan().accumulation(), 1e-9);
+  server_->Shutdown();
+  server_.reset();
+  StartServer();
+  v1::DiagnoseJobResponse after;
+  ASSERT_TRUE(diagnose(id, &after).ok());
+  EXPECT_FALSE(after.live());
+  EXPECT_EQ(after.state(), v1::SUCCEEDED);
+  EXPECT_EQ(after.breakdown().samples(), 12);
+  EXPECT_EQ(after.limiting_stage(), "data");
+  EXPECT_NEAR(after.breakdown().data_wait_seconds(), 0.03, 1e-9);
+  EXPECT_EQ(after.plan().ranks(), 2);
 }
 
 // A coordinator killed during the trials: the job is queued again, the

@@ -145,6 +145,130 @@ TEST_F(PlanCheckTest, FinishedJobsTeachThePlannerTheStepTime) {
   EXPECT_EQ(Num(oj->Find("predicted_step_seconds")), 0) << other.out;
 }
 
+// dgca diagnose JOB on the real ranks' step metrics: while the job runs
+// (from its steps so far) and after it ends (the breakdown stored with the
+// plan check). The parts add up to the step, every rank has a row on its
+// node, the finished job's medians are its plan check's, and the limiting
+// stage is the costliest one past its limit (compute when none is). Which
+// stage limits a tiny CPU job on this machine is not asserted.
+TEST_F(PlanCheckTest, DiagnoseBreaksDownTheRealRanksSteps) {
+  const std::string spec = WriteTinySpec(*dir_, "diag", 400);
+  Result sub = Dgca(*coord_, {"submit", spec}, 60s);
+  ASSERT_EQ(sub.code, 0) << sub.out << sub.err;
+  const std::string id = Trim(sub.out.substr(0, sub.out.find('\n')));
+  ASSERT_FALSE(id.empty());
+
+  struct Diag {
+    int code = -1;
+    bool live = false;
+    std::string state, limiting, raw;
+    double samples = 0, step = 0, data = 0, compute = 0, exposed = 0;
+    std::vector<std::string> rank_nodes;
+    std::vector<double> rank_samples;
+    struct Finding {
+      std::string stage;
+      double share = 0;
+      bool limiting = false, above = false;
+    };
+    std::vector<Finding> findings;
+  };
+  auto diagnose = [&](Diag* d) {
+    Result r = Dgca(*coord_, {"diagnose", "--json", id}, 20s);
+    d->code = r.code;
+    d->raw = r.out + r.err;
+    if (r.code != 0) return;
+    auto parsed = Json(r.out);
+    if (!parsed.ok()) return;
+    const JsonValue& j = *parsed;
+    d->live = j.Find("live") && j.Find("live")->boolean;
+    d->state = JsonStr(j.Find("state"));
+    d->limiting = JsonStr(j.Find("limiting_stage"));
+    const JsonValue* b = j.Find("breakdown");
+    if (!b) return;
+    d->samples = Num(b->Find("samples"));
+    d->step = Num(b->Find("step_seconds"));
+    d->data = Num(b->Find("data_wait_seconds"));
+    d->compute = Num(b->Find("compute_seconds"));
+    d->exposed = Num(b->Find("exposed_comm_seconds"));
+    if (const JsonValue* rs = b->Find("ranks"); rs && rs->is_array()) {
+      for (const auto& r : rs->array) {
+        d->rank_nodes.push_back(JsonStr(r.Find("node")));
+        d->rank_samples.push_back(Num(r.Find("samples")));
+      }
+    }
+    if (const JsonValue* fs = j.Find("findings"); fs && fs->is_array()) {
+      for (const auto& f : fs->array) {
+        d->findings.push_back({JsonStr(f.Find("stage")), Num(f.Find("share")),
+                               f.Find("limiting") && f.Find("limiting")->boolean,
+                               f.Find("above_limit") && f.Find("above_limit")->boolean});
+      }
+    }
+  };
+  auto check = [&](const Diag& d) {
+    EXPECT_GT(d.step, 0) << d.raw;
+    EXPECT_NEAR(d.data + d.compute + d.exposed, d.step, 1e-9 + 1e-6 * d.step) << d.raw;
+    ASSERT_EQ(d.rank_nodes.size(), 2u) << d.raw;
+    EXPECT_FALSE(d.rank_nodes[0].empty()) << d.raw;
+    EXPECT_EQ(d.rank_samples[0] + d.rank_samples[1], d.samples) << d.raw;
+    ASSERT_EQ(d.findings.size(), 4u) << d.raw;  // data, compute, comm, straggler
+    std::string costliest = "compute";
+    double cost = 0;
+    int limiting = 0;
+    for (const auto& f : d.findings) {
+      limiting += f.limiting;
+      if (f.above && f.share > cost) {
+        cost = f.share;
+        costliest = f.stage;
+      }
+    }
+    EXPECT_EQ(limiting, 1) << d.raw;
+    EXPECT_EQ(d.limiting, costliest) << d.raw;
+  };
+
+  // While it runs: refused until the ranks are past their warm-up steps,
+  // then a live breakdown.
+  Diag live;
+  ASSERT_TRUE(WaitUntil([&] {
+    diagnose(&live);
+    if (live.code != 0) {
+      EXPECT_EQ(live.code, 2) << live.raw;  // too few steps yet: not an error of the job
+      EXPECT_NE(live.raw.find("steady-state rank-step"), std::string::npos) << live.raw;
+    }
+    return live.code == 0 || Status(*coord_, id).state == "SUCCEEDED";
+  }, 120s));
+  if (live.code == 0 && live.live) {
+    EXPECT_EQ(live.state, "RUNNING") << live.raw;
+    check(live);
+  } else {
+    ADD_FAILURE() << "the 400-step job ended before a live diagnosis (raise its steps): "
+                  << live.raw;
+  }
+
+  ASSERT_TRUE(WaitUntil([&] { return Status(*coord_, id).state == "SUCCEEDED"; }, 180s));
+  Diag done;
+  diagnose(&done);
+  ASSERT_EQ(done.code, 0) << done.raw;
+  EXPECT_FALSE(done.live) << done.raw;
+  EXPECT_EQ(done.state, "SUCCEEDED");
+  check(done);
+  std::string raw;
+  const Check pc = PlanCheckOf(*coord_, id, &raw);
+  EXPECT_EQ(done.samples, pc.samples) << raw;
+  EXPECT_DOUBLE_EQ(done.step, pc.meas_step) << raw;
+
+  // The table names the stages, the ranks and the limiting stage.
+  Result text = Dgca(*coord_, {"diagnose", id}, 20s);
+  ASSERT_EQ(text.code, 0) << text.out << text.err;
+  for (const char* want : {"data wait", "compute", "exposed comm", "RANK", "straggler"}) {
+    EXPECT_NE(text.out.find(want), std::string::npos) << want << "\n" << text.out;
+  }
+  EXPECT_NE(text.out.find("limiting stage: " + done.limiting), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("LIMITS"), std::string::npos) << text.out;
+
+  Result unknown = Dgca(*coord_, {"diagnose", "j-000999-none"}, 20s);
+  EXPECT_EQ(unknown.code, 2) << unknown.out << unknown.err;
+}
+
 }  // namespace
 }  // namespace itest
 }  // namespace dgca

@@ -1,0 +1,281 @@
+// Diagnosis of a job's measured steps: diagnosis.h has the stages and the
+// rules; this file has the arithmetic and the words.
+#include "coordinator/planner/diagnosis.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "coordinator/planner/planner.h"
+
+namespace dgca {
+
+double MedianOf(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+namespace {
+
+// Medians of one set of samples, written into the fields both
+// StepBreakdown and RankStepMedians have.
+struct Medians {
+  int64_t samples = 0;
+  double step = 0, data = 0, exposed = 0, compute = 0, allreduce = 0;
+};
+
+Medians MediansOfSamples(const std::vector<const StepSample*>& samples) {
+  std::vector<double> step, data, exposed, allreduce;
+  for (const StepSample* s : samples) {
+    step.push_back(s->step_seconds);
+    data.push_back(std::max(0.0, s->data_wait_seconds));
+    exposed.push_back(std::max(0.0, s->exposed_seconds));
+    allreduce.push_back(std::max(0.0, s->allreduce_seconds));
+  }
+  Medians m;
+  m.samples = static_cast<int64_t>(samples.size());
+  m.step = MedianOf(step);
+  m.data = MedianOf(data);
+  m.exposed = MedianOf(exposed);
+  m.allreduce = MedianOf(allreduce);
+  // The rest of the median step, so that the parts add up to it (a median
+  // of per-step remainders would not).
+  m.compute = std::max(0.0, m.step - m.data - m.exposed);
+  return m;
+}
+
+double Share(double part, double step) { return step > 0 ? part / step : 0; }
+
+std::string RankName(const v1::RankStepMedians& r) {
+  return r.node().empty() ? absl::StrCat("rank ", r.rank())
+                          : absl::StrCat("rank ", r.rank(), " (node ", r.node(), ")");
+}
+
+}  // namespace
+
+v1::StepBreakdown BreakdownOf(const std::vector<StepSample>& samples, const v1::Plan& plan) {
+  std::vector<const StepSample*> all;
+  std::map<int, std::vector<const StepSample*>> by_rank;
+  for (const StepSample& s : samples) {
+    if (!(s.step_seconds > 0)) continue;
+    all.push_back(&s);
+    by_rank[s.rank].push_back(&s);
+  }
+  v1::StepBreakdown b;
+  const Medians m = MediansOfSamples(all);
+  b.set_samples(m.samples);
+  b.set_step_seconds(m.step);
+  b.set_data_wait_seconds(m.data);
+  b.set_exposed_comm_seconds(m.exposed);
+  b.set_compute_seconds(m.compute);
+  b.set_allreduce_seconds(m.allreduce);
+  for (const auto& [rank, rs] : by_rank) {
+    const Medians r = MediansOfSamples(rs);
+    v1::RankStepMedians* out = b.add_ranks();
+    out->set_rank(rank);
+    if (rank >= 0 && rank < plan.rank_nodes_size()) out->set_node(plan.rank_nodes(rank));
+    out->set_samples(r.samples);
+    out->set_step_seconds(r.step);
+    out->set_data_wait_seconds(r.data);
+    out->set_exposed_comm_seconds(r.exposed);
+    out->set_compute_seconds(r.compute);
+    out->set_allreduce_seconds(r.allreduce);
+  }
+  return b;
+}
+
+int64_t GlobalBatchForCommTarget(const v1::Plan& plan, double comm_share) {
+  const int64_t unit = int64_t{std::max(1, plan.ranks())} * std::max(1, plan.micro_batch());
+  const int64_t global = unit * std::max(1, plan.accumulation());
+  if (comm_share <= kTargetCommShare) return global;
+  if (comm_share >= 1) return 0;
+  // Exposed time E is fixed, compute C grows with the samples per step G:
+  // E / (E + C G'/G) <= t needs G' >= G s/(1-s) (1-t)/t, with s = E/(E+C).
+  const double need = static_cast<double>(global) * comm_share / (1 - comm_share) *
+                      (1 - kTargetCommShare) / kTargetCommShare;
+  return static_cast<int64_t>(std::ceil(need / static_cast<double>(unit) - 1e-9)) * unit;
+}
+
+absl::Status DiagnoseSteps(const v1::Plan& plan, const v1::JobSpec& spec,
+                           const v1::StepBreakdown& b, v1::DiagnoseJobResponse* out) {
+  const double step = b.step_seconds();
+  if (!(step > 0)) {
+    return absl::InvalidArgumentError("diagnose: the breakdown has no step time (no steps)");
+  }
+  out->clear_findings();
+  const bool cuda = plan.device() == "cuda";
+
+  // Straggler first: it changes what communication costs. The slowest
+  // rank against the median of the others (with two ranks, the other one: a
+  // median over all would halve the gap).
+  const v1::RankStepMedians* slowest = nullptr;
+  double median_compute = 0, straggle = 0;
+  if (b.ranks_size() >= 2) {
+    for (const auto& r : b.ranks()) {
+      if (slowest == nullptr || r.compute_seconds() > slowest->compute_seconds()) slowest = &r;
+    }
+    std::vector<double> others;
+    for (const auto& r : b.ranks()) {
+      if (&r != slowest) others.push_back(r.compute_seconds());
+    }
+    median_compute = MedianOf(others);
+    straggle = median_compute > 0 ? slowest->compute_seconds() / median_compute - 1 : 0;
+  }
+  const bool straggler = slowest != nullptr && straggle > kStragglerLimit;
+
+  const int k = std::max(1, plan.accumulation());
+  const int m = std::max(1, plan.micro_batch());
+  const int ranks = std::max(1, plan.ranks());
+
+  // data
+  v1::DiagnoseFinding data;
+  data.set_stage("data");
+  data.set_share(Share(b.data_wait_seconds(), step));
+  data.set_above_limit(data.share() > kDataWaitLimit);
+  {
+    std::string f = absl::StrFormat(
+        "the ranks waited %.4f s per step for the loader's batches (%.1f%% of the step, limit "
+        "%.0f%%)",
+        b.data_wait_seconds(), 100 * data.share(), 100 * kDataWaitLimit);
+    const v1::RankStepMedians* worst = nullptr;
+    for (const auto& r : b.ranks()) {
+      if (worst == nullptr || r.data_wait_seconds() > worst->data_wait_seconds()) worst = &r;
+    }
+    if (worst != nullptr && b.ranks_size() >= 2 &&
+        Share(worst->data_wait_seconds(), worst->step_seconds()) > kDataWaitLimit) {
+      absl::StrAppendFormat(&f, "; most on %s: %.1f%% of its step", RankName(*worst),
+                            100 * Share(worst->data_wait_seconds(), worst->step_seconds()));
+    }
+    data.set_finding(f);
+    if (data.above_limit()) {
+      const int lt = std::max(1, plan.loader_threads());
+      const int prefetch = spec.data().loader().prefetch() > 0 ? spec.data().loader().prefetch() : 2;
+      std::string fix = absl::StrFormat(
+          "the loader starves the trainer: raise data.loader.threads to %d (the plan runs %d) "
+          "and data.loader.prefetch to %d (now %d)",
+          2 * lt, lt, std::max(4, 2 * prefetch), prefetch);
+      if (!cuda) {
+        absl::StrAppend(&fix, "; CPU ranks share the cores with their loaders: if that does not "
+                              "help, lower resources.threads_per_rank by one to give them a core");
+      }
+      data.set_fix(fix);
+    }
+  }
+
+  // comm. With a straggler the other ranks' exposed time is mostly waiting
+  // for it; the slowest rank's own exposed time is the link's.
+  const double exposed = straggler ? slowest->exposed_comm_seconds() : b.exposed_comm_seconds();
+  const double exposed_step = straggler ? slowest->step_seconds() : step;
+  v1::DiagnoseFinding comm;
+  comm.set_stage("comm");
+  comm.set_share(Share(exposed, exposed_step));
+  comm.set_above_limit(comm.share() > kTargetCommShare);
+  {
+    std::string f;
+    if (ranks < 2) {
+      f = "one rank: no gradient all-reduce";
+    } else {
+      const double hidden =
+          b.allreduce_seconds() > 0
+              ? std::clamp(1 - b.exposed_comm_seconds() / b.allreduce_seconds(), 0.0, 1.0)
+              : 0;
+      f = absl::StrFormat(
+          "exposed communication %.4f s per step (%.1f%% of the step, target %.0f%%); the "
+          "all-reduce of every gradient takes %.4f s, %.0f%% of it hidden behind the backward",
+          exposed, 100 * comm.share(), 100 * kTargetCommShare, b.allreduce_seconds(),
+          100 * hidden);
+      if (straggler) {
+        absl::StrAppendFormat(&f, " (measured on the slowest rank, %d: the others' %.1f%% "
+                                  "is mostly waiting for it)",
+                              slowest->rank(), 100 * Share(b.exposed_comm_seconds(), step));
+      }
+    }
+    comm.set_finding(f);
+    if (comm.above_limit()) {
+      const int64_t want = GlobalBatchForCommTarget(plan, comm.share());
+      const int64_t now = int64_t{ranks} * m * k;
+      std::string fix =
+          want > 0 ? absl::StrFormat(
+                         "raise train.global_batch to >= %d (now %d) to bring exposed "
+                         "communication under %.0f%%; more accumulation at this global batch "
+                         "only moves compute between micro-steps",
+                         want, now, 100 * kTargetCommShare)
+                   : "the step is all communication: use fewer ranks or a faster link";
+      if (!plan.allreduce_measured()) {
+        absl::StrAppendFormat(
+            &fix, "; the plan's all-reduce time came from the topology's nominal bandwidth: "
+                  "`dgca diagnose comm --ranks %d --device %s` measures the link for the next "
+                  "plan",
+            ranks, cuda ? "cuda" : "cpu");
+      }
+      comm.set_fix(fix);
+    }
+  }
+
+  // straggler
+  v1::DiagnoseFinding strag;
+  const bool has_straggler_finding = b.ranks_size() >= 2;
+  if (has_straggler_finding) {
+    strag.set_stage("straggler");
+    strag.set_share(Share(std::max(0.0, slowest->compute_seconds() - median_compute), step));
+    strag.set_above_limit(straggler);
+    strag.set_finding(absl::StrFormat(
+        "slowest compute: %s, %.4f s per step, %+.1f%% against the other ranks' median %.4f s "
+        "(limit %+.0f%%)",
+        RankName(*slowest), slowest->compute_seconds(), 100 * straggle, median_compute,
+        100 * kStragglerLimit));
+    if (straggler) {
+      const std::string where =
+          slowest->node().empty() ? absl::StrCat("rank ", slowest->rank(), "'s node")
+                                  : absl::StrCat("node ", slowest->node());
+      strag.set_fix(
+          cuda ? absl::StrFormat("every rank waits for rank %d at each all-reduce: look at %s: "
+                                 "its GPU's clocks and temperature (nvidia-smi -q -d "
+                                 "PERFORMANCE,TEMPERATURE), other processes on that GPU, a "
+                                 "slower GPU model than the others' or a narrower PCIe link",
+                                 slowest->rank(), where)
+               : absl::StrFormat("every rank waits for rank %d at each all-reduce: look at %s: "
+                                 "other processes on its CPUs, fewer cores than "
+                                 "resources.threads_per_rank (%d) per rank, or a slower CPU",
+                                 slowest->rank(), where, std::max(1, plan.threads_per_rank())));
+    }
+  }
+
+  // compute: the rest.
+  v1::DiagnoseFinding compute;
+  compute.set_stage("compute");
+  compute.set_share(Share(b.compute_seconds(), step));
+  compute.set_finding(absl::StrFormat(
+      "forward, backward and optimizer take %.4f s per step (%.1f%% of the step): micro-batch "
+      "%d x %d accumulation step(s), %s on %s",
+      b.compute_seconds(), 100 * compute.share(), m, k,
+      plan.precision().empty() ? "fp32" : plan.precision(), cuda ? "GPU" : "CPU"));
+
+  // The limiting stage: the costliest past its threshold, else compute.
+  v1::DiagnoseFinding* limiting = &compute;
+  double cost = 0;
+  for (v1::DiagnoseFinding* f : {&data, &comm, &strag}) {
+    if (f->above_limit() && f->share() > cost) {
+      limiting = f;
+      cost = f->share();
+    }
+  }
+  limiting->set_limiting(true);
+  if (limiting == &compute) {
+    compute.set_finding(compute.finding() +
+                        "; the job is compute-bound: nothing in the orchestration holds it back");
+  }
+  out->set_limiting_stage(limiting->stage());
+  *out->add_findings() = data;
+  *out->add_findings() = compute;
+  *out->add_findings() = comm;
+  if (has_straggler_finding) *out->add_findings() = strag;
+  return absl::OkStatus();
+}
+
+}  // namespace dgca

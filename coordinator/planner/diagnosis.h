@@ -1,0 +1,75 @@
+// Diagnosis: a job's measured steps -> where its step time goes and the one
+// stage that limits its throughput, with the fix (`dgca diagnose JOB`,
+// DiagnoseJobResponse in coordinator.proto). The planner predicts a step
+// before the job runs; this reads the step the ranks measured.
+//
+// Stages, each a DiagnoseFinding with the numbers behind it:
+//   data       the ranks waited for the loader: above kDataWaitLimit of the
+//              step the trainer is starved (fix: loader threads, prefetch);
+//   comm       all-reduce time not hidden behind the backward: above
+//              kTargetCommShare (fix: the global batch that meets it, a
+//              measured link);
+//   straggler  one rank's compute more than kStragglerLimit above the
+//              others' median: every other rank waits for it at each all-reduce, and
+//              that wait shows up as their exposed communication (fix: look
+//              at that rank's node);
+//   compute    what is left: forward, backward, optimizer. Limiting when no
+//              other stage is past its threshold; the healthy state.
+// The limiting stage is the costliest one past its threshold. With a
+// straggler, communication costs what the slowest rank measured exposed:
+// it arrives last at every all-reduce, so it never waits for a peer and its
+// exposed time is the link's alone.
+//
+// Thread-safety: pure functions; safe from any thread.
+#ifndef DGCA_COORDINATOR_PLANNER_DIAGNOSIS_H_
+#define DGCA_COORDINATOR_PLANNER_DIAGNOSIS_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "dgca/v1/coordinator.pb.h"
+#include "dgca/v1/job.pb.h"
+#include "dgca/v1/plan.pb.h"
+
+namespace dgca {
+
+// One optimizer step of one rank, as the rank reported it (StepMetrics).
+struct StepSample {
+  int rank = 0;
+  double step_seconds = 0;
+  double data_wait_seconds = 0;
+  double exposed_seconds = 0;    // all-reduce not overlapped with compute
+  double allreduce_seconds = 0;  // every all-reduce of the step
+};
+
+// Data wait above this share of the step: the loader starves the trainer.
+inline constexpr double kDataWaitLimit = 0.05;
+// A rank whose compute is this much above the other ranks' median straggles.
+inline constexpr double kStragglerLimit = 0.10;
+
+// Median of `v` (the mean of the middle two for an even count); 0 if empty.
+double MedianOf(std::vector<double> v);
+
+// Medians over `samples` (those with step_seconds > 0), all ranks together
+// and per rank; node names from plan.rank_nodes. compute = step - data wait
+// - exposed communication (never below 0), so the parts add up to the step.
+v1::StepBreakdown BreakdownOf(const std::vector<StepSample>& samples, const v1::Plan& plan);
+
+// The smallest global batch, in whole micro-batches on every rank, at which
+// exposed communication would be at most kTargetCommShare of the step, given
+// the share `comm_share` measured at the plan's global batch (exposed time
+// per step is fixed by the gradients; compute grows with the samples per
+// step). The plan's global batch itself when the share is already at target;
+// 0 when comm_share >= 1 (no global batch helps).
+int64_t GlobalBatchForCommTarget(const v1::Plan& plan, double comm_share);
+
+// Fills out->findings (data, compute, comm, straggler; a single-rank job has
+// no straggler finding) and out->limiting_stage from the job's plan, spec
+// and breakdown. INVALID_ARGUMENT when the breakdown has no step time.
+absl::Status DiagnoseSteps(const v1::Plan& plan, const v1::JobSpec& spec,
+                           const v1::StepBreakdown& breakdown, v1::DiagnoseJobResponse* out);
+
+}  // namespace dgca
+
+#endif  // DGCA_COORDINATOR_PLANNER_DIAGNOSIS_H_

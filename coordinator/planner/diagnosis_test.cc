@@ -1,0 +1,249 @@
+#include "coordinator/planner/diagnosis.h"
+
+#include <string>
+#include <vector>
+
+#include "coordinator/planner/planner.h"
+#include "gtest/gtest.h"
+
+namespace dgca {
+namespace {
+
+v1::Plan PlanOf(int ranks, int micro, int accumulation, const std::string& device) {
+  v1::Plan p;
+  p.set_ranks(ranks);
+  p.set_micro_batch(micro);
+  p.set_accumulation(accumulation);
+  p.set_device(device);
+  p.set_backend(device == "cuda" ? "nccl" : "gloo");
+  p.set_precision(device == "cuda" ? "bf16" : "fp32");
+  p.set_loader_threads(1);
+  p.set_threads_per_rank(1);
+  for (int r = 0; r < ranks; ++r) p.add_rank_nodes("n" + std::to_string(r / 2));
+  return p;
+}
+
+// `steps` steps of every rank: step = data + compute + exposed, with
+// compute scaled per rank by `slow[rank]` (1 = nominal) and a little
+// spread so the medians are not all one value.
+std::vector<StepSample> Steps(int ranks, int steps, double data, double compute, double exposed,
+                              std::vector<double> slow = {}) {
+  slow.resize(ranks, 1.0);
+  std::vector<StepSample> out;
+  for (int s = 0; s < steps; ++s) {
+    const double jitter = 1 + 0.01 * ((s % 3) - 1);
+    for (int r = 0; r < ranks; ++r) {
+      StepSample x;
+      x.rank = r;
+      x.data_wait_seconds = data * jitter;
+      x.exposed_seconds = exposed * jitter;
+      x.allreduce_seconds = 2 * exposed * jitter;
+      x.step_seconds = x.data_wait_seconds + compute * slow[r] * jitter + x.exposed_seconds;
+      out.push_back(x);
+    }
+  }
+  return out;
+}
+
+v1::DiagnoseJobResponse Diagnose(const v1::Plan& plan, const std::vector<StepSample>& samples,
+                                 const v1::JobSpec& spec = {}) {
+  v1::DiagnoseJobResponse out;
+  absl::Status st = DiagnoseSteps(plan, spec, BreakdownOf(samples, plan), &out);
+  EXPECT_TRUE(st.ok()) << st;
+  return out;
+}
+
+const v1::DiagnoseFinding* Find(const v1::DiagnoseJobResponse& d, const std::string& stage) {
+  for (const auto& f : d.findings()) {
+    if (f.stage() == stage) return &f;
+  }
+  return nullptr;
+}
+
+TEST(MedianOf, OddEvenEmpty) {
+  EXPECT_EQ(MedianOf({}), 0);
+  EXPECT_EQ(MedianOf({3, 1, 2}), 2);
+  EXPECT_EQ(MedianOf({4, 1, 3, 2}), 2.5);
+}
+
+TEST(BreakdownOf, MediansPerRankAndPartsAddUpToTheStep) {
+  const v1::Plan plan = PlanOf(2, 8, 1, "cpu");
+  std::vector<StepSample> s;
+  // rank 0: steps 1.0, 1.2, 1.1 (data 0.1, 0.3, 0.2; exposed 0.2 each);
+  // rank 1: steps 2.0, 2.0 (data 0, exposed 0.5, 0.7); one unusable sample.
+  s.push_back({0, 1.0, 0.1, 0.2, 0.4});
+  s.push_back({0, 1.2, 0.3, 0.2, 0.4});
+  s.push_back({0, 1.1, 0.2, 0.2, 0.4});
+  s.push_back({1, 2.0, 0.0, 0.5, 0.6});
+  s.push_back({1, 2.0, 0.0, 0.7, 0.8});
+  s.push_back({1, 0.0, 5.0, 5.0, 5.0});  // no step time: skipped
+  const v1::StepBreakdown b = BreakdownOf(s, plan);
+  EXPECT_EQ(b.samples(), 5);
+  EXPECT_DOUBLE_EQ(b.step_seconds(), 1.2);        // median of 1.0 1.1 1.2 2.0 2.0
+  EXPECT_DOUBLE_EQ(b.data_wait_seconds(), 0.1);   // of 0 0 0.1 0.2 0.3
+  EXPECT_DOUBLE_EQ(b.exposed_comm_seconds(), 0.2);
+  EXPECT_DOUBLE_EQ(b.allreduce_seconds(), 0.4);
+  EXPECT_NEAR(b.compute_seconds(), 1.2 - 0.1 - 0.2, 1e-12);
+  ASSERT_EQ(b.ranks_size(), 2);
+  EXPECT_EQ(b.ranks(0).rank(), 0);
+  EXPECT_EQ(b.ranks(0).node(), "n0");
+  EXPECT_EQ(b.ranks(0).samples(), 3);
+  EXPECT_DOUBLE_EQ(b.ranks(0).step_seconds(), 1.1);
+  EXPECT_DOUBLE_EQ(b.ranks(0).data_wait_seconds(), 0.2);
+  EXPECT_NEAR(b.ranks(0).compute_seconds(), 1.1 - 0.2 - 0.2, 1e-12);
+  EXPECT_EQ(b.ranks(1).samples(), 2);
+  EXPECT_DOUBLE_EQ(b.ranks(1).exposed_comm_seconds(), 0.6);
+  EXPECT_NEAR(b.ranks(1).compute_seconds(), 1.4, 1e-12);
+}
+
+TEST(GlobalBatchForCommTarget, SmallestWholeBatchThatMeetsTheTarget) {
+  const v1::Plan plan = PlanOf(2, 8, 1, "cpu");  // global 16, in units of 16
+  EXPECT_EQ(GlobalBatchForCommTarget(plan, 0.05), 16);
+  EXPECT_EQ(GlobalBatchForCommTarget(plan, 1.0), 0);
+  for (double share : {0.11, 0.2, 0.4, 0.75}) {
+    const int64_t g = GlobalBatchForCommTarget(plan, share);
+    ASSERT_GT(g, 16) << share;
+    EXPECT_EQ(g % 16, 0) << share;
+    // Exposed E fixed, compute C scales with the global batch.
+    const double e = share, c = 1 - share;
+    auto share_at = [&](int64_t global) { return e / (e + c * global / 16.0); };
+    EXPECT_LE(share_at(g), kTargetCommShare + 1e-9) << share;
+    EXPECT_GT(share_at(g - 16), kTargetCommShare) << share;
+  }
+}
+
+TEST(DiagnoseSteps, ComputeBoundWhenNothingElseIsPastItsLimit) {
+  const v1::Plan plan = PlanOf(2, 8, 2, "cpu");
+  const auto d = Diagnose(plan, Steps(2, 20, 0.001, 0.9, 0.05));
+  EXPECT_EQ(d.limiting_stage(), "compute");
+  ASSERT_EQ(d.findings_size(), 4);
+  EXPECT_EQ(d.findings(0).stage(), "data");
+  EXPECT_EQ(d.findings(1).stage(), "compute");
+  EXPECT_EQ(d.findings(2).stage(), "comm");
+  EXPECT_EQ(d.findings(3).stage(), "straggler");
+  for (const auto& f : d.findings()) {
+    EXPECT_EQ(f.limiting(), f.stage() == "compute") << f.stage();
+    EXPECT_FALSE(f.above_limit()) << f.stage();
+    EXPECT_EQ(f.fix(), "") << f.stage();
+  }
+  EXPECT_NE(d.findings(1).finding().find("micro-batch 8 x 2 accumulation"), std::string::npos)
+      << d.findings(1).finding();
+  EXPECT_NE(d.findings(1).finding().find("compute-bound"), std::string::npos);
+  double shares = 0;
+  for (const auto& f : d.findings()) shares += f.stage() == "straggler" ? 0 : f.share();
+  EXPECT_NEAR(shares, 1.0, 1e-9);
+}
+
+TEST(DiagnoseSteps, AStarvedLoaderIsTheDataStageWithTheLoaderFix) {
+  v1::Plan plan = PlanOf(2, 8, 1, "cpu");
+  v1::JobSpec spec;
+  spec.mutable_data()->mutable_loader()->set_prefetch(3);
+  // data 0.2 of a 1.0 s step; exposed 0.05.
+  const auto d = Diagnose(plan, Steps(2, 20, 0.2, 0.75, 0.05), spec);
+  EXPECT_EQ(d.limiting_stage(), "data");
+  const auto* f = Find(d, "data");
+  ASSERT_NE(f, nullptr);
+  EXPECT_TRUE(f->limiting());
+  EXPECT_NEAR(f->share(), 0.2, 1e-9);
+  EXPECT_NE(f->fix().find("raise data.loader.threads to 2 (the plan runs 1)"), std::string::npos)
+      << f->fix();
+  EXPECT_NE(f->fix().find("data.loader.prefetch to 6 (now 3)"), std::string::npos) << f->fix();
+  EXPECT_NE(f->fix().find("resources.threads_per_rank"), std::string::npos) << f->fix();
+  EXPECT_FALSE(Find(d, "comm")->above_limit());
+  // GPU ranks: no advice about sharing cores.
+  const auto g = Diagnose(PlanOf(2, 8, 1, "cuda"), Steps(2, 20, 0.2, 0.75, 0.05), spec);
+  EXPECT_EQ(Find(g, "data")->fix().find("threads_per_rank"), std::string::npos);
+}
+
+TEST(DiagnoseSteps, ExposedCommunicationNamesTheGlobalBatchThatMeetsTheTarget) {
+  v1::Plan plan = PlanOf(2, 8, 1, "cpu");
+  const auto d = Diagnose(plan, Steps(2, 20, 0.0, 0.6, 0.4));
+  EXPECT_EQ(d.limiting_stage(), "comm");
+  const auto* f = Find(d, "comm");
+  ASSERT_NE(f, nullptr);
+  EXPECT_NEAR(f->share(), 0.4, 1e-9);
+  const int64_t want = GlobalBatchForCommTarget(plan, f->share());
+  EXPECT_NE(f->fix().find("raise train.global_batch to >= " + std::to_string(want) + " (now 16)"),
+            std::string::npos)
+      << f->fix();
+  // Predicted from the nominal link: ask for a measurement.
+  EXPECT_NE(f->fix().find("dgca diagnose comm --ranks 2 --device cpu"), std::string::npos)
+      << f->fix();
+  EXPECT_NE(f->finding().find("50% of it hidden"), std::string::npos) << f->finding();
+  plan.set_allreduce_measured(true);
+  const auto m = Diagnose(plan, Steps(2, 20, 0.0, 0.6, 0.4));
+  EXPECT_EQ(Find(m, "comm")->fix().find("dgca diagnose comm"), std::string::npos);
+}
+
+TEST(DiagnoseSteps, TheCostlierOfTwoStagesPastTheirLimitsLimits) {
+  const v1::Plan plan = PlanOf(2, 8, 1, "cpu");
+  auto d = Diagnose(plan, Steps(2, 20, 0.3, 0.5, 0.2));
+  EXPECT_EQ(d.limiting_stage(), "data");
+  EXPECT_TRUE(Find(d, "comm")->above_limit());
+  EXPECT_FALSE(Find(d, "comm")->limiting());
+  d = Diagnose(plan, Steps(2, 20, 0.2, 0.5, 0.3));
+  EXPECT_EQ(d.limiting_stage(), "comm");
+  EXPECT_TRUE(Find(d, "data")->above_limit());
+}
+
+// One rank computes 30% longer; the others wait for it at the all-reduce,
+// which they measure as exposed communication. The straggler limits, and
+// communication is judged by the slowest rank's own exposed time.
+TEST(DiagnoseSteps, AStragglerIsNamedAndItsWaitIsNotBlamedOnTheLink) {
+  const v1::Plan plan = PlanOf(4, 8, 1, "cuda");
+  std::vector<StepSample> s;
+  for (int step = 0; step < 20; ++step) {
+    for (int r = 0; r < 4; ++r) {
+      StepSample x;
+      x.rank = r;
+      const double compute = r == 2 ? 1.3 : 1.0;
+      x.exposed_seconds = 0.03 + (1.3 - compute);  // everyone ends the step together
+      x.allreduce_seconds = 0.1 + (1.3 - compute);
+      x.step_seconds = compute + x.exposed_seconds;
+      s.push_back(x);
+    }
+  }
+  const auto d = Diagnose(plan, s);
+  EXPECT_EQ(d.limiting_stage(), "straggler");
+  const auto* st = Find(d, "straggler");
+  ASSERT_NE(st, nullptr);
+  EXPECT_TRUE(st->limiting());
+  EXPECT_NE(st->finding().find("rank 2 (node n1)"), std::string::npos) << st->finding();
+  EXPECT_NE(st->finding().find("+30.0%"), std::string::npos) << st->finding();
+  EXPECT_NE(st->fix().find("node n1"), std::string::npos) << st->fix();
+  EXPECT_NE(st->fix().find("nvidia-smi"), std::string::npos) << st->fix();
+  const auto* comm = Find(d, "comm");
+  EXPECT_NEAR(comm->share(), 0.03 / 1.33, 1e-9);
+  EXPECT_FALSE(comm->above_limit()) << comm->finding();
+  EXPECT_NE(comm->finding().find("slowest rank, 2"), std::string::npos) << comm->finding();
+
+  // Ranks within the limit of each other: no straggler.
+  const auto even = Diagnose(plan, Steps(4, 20, 0, 1.0, 0.03, {1.0, 1.05, 1.0, 1.08}));
+  EXPECT_FALSE(Find(even, "straggler")->above_limit());
+  EXPECT_EQ(even.limiting_stage(), "compute");
+}
+
+TEST(DiagnoseSteps, TwoRanksCompareTheSlowOneWithTheOther) {
+  // 15% slower than the other rank: past the 10% limit (against a median
+  // over both ranks it would read as 7%).
+  const auto d = Diagnose(PlanOf(2, 8, 1, "cpu"), Steps(2, 20, 0, 1.0, 0.01, {1.0, 1.15}));
+  EXPECT_TRUE(Find(d, "straggler")->above_limit()) << Find(d, "straggler")->finding();
+  EXPECT_NE(Find(d, "straggler")->fix().find("resources.threads_per_rank (1)"), std::string::npos);
+}
+
+TEST(DiagnoseSteps, OneRankHasNoCommunicationAndNoStraggler) {
+  const auto d = Diagnose(PlanOf(1, 8, 1, "cpu"), Steps(1, 20, 0.0, 1.0, 0.0));
+  ASSERT_EQ(d.findings_size(), 3);
+  EXPECT_EQ(Find(d, "straggler"), nullptr);
+  EXPECT_EQ(Find(d, "comm")->finding(), "one rank: no gradient all-reduce");
+  EXPECT_EQ(d.limiting_stage(), "compute");
+}
+
+TEST(DiagnoseSteps, NoStepTimeIsAnError) {
+  v1::DiagnoseJobResponse out;
+  absl::Status st = DiagnoseSteps(PlanOf(2, 8, 1, "cpu"), {}, v1::StepBreakdown(), &out);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace dgca
