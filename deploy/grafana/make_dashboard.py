@@ -29,6 +29,13 @@ PANELS = [
        "{{job}} rank {{rank}}")], 12, "timeseries"),
     ("Data wait share", "percentunit",
      [(f"rate(dgca_data_wait_seconds_total{{{J},{N}}}[1m])", "{{job}} rank {{rank}}")], 12, "timeseries"),
+    # Step less data wait less exposed communication, over the step: in data
+    # parallel the others wait for a straggler, so its share is the highest.
+    ("Compute share per rank (a straggler's is the highest)", "percentunit",
+     [(f"(rate(dgca_train_step_seconds_sum{{{J},{N}}}[1m]) - rate(dgca_data_wait_seconds_total{{{J},{N}}}[1m])"
+       f" - rate(dgca_comm_exposed_seconds_total{{{J},{N}}}[1m]))"
+       f" / clamp_min(rate(dgca_train_step_seconds_sum{{{J},{N}}}[1m]), 1e-9)",
+       "{{job}} rank {{rank}}")], 12, "timeseries"),
     ("Training", None, None, 24, "row"),
     ("Loss per head", "none", [(f"dgca_train_loss{{{J},{N}}}", "{{job}} rank {{rank}} {{head}}")], 12, "timeseries"),
     ("Learning rate", "none", [(f"max by (job) (dgca_train_learning_rate{{{J}}})", "{{job}}")], 6, "timeseries"),
