@@ -791,35 +791,40 @@ Scheduler::StepSample Scheduler::SampleOf(const v1::StepMetrics& m) {
 void Scheduler::LiveCheck(JobRt* rt) {
   rt->live_checked = true;
   const v1::Plan& p = rt->plan;
-  const StepMedians m = MediansOf(rt->step_samples, p.accumulation());
-  if (m.step <= 0) return;
+  const v1::StepBreakdown b = BreakdownOf(rt->step_samples, p);
+  v1::DiagnoseJobResponse d;
+  if (!DiagnoseSteps(p, rt->spec, b, &d).ok()) return;  // no step time
+  const double step = b.step_seconds();
   std::string text = absl::StrFormat("live check (median of %d rank-steps): step %.4f s",
-                                     static_cast<int>(rt->step_samples.size()), m.step);
-  const double err = RelativeError(p.predicted_step_seconds(), m.step);
+                                     static_cast<int>(b.samples()), step);
+  const double err = RelativeError(p.predicted_step_seconds(), step);
   if (p.predicted_step_seconds() > 0) {
     absl::StrAppendFormat(&text, " vs %.4f s predicted (%+.1f%%)", p.predicted_step_seconds(),
                           100 * err);
   }
   absl::StrAppendFormat(&text, "; exposed communication %.1f%% of the step (target %.0f%%",
-                        100 * m.comm_share, 100 * kTargetCommShare);
+                        100 * b.exposed_comm_seconds() / step, 100 * kTargetCommShare);
   if (p.predicted_step_seconds() > 0) {
     absl::StrAppendFormat(&text, ", %.1f%% predicted", 100 * p.predicted_comm_share());
   }
-  text += ")";
-  std::vector<std::string> verdict;
-  if (m.comm_share > kTargetCommShare && m.comm_share < 1) {
-    const int64_t g = int64_t{std::max(1, p.ranks())} * std::max(1, p.micro_batch()) *
-                      std::max(1, p.accumulation());
-    verdict.push_back(absl::StrFormat(
-        "above the target: raise train.global_batch to >= %d (now %d) to bring it under %.0f%% "
-        "(accumulation at this global batch moves compute between micro-steps, not the share)",
-        GlobalBatchForCommTarget(p, m.comm_share), g, 100 * kTargetCommShare));
+  absl::StrAppendFormat(&text, "), data wait %.1f%%", 100 * b.data_wait_seconds() / step);
+  // The limiting stage, as `dgca diagnose JOB` reads it.
+  for (const auto& f : d.findings()) {
+    if (!f.limiting()) continue;
+    if (f.stage() == "compute") {
+      text += "; compute-bound: the plan holds";
+    } else {
+      // The shares are in the line already; a straggler's finding names it.
+      absl::StrAppend(&text, "; limiting stage: ", f.stage());
+      if (f.stage() == "straggler") absl::StrAppend(&text, ": ", f.finding());
+      if (!f.fix().empty()) absl::StrAppend(&text, "; fix: ", f.fix());
+    }
   }
   if (p.predicted_step_seconds() > 0 && std::fabs(err) > 0.25) {
-    verdict.push_back("the step prediction is off by more than 25%; this job's measurements "
-                      "correct the next plan of the model on these nodes");
+    text += "; the step prediction is off by more than 25%; this job's measurements correct the "
+            "next plan of the model on these nodes";
   }
-  text += verdict.empty() ? "; the plan holds" : "; " + absl::StrJoin(verdict, "; ");
+  absl::StrAppend(&text, " (dgca diagnose ", rt->id, " has the breakdown)");
   Event(rt, rt->state, "plan", text, false);
 }
 

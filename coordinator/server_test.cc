@@ -1379,7 +1379,8 @@ TEST_F(ServerTest, CancelDuringATrialStopsItsRanks) {
 // The plan is re-checked from live metrics once enough steady steps are in:
 // exposed communication above the 10% target names the global batch that
 // would meet it (exposed time per step is fixed, compute grows with the
-// samples per step); under it, the plan holds.
+// samples per step); under it, the plan holds, unless another stage limits
+// (here a starved loader).
 TEST_F(ServerTest, LiveCheckSaysWhatWouldMeetTheCommTarget) {
   StartServer();
   FakeAgent agent(server_->address(), server_->token(), "n1");
@@ -1418,9 +1419,22 @@ TEST_F(ServerTest, LiveCheckSaysWhatWouldMeetTheCommTarget) {
   ASSERT_TRUE(WaitUntil([&] { return agent.Launches(fine, 0).size() == 2; }));
   StreamSteps(rank_.get(), server_->token(), fine, 0, 2, 25, 0.1, 0.005);
   ASSERT_TRUE(WaitUntil([&] { return !live(fine).empty(); }));
-  EXPECT_NE(live(fine).find("exposed communication 5.0% of the step (target 10%); the plan holds"),
+  EXPECT_NE(live(fine).find("exposed communication 5.0% of the step (target 10%), data wait "
+                            "0.0%; compute-bound: the plan holds"),
             std::string::npos)
       << live(fine);
+
+  // A starved loader: the live check names it, not "the plan holds".
+  const std::string starved = Submit(Spec(0, 2));
+  ASSERT_TRUE(WaitUntil([&] { return agent.Launches(starved, 0).size() == 2; }));
+  StreamSteps(rank_.get(), server_->token(), starved, 0, 2, 25, 0.1, 0.005, 0.03);
+  ASSERT_TRUE(WaitUntil([&] { return !live(starved).empty(); }));
+  EXPECT_NE(live(starved).find("data wait 30.0%; limiting stage: data; fix: the loader starves the trainer"), std::string::npos)
+      << live(starved);
+  EXPECT_NE(live(starved).find("fix: the loader starves the trainer: raise data.loader.threads"),
+            std::string::npos)
+      << live(starved);
+  EXPECT_EQ(live(starved).find("the plan holds"), std::string::npos) << live(starved);
 }
 
 // dgca diagnose JOB over the real service: refused until there are enough

@@ -146,10 +146,14 @@ absl::Status DiagnoseSteps(const v1::Plan& plan, const v1::JobSpec& spec,
     for (const auto& r : b.ranks()) {
       if (worst == nullptr || r.data_wait_seconds() > worst->data_wait_seconds()) worst = &r;
     }
-    if (worst != nullptr && b.ranks_size() >= 2 &&
-        Share(worst->data_wait_seconds(), worst->step_seconds()) > kDataWaitLimit) {
+    // Named when one rank waits clearly more than the job as a whole (a
+    // slow disk or a busy node), not when every rank waits alike.
+    const double worst_share =
+        worst != nullptr ? Share(worst->data_wait_seconds(), worst->step_seconds()) : 0;
+    if (b.ranks_size() >= 2 && worst_share > kDataWaitLimit &&
+        worst_share > 1.5 * data.share()) {
       absl::StrAppendFormat(&f, "; most on %s: %.1f%% of its step", RankName(*worst),
-                            100 * Share(worst->data_wait_seconds(), worst->step_seconds()));
+                            100 * worst_share);
     }
     data.set_finding(f);
     if (data.above_limit()) {
@@ -180,15 +184,16 @@ absl::Status DiagnoseSteps(const v1::Plan& plan, const v1::JobSpec& spec,
     if (ranks < 2) {
       f = "one rank: no gradient all-reduce";
     } else {
-      const double hidden =
-          b.allreduce_seconds() > 0
-              ? std::clamp(1 - b.exposed_comm_seconds() / b.allreduce_seconds(), 0.0, 1.0)
-              : 0;
-      f = absl::StrFormat(
-          "exposed communication %.4f s per step (%.1f%% of the step, target %.0f%%); the "
-          "all-reduce of every gradient takes %.4f s, %.0f%% of it hidden behind the backward",
-          exposed, 100 * comm.share(), 100 * kTargetCommShare, b.allreduce_seconds(),
-          100 * hidden);
+      f = absl::StrFormat("exposed communication %.4f s per step (%.1f%% of the step, target "
+                          "%.0f%%)",
+                          exposed, 100 * comm.share(), 100 * kTargetCommShare);
+      // (A rank that does not report its all-reduce time has 0 here.)
+      if (b.allreduce_seconds() > 0 && b.allreduce_seconds() >= b.exposed_comm_seconds()) {
+        absl::StrAppendFormat(
+            &f, "; the all-reduce of every gradient takes %.4f s, %.0f%% of it hidden behind the "
+                "backward",
+            b.allreduce_seconds(), 100 * (1 - b.exposed_comm_seconds() / b.allreduce_seconds()));
+      }
       if (straggler) {
         absl::StrAppendFormat(&f, " (measured on the slowest rank, %d: the others' %.1f%% "
                                   "is mostly waiting for it)",

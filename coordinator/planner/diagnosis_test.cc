@@ -150,6 +150,19 @@ TEST(DiagnoseSteps, AStarvedLoaderIsTheDataStageWithTheLoaderFix) {
   EXPECT_NE(f->fix().find("data.loader.prefetch to 6 (now 3)"), std::string::npos) << f->fix();
   EXPECT_NE(f->fix().find("resources.threads_per_rank"), std::string::npos) << f->fix();
   EXPECT_FALSE(Find(d, "comm")->above_limit());
+  // Every rank waits alike: no rank is singled out.
+  EXPECT_EQ(f->finding().find("most on"), std::string::npos) << f->finding();
+  // One rank waits far more (its node's disk, say): named.
+  std::vector<StepSample> uneven = Steps(2, 20, 0.0, 0.75, 0.05);
+  for (StepSample& x : uneven) {
+    if (x.rank == 1) {
+      x.data_wait_seconds = 0.4;
+      x.step_seconds += 0.4;
+    }
+  }
+  const auto u = Diagnose(plan, uneven, spec);
+  EXPECT_NE(Find(u, "data")->finding().find("most on rank 1 (node n0)"), std::string::npos)
+      << Find(u, "data")->finding();
   // GPU ranks: no advice about sharing cores.
   const auto g = Diagnose(PlanOf(2, 8, 1, "cuda"), Steps(2, 20, 0.2, 0.75, 0.05), spec);
   EXPECT_EQ(Find(g, "data")->fix().find("threads_per_rank"), std::string::npos);
