@@ -1,8 +1,10 @@
 // Two `dgca-worker agent` processes (as on two nodes) and a coordinator
 // without its embedded agent: nodes register, a 2-rank job runs on them and
 // succeeds; stopping an agent with SIGTERM stops its ranks; `dgca nodes
-// forget` then drops a node that is gone.
+// forget` then drops a node that is gone. A node made slow (its CPU shared
+// with a busy loop) is named by `dgca diagnose JOB` as the straggler.
 #include <gtest/gtest.h>
+#include <sched.h>
 
 #include <set>
 
@@ -109,6 +111,86 @@ TEST(MultiAgentTest, TwoAgentsRunATwoRankJob) {
   EXPECT_NE(metrics.find("dgca_worker_connected{node=\"node-b\"} 0"), std::string::npos)
       << metrics;
   coord.Stop();
+}
+
+// Pins process `pid` (and the children it starts later) to one CPU.
+bool PinToCpu(pid_t pid, int cpu) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  return sched_setaffinity(pid, sizeof(set), &set) == 0;
+}
+
+// A real straggler: node-a's agent (and so its rank) has CPU 0 to itself;
+// node-b's shares CPU 1 with a busy loop, so its rank computes about half as
+// fast. Every step the node-a rank waits for it at the all-reduce. `dgca
+// diagnose` must name the straggler and node-b, and must not blame the
+// link for node-a's wait.
+TEST(MultiAgentTest, DiagnoseNamesASlowNodeAsTheStraggler) {
+  if (!HavePrograms()) GTEST_SKIP() << "programs not built under " << BuildDir();
+  if (!HaveSharedData()) GTEST_SKIP() << "no ECSpell data under " << SharedData();
+  cpu_set_t mine;
+  CPU_ZERO(&mine);
+  if (sched_getaffinity(0, sizeof(mine), &mine) != 0 || !CPU_ISSET(0, &mine) ||
+      !CPU_ISSET(1, &mine)) {
+    GTEST_SKIP() << "needs CPUs 0 and 1 to give each node one of its own";
+  }
+  std::string dir = MakeTempDir("straggler");
+  mkdir((dir + "/state").c_str(), 0755);
+  CoordinatorProcess coord(dir + "/state");
+  ASSERT_TRUE(coord.Start("127.0.0.1:0", {"--no-local-agent"}));
+  pid_t a = StartAgent(coord, "node-a", dir + "/a");
+  pid_t b = StartAgent(coord, "node-b", dir + "/b");
+  ASSERT_TRUE(PinToCpu(a, 0));
+  ASSERT_TRUE(PinToCpu(b, 1));
+  pid_t hog = fork();
+  if (hog == 0) {
+    PinToCpu(0, 1);
+    for (volatile uint64_t i = 0;; i = i + 1) {
+    }
+  }
+  ASSERT_GT(hog, 0);
+  auto cleanup = [&] {
+    kill(hog, SIGKILL);
+    waitpid(hog, nullptr, 0);
+    StopAgent(a);
+    StopAgent(b);
+    coord.Stop();
+  };
+  Result nodes;
+  const bool both = WaitUntil(
+      [&] {
+        nodes = Dgca(coord, {"nodes", "--json"});
+        return nodes.out.find("node-a") != std::string::npos &&
+               nodes.out.find("node-b") != std::string::npos;
+      },
+      20s);
+  if (!both) {
+    cleanup();
+    FAIL() << nodes.out << nodes.err << coord.Log();
+  }
+  Result sub = Dgca(coord, {"submit", WriteTinySpec(dir, "slow-node", 150), "--wait"}, 240s);
+  const std::string job = sub.out.substr(0, sub.out.find('\n'));
+  Result diag = Dgca(coord, {"diagnose", job}, 20s);
+  Result json = Dgca(coord, {"diagnose", "--json", job}, 20s);
+  cleanup();
+  ASSERT_EQ(sub.code, 0) << sub.out << sub.err << coord.Log();
+  ASSERT_EQ(diag.code, 0) << diag.out << diag.err;
+  std::fprintf(stderr, "%s", diag.out.c_str());
+  // Each node has a rank (the planner spreads a CPU job's set ranks).
+  EXPECT_NE(diag.out.find("node-a"), std::string::npos) << diag.out;
+  EXPECT_NE(diag.out.find("limiting stage: straggler"), std::string::npos) << diag.out;
+  EXPECT_NE(diag.out.find("look at node node-b"), std::string::npos) << diag.out;
+  auto j = Json(json.out);
+  ASSERT_TRUE(j.ok()) << json.out;
+  const JsonValue* findings = j->Find("findings");
+  ASSERT_TRUE(findings && findings->is_array()) << json.out;
+  for (const auto& f : findings->array) {
+    // node-a's wait is the straggler's doing, not the link's.
+    if (JsonStr(f.Find("stage")) == "comm") {
+      EXPECT_FALSE(f.Find("limiting") && f.Find("limiting")->boolean) << json.out;
+    }
+  }
 }
 
 }  // namespace
