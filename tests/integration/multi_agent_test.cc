@@ -14,6 +14,18 @@ namespace dgca {
 namespace itest {
 namespace {
 
+// Waits up to 20 s for node-a and node-b in `dgca nodes`; the last answer
+// in *nodes.
+bool BothNodesRegister(const CoordinatorProcess& coord, Result* nodes) {
+  return WaitUntil(
+      [&] {
+        *nodes = Dgca(coord, {"nodes", "--json"});
+        return nodes->out.find("node-a") != std::string::npos &&
+               nodes->out.find("node-b") != std::string::npos;
+      },
+      20s);
+}
+
 TEST(MultiAgentTest, TwoAgentsRunATwoRankJob) {
   if (!HavePrograms()) GTEST_SKIP() << "programs not built under " << BuildDir();
   if (!HaveSharedData()) GTEST_SKIP() << "no ECSpell data under " << SharedData();
@@ -25,14 +37,7 @@ TEST(MultiAgentTest, TwoAgentsRunATwoRankJob) {
   pid_t a2 = StartAgent(coord, "node-b", dir + "/b");
 
   Result nodes;
-  bool both = WaitUntil(
-      [&] {
-        nodes = Dgca(coord, {"nodes", "--json"});
-        return nodes.out.find("node-a") != std::string::npos &&
-               nodes.out.find("node-b") != std::string::npos;
-      },
-      20s);
-  EXPECT_TRUE(both) << nodes.out << nodes.err << coord.Log();
+  EXPECT_TRUE(BothNodesRegister(coord, &nodes)) << nodes.out << nodes.err << coord.Log();
   Result table = Dgca(coord, {"nodes"});
   EXPECT_NE(table.out.find("node-a"), std::string::npos) << table.out;
 
@@ -158,14 +163,7 @@ TEST(MultiAgentTest, DiagnoseNamesASlowNodeAsTheStraggler) {
     coord.Stop();
   };
   Result nodes;
-  const bool both = WaitUntil(
-      [&] {
-        nodes = Dgca(coord, {"nodes", "--json"});
-        return nodes.out.find("node-a") != std::string::npos &&
-               nodes.out.find("node-b") != std::string::npos;
-      },
-      20s);
-  if (!both) {
+  if (!BothNodesRegister(coord, &nodes)) {
     cleanup();
     FAIL() << nodes.out << nodes.err << coord.Log();
   }
