@@ -95,18 +95,27 @@ fi
 echo "quickstart: submitting configs/quickstart.yaml (DGCA-ReLM, hidden 64, 2 CPU ranks)"
 START=$(date +%s)
 set +e
-"$DGCA" submit configs/quickstart.yaml --wait
-RC=$?
+# stdout's first line is the job id; the rest is shown as it comes.
+"$DGCA" submit configs/quickstart.yaml --wait | tee "$STATE/quickstart-submit.out"
+RC=${PIPESTATUS[0]}
 set -e
 END=$(date +%s)
+JOB=$(head -n 1 "$STATE/quickstart-submit.out")
 
 echo
 echo "quickstart: submit --wait exited $RC after $((END - START)) s"
+if [ -n "$JOB" ]; then
+  # Where the step time went and what limits it (data, compute, comm, a
+  # straggling rank): what the system measured, with the fix.
+  echo "quickstart: dgca diagnose $JOB"
+  "$DGCA" diagnose "$JOB" || true
+  echo
+fi
 if [ -n "$METRICS_ADDR" ]; then
   echo "quickstart: Prometheus metrics at http://$METRICS_ADDR/metrics"
 fi
 echo "quickstart: the coordinator keeps running (pid $COORD_PID) for you to explore:"
 echo "    export DGCA_COORDINATOR=$ADDR DGCA_TOKEN_FILE=$STATE/token"
-echo "    $DGCA list; $DGCA status JOB; $DGCA logs JOB --rank 1"
+echo "    $DGCA list; $DGCA status ${JOB:-JOB}; $DGCA diagnose ${JOB:-JOB}; $DGCA logs ${JOB:-JOB} --rank 1"
 echo "  stop it with: tools/quickstart.sh stop   (or: kill $COORD_PID)"
 exit $RC
