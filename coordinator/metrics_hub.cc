@@ -175,6 +175,10 @@ MetricsHub::RankSeries* MetricsHub::Rank(const std::string& job, int rank,
                                          const std::string& node) {
   auto& slot = ranks_[{job, rank}];
   if (slot && slot->labels.at("node") == node) return slot.get();
+  // The rank runs on another node now (a restart placed it elsewhere): its
+  // old series would stay frozen and read as a stalled step or a rank with
+  // no compute to the alerts.
+  if (slot) RemoveRankSeries(slot.get());
   auto r = std::make_unique<RankSeries>();
   r->labels = {{"job", job}, {"rank", std::to_string(rank)}, {"node", node}};
   r->step = &f_->step.Add(r->labels);
@@ -289,6 +293,24 @@ void MetricsHub::SetJobProgress(const std::string& job, double ratio, double eta
   js->restarts.insert(&f_->restarts.Add({{"job", job}}));
 }
 
+void MetricsHub::RemoveRankSeries(RankSeries* r) {
+  f_->step.Remove(r->step);
+  f_->sps.Remove(r->sps);
+  f_->step_seconds.Remove(r->step_seconds);
+  f_->lr.Remove(r->lr);
+  f_->grad_norm.Remove(r->grad_norm);
+  f_->samples.Remove(r->samples);
+  f_->data_wait.Remove(r->data_wait);
+  f_->allreduce.Remove(r->allreduce);
+  f_->exposed.Remove(r->exposed);
+  f_->exposed_ratio.Remove(r->exposed_ratio);
+  f_->bus_bw.Remove(r->bus_bw);
+  for (auto& [head, g] : r->loss) f_->loss.Remove(g);
+  RemoveAll(f_->gpu_util, r->gpu_util);
+  RemoveAll(f_->gpu_mem, r->gpu_mem);
+  RemoveAll(f_->gpu_power, r->gpu_power);
+}
+
 void MetricsHub::RemoveJob(const std::string& job) {
   std::lock_guard<std::mutex> lock(mu_);
   for (auto it = ranks_.begin(); it != ranks_.end();) {
@@ -296,22 +318,7 @@ void MetricsHub::RemoveJob(const std::string& job) {
       ++it;
       continue;
     }
-    RankSeries* r = it->second.get();
-    f_->step.Remove(r->step);
-    f_->sps.Remove(r->sps);
-    f_->step_seconds.Remove(r->step_seconds);
-    f_->lr.Remove(r->lr);
-    f_->grad_norm.Remove(r->grad_norm);
-    f_->samples.Remove(r->samples);
-    f_->data_wait.Remove(r->data_wait);
-    f_->allreduce.Remove(r->allreduce);
-    f_->exposed.Remove(r->exposed);
-    f_->exposed_ratio.Remove(r->exposed_ratio);
-    f_->bus_bw.Remove(r->bus_bw);
-    for (auto& [head, g] : r->loss) f_->loss.Remove(g);
-    RemoveAll(f_->gpu_util, r->gpu_util);
-    RemoveAll(f_->gpu_mem, r->gpu_mem);
-    RemoveAll(f_->gpu_power, r->gpu_power);
+    RemoveRankSeries(it->second.get());
     it = ranks_.erase(it);
   }
   auto js = job_series_.find(job);

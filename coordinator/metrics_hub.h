@@ -88,6 +88,8 @@ class MetricsHub {
   struct RankSeries;
   struct JobSeries;
   RankSeries* Rank(const std::string& job, int rank, const std::string& node);
+  // Drops every series of `r` from the registry. mu_ held.
+  void RemoveRankSeries(RankSeries* r);
 
   std::shared_ptr<prometheus::Registry> registry_;
   std::unique_ptr<Families> f_;

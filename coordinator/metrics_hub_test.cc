@@ -85,6 +85,24 @@ TEST(MetricsHub, IngestsStepsAndEvals) {
 }
 
 // dgca_job_state: one series per job, labelled with its current state.
+// A rank restarted on another node: its series move with it, and the old
+// node's are dropped (frozen, they would read as a stalled step).
+TEST(MetricsHub, ARankOnAnotherNodeLeavesNoSeriesBehind) {
+  MetricsHub hub;
+  v1::StepMetrics m = Step(1, 5);
+  m.set_gpu_utilization_ratio(0.5);
+  hub.IngestStep(m, "n1", 0);
+  hub.IngestStep(Step(0, 5), "n1", -1);
+  EXPECT_TRUE(Has(hub.Serialize(), "node=\"n1\",rank=\"1\""));
+  EXPECT_TRUE(Has(hub.Serialize(), "dgca_gpu_utilization_ratio{"));
+  hub.IngestStep(Step(1, 6), "n2", -1);
+  const std::string t = hub.Serialize();
+  EXPECT_FALSE(Has(t, "node=\"n1\",rank=\"1\"")) << t;
+  EXPECT_FALSE(Has(t, "dgca_gpu_utilization_ratio{")) << t;
+  EXPECT_TRUE(Has(t, "dgca_train_step{job=\"j-1\",node=\"n2\",rank=\"1\"} 6")) << t;
+  EXPECT_TRUE(Has(t, "dgca_train_step{job=\"j-1\",node=\"n1\",rank=\"0\"} 5")) << t;
+}
+
 TEST(MetricsHub, JobStateHasOneSeriesPerJob) {
   MetricsHub hub;
   hub.SetJobState("j-1", v1::PENDING);
