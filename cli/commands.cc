@@ -700,6 +700,16 @@ int CmdDiagnoseJob(const GlobalOptions& g, Io io, const std::string& job_id, boo
       resp.job_id(), resp.name(), StateName(resp.state()), plan.ranks(), plan.device(),
       plan.backend(), plan.micro_batch(), plan.accumulation(), b.samples(),
       resp.live() ? "steady-state (so far)" : "steady-state");
+  if (b.ranks_size() > 1) {
+    std::string node;
+    for (const auto& r : b.ranks()) {
+      if (r.rank() == b.critical_rank() && !r.node().empty()) node = " (node " + r.node() + ")";
+    }
+    io.out << absl::StrFormat(
+        "# the step of rank %d%s, the critical rank: longest before the all-reduce, which the "
+        "others wait for\n",
+        b.critical_rank(), node);
+  }
   std::vector<std::vector<std::string>> rows = {{"STAGE", "SECONDS", "SHARE", ""}};
   const double hidden = b.allreduce_seconds() - b.exposed_comm_seconds();
   rows.push_back({"data wait", absl::StrFormat("%.4f", b.data_wait_seconds()),

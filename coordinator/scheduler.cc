@@ -931,6 +931,21 @@ absl::StatusOr<v1::GetJobResponse> Scheduler::GetJob(const std::string& id) {
 }
 
 absl::StatusOr<v1::DiagnoseJobResponse> Scheduler::DiagnoseJob(const std::string& id) {
+  // An active job's samples first; the store after, so that a job that
+  // finishes in between is read with the plan check it stored.
+  std::optional<v1::Plan> live_plan;
+  v1::JobState live_state = v1::PENDING;
+  std::vector<StepSample> samples;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = jobs_.find(id);
+    if (it != jobs_.end()) {
+      const JobRt& rt = *it->second;
+      live_state = rt.state;
+      live_plan = rt.planned ? rt.plan : v1::Plan();
+      samples = rt.step_samples;  // copied: the medians are computed unlocked
+    }
+  }
   auto stored = store_->GetJob(id);
   if (!stored.ok()) return stored.status();
   const v1::JobSpec& spec = stored->job.spec();
@@ -942,29 +957,16 @@ absl::StatusOr<v1::DiagnoseJobResponse> Scheduler::DiagnoseJob(const std::string
   v1::DiagnoseJobResponse out;
   out.set_job_id(id);
   out.set_name(stored->job.name());
-  out.set_state(stored->job.state());
-  v1::Plan plan = stored->has_plan ? stored->plan : v1::Plan();
-  std::vector<StepSample> samples;
-  bool active = false;
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    auto it = jobs_.find(id);
-    if (it != jobs_.end()) {
-      active = true;
-      const JobRt& rt = *it->second;
-      out.set_state(rt.state);
-      if (rt.planned) plan = rt.plan;
-      samples = rt.step_samples;  // copied: the medians are computed unlocked
-    }
-  }
+  out.set_state(live_plan ? live_state : stored->job.state());
+  v1::Plan plan = live_plan ? *live_plan : stored->has_plan ? stored->plan : v1::Plan();
+  const std::string state = absl::AsciiStrToLower(v1::JobState_Name(out.state()));
   v1::StepBreakdown breakdown;
-  if (active) {
+  if (live_plan) {
     if (samples.size() < kMinStepSamples) {
       return absl::FailedPreconditionError(absl::StrFormat(
           "job %s (%s) has %d steady-state rank-step(s) so far; dgca diagnose needs at least %d "
           "(each rank's first two steps are warm-up): try again after a few more steps",
-          id, absl::AsciiStrToLower(v1::JobState_Name(out.state())),
-          static_cast<int>(samples.size()), static_cast<int>(kMinStepSamples)));
+          id, state, static_cast<int>(samples.size()), static_cast<int>(kMinStepSamples)));
     }
     breakdown = BreakdownOf(samples, plan);
     out.set_live(true);
@@ -975,8 +977,7 @@ absl::StatusOr<v1::DiagnoseJobResponse> Scheduler::DiagnoseJob(const std::string
         "job %s (%s) left no step breakdown to diagnose: it ran fewer than %d steady-state "
         "rank-steps (each rank's first two steps are warm-up), or finished before its "
         "coordinator kept breakdowns",
-        id, absl::AsciiStrToLower(v1::JobState_Name(out.state())),
-        static_cast<int>(kMinStepSamples)));
+        id, state, static_cast<int>(kMinStepSamples)));
   }
   absl::Status st = DiagnoseSteps(plan, spec, breakdown, &out);
   if (!st.ok()) return st;

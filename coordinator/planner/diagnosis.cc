@@ -59,21 +59,16 @@ std::string RankName(const v1::RankStepMedians& r) {
 }  // namespace
 
 v1::StepBreakdown BreakdownOf(const std::vector<StepSample>& samples, const v1::Plan& plan) {
-  std::vector<const StepSample*> all;
   std::map<int, std::vector<const StepSample*>> by_rank;
+  int64_t total = 0;
   for (const StepSample& s : samples) {
     if (!(s.step_seconds > 0)) continue;
-    all.push_back(&s);
     by_rank[s.rank].push_back(&s);
+    ++total;
   }
   v1::StepBreakdown b;
-  const Medians m = MediansOfSamples(all);
-  b.set_samples(m.samples);
-  b.set_step_seconds(m.step);
-  b.set_data_wait_seconds(m.data);
-  b.set_exposed_comm_seconds(m.exposed);
-  b.set_compute_seconds(m.compute);
-  b.set_allreduce_seconds(m.allreduce);
+  b.set_samples(total);
+  const v1::RankStepMedians* critical = nullptr;
   for (const auto& [rank, rs] : by_rank) {
     const Medians r = MediansOfSamples(rs);
     v1::RankStepMedians* out = b.add_ranks();
@@ -85,6 +80,21 @@ v1::StepBreakdown BreakdownOf(const std::vector<StepSample>& samples, const v1::
     out->set_exposed_comm_seconds(r.exposed);
     out->set_compute_seconds(r.compute);
     out->set_allreduce_seconds(r.allreduce);
+  }
+  // The critical rank: longest before the all-reduce (ties: the lowest).
+  for (const auto& r : b.ranks()) {
+    if (critical == nullptr || r.data_wait_seconds() + r.compute_seconds() >
+                                   critical->data_wait_seconds() + critical->compute_seconds()) {
+      critical = &r;
+    }
+  }
+  if (critical != nullptr) {
+    b.set_critical_rank(critical->rank());
+    b.set_step_seconds(critical->step_seconds());
+    b.set_data_wait_seconds(critical->data_wait_seconds());
+    b.set_exposed_comm_seconds(critical->exposed_comm_seconds());
+    b.set_compute_seconds(critical->compute_seconds());
+    b.set_allreduce_seconds(critical->allreduce_seconds());
   }
   return b;
 }
@@ -110,9 +120,8 @@ absl::Status DiagnoseSteps(const v1::Plan& plan, const v1::JobSpec& spec,
   out->clear_findings();
   const bool cuda = plan.device() == "cuda";
 
-  // Straggler first: it changes what communication costs. The slowest
-  // rank against the median of the others (with two ranks, the other one: a
-  // median over all would halve the gap).
+  // Straggler: the slowest compute against the median of the others (with
+  // two ranks, the other one: a median over all would halve the gap).
   const v1::RankStepMedians* slowest = nullptr;
   double median_compute = 0, straggle = 0;
   if (b.ranks_size() >= 2) {
@@ -132,6 +141,16 @@ absl::Status DiagnoseSteps(const v1::Plan& plan, const v1::JobSpec& spec,
   const int m = std::max(1, plan.micro_batch());
   const int ranks = std::max(1, plan.ranks());
 
+  // The critical rank (BreakdownOf): the job's figures are its own.
+  const v1::RankStepMedians* critical = nullptr;
+  for (const auto& r : b.ranks()) {
+    if (r.rank() == b.critical_rank()) critical = &r;
+  }
+  const std::string who =
+      b.ranks_size() >= 2 && critical != nullptr
+          ? absl::StrCat(RankName(*critical), ", the last to reach the all-reduce,")
+          : "the rank";
+
   // data
   v1::DiagnoseFinding data;
   data.set_stage("data");
@@ -139,30 +158,16 @@ absl::Status DiagnoseSteps(const v1::Plan& plan, const v1::JobSpec& spec,
   data.set_above_limit(data.share() > kDataWaitLimit);
   {
     std::string f = absl::StrFormat(
-        "the ranks waited %.4f s per step for the loader's batches (%.1f%% of the step, limit "
-        "%.0f%%)",
-        b.data_wait_seconds(), 100 * data.share(), 100 * kDataWaitLimit);
-    const v1::RankStepMedians* worst = nullptr;
-    for (const auto& r : b.ranks()) {
-      if (worst == nullptr || r.data_wait_seconds() > worst->data_wait_seconds()) worst = &r;
-    }
-    // Named when one rank waits clearly more than the job as a whole (a
-    // slow disk or a busy node), not when every rank waits alike.
-    const double worst_share =
-        worst != nullptr ? Share(worst->data_wait_seconds(), worst->step_seconds()) : 0;
-    if (b.ranks_size() >= 2 && worst_share > kDataWaitLimit &&
-        worst_share > 1.5 * data.share()) {
-      absl::StrAppendFormat(&f, "; most on %s: %.1f%% of its step", RankName(*worst),
-                            100 * worst_share);
-    }
+        "%s waited %.4f s per step for its loader's batches (%.1f%% of the step, limit %.0f%%)",
+        who, b.data_wait_seconds(), 100 * data.share(), 100 * kDataWaitLimit);
     data.set_finding(f);
     if (data.above_limit()) {
       const int lt = std::max(1, plan.loader_threads());
       const int prefetch = spec.data().loader().prefetch() > 0 ? spec.data().loader().prefetch() : 2;
       std::string fix = absl::StrFormat(
-          "the loader starves the trainer: raise data.loader.threads to %d (the plan runs %d) "
-          "and data.loader.prefetch to %d (now %d)",
-          2 * lt, lt, std::max(4, 2 * prefetch), prefetch);
+          "the loader starves the trainer (about %+.0f%% samples/s without the wait): raise "
+          "data.loader.threads to %d (the plan runs %d) and data.loader.prefetch to %d (now %d)",
+          100 * (1 / (1 - data.share()) - 1), 2 * lt, lt, std::max(4, 2 * prefetch), prefetch);
       if (!cuda) {
         absl::StrAppend(&fix, "; CPU ranks share the cores with their loaders: if that does not "
                               "help, lower resources.threads_per_rank by one to give them a core");
@@ -171,22 +176,24 @@ absl::Status DiagnoseSteps(const v1::Plan& plan, const v1::JobSpec& spec,
     }
   }
 
-  // comm. With a straggler the other ranks' exposed time is mostly waiting
-  // for it; the slowest rank's own exposed time is the link's.
-  const double exposed = straggler ? slowest->exposed_comm_seconds() : b.exposed_comm_seconds();
-  const double exposed_step = straggler ? slowest->step_seconds() : step;
+  // comm: the critical rank's exposed time, the link's alone (the other
+  // ranks' includes waiting for it).
   v1::DiagnoseFinding comm;
   comm.set_stage("comm");
-  comm.set_share(Share(exposed, exposed_step));
+  comm.set_share(Share(b.exposed_comm_seconds(), step));
   comm.set_above_limit(comm.share() > kTargetCommShare);
   {
     std::string f;
     if (ranks < 2) {
       f = "one rank: no gradient all-reduce";
     } else {
-      f = absl::StrFormat("exposed communication %.4f s per step (%.1f%% of the step, target "
-                          "%.0f%%)",
-                          exposed, 100 * comm.share(), 100 * kTargetCommShare);
+      f = absl::StrFormat("exposed communication %.4f s per step on %s (%.1f%% of the step, "
+                          "target %.0f%%)",
+                          b.exposed_comm_seconds(),
+                          b.ranks_size() >= 2 && critical != nullptr
+                              ? absl::StrCat("the critical rank, ", critical->rank())
+                              : std::string("the rank"),
+                          100 * comm.share(), 100 * kTargetCommShare);
       // (A rank that does not report its all-reduce time has 0 here.)
       if (b.allreduce_seconds() > 0 && b.allreduce_seconds() >= b.exposed_comm_seconds()) {
         absl::StrAppendFormat(
@@ -194,23 +201,34 @@ absl::Status DiagnoseSteps(const v1::Plan& plan, const v1::JobSpec& spec,
                 "backward",
             b.allreduce_seconds(), 100 * (1 - b.exposed_comm_seconds() / b.allreduce_seconds()));
       }
-      if (straggler) {
-        absl::StrAppendFormat(&f, " (measured on the slowest rank, %d: the others' %.1f%% "
-                                  "is mostly waiting for it)",
-                              slowest->rank(), 100 * Share(b.exposed_comm_seconds(), step));
+      double most = 0;
+      for (const auto& r : b.ranks()) {
+        most = std::max(most, Share(r.exposed_comm_seconds(), r.step_seconds()));
+      }
+      if (critical != nullptr && most > comm.share() + 0.05) {
+        absl::StrAppendFormat(&f, "; the other ranks' (up to %.1f%%) is mostly waiting for rank %d",
+                              100 * most, critical->rank());
       }
     }
     comm.set_finding(f);
     if (comm.above_limit()) {
       const int64_t want = GlobalBatchForCommTarget(plan, comm.share());
       const int64_t now = int64_t{ranks} * m * k;
-      std::string fix =
-          want > 0 ? absl::StrFormat(
-                         "raise train.global_batch to >= %d (now %d) to bring exposed "
-                         "communication under %.0f%%; more accumulation at this global batch "
-                         "only moves compute between micro-steps",
-                         want, now, 100 * kTargetCommShare)
-                   : "the step is all communication: use fewer ranks or a faster link";
+      std::string fix;
+      if (want > 0) {
+        // Samples/s at G' against G: exposed E fixed, the rest R = 1 - s
+        // grows with the batch: (G'/G) / (s + (1 - s) G'/G).
+        const double x = static_cast<double>(want) / static_cast<double>(now);
+        const double gain = x / (comm.share() + (1 - comm.share()) * x) - 1;
+        fix = absl::StrFormat(
+            "raise train.global_batch to >= %d (now %d) to bring exposed communication under "
+            "%.0f%% (about %+.0f%% samples/s; a larger global batch also changes the "
+            "optimization); more accumulation at this global batch only moves compute between "
+            "micro-steps",
+            want, now, 100 * kTargetCommShare, 100 * gain);
+      } else {
+        fix = "the step is all communication: use fewer ranks or a faster link";
+      }
       if (!plan.allreduce_measured()) {
         absl::StrAppendFormat(
             &fix, "; the plan's all-reduce time came from the topology's nominal bandwidth: "
@@ -235,19 +253,23 @@ absl::Status DiagnoseSteps(const v1::Plan& plan, const v1::JobSpec& spec,
         RankName(*slowest), slowest->compute_seconds(), 100 * straggle, median_compute,
         100 * kStragglerLimit));
     if (straggler) {
+      const double gain = 100 * (1 / std::max(1e-9, 1 - strag.share()) - 1);
       const std::string where =
           slowest->node().empty() ? absl::StrCat("rank ", slowest->rank(), "'s node")
                                   : absl::StrCat("node ", slowest->node());
       strag.set_fix(
-          cuda ? absl::StrFormat("every rank waits for rank %d at each all-reduce: look at %s: "
+          cuda ? absl::StrFormat("every rank waits for rank %d at each all-reduce (about %+.0f%% "
+                                 "samples/s if it kept up): look at %s: "
                                  "its GPU's clocks and temperature (nvidia-smi -q -d "
                                  "PERFORMANCE,TEMPERATURE), other processes on that GPU, a "
                                  "slower GPU model than the others' or a narrower PCIe link",
-                                 slowest->rank(), where)
-               : absl::StrFormat("every rank waits for rank %d at each all-reduce: look at %s: "
+                                 slowest->rank(), gain, where)
+               : absl::StrFormat("every rank waits for rank %d at each all-reduce (about %+.0f%% "
+                                 "samples/s if it kept up): look at %s: "
                                  "other processes on its CPUs, fewer cores than "
                                  "resources.threads_per_rank (%d) per rank, or a slower CPU",
-                                 slowest->rank(), where, std::max(1, plan.threads_per_rank())));
+                                 slowest->rank(), gain, where,
+                                 std::max(1, plan.threads_per_rank())));
     }
   }
 

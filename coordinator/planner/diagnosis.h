@@ -15,10 +15,13 @@
 //              at that rank's node);
 //   compute    what is left: forward, backward, optimizer. Limiting when no
 //              other stage is past its threshold; the healthy state.
-// The limiting stage is the costliest one past its threshold. With a
-// straggler, communication costs what the slowest rank measured exposed:
-// it arrives last at every all-reduce, so it never waits for a peer and its
-// exposed time is the link's alone.
+// The job's figures are its critical rank's (StepBreakdown in job.proto):
+// the rank that spends longest before the all-reduce, which the others wait
+// for. Its exposed time is the link's alone, while the others' includes the
+// wait; so one rank with a slow loader reads as data, not as communication,
+// and a straggler's wait is not blamed on the link. Each fix says about how
+// many samples/s it would gain. The limiting stage is the costliest one past
+// its threshold.
 //
 // Thread-safety: pure functions; safe from any thread.
 #ifndef DGCA_COORDINATOR_PLANNER_DIAGNOSIS_H_
@@ -51,9 +54,11 @@ inline constexpr double kStragglerLimit = 0.10;
 // Median of `v` (the mean of the middle two for an even count); 0 if empty.
 double MedianOf(std::vector<double> v);
 
-// Medians over `samples` (those with step_seconds > 0), all ranks together
-// and per rank; node names from plan.rank_nodes. compute = step - data wait
-// - exposed communication (never below 0), so the parts add up to the step.
+// Medians over each rank's `samples` (those with step_seconds > 0); node
+// names from plan.rank_nodes; the job's figures and critical_rank from the
+// rank with the largest data wait + compute (ties: the lowest rank).
+// compute = step - data wait - exposed communication (never below 0), so
+// the parts add up to the step.
 v1::StepBreakdown BreakdownOf(const std::vector<StepSample>& samples, const v1::Plan& plan);
 
 // The smallest global batch, in whole micro-batches on every rank, at which

@@ -118,12 +118,12 @@ TEST(MultiAgentTest, TwoAgentsRunATwoRankJob) {
   coord.Stop();
 }
 
-// Pins process `pid` (and the children it starts later) to one CPU.
-bool PinToCpu(pid_t pid, int cpu) {
+// Pins the calling thread to one CPU; processes it forks inherit that.
+bool PinSelfToCpu(int cpu) {
   cpu_set_t set;
   CPU_ZERO(&set);
   CPU_SET(cpu, &set);
-  return sched_setaffinity(pid, sizeof(set), &set) == 0;
+  return sched_setaffinity(0, sizeof(set), &set) == 0;
 }
 
 // A real straggler: node-a's agent (and so its rank) has CPU 0 to itself;
@@ -144,24 +144,31 @@ TEST(MultiAgentTest, DiagnoseNamesASlowNodeAsTheStraggler) {
   mkdir((dir + "/state").c_str(), 0755);
   CoordinatorProcess coord(dir + "/state");
   ASSERT_TRUE(coord.Start("127.0.0.1:0", {"--no-local-agent"}));
-  pid_t a = StartAgent(coord, "node-a", dir + "/a");
-  pid_t b = StartAgent(coord, "node-b", dir + "/b");
-  ASSERT_TRUE(PinToCpu(a, 0));
-  ASSERT_TRUE(PinToCpu(b, 1));
-  pid_t hog = fork();
+  // Each agent is forked pinned (every thread it starts, and its ranks,
+  // inherit the CPU); this thread gets its CPUs back after.
+  const bool pinned_a = PinSelfToCpu(0);
+  pid_t a = pinned_a ? StartAgent(coord, "node-a", dir + "/a") : -1;
+  const bool pinned_b = PinSelfToCpu(1);
+  pid_t b = pinned_b ? StartAgent(coord, "node-b", dir + "/b") : -1;
+  pid_t hog = pinned_b ? fork() : -1;
   if (hog == 0) {
-    PinToCpu(0, 1);
     for (volatile uint64_t i = 0;; i = i + 1) {
     }
   }
-  ASSERT_GT(hog, 0);
+  sched_setaffinity(0, sizeof(mine), &mine);
   auto cleanup = [&] {
-    kill(hog, SIGKILL);
-    waitpid(hog, nullptr, 0);
+    if (hog > 0) {
+      kill(hog, SIGKILL);
+      waitpid(hog, nullptr, 0);
+    }
     StopAgent(a);
     StopAgent(b);
     coord.Stop();
   };
+  if (!pinned_a || !pinned_b || hog < 0) {
+    cleanup();
+    FAIL() << "cannot pin the agents to CPUs 0 and 1 or start the busy loop";
+  }
   Result nodes;
   if (!BothNodesRegister(coord, &nodes)) {
     cleanup();
