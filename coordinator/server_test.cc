@@ -1495,6 +1495,32 @@ TEST_F(ServerTest, DiagnoseJobLiveAndAfterARestart) {
   EXPECT_EQ(after.plan().ranks(), 2);
 }
 
+// The diagnosis of a long job is of its latest steps: the coordinator keeps
+// the newest 20000 rank-steps (a ring), not the first.
+TEST_F(ServerTest, DiagnoseReadsTheLatestSteps) {
+  StartServer();
+  FakeAgent agent(server_->address(), server_->token(), "n1");
+  const std::string id = Submit(Spec(0, 2));
+  ASSERT_TRUE(WaitUntil([&] { return agent.Launches(id, 0).size() == 2; }));
+  auto diagnose = [&](v1::DiagnoseJobResponse* out) {
+    v1::DiagnoseJobRequest req;
+    req.set_job_id(id);
+    auto ctx = Ctx();
+    return coord_->DiagnoseJob(ctx.get(), req, out).ok();
+  };
+  // 2 x 10002 steps at 0.1 s (20000 kept), then 2 x 6000 at 0.3 s: the
+  // newest 20000 are 12000 at 0.3 s and 8000 at 0.1 s.
+  StreamSteps(rank_.get(), server_->token(), id, 0, 2, 10002, 0.1);
+  v1::DiagnoseJobResponse d;
+  ASSERT_TRUE(WaitUntil([&] { return diagnose(&d) && d.breakdown().samples() == 20000; }))
+      << d.ShortDebugString();
+  EXPECT_DOUBLE_EQ(d.breakdown().step_seconds(), 0.1);
+  StreamSteps(rank_.get(), server_->token(), id, 0, 2, 6000, 0.3);
+  ASSERT_TRUE(WaitUntil([&] { return diagnose(&d) && d.breakdown().step_seconds() == 0.3; }))
+      << d.breakdown().ShortDebugString();
+  EXPECT_EQ(d.breakdown().samples(), 20000);
+}
+
 // A coordinator killed during the trials: the job is queued again, the
 // trial's orphaned rank is killed, and the trials start over at a later
 // attempt (never reusing one the agents may still report on; the attempts
