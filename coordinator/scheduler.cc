@@ -1252,7 +1252,11 @@ void Scheduler::Schedule(JobRt* rt, Outbox* out) {
   std::string why;
   if (Launch(rt, rt->plan, out, &why)) {
     Event(rt, v1::RUNNING, "state", absl::StrCat("running ", rt->plan.ranks(), " ranks"), true);
-  } else if (rt->message != why) {
+    if (!rt->restart_pending.empty()) {
+      Announce(rt, store_->RecordRestart(rt->id, rt->restarts, rt->restart_pending));
+      rt->restart_pending.clear();
+    }
+  } else if (rt->message != why && rt->restart_pending.empty()) {
     Event(rt, v1::PLANNING, "info", why, true);
   }
 }
@@ -1548,13 +1552,14 @@ std::set<std::string> Scheduler::QueueStop(const JobRt& rt, bool live_only, Outb
 }
 
 void Scheduler::QueueStopOn(const std::string& job_id, const std::set<std::string>& nodes,
-                            Outbox* out) {
+                            Outbox* out, const std::set<int>& attempts) {
   for (const auto& n : nodes) {
     auto it = nodes_.find(n);
     if (it == nodes_.end() || !it->second.conn) continue;
     v1::CoordinatorCommand c;
     c.mutable_stop()->set_job_id(job_id);
     c.mutable_stop()->set_grace_seconds(opt_.stop_grace_s);
+    for (int a : attempts) c.mutable_stop()->add_attempts(a);
     out->emplace_back(it->second.conn, c);
   }
 }
@@ -1618,14 +1623,25 @@ void Scheduler::CompleteStop(JobRt* rt, Outbox* out) {
   hub_->IncRankRestarts(rt->id);
   rendezvous_.ClearAttemptsBefore(rt->id, rt->attempt);
   std::string why;
+  const std::string restart =
+      absl::StrCat("restart ", rt->restarts, " of ", rt->spec.train().max_restarts(),
+                   " (attempt ", rt->attempt, ") after: ", rt->stop_message);
   if (!Launch(rt, rt->plan, out, &why)) {
+    if (absl::StartsWith(why, "waiting for capacity")) {
+      // A node of the plan is away for now (its agent restarting, the host
+      // rebooting: often what made the ranks fail): wait for it as a first
+      // launch does; Schedule launches and records the restart then.
+      rt->restart_pending = restart;
+      Event(rt, v1::PLANNING, "info",
+            absl::StrCat(why, "; restart ", rt->restarts, " of ",
+                         rt->spec.train().max_restarts(), " waits for it"),
+            true);
+      return;
+    }
     Finish(rt, v1::FAILED, absl::StrCat("cannot restart after: ", rt->stop_message, "; ", why));
     return;
   }
-  Announce(rt, store_->RecordRestart(
-                   rt->id, rt->restarts,
-                   absl::StrCat("restart ", rt->restarts, " of ", rt->spec.train().max_restarts(),
-                                " (attempt ", rt->attempt, ") after: ", rt->stop_message)));
+  Announce(rt, store_->RecordRestart(rt->id, rt->restarts, restart));
 }
 
 std::string Scheduler::FailureMessage(const JobRt& rt, const std::string& reason) {
@@ -1665,17 +1681,20 @@ absl::Status Scheduler::AgentRegistered(const v1::RegisterAgent& reg, const std:
     n.topology = reg.topology();
     n.conn = conn;
     n.last_heartbeat = Clock::now();
-    std::set<std::string> stop_jobs;
+    // Job -> the attempts of its ranks to stop there (only those: a new
+    // attempt the tick launches on this node before the stop is sent must
+    // not be stopped with them).
+    std::map<std::string, std::set<int>> stop_jobs;
     for (const auto& r : reg.running()) {
       auto it = jobs_.find(r.job_id());
       if (it == jobs_.end() || it->second->attempt != r.attempt() ||
           !RanksWelcome(*it->second) ||
           it->second->stop != StopAction::kNone) {
-        stop_jobs.insert(r.job_id());
+        stop_jobs[r.job_id()].insert(r.attempt());
       }
     }
-    for (const auto& j : stop_jobs) {
-      QueueStopOn(j, {reg.node()}, &out);  // n.conn is this stream now
+    for (const auto& [j, attempts] : stop_jobs) {
+      QueueStopOn(j, {reg.node()}, &out, attempts);  // n.conn is this stream now
       spdlog::warn("node {} still runs ranks of job {}, which is not running here or is being "
                    "stopped; stopping them", reg.node(), j);
     }
@@ -1892,7 +1911,9 @@ std::string Scheduler::IngestSample(const v1::MetricSample& s, const std::string
     rr.last_progress = Clock::now();
     v1::RankProgress& p = rr.progress;
     const bool trial = TrialRunning(*rt);
-    p.set_state(trial ? "trial" : "running");
+    // A killed rank's last samples can arrive after its exit: it stays
+    // "exited"/"failed".
+    if (!rr.exited) p.set_state(trial ? "trial" : "running");
     p.set_step(m.step());
     if (m.total_steps() > 0) p.set_total_steps(m.total_steps());
     p.set_loss(m.loss());

@@ -39,7 +39,10 @@
 //      ["; last output:\n<the agent's last log lines of rank R>"]
 //    ("other ranks" lists ranks that died on their own while the job was
 //    being stopped, which is often the root cause.) Exits reported for an
-//    old attempt are ignored.
+//    old attempt are ignored. A restart whose node is not connected (an
+//    agent restarting, a host rebooting) waits in PLANNING ("waiting for
+//    capacity ...; restart K of M waits for it") as a first launch does,
+//    and records its "restart" event when it launches.
 //  - Progress: Job.step = min over ranks, samples_per_second = sum over
 //    running ranks, loss = mean, eta = (steps - step) x mean step_seconds.
 //    Persisted (with per-rank RankProgress and eval) every 5 s, on each eval
@@ -302,6 +305,9 @@ class Scheduler {
     LossCurve loss_curve;                  // Job.loss_curve
     v1::PlanCheck plan_check;
     bool live_checked = false;  // LiveCheck done for this job
+    // A restart waiting for capacity (a node of the plan not connected when
+    // the stop completed): its "restart" event, recorded at the launch.
+    std::string restart_pending;
     Clock::time_point last_persist;
     Clock::time_point last_snapshot;
     bool dirty = false;
@@ -388,8 +394,10 @@ class Scheduler {
   // Queues a stop of rt to each connected node that holds one of its ranks
   // (live_only: a rank that has not exited); returns those nodes.
   std::set<std::string> QueueStop(const JobRt& rt, bool live_only, Outbox* out);
-  // Queues StopRanks for job `job_id` to each of `nodes` that is connected.
-  void QueueStopOn(const std::string& job_id, const std::set<std::string>& nodes, Outbox* out);
+  // Queues StopRanks for job `job_id` to each of `nodes` that is connected
+  // (only its ranks of `attempts` when not empty).
+  void QueueStopOn(const std::string& job_id, const std::set<std::string>& nodes, Outbox* out,
+                   const std::set<int>& attempts = {});
   // "rank R on node N made no progress for T s ..." for the first rank of rt
   // that has not exited and was last heard from more than
   // heartbeat_timeout_s before `now`; "" when none. mu_ held.

@@ -550,6 +550,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     });
   }
   spdlog::info("dgca-coordinator state in {}", s->state_dir_);
+  s->started_ = true;
   return s;
 }
 
@@ -558,7 +559,10 @@ void CoordinatorServer::Shutdown() {
   shut_down_ = true;
   stopping_ = true;
   if (poller_.joinable()) poller_.join();
-  if (opt_.keep_jobs_on_shutdown) {
+  if (!started_) {
+    // A failed start: no job is ended, no event written, no rank stopped;
+    // the scheduler's destructor only stops its threads.
+  } else if (opt_.keep_jobs_on_shutdown) {
     if (scheduler_) scheduler_->Detach();
     if (agent_) agent_->Detach();
   } else {

@@ -120,6 +120,10 @@ class CoordinatorServer {
   std::thread poller_;
   std::atomic<bool> stopping_{false};
   bool shut_down_ = false;
+  // Set once Start has done everything. A start that fails half-way (a busy
+  // port, a bad TLS file) must not end the jobs it recovered from the store:
+  // they belong to the next coordinator started on this state dir.
+  bool started_ = false;
   int lock_fd_ = -1;  // flock on STATE_DIR/coordinator.lock
 };
 

@@ -535,6 +535,44 @@ TEST_F(ServerTest, RestartFromCheckpointThenSucceed) {
             std::string::npos);
 }
 
+// A restart due while its node is away (the agent restarting: often what
+// made the ranks fail) waits for the node, as a first launch does, instead
+// of failing the job with "cannot restart".
+TEST_F(ServerTest, ARestartWaitsForItsNodeToComeBack) {
+  StartServer();
+  std::string id;
+  {
+    FakeAgent agent(server_->address(), server_->token(), "n1", /*auto_exit_on_stop=*/false);
+    id = Submit(Spec(1));
+    ASSERT_TRUE(WaitUntil([&] { return agent.Launches(id, 0).size() == 2; }));
+    agent.Exit(id, 0, 0, -1, SIGKILL);
+    ASSERT_TRUE(WaitUntil([&] { return agent.Stops(id) >= 1; }));
+  }  // n1's agent goes; rank 1 never reports: the stop ends at its deadline
+  ASSERT_TRUE(WaitUntil([&] { return State(id) == v1::PLANNING; }, milliseconds(15000)))
+      << Get(id).job().message();
+  const v1::GetJobResponse waiting = Get(id);
+  EXPECT_NE(waiting.job().message().find(
+                "waiting for capacity: node n1 (rank 0) is not connected; restart 1 of 1 waits "
+                "for it"),
+            std::string::npos)
+      << waiting.job().message();
+  EXPECT_EQ(waiting.job().restarts(), 1);  // decided; its event comes with the launch
+  for (const auto& e : waiting.events()) EXPECT_NE(e.kind(), "restart") << e.message();
+  FakeAgent back(server_->address(), server_->token(), "n1");
+  ASSERT_TRUE(WaitUntil([&] { return back.Launches(id, 1).size() == 2; }));
+  ASSERT_TRUE(WaitState(id, v1::RUNNING));
+  const v1::GetJobResponse running = Get(id);
+  EXPECT_EQ(running.job().restarts(), 1);
+  bool saw_restart = false;
+  for (const auto& e : running.events()) {
+    saw_restart |= e.kind() == "restart" && e.message().rfind("restart 1 of 1 (attempt 1)", 0) == 0;
+  }
+  EXPECT_TRUE(saw_restart);
+  back.Exit(id, 0, 1, 0);
+  back.Exit(id, 1, 1, 0);
+  ASSERT_TRUE(WaitState(id, v1::SUCCEEDED));
+}
+
 TEST_F(ServerTest, StalledRankFailsTheJob) {
   StartServer(/*heartbeat_timeout_s=*/1.0);
   FakeAgent agent(server_->address(), server_->token(), "n1");
@@ -1092,6 +1130,42 @@ TEST_F(ServerTest, ACleanRankExitIsStoredAtOnce) {
   ASSERT_TRUE(WaitUntil([&] { return Get(id).job().state() == v1::SUCCEEDED; }));
 }
 
+// A start that fails half-way (here: --tls-cert without --tls-key, found
+// after the store is read and the jobs recovered) leaves the recovered jobs
+// as they were: the next good start re-adopts them. (It used to end them
+// FAILED "coordinator shut down" on its way out.)
+TEST_F(ServerTest, AFailedStartLeavesTheRecoveredJobsAlone) {
+  const std::string id = StoreRunningJob(dir_, 0, 0);
+  {
+    CoordinatorServerOptions o;
+    o.listen = "127.0.0.1:0";
+    o.metrics_listen = "";
+    o.state_dir = dir_;
+    o.local_agent = false;
+    o.tls_cert = dir_ + "/cert.pem";  // and no key
+    auto s = CoordinatorServer::Start(o);
+    ASSERT_FALSE(s.ok());
+    EXPECT_NE(s.status().message().find("--tls-cert and --tls-key go together"),
+              std::string::npos)
+        << s.status();
+  }
+  {
+    auto store = JobStore::Open(dir_ + "/dgca.db");
+    ASSERT_TRUE(store.ok()) << store.status();
+    auto stored = (*store)->GetJob(id);
+    ASSERT_TRUE(stored.ok());
+    EXPECT_EQ(stored->job.state(), v1::RUNNING) << stored->job.message();
+    // (Recovering wrote its "re-adopting" note; nothing ended the job.)
+    auto ev = (*store)->ListEvents(id, 0);
+    ASSERT_TRUE(ev.ok());
+    ASSERT_FALSE(ev->empty());
+    for (const auto& e : *ev) EXPECT_EQ(e.message().find("shut"), std::string::npos) << e.message();
+    EXPECT_EQ(ev->back().state(), v1::RUNNING) << ev->back().message();
+  }
+  StartServer();
+  EXPECT_EQ(State(id), v1::RUNNING);
+}
+
 // A cancel under way when the coordinator died is carried on: the ranks'
 // heartbeats are told to stop, the agent gets StopRanks when it registers
 // again, and the job ends CANCELLED.
@@ -1436,6 +1510,23 @@ TEST_F(ServerTest, LiveCheckSaysWhatWouldMeetTheCommTarget) {
             std::string::npos)
       << live(starved);
   EXPECT_EQ(live(starved).find("the plan holds"), std::string::npos) << live(starved);
+}
+
+// A killed rank's last step samples can arrive after its exit: it stays
+// "failed" in dgca status (it used to turn "running" again).
+TEST_F(ServerTest, ALateSampleDoesNotReviveAnExitedRank) {
+  StartServer();
+  FakeAgent agent(server_->address(), server_->token(), "n1", /*auto_exit_on_stop=*/false);
+  const std::string id = Submit(Spec(0, 2));
+  ASSERT_TRUE(WaitUntil([&] { return agent.Launches(id, 0).size() == 2; }));
+  agent.Exit(id, 0, 0, -1, SIGKILL);
+  ASSERT_TRUE(WaitUntil([&] {
+    const auto j = Get(id).job();
+    return j.ranks_size() == 2 && j.ranks(0).state() == "failed";
+  }));
+  StreamSteps(rank_.get(), server_->token(), id, 0, 1, 3, 0.1);  // rank 0, steps 1..3
+  ASSERT_TRUE(WaitUntil([&] { return Get(id).job().ranks(0).step() == 3; }));
+  EXPECT_EQ(Get(id).job().ranks(0).state(), "failed");
 }
 
 // dgca diagnose JOB over the real service: refused until there are enough

@@ -20,6 +20,7 @@
 #include <sstream>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <thread>
 
 #include "absl/strings/match.h"
@@ -182,7 +183,9 @@ class Agent::Impl {
   // children, nullopt for adopted ones (the exit record, if any, says).
   // Appends the agent's line to the rank's log.
   v1::RankExited ExitReport(const Child& c, std::optional<int> wait_status);
-  void StopJob(const std::string& job_id, double grace_s);
+  // SIGTERM (SIGKILL after grace_s) to the job's ranks; only those of
+  // `attempts` when it is not empty.
+  void StopJob(const std::string& job_id, double grace_s, const std::set<int>& attempts = {});
   // Sends on the open stream; false when there is none or it broke.
   bool Send(const v1::AgentMessage& m);
   // Adds an exit report to recent_exits_ (bounded). mu_ held.
@@ -489,7 +492,8 @@ void Agent::Impl::Execute(const v1::CoordinatorCommand& cmd) {
       Launch(cmd.launch());
       break;
     case v1::CoordinatorCommand::kStop:
-      StopJob(cmd.stop().job_id(), cmd.stop().grace_seconds());
+      StopJob(cmd.stop().job_id(), cmd.stop().grace_seconds(),
+              std::set<int>(cmd.stop().attempts().begin(), cmd.stop().attempts().end()));
       break;
     default:
       spdlog::warn("agent {}: ignoring an empty or unknown command", node_);
@@ -660,11 +664,13 @@ void Agent::Impl::Launch(const v1::LaunchRank& l) {
                l.rank(), l.attempt(), pid, log_path);
 }
 
-void Agent::Impl::StopJob(const std::string& job_id, double grace_s) {
+void Agent::Impl::StopJob(const std::string& job_id, double grace_s,
+                          const std::set<int>& attempts) {
   if (grace_s < 0) grace_s = 0;
   std::lock_guard<std::mutex> g(mu_);
   for (auto& [pid, c] : children_) {
     if (c.job_id != job_id || c.stopping) continue;
+    if (!attempts.empty() && !attempts.count(c.attempt)) continue;
     c.stopping = true;
     // An adopted rank's pid is not held by us: signal it only while it is
     // still the process adopted (the reaper reports it otherwise).

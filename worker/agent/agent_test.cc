@@ -356,6 +356,34 @@ TEST_F(AgentTest, StopTermsPoliteRankQuickly) {
   agent.Stop();
 }
 
+// StopRanks naming attempts stops only those ranks: the coordinator stops
+// stale ranks that way, and a new attempt launched just before must live.
+TEST_F(AgentTest, StopOfAnAttemptSparesTheOthers) {
+  Agent agent(Options({"/bin/sh", "-c", "sleep 100"}));
+  ASSERT_TRUE(agent.Start().ok());
+  auto old_rank = Launch("job-a", 0);
+  old_rank.mutable_launch()->set_attempt(2);
+  agent.Execute(old_rank);
+  auto new_rank = Launch("job-a", 1);
+  new_rank.mutable_launch()->set_attempt(3);
+  agent.Execute(new_rank);
+  ASSERT_EQ(agent.Running().size(), 2u);
+  v1::CoordinatorCommand stop;
+  stop.mutable_stop()->set_job_id("job-a");
+  stop.mutable_stop()->set_grace_seconds(5);
+  stop.mutable_stop()->add_attempts(2);
+  agent.Execute(stop);
+  auto e = fake_->WaitExit("job-a", 0);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->attempt(), 2);
+  EXPECT_EQ(e->signal(), SIGTERM);
+  std::this_thread::sleep_for(300ms);
+  auto left = agent.Running();
+  ASSERT_EQ(left.size(), 1u);
+  EXPECT_EQ(left[0].attempt(), 3);
+  agent.Stop();
+}
+
 TEST_F(AgentTest, NewAttemptReplacesOldOne) {
   Agent agent(Options({"/bin/sh", "-c", "sleep 100"}));
   ASSERT_TRUE(agent.Start().ok());
