@@ -5,8 +5,13 @@
 #include <dlfcn.h>
 
 #include <cstdlib>
+#include <string>
+#include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 
 namespace dgca {
 namespace {
@@ -134,6 +139,35 @@ int LocalDeviceFromEnv() {
   long d = std::strtol(v, &end, 10);
   if (end == v || *end != '\0' || d < -1 || d > 1023) return -1;
   return static_cast<int>(d);
+}
+
+absl::StatusOr<int> CudaOrdinalFor(int planned, const char* visible) {
+  if (visible == nullptr || *visible == '\0') return planned < 0 ? 0 : planned;
+  std::vector<std::string> entries;
+  for (absl::string_view e : absl::StrSplit(visible, ',')) {
+    entries.emplace_back(absl::StripAsciiWhitespace(e));
+  }
+  if (planned < 0) return 0;
+  bool numeric = true;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    int v = 0;
+    if (!absl::SimpleAtoi(entries[i], &v)) {
+      numeric = false;
+      continue;
+    }
+    if (v == planned) return static_cast<int>(i);
+  }
+  if (!numeric && entries.size() == 1) return 0;  // one GPU by UUID: it is the rank's
+  if (!numeric) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "CUDA_VISIBLE_DEVICES=", visible, " names GPUs by UUID or MIG instance; the plan places "
+        "this rank on GPU ", planned, " by index: unset CUDA_VISIBLE_DEVICES in the agent's "
+        "environment (and comm.env), or list GPU indices"));
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "the plan places this rank on GPU ", planned, ", which CUDA_VISIBLE_DEVICES=", visible,
+      " hides: unset CUDA_VISIBLE_DEVICES in the agent's environment (and comm.env), or include "
+      "GPU ", planned));
 }
 
 }  // namespace dgca

@@ -25,6 +25,7 @@
 #include <memory>
 #include <string>
 
+#include "absl/status/statusor.h"
 #include "worker/topology/nvml.h"
 
 namespace dgca {
@@ -86,6 +87,18 @@ class GpuMetrics {
 
 // DGCA_LOCAL_DEVICE as an int; -1 when unset, empty or not a number.
 int LocalDeviceFromEnv();
+
+// The CUDA ordinal of the planned GPU `planned` (the node's GPU index, as
+// the topology probe and nvidia-smi number them; -1 = none planned) for a
+// rank whose environment has CUDA_VISIBLE_DEVICES = `visible` (null or ""
+// = unset). Unset: the index itself (CUDA_DEVICE_ORDER=PCI_BUS_ID, which
+// the plan sets, makes the orders agree). Set to a list of indices (as
+// SLURM, a shell or comm.env may leave it): the planned index's position in
+// the list, so that the ranks of a node keep their own GPUs. Nothing
+// planned: ordinal 0. Errors (FAILED_PRECONDITION, naming the variable and
+// what would work): the planned GPU is not in the list, or the list names
+// GPUs by UUID or MIG instance and holds more than one of them.
+absl::StatusOr<int> CudaOrdinalFor(int planned, const char* visible);
 
 }  // namespace dgca
 

@@ -193,5 +193,33 @@ TEST(GpuMetricsTest, LocalDeviceFromEnv) {
   unsetenv("DGCA_LOCAL_DEVICE");
 }
 
+// Each rank of a node keeps its planned GPU whatever CUDA_VISIBLE_DEVICES
+// the agent inherited (it used to send every rank to ordinal 0 whenever the
+// variable was set).
+TEST(GpuMetricsTest, CudaOrdinalForMapsThePlannedGpu) {
+  auto ok = [](int planned, const char* visible) {
+    auto r = CudaOrdinalFor(planned, visible);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? *r : -100;
+  };
+  EXPECT_EQ(ok(2, nullptr), 2);
+  EXPECT_EQ(ok(2, ""), 2);
+  EXPECT_EQ(ok(-1, nullptr), 0);
+  EXPECT_EQ(ok(0, "0,1,2,3"), 0);
+  EXPECT_EQ(ok(3, "0,1,2,3"), 3);
+  EXPECT_EQ(ok(3, "2, 3"), 1);   // SLURM gave this job GPUs 2 and 3
+  EXPECT_EQ(ok(5, "5"), 0);
+  EXPECT_EQ(ok(-1, "4,5"), 0);
+  EXPECT_EQ(ok(1, "GPU-8f6a1c2e-0000-0000-0000-000000000000"), 0);
+  auto hidden = CudaOrdinalFor(1, "2,3");
+  EXPECT_EQ(hidden.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(hidden.status().message().find("GPU 1, which CUDA_VISIBLE_DEVICES=2,3 hides"),
+            std::string::npos)
+      << hidden.status();
+  auto uuids = CudaOrdinalFor(0, "GPU-aaaa,GPU-bbbb");
+  EXPECT_EQ(uuids.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(uuids.status().message().find("by UUID"), std::string::npos) << uuids.status();
+}
+
 }  // namespace
 }  // namespace dgca

@@ -483,14 +483,24 @@ int RunRank(const RankArgs& a) {
   // The CUDA trainer's context comes first: NCCL orders its collectives
   // after the model's stream (NcclOptions::compute_stream).
   const bool cuda = !probe && asg.plan().device() == "cuda";
-  int cuda_device = a.rank < asg.plan().rank_local_devices_size()
-                        ? asg.plan().rank_local_devices(a.rank)
-                        : -1;
-  if (const char* v = getenv("CUDA_VISIBLE_DEVICES"); v && *v) cuda_device = -1;  // agent pinned it
+  int cuda_device = -1;  // the CUDA ordinal (-1: no GPU)
+  if (cuda || nccl) {
+    const int planned = a.rank < asg.plan().rank_local_devices_size()
+                            ? asg.plan().rank_local_devices(a.rank)
+                            : -1;
+    auto ordinal = CudaOrdinalFor(planned, getenv("CUDA_VISIBLE_DEVICES"));
+    if (!ordinal.ok()) {
+      Log(a.rank, "error: %s", ordinal.status().message());
+      finish_heartbeat();
+      sender.Close(std::chrono::seconds(5));
+      return 2;
+    }
+    cuda_device = *ordinal;
+  }
 #ifdef DGCA_HAVE_CUDA_TRAINER
   std::shared_ptr<const cuda::CudaContext> cuda_ctx;
   if (cuda) {
-    auto ctx = cuda::CudaContext::Create(cuda_device < 0 ? 0 : cuda_device);
+    auto ctx = cuda::CudaContext::Create(cuda_device);
     if (!ctx.ok()) {
       Log(a.rank, "error: device cuda: %s", ctx.status().ToString());
       finish_heartbeat();
