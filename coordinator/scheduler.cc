@@ -24,6 +24,9 @@
 namespace dgca {
 namespace {
 
+// A rank's exit code when it stopped on request (worker/rank/rank_main.h
+// kExitStopped; the coordinator does not link the rank runtime).
+constexpr int kRankExitStopped = 5;
 // Finished jobs whose per-rank progress and /metrics series are kept.
 constexpr size_t kRememberFinished = 64;
 // Plan check and dgca diagnose: the latest this many (rank, step) samples
@@ -1758,8 +1761,11 @@ void Scheduler::RankExited(const std::string& node, const v1::RankExited& e) {
                            "status (killed by a signal or crashed)")
         : e.signal() != 0 ? absl::StrCat("rank ", e.rank(), " on node ", node,
                                          " was killed by signal ", SignalName(e.signal()))
-                          : absl::StrCat("rank ", e.rank(), " on node ", node,
-                                         " exited with code ", e.exit_code());
+        : e.exit_code() == kRankExitStopped
+            ? absl::StrCat("rank ", e.rank(), " on node ", node,
+                           " was stopped (exit code 5: SIGTERM or SIGINT from outside dgca)")
+            : absl::StrCat("rank ", e.rank(), " on node ", node, " exited with code ",
+                           e.exit_code());
     // `how` and the agent's last lines of the rank's log.
     auto with_output = [&](size_t limit) {
       return e.message().empty()
@@ -1779,7 +1785,8 @@ void Scheduler::RankExited(const std::string& node, const v1::RankExited& e) {
       // SIGTERM, or SIGKILL after the grace, is our own StopRanks at work
       // (an adopted rank's unknown end is taken for SIGKILL: a rank stopped
       // by SIGTERM writes its exit record).
-      bool ours = e.signal() == SIGTERM ||
+      // (A rank that took our stop and left its loop exits 5, "stopped".)
+      bool ours = e.signal() == SIGTERM || (e.signal() == 0 && e.exit_code() == kRankExitStopped) ||
                   ((e.signal() == SIGKILL || e.status_unknown()) &&
                    Clock::now() - rt->stop_started >
                        std::chrono::duration<double>(opt_.stop_grace_s * 0.9));

@@ -476,6 +476,33 @@ TEST_F(ServerTest, PendingWithoutAgentThenRunsAndSucceeds) {
   EXPECT_TRUE(hr.stop());
 }
 
+// A rank that took the stop and exits 5 ("stopped") is not listed among the
+// ranks that failed; a rank stopped by someone else (exit 5 with no stop
+// of ours) is named as stopped.
+TEST_F(ServerTest, AStoppedRankIsNotAFailedOne) {
+  StartServer();
+  FakeAgent agent(server_->address(), server_->token(), "n1", /*auto_exit_on_stop=*/false);
+  const std::string id = Submit(Spec(0, 3));
+  ASSERT_TRUE(WaitUntil([&] { return agent.Launches(id, 0).size() == 3; }));
+  agent.Exit(id, 2, 0, 1, 0, "RuntimeError: boom\n");
+  ASSERT_TRUE(WaitUntil([&] { return agent.Stops(id) >= 1; }));
+  agent.Exit(id, 0, 0, 5);
+  agent.Exit(id, 1, 0, 5);
+  ASSERT_TRUE(WaitState(id, v1::FAILED));
+  const std::string msg = Get(id).job().message();
+  EXPECT_NE(msg.find("rank 2 on node n1 exited with code 1"), std::string::npos) << msg;
+  EXPECT_EQ(msg.find("other ranks"), std::string::npos) << msg;
+
+  const std::string other = Submit(Spec(0, 2));
+  ASSERT_TRUE(WaitUntil([&] { return agent.Launches(other, 0).size() == 2; }));
+  agent.Exit(other, 1, 0, 5);
+  ASSERT_TRUE(WaitState(other, v1::FAILED));
+  EXPECT_NE(Get(other).job().message().find(
+                "rank 1 on node n1 was stopped (exit code 5: SIGTERM or SIGINT from outside dgca)"),
+            std::string::npos)
+      << Get(other).job().message();
+}
+
 TEST_F(ServerTest, RankFailureNamesTheRank) {
   StartServer();
   FakeAgent agent(server_->address(), server_->token(), "n1", /*auto_exit_on_stop=*/false);

@@ -643,7 +643,10 @@ int RunRank(const RankArgs& a) {
     } else {
       Log(a.rank, "error: training failed: %s", result.status().ToString());
     }
-    code = unreachable.load() ? 3 : 1;
+    // Stopped on request (the coordinator's stop, SIGTERM) is not a
+    // failure of this rank: exit kExitStopped, so the coordinator does not
+    // list it among the ranks that failed.
+    code = unreachable.load() ? 3 : !reason.empty() ? kExitStopped : 1;
   }
   finish_heartbeat();
   if (code == 0) {

@@ -14,11 +14,12 @@
 //     heartbeat_timeout_s.
 // Heartbeats go every heartbeat_interval_s on their own thread.
 //
-// Exit codes: 0 trained to the end; 1 training failed or was stopped;
-// 2 bad assignment or configuration; 3 cannot reach or authenticate with the
-// coordinator. `dgca-worker rank` writes the code to DGCA_EXIT_FILE as it
-// exits (worker/agent/rank_process.h), for an agent that adopted the rank
-// and so gets no wait status.
+// Exit codes: 0 trained to the end; 1 training failed; 2 bad assignment or
+// configuration; 3 cannot reach or authenticate with the coordinator;
+// kExitStopped (5) stopped on request (a heartbeat's stop, SIGTERM/SIGINT).
+// `dgca-worker rank` writes the code to DGCA_EXIT_FILE as it exits
+// (worker/agent/rank_process.h), for an agent that adopted the rank and so
+// gets no wait status.
 //
 // Thread-safety: RunRank is meant to be the only thing its process does.
 #ifndef DGCA_WORKER_RANK_RANK_MAIN_H_
@@ -27,6 +28,8 @@
 #include <string>
 
 namespace dgca {
+
+inline constexpr int kExitStopped = 5;
 
 struct RankArgs {
   std::string coordinator;   // host:port

@@ -165,7 +165,7 @@ TEST_F(RankMainTest, HeartbeatStopEndsTraining) {
   auto t0 = std::chrono::steady_clock::now();
   int rc = RunRank(Args());
   t.join();
-  EXPECT_EQ(rc, 1);
+  EXPECT_EQ(rc, kExitStopped);
   EXPECT_GE(service_->last_step_.load(), 2);
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 40s);
 }
