@@ -288,7 +288,7 @@ void Agent::Impl::Stop(bool stop_ranks) {
   {
     std::lock_guard<std::mutex> l(mu_);
     if (stop_called_) return;
-    stop_called_ = true;
+    stop_called_ = true;  // from here on launches are refused (Launch)
     if (!started_) {
       stopping_ = true;
       return;
@@ -516,7 +516,9 @@ void Agent::Impl::Launch(const v1::LaunchRank& l) {
   std::string refusal;  // reported after mu_ is released (ReportExit takes stream_mu_)
   {
     std::unique_lock<std::mutex> g(mu_);
-    if (stopping_) refusal = "agent is stopping";
+    // Refused from the start of Stop(): a rank launched while the others
+    // drain would be SIGKILLed at its end with no exit reported.
+    if (stopping_ || stop_called_) refusal = "agent is stopping";
     auto find = [&]() -> Child* {
       for (auto& [pid, c] : children_) {
         if (c.job_id == l.job_id() && c.rank == l.rank()) return &c;

@@ -384,6 +384,29 @@ TEST_F(AgentTest, StopOfAnAttemptSparesTheOthers) {
   agent.Stop();
 }
 
+// A launch that arrives while the agent drains its ranks (Stop waits for
+// them) is refused and reported at once, not started and then SIGKILLed
+// with no exit reported.
+TEST_F(AgentTest, ALaunchWhileStoppingIsRefusedAndReported) {
+  const std::string ready = dir_ + "/ready";
+  Agent agent(Options({"/bin/sh", "-c", "trap '' TERM; touch " + ready + "; sleep 2"}));
+  ASSERT_TRUE(agent.Start().ok());
+  agent.Execute(Launch("job-d", 0));
+  ASSERT_EQ(agent.Running().size(), 1u);
+  for (int i = 0; i < 200 && access(ready.c_str(), F_OK) != 0; ++i) {
+    std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_EQ(access(ready.c_str(), F_OK), 0);  // SIGTERM is ignored from here on
+  std::thread stopper([&] { agent.Stop(); });
+  std::this_thread::sleep_for(300ms);  // Stop() is waiting for rank 0
+  agent.Execute(Launch("job-d", 1));
+  auto e = fake_->WaitExit("job-d", 1, 5s);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->exit_code(), 127);
+  EXPECT_NE(e->message().find("agent is stopping"), std::string::npos) << e->message();
+  stopper.join();
+}
+
 TEST_F(AgentTest, NewAttemptReplacesOldOne) {
   Agent agent(Options({"/bin/sh", "-c", "sleep 100"}));
   ASSERT_TRUE(agent.Start().ok());
