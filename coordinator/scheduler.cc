@@ -1696,6 +1696,33 @@ absl::Status Scheduler::AgentRegistered(const v1::RegisterAgent& reg, const std:
         stop_jobs[r.job_id()].insert(r.attempt());
       }
     }
+    // Ranks of running jobs placed here that the agent did not list: it
+    // restarted while they trained on (a killed or crashed agent). It
+    // supervises them again, or reports how they ended (AdoptRanks).
+    v1::CoordinatorCommand adopt;
+    for (const auto& [id, rt] : jobs_) {
+      if (rt->state != v1::RUNNING || rt->stop != StopAction::kNone || TrialRunning(*rt)) continue;
+      for (size_t r = 0; r < rt->ranks.size(); ++r) {
+        const RankRt& rr = rt->ranks[r];
+        if (rr.node != reg.node() || rr.exited) continue;
+        const bool listed = std::any_of(
+            reg.running().begin(), reg.running().end(), [&](const v1::RunningRank& x) {
+              return x.job_id() == id && x.rank() == static_cast<int>(r) &&
+                     x.attempt() == rt->attempt;
+            });
+        if (listed) continue;
+        v1::RunningRank* a = adopt.mutable_adopt()->add_ranks();
+        a->set_job_id(id);
+        a->set_rank(static_cast<int>(r));
+        a->set_attempt(rt->attempt);
+        a->set_pid(rr.progress.pid());
+      }
+    }
+    if (adopt.adopt().ranks_size() > 0) {
+      out.emplace_back(conn, adopt);
+      spdlog::warn("node {} registered without {} rank(s) placed there; asking it to adopt them",
+                   reg.node(), adopt.adopt().ranks_size());
+    }
     for (const auto& [j, attempts] : stop_jobs) {
       QueueStopOn(j, {reg.node()}, &out, attempts);  // n.conn is this stream now
       spdlog::warn("node {} still runs ranks of job {}, which is not running here or is being "

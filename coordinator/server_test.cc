@@ -133,6 +133,18 @@ class FakeAgent {
     }
     return out;
   }
+  // The ranks of `job` the coordinator asked this agent to adopt.
+  std::vector<v1::RunningRank> Adopts(const std::string& job) {
+    std::lock_guard<std::mutex> l(mu_);
+    std::vector<v1::RunningRank> out;
+    for (const auto& c : cmds_) {
+      if (!c.has_adopt()) continue;
+      for (const auto& r : c.adopt().ranks()) {
+        if (r.job_id() == job) out.push_back(r);
+      }
+    }
+    return out;
+  }
   int Stops(const std::string& job) {
     std::lock_guard<std::mutex> l(mu_);
     int n = 0;
@@ -560,6 +572,36 @@ TEST_F(ServerTest, RestartFromCheckpointThenSucceed) {
   EXPECT_TRUE(saw_restart);
   EXPECT_NE(server_->metrics()->Serialize().find("dgca_rank_restarts_total{job=\"" + id + "\"} 1"),
             std::string::npos);
+}
+
+// An agent that comes back without the ranks the coordinator placed on its
+// node (it was killed while they trained on) is asked to adopt them; one
+// that lists them is not.
+TEST_F(ServerTest, ARestartedAgentIsAskedToAdoptItsRanks) {
+  StartServer();
+  std::string id;
+  {
+    FakeAgent first(server_->address(), server_->token(), "n1");
+    id = Submit(Spec(0, 2));
+    ASSERT_TRUE(WaitUntil([&] { return first.Launches(id, 0).size() == 2; }));
+    EXPECT_TRUE(first.Adopts(id).empty());
+  }
+  FakeAgent again(server_->address(), server_->token(), "n1");
+  ASSERT_TRUE(WaitUntil([&] { return again.Adopts(id).size() == 2; }));
+  for (const auto& r : again.Adopts(id)) EXPECT_EQ(r.attempt(), 0);
+  EXPECT_EQ(State(id), v1::RUNNING);
+  // Listing its ranks at registration: nothing to adopt.
+  v1::RunningRank r0, r1;
+  r0.set_job_id(id);
+  r0.set_rank(0);
+  r1.set_job_id(id);
+  r1.set_rank(1);
+  FakeAgent listed(server_->address(), server_->token(), "n1", true, {r0, r1});
+  std::this_thread::sleep_for(milliseconds(300));
+  EXPECT_TRUE(listed.Adopts(id).empty());
+  listed.Exit(id, 0, 0, 0);
+  listed.Exit(id, 1, 0, 0);
+  ASSERT_TRUE(WaitState(id, v1::SUCCEEDED));
 }
 
 // A restart due while its node is away (the agent restarting: often what

@@ -118,6 +118,54 @@ TEST(MultiAgentTest, TwoAgentsRunATwoRankJob) {
   coord.Stop();
 }
 
+// An agent killed with SIGKILL (a crash, a closed terminal) leaves its rank
+// training; the agent started again on that node is asked to adopt it and
+// reports its end, so the job finishes SUCCEEDED with no restart (it used to
+// stall once the rank exited unseen, and fail).
+TEST(MultiAgentTest, AnAgentKilledMidJobAdoptsItsRankWhenItComesBack) {
+  if (!HavePrograms()) GTEST_SKIP() << "programs not built under " << BuildDir();
+  if (!HaveSharedData()) GTEST_SKIP() << "no ECSpell data under " << SharedData();
+  std::string dir = MakeTempDir("adopt");
+  mkdir((dir + "/state").c_str(), 0755);
+  CoordinatorProcess coord(dir + "/state");
+  ASSERT_TRUE(coord.Start("127.0.0.1:0", {"--no-local-agent"}));
+  pid_t a = StartAgent(coord, "node-a", dir + "/a");
+  pid_t b = StartAgent(coord, "node-b", dir + "/b");
+  Result nodes;
+  ASSERT_TRUE(BothNodesRegister(coord, &nodes)) << nodes.out << nodes.err << coord.Log();
+  Result sub = Dgca(coord, {"submit", WriteTinySpec(dir, "adopt", 400)});
+  ASSERT_EQ(sub.code, 0) << sub.err;
+  const std::string job = Trim(sub.out);
+  JobView v;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        v = Status(coord, job);
+        return v.state == "RUNNING" && v.rank_steps.size() == 2 && v.rank_steps[0] >= 2 &&
+               v.rank_steps[1] >= 2;
+      },
+      60s))
+      << v.raw;
+  kill(b, SIGKILL);
+  waitpid(b, nullptr, 0);
+  std::this_thread::sleep_for(1s);
+  b = StartAgent(coord, "node-b", dir + "/b");
+  JobView end;
+  const bool finished = WaitUntil(
+      [&] {
+        end = Status(coord, job);
+        return end.state == "SUCCEEDED" || end.state == "FAILED";
+      },
+      180s);
+  const std::string agent_b = ReadFile(dir + "/b/agent.log");
+  StopAgent(a);
+  StopAgent(b);
+  coord.Stop();
+  ASSERT_TRUE(finished) << end.raw;
+  EXPECT_EQ(end.state, "SUCCEEDED") << end.message << "\n" << coord.Log() << agent_b;
+  EXPECT_NE(agent_b.find("adopted job " + job), std::string::npos) << agent_b;
+  EXPECT_NE(end.raw.find("\"restarts\": 0"), std::string::npos) << end.raw;
+}
+
 // Pins the calling thread to one CPU; processes it forks inherit that.
 bool PinSelfToCpu(int cpu) {
   cpu_set_t set;

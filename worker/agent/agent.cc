@@ -188,6 +188,9 @@ class Agent::Impl {
   void StopJob(const std::string& job_id, double grace_s, const std::set<int>& attempts = {});
   // Sends on the open stream; false when there is none or it broke.
   bool Send(const v1::AgentMessage& m);
+  // Writes an exit report on the stream when it is up (no RememberExit).
+  // Takes stream_mu_; mu_ not held.
+  void SendExit(const v1::RankExited& e);
   // Adds an exit report to recent_exits_ (bounded). mu_ held.
   void RememberExit(const v1::RankExited& e) {
     recent_exits_.push_back(e);
@@ -353,6 +356,13 @@ bool Agent::Impl::Send(const v1::AgentMessage& m) {
   return stream_->Write(m);
 }
 
+void Agent::Impl::SendExit(const v1::RankExited& e) {
+  v1::AgentMessage m;
+  *m.mutable_rank_exited() = e;
+  std::lock_guard<std::mutex> l(stream_mu_);
+  if (stream_ != nullptr && connected_.load()) stream_->Write(m);
+}
+
 void Agent::Impl::ReportExit(const v1::RankExited& e) {
   v1::AgentMessage m;
   *m.mutable_rank_exited() = e;
@@ -491,6 +501,30 @@ void Agent::Impl::Execute(const v1::CoordinatorCommand& cmd) {
     case v1::CoordinatorCommand::kLaunch:
       Launch(cmd.launch());
       break;
+    case v1::CoordinatorCommand::kAdopt: {
+      std::vector<v1::RankExited> gone;
+      {
+        std::lock_guard<std::mutex> g(mu_);
+        if (stopping_ || stop_called_) break;
+        for (const v1::RunningRank& r : cmd.adopt().ranks()) {
+          bool known = false;
+          for (const auto& [pid, c] : children_) {
+            known |= c.job_id == r.job_id() && c.rank == r.rank() && c.attempt == r.attempt();
+          }
+          if (known) continue;
+          Adopt(r);
+          bool adopted = false;
+          for (const auto& [pid, c] : children_) {
+            adopted |= c.job_id == r.job_id() && c.rank == r.rank() && c.attempt == r.attempt();
+          }
+          // Gone already: Adopt queued its report for the next
+          // registration; this stream is up, so it goes now as well.
+          if (!adopted && !recent_exits_.empty()) gone.push_back(recent_exits_.back());
+        }
+      }
+      for (const v1::RankExited& e : gone) SendExit(e);
+      break;
+    }
     case v1::CoordinatorCommand::kStop:
       StopJob(cmd.stop().job_id(), cmd.stop().grace_seconds(),
               std::set<int>(cmd.stop().attempts().begin(), cmd.stop().attempts().end()));

@@ -29,7 +29,10 @@
 // /proc instead of waitpid: its exit code comes from its exit record, and
 // one that left none is reported with status_unknown. A listed rank that is
 // already gone is reported at once the same way, so the coordinator learns
-// about exits that happened while nobody was watching.
+// about exits that happened while nobody was watching. The AdoptRanks
+// command does the same for a standalone agent that restarted: the
+// coordinator lists the ranks it placed on the node that the agent did not
+// register with.
 //
 // Thread-safety: Start() and Stop() may be called from any thread; Stop() is
 // idempotent and is also called by the destructor. The agent runs its own

@@ -675,6 +675,44 @@ TEST_F(AgentTest, StopsAnAdoptedRank) {
   agent.Stop();
 }
 
+// AdoptRanks (an agent restarted while its ranks trained on): a rank still
+// running is supervised again; one that ended meanwhile is reported with
+// the code its exit record holds; one already supervised is left alone.
+TEST_F(AgentTest, AdoptRanksCommandSupervisesOrReports) {
+  pid_t pid = SpawnOrphan("sleep 100", RankIdEntry("job-ad", 0, 2));
+  ASSERT_GT(pid, 0);
+  const std::string job_dir = dir_ + "/jobs/job-ad";
+  ASSERT_EQ(system(("mkdir -p " + job_dir).c_str()), 0);
+  ASSERT_TRUE(WriteExitRecord(ExitRecordPath(job_dir, 1), 2, 0).ok());  // rank 1 finished
+  Agent agent(Options({}));
+  ASSERT_TRUE(agent.Start().ok());
+  for (int i = 0; i < 500 && !agent.connected(); ++i) std::this_thread::sleep_for(10ms);
+  ASSERT_TRUE(agent.connected());
+  v1::CoordinatorCommand adopt;
+  for (int r : {0, 1}) {
+    v1::RunningRank* a = adopt.mutable_adopt()->add_ranks();
+    a->set_job_id("job-ad");
+    a->set_rank(r);
+    a->set_attempt(2);
+    a->set_pid(r == 0 ? pid : 0);
+  }
+  agent.Execute(adopt);
+  auto running = agent.Running();
+  ASSERT_EQ(running.size(), 1u);
+  EXPECT_EQ(running[0].pid(), pid);
+  auto done = fake_->WaitExit("job-ad", 1);
+  ASSERT_TRUE(done.has_value());
+  EXPECT_EQ(done->exit_code(), 0);
+  EXPECT_FALSE(done->status_unknown());
+  agent.Execute(adopt);  // again: rank 0 is supervised already
+  EXPECT_EQ(agent.Running().size(), 1u);
+  kill(pid, SIGKILL);
+  auto gone = fake_->WaitExit("job-ad", 0);
+  ASSERT_TRUE(gone.has_value());
+  EXPECT_TRUE(gone->status_unknown());
+  agent.Stop();
+}
+
 // A launched rank carries what a later agent adopts it by, and a stale exit
 // record of an earlier attempt is removed before it starts.
 TEST_F(AgentTest, LaunchSetsTheRankIdAndExitFile) {
