@@ -1495,6 +1495,9 @@ absl::StatusOr<double> Scheduler::RunTrial(const std::string& id,
                          std::chrono::duration<double>(opt_.stop_grace_s + 5));
   std::unique_lock<std::mutex> l(mu_);
   while (Clock::now() < stop_deadline) {
+    // Shutting down, exits are no longer taken in (RankExited): waiting for
+    // them would only hold up Shutdown/Detach until the deadline.
+    if (shutting_down_) break;
     auto it = jobs_.find(id);
     if (it == jobs_.end() || all_exited(*it->second)) break;
     trial_cv_.wait_for(l, std::chrono::milliseconds(100));
