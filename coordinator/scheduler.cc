@@ -1070,6 +1070,7 @@ absl::Status Scheduler::ForgetNode(const std::string& node) {
         ": wait until they count as stalled and are stopped, or cancel them (dgca cancel)"));
   }
   nodes_.erase(it);
+  orphans_.erase(node);
   hub_->RemoveNode(node);
   spdlog::info("node {} forgotten (dgca nodes forget)", node);
   return absl::OkStatus();
@@ -1210,6 +1211,20 @@ void Scheduler::Tick() {
 }
 
 void Scheduler::Schedule(JobRt* rt, Outbox* out) {
+  if (!rt->restart_pending.empty()) {
+    // A restart waiting for a node of its plan (CompleteStop).
+    std::string why;
+    if (Launch(rt, rt->plan, out, &why)) {
+      Event(rt, v1::RUNNING, "state", absl::StrCat("running ", rt->plan.ranks(), " ranks"), true);
+      Announce(rt, store_->RecordRestart(rt->id, rt->restarts, rt->restart_pending));
+      rt->restart_pending.clear();
+    } else if (Clock::now() >= rt->restart_wait_deadline) {
+      Finish(rt, v1::FAILED,
+             absl::StrFormat("cannot restart after: %s; %s for %.0f s", rt->stop_message, why,
+                             opt_.restart_node_wait_s));
+    }
+    return;
+  }
   std::vector<v1::Topology> topo = ConnectedTopologies();
   if (topo.empty()) {
     if (rt->message != "waiting for a node agent") {
@@ -1255,11 +1270,7 @@ void Scheduler::Schedule(JobRt* rt, Outbox* out) {
   std::string why;
   if (Launch(rt, rt->plan, out, &why)) {
     Event(rt, v1::RUNNING, "state", absl::StrCat("running ", rt->plan.ranks(), " ranks"), true);
-    if (!rt->restart_pending.empty()) {
-      Announce(rt, store_->RecordRestart(rt->id, rt->restarts, rt->restart_pending));
-      rt->restart_pending.clear();
-    }
-  } else if (rt->message != why && rt->restart_pending.empty()) {
+  } else if (rt->message != why) {
     Event(rt, v1::PLANNING, "info", why, true);
   }
 }
@@ -1624,6 +1635,22 @@ void Scheduler::CompleteStop(JobRt* rt, Outbox* out) {
   // (Launch) before the restart count and its event, which go together: a
   // coordinator that dies in between carries the stop on (Recover) and counts
   // this restart once.
+  // Ranks of the stopped attempt that never reported their end because
+  // their node is away: when it registers again, its agent adopts them and
+  // stops them (they may still hold a GPU), before a new attempt runs there.
+  for (size_t r = 0; r < rt->ranks.size(); ++r) {
+    RankRt& rr = rt->ranks[r];
+    if (rr.exited) continue;
+    rr.exited = true;
+    auto n = nodes_.find(rr.node);
+    if (n != nodes_.end() && n->second.conn) continue;  // told to stop; reports on its own
+    v1::RunningRank o;
+    o.set_job_id(rt->id);
+    o.set_rank(static_cast<int>(r));
+    o.set_attempt(rt->attempt);
+    o.set_pid(rr.progress.pid());
+    orphans_[rr.node].push_back(o);
+  }
   rt->restarts++;
   rt->attempt++;
   hub_->IncRankRestarts(rt->id);
@@ -1633,14 +1660,21 @@ void Scheduler::CompleteStop(JobRt* rt, Outbox* out) {
       absl::StrCat("restart ", rt->restarts, " of ", rt->spec.train().max_restarts(),
                    " (attempt ", rt->attempt, ") after: ", rt->stop_message);
   if (!Launch(rt, rt->plan, out, &why)) {
-    if (absl::StartsWith(why, "waiting for capacity")) {
+    if (absl::StartsWith(why, "waiting for capacity") && opt_.restart_node_wait_s > 0) {
       // A node of the plan is away for now (its agent restarting, the host
-      // rebooting: often what made the ranks fail): wait for it as a first
-      // launch does; Schedule launches and records the restart then.
+      // rebooting: often what made the ranks fail): wait for it, up to
+      // restart_node_wait_s; Schedule launches and records the restart's
+      // event then. The count is stored now, so that a coordinator restart
+      // meanwhile (which queues the job again) keeps it.
       rt->restart_pending = restart;
+      rt->restart_wait_deadline =
+          Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                             std::chrono::duration<double>(opt_.restart_node_wait_s));
+      (void)store_->SetRestarts(rt->id, rt->restarts);
       Event(rt, v1::PLANNING, "info",
-            absl::StrCat(why, "; restart ", rt->restarts, " of ",
-                         rt->spec.train().max_restarts(), " waits for it"),
+            absl::StrFormat("%s; restart %d of %d waits for it (up to %.0f s)", why,
+                            rt->restarts, rt->spec.train().max_restarts(),
+                            opt_.restart_node_wait_s),
             true);
       return;
     }
@@ -1721,6 +1755,15 @@ absl::Status Scheduler::AgentRegistered(const v1::RegisterAgent& reg, const std:
         a->set_pid(rr.progress.pid());
       }
     }
+    // Ranks of stopped attempts that never reported while this node was
+    // away: adopted, then stopped (StopRanks of their attempt, below).
+    if (auto o = orphans_.find(reg.node()); o != orphans_.end()) {
+      for (const v1::RunningRank& r : o->second) {
+        *adopt.mutable_adopt()->add_ranks() = r;
+        stop_jobs[r.job_id()].insert(r.attempt());
+      }
+      orphans_.erase(o);
+    }
     if (adopt.adopt().ranks_size() > 0) {
       out.emplace_back(conn, adopt);
       spdlog::warn("node {} registered without {} rank(s) placed there; asking it to adopt them",
@@ -1793,7 +1836,8 @@ void Scheduler::RankExited(const std::string& node, const v1::RankExited& e) {
                                          " was killed by signal ", SignalName(e.signal()))
         : e.exit_code() == kRankExitStopped
             ? absl::StrCat("rank ", e.rank(), " on node ", node,
-                           " was stopped (exit code 5: SIGTERM or SIGINT from outside dgca)")
+                           " was stopped (exit code 5: SIGTERM or SIGINT not from this "
+                           "coordinator, e.g. its agent stopping)")
             : absl::StrCat("rank ", e.rank(), " on node ", node, " exited with code ",
                            e.exit_code());
     // `how` and the agent's last lines of the rank's log.

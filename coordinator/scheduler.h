@@ -41,8 +41,11 @@
 //    being stopped, which is often the root cause.) Exits reported for an
 //    old attempt are ignored. A restart whose node is not connected (an
 //    agent restarting, a host rebooting) waits in PLANNING ("waiting for
-//    capacity ...; restart K of M waits for it") as a first launch does,
-//    and records its "restart" event when it launches.
+//    capacity ...; restart K of M waits for it (up to N s)"), for up to
+//    restart_node_wait_s, then fails "cannot restart"; the restart is
+//    counted (and stored) at once, its "restart" event comes at the launch.
+//    Ranks of the stopped attempt on a node that was away are adopted and
+//    stopped when its agent registers again (orphans_).
 //  - Progress: Job.step = min over ranks, samples_per_second = sum over
 //    running ranks, loss = mean, eta = (steps - step) x mean step_seconds.
 //    Persisted (with per-rank RankProgress and eval) every 5 s, on each eval
@@ -127,6 +130,9 @@ struct SchedulerOptions {
   double heartbeat_timeout_s = 30;  // rank stall and agent liveness
   double stop_grace_s = 3;          // StopRanks grace (SIGTERM -> SIGKILL)
   double tick_s = 0.2;
+  // A restart whose node is not connected waits this long for it (an agent
+  // restarting, a host rebooting), then the job fails "cannot restart".
+  double restart_node_wait_s = 300;
 };
 
 // One agent stream. Send() is safe from any thread until Close().
@@ -308,6 +314,7 @@ class Scheduler {
     // A restart waiting for capacity (a node of the plan not connected when
     // the stop completed): its "restart" event, recorded at the launch.
     std::string restart_pending;
+    Clock::time_point restart_wait_deadline;
     Clock::time_point last_persist;
     Clock::time_point last_snapshot;
     bool dirty = false;
@@ -446,6 +453,10 @@ class Scheduler {
   std::map<std::string, v1::Job> finished_;                    // recent finished snapshots
   std::deque<std::string> finished_order_;
   std::map<std::string, Node> nodes_;
+  // Node -> ranks of stopped attempts that never reported their end (their
+  // node was away when the stop completed); sent to the node's agent to
+  // adopt and stop when it registers again. Guarded by mu_.
+  std::map<std::string, std::vector<v1::RunningRank>> orphans_;
   std::vector<StoredRank> recovered_ranks_;
   // Trial planning threads; joined once done (Tick) or at Shutdown.
   std::vector<std::pair<std::shared_ptr<Trials>, std::thread>> trial_threads_;

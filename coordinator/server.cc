@@ -452,6 +452,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   so.state_dir = s->state_dir_;
   so.heartbeat_timeout_s = options.heartbeat_timeout_s;
   so.stop_grace_s = options.stop_grace_s;
+  so.restart_node_wait_s = options.restart_node_wait_s;
   auto sched = Scheduler::Create(so, s->hub_.get());
   if (!sched.ok()) return sched.status();
   s->scheduler_ = std::move(*sched);

@@ -74,6 +74,8 @@ struct CoordinatorServerOptions {
   std::string tls_key;
   double heartbeat_timeout_s = 30;
   double stop_grace_s = 3;
+  // SchedulerOptions::restart_node_wait_s.
+  double restart_node_wait_s = 300;
   // dgca-worker for the embedded agent; "" = dgca-worker next to this
   // program (/proc/self/exe's directory).
   std::string worker_binary;

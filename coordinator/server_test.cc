@@ -190,13 +190,14 @@ class FakeAgent {
 
 class ServerTest : public ::testing::Test {
  protected:
-  void StartServer(double heartbeat_timeout_s = 30) {
+  void StartServer(double heartbeat_timeout_s = 30, double restart_node_wait_s = 300) {
     CoordinatorServerOptions o;
     o.listen = "127.0.0.1:0";
     o.metrics_listen = "";
     o.state_dir = dir_;
     o.local_agent = false;
     o.heartbeat_timeout_s = heartbeat_timeout_s;
+    o.restart_node_wait_s = restart_node_wait_s;
     o.stop_grace_s = 0.5;
     auto s = CoordinatorServer::Start(o);
     ASSERT_TRUE(s.ok()) << s.status();
@@ -510,7 +511,8 @@ TEST_F(ServerTest, AStoppedRankIsNotAFailedOne) {
   agent.Exit(other, 1, 0, 5);
   ASSERT_TRUE(WaitState(other, v1::FAILED));
   EXPECT_NE(Get(other).job().message().find(
-                "rank 1 on node n1 was stopped (exit code 5: SIGTERM or SIGINT from outside dgca)"),
+                "rank 1 on node n1 was stopped (exit code 5: SIGTERM or SIGINT not from this "
+                "coordinator, e.g. its agent stopping)"),
             std::string::npos)
       << Get(other).job().message();
 }
@@ -625,10 +627,22 @@ TEST_F(ServerTest, ARestartWaitsForItsNodeToComeBack) {
                 "for it"),
             std::string::npos)
       << waiting.job().message();
-  EXPECT_EQ(waiting.job().restarts(), 1);  // decided; its event comes with the launch
+  EXPECT_EQ(waiting.job().restarts(), 1);  // counted; its event comes with the launch
   for (const auto& e : waiting.events()) EXPECT_NE(e.kind(), "restart") << e.message();
+  {
+    auto store = JobStore::Open(dir_ + "/dgca.db");  // stored too
+    ASSERT_TRUE(store.ok());
+    EXPECT_EQ((*store)->GetJob(id)->job.restarts(), 1);
+  }
   FakeAgent back(server_->address(), server_->token(), "n1");
   ASSERT_TRUE(WaitUntil([&] { return back.Launches(id, 1).size() == 2; }));
+  // Rank 1 of attempt 0 never reported its end: the agent is asked to adopt
+  // it and to stop that attempt.
+  const auto adopts = back.Adopts(id);
+  ASSERT_EQ(adopts.size(), 1u);
+  EXPECT_EQ(adopts[0].rank(), 1);
+  EXPECT_EQ(adopts[0].attempt(), 0);
+  EXPECT_GE(back.Stops(id), 1);
   ASSERT_TRUE(WaitState(id, v1::RUNNING));
   const v1::GetJobResponse running = Get(id);
   EXPECT_EQ(running.job().restarts(), 1);
@@ -1203,6 +1217,29 @@ TEST_F(ServerTest, ACleanRankExitIsStoredAtOnce) {
 // after the store is read and the jobs recovered) leaves the recovered jobs
 // as they were: the next good start re-adopts them. (It used to end them
 // FAILED "coordinator shut down" on its way out.)
+// A node that does not come back within restart_node_wait_s: the job fails
+// "cannot restart" (it used to wait forever).
+TEST_F(ServerTest, ARestartGivesUpOnANodeThatStaysAway) {
+  StartServer(/*heartbeat_timeout_s=*/30, /*restart_node_wait_s=*/1.0);
+  std::string id;
+  {
+    FakeAgent agent(server_->address(), server_->token(), "n1", /*auto_exit_on_stop=*/false);
+    id = Submit(Spec(1));
+    ASSERT_TRUE(WaitUntil([&] { return agent.Launches(id, 0).size() == 2; }));
+    agent.Exit(id, 0, 0, -1, SIGKILL);
+    ASSERT_TRUE(WaitUntil([&] { return agent.Stops(id) >= 1; }));
+  }
+  ASSERT_TRUE(WaitUntil([&] { return State(id) == v1::PLANNING; }, milliseconds(15000)));
+  ASSERT_TRUE(WaitState(id, v1::FAILED));
+  const std::string msg = Get(id).job().message();
+  EXPECT_NE(msg.find("cannot restart after: rank 0 on node n1 was killed by signal 9"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("waiting for capacity: node n1 (rank 0) is not connected for 1 s"),
+            std::string::npos)
+      << msg;
+}
+
 TEST_F(ServerTest, AFailedStartLeavesTheRecoveredJobsAlone) {
   const std::string id = StoreRunningJob(dir_, 0, 0);
   {

@@ -302,7 +302,7 @@ int RunProbe(const RankArgs& a, const v1::JobSpec& spec, Communicator* comm,
   for (size_t bytes : sizes) {
     if (observer->StopRequested()) {
       Log(a.rank, "comm probe stopped before %d bytes", bytes);
-      return 1;
+      return kExitStopped;
     }
     ProbeOptions po;
     po.sizes_bytes = {bytes};
@@ -411,6 +411,7 @@ int RunRank(const RankArgs& a) {
   std::atomic<bool> stop{false};
   std::atomic<bool> done{false};
   std::atomic<bool> unreachable{false};
+  std::atomic<bool> rejected{false};
   std::atomic<int64_t> step{0};
   std::mutex reason_mu;
   std::string stop_reason;
@@ -451,6 +452,7 @@ int RunRank(const RankArgs& a) {
         std::lock_guard<std::mutex> l(reason_mu);
         stop_reason = absl::StrCat("heartbeat rejected: ", s.error_message());
         Log(a.rank, "%s", stop_reason);
+        rejected = true;  // not a stop request: exit 1
         stop = true;
       } else if (Clock::now() - last_ok > std::chrono::duration<double>(a.heartbeat_timeout_s)) {
         if (!unreachable.load()) {
@@ -646,7 +648,7 @@ int RunRank(const RankArgs& a) {
     // Stopped on request (the coordinator's stop, SIGTERM) is not a
     // failure of this rank: exit kExitStopped, so the coordinator does not
     // list it among the ranks that failed.
-    code = unreachable.load() ? 3 : !reason.empty() ? kExitStopped : 1;
+    code = unreachable.load() ? 3 : !reason.empty() && !rejected.load() ? kExitStopped : 1;
   }
   finish_heartbeat();
   if (code == 0) {
