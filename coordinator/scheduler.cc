@@ -1830,7 +1830,8 @@ void Scheduler::RankExited(const std::string& node, const v1::RankExited& e) {
     const std::string how =
         e.status_unknown()
             ? absl::StrCat("rank ", e.rank(), " on node ", node,
-                           " (adopted after a coordinator restart) ended without an exit "
+                           " (adopted after a restart of its agent or the coordinator) "
+                           "ended without an exit "
                            "status (killed by a signal or crashed)")
         : e.signal() != 0 ? absl::StrCat("rank ", e.rank(), " on node ", node,
                                          " was killed by signal ", SignalName(e.signal()))

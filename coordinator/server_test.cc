@@ -1364,7 +1364,8 @@ TEST_F(ServerTest, AnAdoptedRankWithNoExitStatusFailsTheJobClearly) {
   agent.ExitUnknown(id, 0, 0);
   ASSERT_TRUE(WaitUntil([&] { return Get(id).job().state() == v1::FAILED; }));
   EXPECT_EQ(Get(id).job().message().rfind(
-                "rank 0 on node n1 (adopted after a coordinator restart) ended without an exit "
+                "rank 0 on node n1 (adopted after a restart of its agent or the coordinator) "
+                "ended without an exit "
                 "status (killed by a signal or crashed)",
                 0),
             0u)

@@ -270,7 +270,8 @@ TEST(CoordinatorRestartTest, RankKilledWhileCoordinatorIsDownRestartsFromCheckpo
   // The dead rank is named for what is known of it (the headline, or under
   // "other ranks" when rank 0's exit, which it caused, came first).
   const std::string unknown =
-      " (adopted after a coordinator restart) ended without an exit status (killed by a signal "
+      " (adopted after a restart of its agent or the coordinator) ended without an exit status "
+      "(killed by a signal "
       "or crashed)";
   const size_t at = end.raw.find(unknown);
   ASSERT_NE(at, std::string::npos) << end.raw;

@@ -747,7 +747,7 @@ void Agent::Impl::Adopt(const v1::RunningRank& r) {
     children_[c.pid] = c;
     AppendToLog(c.log_path, absl::StrCat("[agent ", node_, "] adopted rank ", c.rank, " (pid ",
                                          c.pid, ", attempt ", c.attempt,
-                                         ") after a coordinator restart\n"));
+                                         ") after a restart of its agent or the coordinator\n"));
     spdlog::info("agent {}: adopted job {} rank {} attempt {} (pid {})", node_, c.job_id, c.rank,
                  c.attempt, c.pid);
     return;
