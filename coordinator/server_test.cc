@@ -225,6 +225,17 @@ class ServerTest : public ::testing::Test {
     EXPECT_TRUE(s.ok()) << s.error_message();
     return resp.job_id();
   }
+  // Submits a 2-rank job with max_restarts 1 on node n1, kills rank 0 and
+  // takes n1's agent away before rank 1 reports: the restart comes due with
+  // its node gone. Returns the job id.
+  std::string LoseANodeWithARestartDue() {
+    FakeAgent agent(server_->address(), server_->token(), "n1", /*auto_exit_on_stop=*/false);
+    const std::string id = Submit(Spec(1));
+    EXPECT_TRUE(WaitUntil([&] { return agent.Launches(id, 0).size() == 2; }));
+    agent.Exit(id, 0, 0, -1, SIGKILL);
+    EXPECT_TRUE(WaitUntil([&] { return agent.Stops(id) >= 1; }));
+    return id;
+  }
   v1::GetJobResponse Get(const std::string& id) {
     v1::GetJobRequest req;
     req.set_job_id(id);
@@ -607,18 +618,12 @@ TEST_F(ServerTest, ARestartedAgentIsAskedToAdoptItsRanks) {
 }
 
 // A restart due while its node is away (the agent restarting: often what
-// made the ranks fail) waits for the node, as a first launch does, instead
+// made the ranks fail) waits for the node (up to restart_node_wait_s) instead
 // of failing the job with "cannot restart".
 TEST_F(ServerTest, ARestartWaitsForItsNodeToComeBack) {
   StartServer();
-  std::string id;
-  {
-    FakeAgent agent(server_->address(), server_->token(), "n1", /*auto_exit_on_stop=*/false);
-    id = Submit(Spec(1));
-    ASSERT_TRUE(WaitUntil([&] { return agent.Launches(id, 0).size() == 2; }));
-    agent.Exit(id, 0, 0, -1, SIGKILL);
-    ASSERT_TRUE(WaitUntil([&] { return agent.Stops(id) >= 1; }));
-  }  // n1's agent goes; rank 1 never reports: the stop ends at its deadline
+  // n1's agent goes; rank 1 never reports: the stop ends at its deadline.
+  const std::string id = LoseANodeWithARestartDue();
   ASSERT_TRUE(WaitUntil([&] { return State(id) == v1::PLANNING; }, milliseconds(15000)))
       << Get(id).job().message();
   const v1::GetJobResponse waiting = Get(id);
@@ -655,6 +660,23 @@ TEST_F(ServerTest, ARestartWaitsForItsNodeToComeBack) {
   back.Exit(id, 1, 1, 0);
   ASSERT_TRUE(WaitState(id, v1::SUCCEEDED));
 }
+
+// A node that does not come back within restart_node_wait_s: the job fails
+// "cannot restart" (it used to wait forever).
+TEST_F(ServerTest, ARestartGivesUpOnANodeThatStaysAway) {
+  StartServer(/*heartbeat_timeout_s=*/30, /*restart_node_wait_s=*/1.0);
+  const std::string id = LoseANodeWithARestartDue();
+  ASSERT_TRUE(WaitUntil([&] { return State(id) == v1::PLANNING; }, milliseconds(15000)));
+  ASSERT_TRUE(WaitState(id, v1::FAILED));
+  const std::string msg = Get(id).job().message();
+  EXPECT_NE(msg.find("cannot restart after: rank 0 on node n1 was killed by signal 9"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("waiting for capacity: node n1 (rank 0) is not connected for 1 s"),
+            std::string::npos)
+      << msg;
+}
+
 
 TEST_F(ServerTest, StalledRankFailsTheJob) {
   StartServer(/*heartbeat_timeout_s=*/1.0);
@@ -1217,29 +1239,6 @@ TEST_F(ServerTest, ACleanRankExitIsStoredAtOnce) {
 // after the store is read and the jobs recovered) leaves the recovered jobs
 // as they were: the next good start re-adopts them. (It used to end them
 // FAILED "coordinator shut down" on its way out.)
-// A node that does not come back within restart_node_wait_s: the job fails
-// "cannot restart" (it used to wait forever).
-TEST_F(ServerTest, ARestartGivesUpOnANodeThatStaysAway) {
-  StartServer(/*heartbeat_timeout_s=*/30, /*restart_node_wait_s=*/1.0);
-  std::string id;
-  {
-    FakeAgent agent(server_->address(), server_->token(), "n1", /*auto_exit_on_stop=*/false);
-    id = Submit(Spec(1));
-    ASSERT_TRUE(WaitUntil([&] { return agent.Launches(id, 0).size() == 2; }));
-    agent.Exit(id, 0, 0, -1, SIGKILL);
-    ASSERT_TRUE(WaitUntil([&] { return agent.Stops(id) >= 1; }));
-  }
-  ASSERT_TRUE(WaitUntil([&] { return State(id) == v1::PLANNING; }, milliseconds(15000)));
-  ASSERT_TRUE(WaitState(id, v1::FAILED));
-  const std::string msg = Get(id).job().message();
-  EXPECT_NE(msg.find("cannot restart after: rank 0 on node n1 was killed by signal 9"),
-            std::string::npos)
-      << msg;
-  EXPECT_NE(msg.find("waiting for capacity: node n1 (rank 0) is not connected for 1 s"),
-            std::string::npos)
-      << msg;
-}
-
 TEST_F(ServerTest, AFailedStartLeavesTheRecoveredJobsAlone) {
   const std::string id = StoreRunningJob(dir_, 0, 0);
   {
