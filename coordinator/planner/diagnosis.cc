@@ -51,6 +51,9 @@ Medians MediansOfSamples(const std::vector<const StepSample*>& samples) {
 
 double Share(double part, double step) { return step > 0 ? part / step : 0; }
 
+// Percent more samples/s were `share` of the step to go away.
+double GainWithout(double share) { return 100 * (1 / std::max(1e-9, 1 - share) - 1); }
+
 std::string RankName(const v1::RankStepMedians& r) {
   return r.node().empty() ? absl::StrCat("rank ", r.rank())
                           : absl::StrCat("rank ", r.rank(), " (node ", r.node(), ")");
@@ -146,34 +149,30 @@ absl::Status DiagnoseSteps(const v1::Plan& plan, const v1::JobSpec& spec,
   for (const auto& r : b.ranks()) {
     if (r.rank() == b.critical_rank()) critical = &r;
   }
-  const std::string who =
-      b.ranks_size() >= 2 && critical != nullptr
-          ? absl::StrCat(RankName(*critical), ", the last to reach the all-reduce,")
-          : "the rank";
+  const bool several = b.ranks_size() >= 2 && critical != nullptr;
 
   // data
   v1::DiagnoseFinding data;
   data.set_stage("data");
   data.set_share(Share(b.data_wait_seconds(), step));
   data.set_above_limit(data.share() > kDataWaitLimit);
-  {
-    std::string f = absl::StrFormat(
-        "%s waited %.4f s per step for its loader's batches (%.1f%% of the step, limit %.0f%%)",
-        who, b.data_wait_seconds(), 100 * data.share(), 100 * kDataWaitLimit);
-    data.set_finding(f);
-    if (data.above_limit()) {
-      const int lt = std::max(1, plan.loader_threads());
-      const int prefetch = spec.data().loader().prefetch() > 0 ? spec.data().loader().prefetch() : 2;
-      std::string fix = absl::StrFormat(
-          "the loader starves the trainer (about %+.0f%% samples/s without the wait): raise "
-          "data.loader.threads to %d (the plan runs %d) and data.loader.prefetch to %d (now %d)",
-          100 * (1 / (1 - data.share()) - 1), 2 * lt, lt, std::max(4, 2 * prefetch), prefetch);
-      if (!cuda) {
-        absl::StrAppend(&fix, "; CPU ranks share the cores with their loaders: if that does not "
-                              "help, lower resources.threads_per_rank by one to give them a core");
-      }
-      data.set_fix(fix);
+  data.set_finding(absl::StrFormat(
+      "%s waited %.4f s per step for its loader's batches (%.1f%% of the step, limit %.0f%%)",
+      several ? absl::StrCat(RankName(*critical), ", the last to reach the all-reduce,")
+              : std::string("the rank"),
+      b.data_wait_seconds(), 100 * data.share(), 100 * kDataWaitLimit));
+  if (data.above_limit()) {
+    const int lt = std::max(1, plan.loader_threads());
+    const int prefetch = spec.data().loader().prefetch() > 0 ? spec.data().loader().prefetch() : 2;
+    std::string fix = absl::StrFormat(
+        "the loader starves the trainer (about %+.0f%% samples/s without the wait): raise "
+        "data.loader.threads to %d (the plan runs %d) and data.loader.prefetch to %d (now %d)",
+        GainWithout(data.share()), 2 * lt, lt, std::max(4, 2 * prefetch), prefetch);
+    if (!cuda) {
+      absl::StrAppend(&fix, "; CPU ranks share the cores with their loaders: if that does not "
+                            "help, lower resources.threads_per_rank by one to give them a core");
     }
+    data.set_fix(fix);
   }
 
   // comm: the critical rank's exposed time, the link's alone (the other
@@ -190,9 +189,8 @@ absl::Status DiagnoseSteps(const v1::Plan& plan, const v1::JobSpec& spec,
       f = absl::StrFormat("exposed communication %.4f s per step on %s (%.1f%% of the step, "
                           "target %.0f%%)",
                           b.exposed_comm_seconds(),
-                          b.ranks_size() >= 2 && critical != nullptr
-                              ? absl::StrCat("the critical rank, ", critical->rank())
-                              : std::string("the rank"),
+                          several ? absl::StrCat("the critical rank, ", critical->rank())
+                                  : std::string("the rank"),
                           100 * comm.share(), 100 * kTargetCommShare);
       // (A rank that does not report its all-reduce time has 0 here.)
       if (b.allreduce_seconds() > 0 && b.allreduce_seconds() >= b.exposed_comm_seconds()) {
@@ -205,7 +203,7 @@ absl::Status DiagnoseSteps(const v1::Plan& plan, const v1::JobSpec& spec,
       for (const auto& r : b.ranks()) {
         most = std::max(most, Share(r.exposed_comm_seconds(), r.step_seconds()));
       }
-      if (critical != nullptr && most > comm.share() + 0.05) {
+      if (several && most > comm.share() + 0.05) {
         absl::StrAppendFormat(&f, "; the other ranks' (up to %.1f%%) is mostly waiting for rank %d",
                               100 * most, critical->rank());
       }
@@ -253,23 +251,23 @@ absl::Status DiagnoseSteps(const v1::Plan& plan, const v1::JobSpec& spec,
         RankName(*slowest), slowest->compute_seconds(), 100 * straggle, median_compute,
         100 * kStragglerLimit));
     if (straggler) {
-      const double gain = 100 * (1 / std::max(1e-9, 1 - strag.share()) - 1);
-      const std::string where =
+      std::string fix = absl::StrFormat(
+          "every rank waits for rank %d at each all-reduce (about %+.0f%% samples/s if it kept "
+          "up): look at %s: ",
+          slowest->rank(), GainWithout(strag.share()),
           slowest->node().empty() ? absl::StrCat("rank ", slowest->rank(), "'s node")
-                                  : absl::StrCat("node ", slowest->node());
-      strag.set_fix(
-          cuda ? absl::StrFormat("every rank waits for rank %d at each all-reduce (about %+.0f%% "
-                                 "samples/s if it kept up): look at %s: "
-                                 "its GPU's clocks and temperature (nvidia-smi -q -d "
-                                 "PERFORMANCE,TEMPERATURE), other processes on that GPU, a "
-                                 "slower GPU model than the others' or a narrower PCIe link",
-                                 slowest->rank(), gain, where)
-               : absl::StrFormat("every rank waits for rank %d at each all-reduce (about %+.0f%% "
-                                 "samples/s if it kept up): look at %s: "
-                                 "other processes on its CPUs, fewer cores than "
-                                 "resources.threads_per_rank (%d) per rank, or a slower CPU",
-                                 slowest->rank(), gain, where,
-                                 std::max(1, plan.threads_per_rank())));
+                                  : absl::StrCat("node ", slowest->node()));
+      if (cuda) {
+        fix += "its GPU's clocks and temperature (nvidia-smi -q -d PERFORMANCE,TEMPERATURE), "
+               "other processes on that GPU, a slower GPU model than the others' or a narrower "
+               "PCIe link";
+      } else {
+        absl::StrAppendFormat(&fix,
+                              "other processes on its CPUs, fewer cores than "
+                              "resources.threads_per_rank (%d) per rank, or a slower CPU",
+                              std::max(1, plan.threads_per_rank()));
+      }
+      strag.set_fix(fix);
     }
   }
 

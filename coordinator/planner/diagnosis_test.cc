@@ -1,5 +1,6 @@
 #include "coordinator/planner/diagnosis.h"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,31 @@ std::vector<StepSample> Steps(int ranks, int steps, double data, double compute,
       x.exposed_seconds = exposed * jitter;
       x.allreduce_seconds = 2 * exposed * jitter;
       x.step_seconds = x.data_wait_seconds + compute * slow[r] * jitter + x.exposed_seconds;
+      out.push_back(x);
+    }
+  }
+  return out;
+}
+
+// `steps` synchronous data-parallel steps: every rank reaches the
+// all-reduce after its data wait and compute; once the last one is there
+// the link takes `link` s, so each rank's exposed time is `link` plus its
+// wait for the last. Rank `slow` waits `slow_data` for data and computes
+// `slow_compute`, the others 0 and `compute`. All-reduce time: exposed +
+// `hidden` (the part behind the backward).
+std::vector<StepSample> SyncSteps(int ranks, int slow, double slow_data, double slow_compute,
+                                  double compute, double link, double hidden, int steps = 20) {
+  const double last = std::max(slow_data + slow_compute, compute);
+  std::vector<StepSample> out;
+  for (int s = 0; s < steps; ++s) {
+    for (int r = 0; r < ranks; ++r) {
+      StepSample x;
+      x.rank = r;
+      x.data_wait_seconds = r == slow ? slow_data : 0.0;
+      const double c = r == slow ? slow_compute : compute;
+      x.exposed_seconds = link + (last - (x.data_wait_seconds + c));
+      x.allreduce_seconds = x.exposed_seconds + hidden;
+      x.step_seconds = x.data_wait_seconds + c + x.exposed_seconds;
       out.push_back(x);
     }
   }
@@ -175,20 +201,8 @@ TEST(DiagnoseSteps, AStarvedLoaderIsTheDataStageWithTheLoaderFix) {
 // would read as a communication problem; the critical rank shows the loader.
 TEST(DiagnoseSteps, OneSlowLoaderIsDataNotCommunication) {
   for (int ranks : {2, 4}) {
-    std::vector<StepSample> s;
-    for (int step = 0; step < 20; ++step) {
-      for (int r = 0; r < ranks; ++r) {
-        StepSample x;
-        x.rank = r;
-        const bool slow = r == ranks - 1;
-        x.data_wait_seconds = slow ? 0.4 : 0.0;
-        x.exposed_seconds = slow ? 0.05 : 0.45;
-        x.allreduce_seconds = x.exposed_seconds + 0.05;
-        x.step_seconds = x.data_wait_seconds + 0.75 + x.exposed_seconds;
-        s.push_back(x);
-      }
-    }
-    const auto d = Diagnose(PlanOf(ranks, 8, 1, "cpu"), s);
+    const auto d = Diagnose(PlanOf(ranks, 8, 1, "cpu"),
+                            SyncSteps(ranks, ranks - 1, 0.4, 0.75, 0.75, 0.05, 0.05));
     EXPECT_EQ(d.limiting_stage(), "data") << ranks;
     EXPECT_EQ(d.breakdown().critical_rank(), ranks - 1);
     EXPECT_NEAR(Find(d, "data")->share(), 0.4 / 1.2, 1e-9) << ranks;
@@ -241,19 +255,7 @@ TEST(DiagnoseSteps, TheCostlierOfTwoStagesPastTheirLimitsLimits) {
 // communication is judged by the slowest rank's own exposed time.
 TEST(DiagnoseSteps, AStragglerIsNamedAndItsWaitIsNotBlamedOnTheLink) {
   const v1::Plan plan = PlanOf(4, 8, 1, "cuda");
-  std::vector<StepSample> s;
-  for (int step = 0; step < 20; ++step) {
-    for (int r = 0; r < 4; ++r) {
-      StepSample x;
-      x.rank = r;
-      const double compute = r == 2 ? 1.3 : 1.0;
-      x.exposed_seconds = 0.03 + (1.3 - compute);  // everyone ends the step together
-      x.allreduce_seconds = 0.1 + (1.3 - compute);
-      x.step_seconds = compute + x.exposed_seconds;
-      s.push_back(x);
-    }
-  }
-  const auto d = Diagnose(plan, s);
+  const auto d = Diagnose(plan, SyncSteps(4, 2, 0.0, 1.3, 1.0, 0.03, 0.07));
   EXPECT_EQ(d.limiting_stage(), "straggler");
   const auto* st = Find(d, "straggler");
   ASSERT_NE(st, nullptr);
@@ -280,18 +282,7 @@ TEST(DiagnoseSteps, TwoRanksCompareTheSlowOneWithTheOther) {
   // Rank 1 computes 1.8 s, rank 0 1.0 s and waits 0.8 s at the all-reduce;
   // the link costs 0.05 s. 80% slower than the other rank (against a median
   // over both ranks it would read as 29%).
-  std::vector<StepSample> s;
-  for (int step = 0; step < 20; ++step) {
-    for (int r = 0; r < 2; ++r) {
-      StepSample x;
-      x.rank = r;
-      const double compute = r == 1 ? 1.8 : 1.0;
-      x.exposed_seconds = 0.05 + (1.8 - compute);
-      x.allreduce_seconds = x.exposed_seconds + 0.1;
-      x.step_seconds = compute + x.exposed_seconds;
-      s.push_back(x);
-    }
-  }
+  const std::vector<StepSample> s = SyncSteps(2, 1, 0.0, 1.8, 1.0, 0.05, 0.1);
   const v1::Plan plan = PlanOf(2, 8, 1, "cpu");
   const v1::StepBreakdown b = BreakdownOf(s, plan);
   EXPECT_EQ(b.critical_rank(), 1);
