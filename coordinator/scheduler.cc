@@ -781,6 +781,15 @@ Scheduler::StepMedians Scheduler::MediansOf(const std::vector<StepSample>& sampl
   return {MedianOf(step), MedianOf(share), MedianOf(allreduce), MedianOf(compute)};
 }
 
+v1::RunningRank Scheduler::RunningRankOf(const JobRt& rt, int rank) {
+  v1::RunningRank out;
+  out.set_job_id(rt.id);
+  out.set_rank(rank);
+  out.set_attempt(rt.attempt);
+  out.set_pid(rt.ranks[rank].progress.pid());
+  return out;
+}
+
 Scheduler::StepSample Scheduler::SampleOf(const v1::StepMetrics& m) {
   StepSample s;
   s.rank = m.rank();
@@ -1631,10 +1640,6 @@ void Scheduler::CompleteStop(JobRt* rt, Outbox* out) {
     Finish(rt, v1::FAILED, rt->stop_message);
     return;
   }
-  // Restart from the last checkpoint. The new attempt's ranks are stored
-  // (Launch) before the restart count and its event, which go together: a
-  // coordinator that dies in between carries the stop on (Recover) and counts
-  // this restart once.
   // Ranks of the stopped attempt that never reported their end because
   // their node is away: when it registers again, its agent adopts them and
   // stops them (they may still hold a GPU), before a new attempt runs there.
@@ -1644,13 +1649,12 @@ void Scheduler::CompleteStop(JobRt* rt, Outbox* out) {
     rr.exited = true;
     auto n = nodes_.find(rr.node);
     if (n != nodes_.end() && n->second.conn) continue;  // told to stop; reports on its own
-    v1::RunningRank o;
-    o.set_job_id(rt->id);
-    o.set_rank(static_cast<int>(r));
-    o.set_attempt(rt->attempt);
-    o.set_pid(rr.progress.pid());
-    orphans_[rr.node].push_back(o);
+    orphans_[rr.node].push_back(RunningRankOf(*rt, static_cast<int>(r)));
   }
+  // Restart from the last checkpoint. The new attempt's ranks are stored
+  // (Launch) before the restart count and its event, which go together: a
+  // coordinator that dies in between carries the stop on (Recover) and counts
+  // this restart once.
   rt->restarts++;
   rt->attempt++;
   hub_->IncRankRestarts(rt->id);
@@ -1748,11 +1752,7 @@ absl::Status Scheduler::AgentRegistered(const v1::RegisterAgent& reg, const std:
                      x.attempt() == rt->attempt;
             });
         if (listed) continue;
-        v1::RunningRank* a = adopt.mutable_adopt()->add_ranks();
-        a->set_job_id(id);
-        a->set_rank(static_cast<int>(r));
-        a->set_attempt(rt->attempt);
-        a->set_pid(rr.progress.pid());
+        *adopt.mutable_adopt()->add_ranks() = RunningRankOf(*rt, static_cast<int>(r));
       }
     }
     // Ranks of stopped attempts that never reported while this node was

@@ -320,6 +320,8 @@ class Scheduler {
     bool dirty = false;
     std::shared_ptr<Trials> trials;  // tuning.mode trial, while planning
   };
+  // Rank `rank` of rt's current attempt, as an agent lists or adopts it.
+  static v1::RunningRank RunningRankOf(const JobRt& rt, int rank);
   struct Node {
     std::string name;
     std::string address;

@@ -11,6 +11,7 @@
 #include <grpcpp/grpcpp.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -506,20 +507,18 @@ void Agent::Impl::Execute(const v1::CoordinatorCommand& cmd) {
       {
         std::lock_guard<std::mutex> g(mu_);
         if (stopping_ || stop_called_) break;
+        auto supervised = [&](const v1::RunningRank& r) {
+          return std::any_of(children_.begin(), children_.end(), [&](const auto& pc) {
+            const Child& c = pc.second;
+            return c.job_id == r.job_id() && c.rank == r.rank() && c.attempt == r.attempt();
+          });
+        };
         for (const v1::RunningRank& r : cmd.adopt().ranks()) {
-          bool known = false;
-          for (const auto& [pid, c] : children_) {
-            known |= c.job_id == r.job_id() && c.rank == r.rank() && c.attempt == r.attempt();
-          }
-          if (known) continue;
+          if (supervised(r)) continue;
           Adopt(r);
-          bool adopted = false;
-          for (const auto& [pid, c] : children_) {
-            adopted |= c.job_id == r.job_id() && c.rank == r.rank() && c.attempt == r.attempt();
-          }
           // Gone already: Adopt queued its report for the next
           // registration; this stream is up, so it goes now as well.
-          if (!adopted && !recent_exits_.empty()) gone.push_back(recent_exits_.back());
+          if (!supervised(r) && !recent_exits_.empty()) gone.push_back(recent_exits_.back());
         }
       }
       for (const v1::RankExited& e : gone) SendExit(e);

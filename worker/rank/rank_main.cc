@@ -476,6 +476,12 @@ int RunRank(const RankArgs& a) {
   };
 
   MetricsSender sender(channel, *token, a.rank);
+  // Ends the rank before training: stops heartbeats, sends what is queued.
+  auto give_up = [&](int code) {
+    finish_heartbeat();
+    sender.Close(std::chrono::seconds(5));
+    return code;
+  };
   std::unique_ptr<GpuMetrics> gpu = GpuMetrics::Open(LocalDeviceFromEnv());
   if (gpu->device() >= 0 && !gpu->available()) {
     Log(a.rank, "GPU %d metrics unavailable: %s", gpu->device(), gpu->error());
@@ -493,9 +499,7 @@ int RunRank(const RankArgs& a) {
     auto ordinal = CudaOrdinalFor(planned, getenv("CUDA_VISIBLE_DEVICES"));
     if (!ordinal.ok()) {
       Log(a.rank, "error: %s", ordinal.status().message());
-      finish_heartbeat();
-      sender.Close(std::chrono::seconds(5));
-      return 2;
+      return give_up(2);
     }
     cuda_device = *ordinal;
   }
@@ -505,9 +509,7 @@ int RunRank(const RankArgs& a) {
     auto ctx = cuda::CudaContext::Create(cuda_device);
     if (!ctx.ok()) {
       Log(a.rank, "error: device cuda: %s", ctx.status().ToString());
-      finish_heartbeat();
-      sender.Close(std::chrono::seconds(5));
-      return 1;
+      return give_up(1);
     }
     cuda_ctx = std::shared_ptr<const cuda::CudaContext>(std::move(*ctx));
     Log(a.rank, "CUDA trainer on %s", cuda_ctx->description());
@@ -516,9 +518,7 @@ int RunRank(const RankArgs& a) {
   if (cuda && !nccl && world > 1) {
     Log(a.rank, "error: device cuda with %d ranks needs backend nccl (got %s): the gradients "
                 "live in GPU memory", world, asg.plan().backend());
-    finish_heartbeat();
-    sender.Close(std::chrono::seconds(5));
-    return 1;
+    return give_up(1);
   }
 
   // Communicator.
@@ -542,9 +542,7 @@ int RunRank(const RankArgs& a) {
     auto c = MakeNcclCommunicator(MakeGlooKeyValueStore(store), a.rank, world, no);
     if (!c.ok()) {
       Log(a.rank, "error: cannot build the NCCL communicator: %s", c.status().ToString());
-      finish_heartbeat();
-      sender.Close(std::chrono::seconds(5));
-      return 1;
+      return give_up(1);
     }
     comm = std::move(*c);
     Log(a.rank, "rendezvous done");
@@ -575,9 +573,7 @@ int RunRank(const RankArgs& a) {
     auto c = MakeGlooCommunicator(store, a.rank, world, go);
     if (!c.ok()) {
       Log(a.rank, "error: cannot build the Gloo communicator: %s", c.status().ToString());
-      finish_heartbeat();
-      sender.Close(std::chrono::seconds(5));
-      return 1;
+      return give_up(1);
     }
     comm = std::move(*c);
     Log(a.rank, "rendezvous done");
