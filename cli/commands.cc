@@ -738,9 +738,18 @@ int CmdDiagnoseJob(const GlobalOptions& g, Io io, const std::string& job_id, boo
   }
   io.out << "\n";
   for (const auto& f : resp.findings()) {
-    const char* mark = f.limiting() ? "LIMITS" : f.above_limit() ? "high" : "ok";
+    const char* mark = f.limiting()      ? "LIMITS"
+                       : f.near_limit()  ? "near"
+                       : f.above_limit() ? "high"
+                                         : "ok";
     io.out << absl::StrFormat("%-9s %-6s %s\n", f.stage(), mark, f.finding());
     if (!f.fix().empty()) io.out << absl::StrFormat("%-9s %-6s fix: %s\n", "", "", f.fix());
+  }
+  const v1::MemoryFinding& mem = resp.memory();
+  if (!mem.finding().empty()) {
+    const char* mark = !mem.known() ? "-" : mem.above_target() ? "high" : "ok";
+    io.out << absl::StrFormat("%-9s %-6s %s\n", "memory", mark, mem.finding());
+    if (!mem.fix().empty()) io.out << absl::StrFormat("%-9s %-6s fix: %s\n", "", "", mem.fix());
   }
   io.out << "\nlimiting stage: " << resp.limiting_stage() << "\n";
   return kOk;

@@ -35,6 +35,11 @@ int main(int argc, char** argv) {
                  "seconds without a heartbeat or step before a rank counts as stalled")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  app.add_option("--restart-node-wait", opt.restart_node_wait_s,
+                 "seconds a restart waits for a node of its plan to reconnect before the job "
+                 "fails \"cannot restart\" (0 = fail at once)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--worker-binary", opt.worker_binary,
                  "dgca-worker used by the embedded agent (default: next to this program)");
   app.add_option("--node-name", opt.node_name, "node name of the embedded agent (default: hostname)");

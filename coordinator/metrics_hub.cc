@@ -62,6 +62,8 @@ struct MetricsHub::Families {
                      .Help("GPU utilization (0..1) reported by NVML.").Register(r)),
         gpu_mem(prometheus::BuildGauge().Name("dgca_gpu_memory_used_bytes")
                     .Help("GPU memory in use, bytes.").Register(r)),
+        host_mem(prometheus::BuildGauge().Name("dgca_rank_memory_peak_bytes")
+                     .Help("The rank process's peak resident set (host memory), bytes.").Register(r)),
         gpu_power(prometheus::BuildGauge().Name("dgca_gpu_power_watts")
                       .Help("GPU power draw, watts.").Register(r)),
         eval_f1(prometheus::BuildGauge().Name("dgca_eval_f1")
@@ -94,6 +96,7 @@ struct MetricsHub::Families {
   Family<Gauge>& bus_bw;
   Family<Gauge>& gpu_util;
   Family<Gauge>& gpu_mem;
+  Family<Gauge>& host_mem;
   Family<Gauge>& gpu_power;
   Family<Gauge>& eval_f1;
   Family<Gauge>& eval_metric;
@@ -117,6 +120,7 @@ struct MetricsHub::RankSeries {
   Gauge* bus_bw;
   std::map<std::string, Gauge*> loss;  // by head
   std::set<Gauge*> gpu_util, gpu_mem, gpu_power;
+  Gauge* host_mem = nullptr;  // from the first reading
 };
 
 struct MetricsHub::JobSeries {
@@ -225,6 +229,11 @@ void MetricsHub::IngestStep(const v1::StepMetrics& m, const std::string& node, i
   for (const auto& [head, v] : m.loss_by_head()) {
     if (head.size() <= 64) loss(head, v);
   }
+  // Absent (-1, or 0 from a rank that predates the field): no series.
+  if (m.host_memory_peak_bytes() > 0) {
+    if (r->host_mem == nullptr) r->host_mem = &f_->host_mem.Add(r->labels);
+    r->host_mem->Set(m.host_memory_peak_bytes());
+  }
   if (gpu >= 0 || m.gpu_utilization_ratio() >= 0 || m.gpu_memory_used_bytes() >= 0 ||
       m.gpu_power_watts() >= 0) {
     prometheus::Labels l = r->labels;
@@ -309,6 +318,7 @@ void MetricsHub::RemoveRankSeries(RankSeries* r) {
   RemoveAll(f_->gpu_util, r->gpu_util);
   RemoveAll(f_->gpu_mem, r->gpu_mem);
   RemoveAll(f_->gpu_power, r->gpu_power);
+  if (r->host_mem != nullptr) f_->host_mem.Remove(r->host_mem);
 }
 
 void MetricsHub::RemoveJob(const std::string& job) {

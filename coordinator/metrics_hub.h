@@ -21,6 +21,8 @@
 //   dgca_comm_bus_bandwidth_bytes_per_second{job,rank,node}
 //   dgca_gpu_utilization_ratio, dgca_gpu_memory_used_bytes, dgca_gpu_power_watts
 //       {job,rank,node,gpu}: only once a rank reports a value >= 0 (absent on CPU)
+//   dgca_rank_memory_peak_bytes{job,rank,node}   the rank process's peak
+//       resident set, once it reports one (every rank: host memory)
 //   dgca_eval_f1{job,level,kind}  from eval keys "<level>_<kind>_f1"
 //       (e.g. sentence_correction_f1 -> level=sentence, kind=correction)
 //   dgca_eval_metric{job,name}    every eval value

@@ -66,8 +66,15 @@ TEST(MetricsHub, IngestsStepsAndEvals) {
   EXPECT_TRUE(Has(t, "dgca_worker_heartbeat_age_seconds{node=\"n1\"} 1.5"));
   EXPECT_TRUE(Has(t, "dgca_rank_restarts_total{job=\"j-1\"} 1"));
   EXPECT_TRUE(Has(t, "# TYPE dgca_data_wait_seconds_total counter"));
-  // CPU ranks report -1: no GPU series.
+  // CPU ranks report -1: no GPU series; no memory reading, no memory series.
   EXPECT_FALSE(Has(t, "dgca_gpu_utilization_ratio{"));
+  EXPECT_FALSE(Has(t, "dgca_rank_memory_peak_bytes{")) << t;
+  v1::StepMetrics withmem = Step(1, 3);
+  withmem.set_host_memory_peak_bytes(2.5e8);
+  hub.IngestStep(withmem, "n1", -1);
+  EXPECT_TRUE(Has(hub.Serialize(),
+                  "dgca_rank_memory_peak_bytes{job=\"j-1\",node=\"n1\",rank=\"1\"} 250000000"))
+      << hub.Serialize();
   v1::StepMetrics g = Step(2, 1);
   g.set_gpu_utilization_ratio(0.9);
   g.set_gpu_memory_used_bytes(1e9);
@@ -91,6 +98,7 @@ TEST(MetricsHub, ARankOnAnotherNodeLeavesNoSeriesBehind) {
   MetricsHub hub;
   v1::StepMetrics m = Step(1, 5);
   m.set_gpu_utilization_ratio(0.5);
+  m.set_host_memory_peak_bytes(1e8);
   hub.IngestStep(m, "n1", 0);
   hub.IngestStep(Step(0, 5), "n1", -1);
   EXPECT_TRUE(Has(hub.Serialize(), "node=\"n1\",rank=\"1\""));
@@ -99,6 +107,7 @@ TEST(MetricsHub, ARankOnAnotherNodeLeavesNoSeriesBehind) {
   const std::string t = hub.Serialize();
   EXPECT_FALSE(Has(t, "node=\"n1\",rank=\"1\"")) << t;
   EXPECT_FALSE(Has(t, "dgca_gpu_utilization_ratio{")) << t;
+  EXPECT_FALSE(Has(t, "dgca_rank_memory_peak_bytes{")) << t;
   EXPECT_TRUE(Has(t, "dgca_train_step{job=\"j-1\",node=\"n2\",rank=\"1\"} 6")) << t;
   EXPECT_TRUE(Has(t, "dgca_train_step{job=\"j-1\",node=\"n1\",rank=\"0\"} 5")) << t;
 }

@@ -759,9 +759,21 @@ double RelativeError(double predicted, double measured) {
   return measured > 0 ? (predicted - measured) / measured : 0;
 }
 
-// Steady-state rank-steps before the live check: enough for a median that
-// one slow step does not move.
-size_t LiveCheckSamples(int ranks) { return std::max<size_t>(40, 10 * std::max(1, ranks)); }
+// The live check waits for enough steady-state rank-steps for a median that
+// one slow step does not move, and for this much step time per rank: the
+// first second of a job is not its steady state (the quickstart's 30 ms
+// steps gave 40 rank-steps in 0.6 s, whose median named a +10% straggler
+// that the whole run's put at +2%). A job whose ring of samples fills
+// first is checked then.
+size_t LiveCheckSamples(int ranks) {
+  return std::min(kMaxStepSamples, std::max<size_t>(40, 10 * std::max(1, ranks)));
+}
+constexpr double kLiveCheckSecondsPerRank = 10;
+bool LiveCheckDue(size_t samples, double step_seconds, int ranks) {
+  return samples >= LiveCheckSamples(ranks) &&
+         (step_seconds >= kLiveCheckSecondsPerRank * std::max(1, ranks) ||
+          samples >= kMaxStepSamples);
+}
 }  // namespace
 
 Scheduler::StepMedians Scheduler::MediansOf(const std::vector<StepSample>& samples,
@@ -797,6 +809,8 @@ Scheduler::StepSample Scheduler::SampleOf(const v1::StepMetrics& m) {
   s.data_wait_seconds = m.data_wait_seconds();
   s.exposed_seconds = m.exposed_comm_seconds();
   s.allreduce_seconds = m.allreduce_seconds();
+  s.gpu_memory_bytes = m.gpu_memory_used_bytes();
+  s.host_memory_peak_bytes = m.host_memory_peak_bytes();
   return s;
 }
 
@@ -821,16 +835,28 @@ void Scheduler::LiveCheck(JobRt* rt) {
   }
   absl::StrAppendFormat(&text, "), data wait %.1f%%", 100 * b.data_wait_seconds() / step);
   // The limiting stage, as `dgca diagnose JOB` reads it.
+  std::vector<std::string> near;
+  for (const auto& f : d.findings()) {
+    if (f.near_limit()) near.push_back(f.stage());
+  }
   for (const auto& f : d.findings()) {
     if (!f.limiting()) continue;
     if (f.stage() == "compute") {
       text += "; compute-bound: the plan holds";
+      if (!near.empty()) {
+        absl::StrAppend(&text, " (", absl::StrJoin(near, " and "),
+                        near.size() == 1 ? " is" : " are", " near its limit)");
+      }
     } else {
       // The shares are in the line already; a straggler's finding names it.
       absl::StrAppend(&text, "; limiting stage: ", f.stage());
       if (f.stage() == "straggler") absl::StrAppend(&text, ": ", f.finding());
       if (!f.fix().empty()) absl::StrAppend(&text, "; fix: ", f.fix());
     }
+  }
+  if (d.memory().above_target()) {
+    absl::StrAppend(&text, "; memory above its target: ", d.memory().finding());
+    if (!d.memory().fix().empty()) absl::StrAppend(&text, "; fix: ", d.memory().fix());
   }
   if (p.predicted_step_seconds() > 0 && std::fabs(err) > 0.25) {
     text += "; the step prediction is off by more than 25%; this job's measurements correct the "
@@ -2023,8 +2049,10 @@ std::string Scheduler::IngestSample(const v1::MetricSample& s, const std::string
         rt->step_samples[rt->step_samples_seen % kMaxStepSamples] = SampleOf(m);
       }
       ++rt->step_samples_seen;
+      rt->step_seconds_seen += m.step_seconds();
       if (!rt->live_checked && rt->planned && rt->spec.kind() != "comm_probe" &&
-          rt->step_samples.size() >= LiveCheckSamples(static_cast<int>(rt->ranks.size()))) {
+          LiveCheckDue(rt->step_samples.size(), rt->step_seconds_seen,
+                       static_cast<int>(rt->ranks.size()))) {
         LiveCheck(rt);
       }
     }

@@ -308,6 +308,7 @@ class Scheduler {
     // once full; step_samples_seen counts every one).
     std::vector<StepSample> step_samples;
     size_t step_samples_seen = 0;
+    double step_seconds_seen = 0;  // the step time of every one, summed
     LossCurve loss_curve;                  // Job.loss_curve
     v1::PlanCheck plan_check;
     bool live_checked = false;  // LiveCheck done for this job
@@ -436,11 +437,13 @@ class Scheduler {
   // compute time for later plans and logs a "plan" event. mu_ held.
   void CheckPlan(JobRt* rt, v1::JobState final_state);
   // The plan re-checked from live metrics, once, as soon as the job has
-  // LiveCheckSamples steady-state rank-steps: measured step time against
+  // LiveCheckSamples steady-state rank-steps covering at least
+  // kLiveCheckSecondsPerRank of step time per rank: measured step time against
   // the prediction, exposed communication against kTargetCommShare, and
   // what would meet the target (the global batch: at a fixed global batch
   // accumulation moves compute between micro-steps but not the share). An
-  // event "plan" ("live check ..."). mu_ held.
+  // event "plan" ("live check ..."), with the memory finding when a rank
+  // is above its target. mu_ held.
   void LiveCheck(JobRt* rt);
   std::string CheckpointDir(const std::string& id) const;
 

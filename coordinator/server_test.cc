@@ -2,6 +2,7 @@
 // node agent on the real AgentService stream and as ranks on RankService.
 #include "coordinator/server.h"
 
+#include <algorithm>
 #include <gtest/gtest.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -162,8 +163,16 @@ class FakeAgent {
         cmds_.push_back(c);
         if (c.has_launch()) running_.push_back(c.launch());
         if (c.has_stop() && auto_exit_) {
+          // As the real agent: only the stop's attempts (none listed: all),
+          // so a stop of a stale attempt sent after the next one's launch
+          // leaves the new ranks alone.
+          const auto& attempts = c.stop().attempts();
+          auto stopped = [&](int attempt) {
+            return attempts.empty() ||
+                   std::find(attempts.begin(), attempts.end(), attempt) != attempts.end();
+          };
           for (auto it = running_.begin(); it != running_.end();) {
-            if (it->job_id() == c.stop().job_id()) {
+            if (it->job_id() == c.stop().job_id() && stopped(it->attempt())) {
               to_exit.push_back(*it);
               it = running_.erase(it);
             } else {
@@ -1412,7 +1421,8 @@ v1::GetAssignmentResponse Assignment(v1::RankService::Stub* rank, const std::str
 
 void StreamSteps(v1::RankService::Stub* rank, const std::string& token, const std::string& job,
                  int attempt, int ranks, int steps, double step_seconds,
-                 double exposed_seconds = 0, double data_wait_seconds = 0) {
+                 double exposed_seconds = 0, double data_wait_seconds = 0,
+                 double host_memory_peak_bytes = -1) {
   grpc::ClientContext ctx;
   AddAuth(&ctx, token);
   v1::StreamMetricsResponse resp;
@@ -1428,6 +1438,7 @@ void StreamSteps(v1::RankService::Stub* rank, const std::string& token, const st
       m->set_step_seconds(step_seconds);
       m->set_exposed_comm_seconds(exposed_seconds);
       m->set_data_wait_seconds(data_wait_seconds);
+      m->set_host_memory_peak_bytes(host_memory_peak_bytes);
       m->set_attempt(attempt);
       EXPECT_TRUE(w->Write(s));
     }
@@ -1556,11 +1567,12 @@ TEST_F(ServerTest, CancelDuringATrialStopsItsRanks) {
   EXPECT_EQ(j.events(j.events_size() - 1).message(), "cancelled by user");
 }
 
-// The plan is re-checked from live metrics once enough steady steps are in:
-// exposed communication above the 10% target names the global batch that
-// would meet it (exposed time per step is fixed, compute grows with the
-// samples per step); under it, the plan holds, unless another stage limits
-// (here a starved loader).
+// The plan is re-checked from live metrics once enough steady steps are in
+// (40 rank-steps, 10 s of steps per rank): exposed communication above the
+// 10% target names the global batch that would meet it (exposed time per
+// step is fixed, compute grows with the samples per step); under it, the
+// plan holds, unless another stage limits (here a starved loader); a rank
+// above its memory target is named.
 TEST_F(ServerTest, LiveCheckSaysWhatWouldMeetTheCommTarget) {
   StartServer();
   FakeAgent agent(server_->address(), server_->token(), "n1");
@@ -1575,13 +1587,13 @@ TEST_F(ServerTest, LiveCheckSaysWhatWouldMeetTheCommTarget) {
   ASSERT_TRUE(WaitUntil([&] { return agent.Launches(slow, 0).size() == 2; }));
   const v1::Plan plan = Get(slow).plan();
   const int global = 2 * plan.micro_batch() * plan.accumulation();
-  // 20 steps per rank: 36 steady rank-steps, under the 40 needed.
-  StreamSteps(rank_.get(), server_->token(), slow, 0, 2, 20, 0.1, 0.04);
+  // 20 one-second steps per rank: 36 steady rank-steps, under the 40 needed.
+  StreamSteps(rank_.get(), server_->token(), slow, 0, 2, 20, 1.0, 0.4);
   EXPECT_EQ(live(slow), "");
-  StreamSteps(rank_.get(), server_->token(), slow, 0, 2, 5, 0.1, 0.04);
+  StreamSteps(rank_.get(), server_->token(), slow, 0, 2, 5, 1.0, 0.4);
   ASSERT_TRUE(WaitUntil([&] { return !live(slow).empty(); }));
   const std::string text = live(slow);
-  EXPECT_NE(text.find("step 0.1000 s; exposed communication 40.0% of the step (target 10%)"),
+  EXPECT_NE(text.find("step 1.0000 s; exposed communication 40.0% of the step (target 10%)"),
             std::string::npos)
       << text;
   EXPECT_NE(text.find("raise train.global_batch to >= " + std::to_string(6 * global) +
@@ -1589,15 +1601,20 @@ TEST_F(ServerTest, LiveCheckSaysWhatWouldMeetTheCommTarget) {
             std::string::npos)
       << text;
   // Once per job.
-  StreamSteps(rank_.get(), server_->token(), slow, 0, 2, 30, 0.1, 0.04);
+  StreamSteps(rank_.get(), server_->token(), slow, 0, 2, 30, 1.0, 0.4);
   int checks = 0;
   const v1::GetJobResponse after = Get(slow);
   for (const auto& e : after.events()) checks += e.message().rfind("live check", 0) == 0;
   EXPECT_EQ(checks, 1);
 
+  // 0.1 s steps: 46 rank-steps are 2.3 s per rank, under the 10 s needed;
+  // 100 more steps per rank make 12.3 s.
   const std::string fine = Submit(Spec(0, 2));
   ASSERT_TRUE(WaitUntil([&] { return agent.Launches(fine, 0).size() == 2; }));
   StreamSteps(rank_.get(), server_->token(), fine, 0, 2, 25, 0.1, 0.005);
+  std::this_thread::sleep_for(milliseconds(300));
+  EXPECT_EQ(live(fine), "");
+  StreamSteps(rank_.get(), server_->token(), fine, 0, 2, 100, 0.1, 0.005);
   ASSERT_TRUE(WaitUntil([&] { return !live(fine).empty(); }));
   EXPECT_NE(live(fine).find("exposed communication 5.0% of the step (target 10%), data wait "
                             "0.0%; compute-bound: the plan holds"),
@@ -1607,7 +1624,7 @@ TEST_F(ServerTest, LiveCheckSaysWhatWouldMeetTheCommTarget) {
   // A starved loader: the live check names it, not "the plan holds".
   const std::string starved = Submit(Spec(0, 2));
   ASSERT_TRUE(WaitUntil([&] { return agent.Launches(starved, 0).size() == 2; }));
-  StreamSteps(rank_.get(), server_->token(), starved, 0, 2, 25, 0.1, 0.005, 0.03);
+  StreamSteps(rank_.get(), server_->token(), starved, 0, 2, 25, 1.0, 0.05, 0.3);
   ASSERT_TRUE(WaitUntil([&] { return !live(starved).empty(); }));
   EXPECT_NE(live(starved).find("data wait 30.0%; limiting stage: data; fix: "), std::string::npos)
       << live(starved);
@@ -1616,6 +1633,19 @@ TEST_F(ServerTest, LiveCheckSaysWhatWouldMeetTheCommTarget) {
             std::string::npos)
       << live(starved);
   EXPECT_EQ(live(starved).find("the plan holds"), std::string::npos) << live(starved);
+  EXPECT_EQ(live(starved).find("memory"), std::string::npos) << live(starved);
+
+  // A rank above the memory target (its peak resident set past 70% of the
+  // node's memory per rank) is named, with the smaller micro-batch.
+  const std::string swollen = Submit(Spec(0, 2));
+  ASSERT_TRUE(WaitUntil([&] { return agent.Launches(swollen, 0).size() == 2; }));
+  const v1::Plan sp = Get(swollen).plan();
+  ASSERT_GT(sp.memory_target_bytes(), 0);
+  StreamSteps(rank_.get(), server_->token(), swollen, 0, 2, 25, 1.0, 0.05, 0,
+              1.5 * sp.memory_target_bytes());
+  ASSERT_TRUE(WaitUntil([&] { return !live(swollen).empty(); }));
+  EXPECT_NE(live(swollen).find("; memory above its target: rank 0"), std::string::npos)
+      << live(swollen);
 }
 
 // A killed rank's last step samples can arrive after its exit: it stays

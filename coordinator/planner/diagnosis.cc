@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "coordinator/planner/planner.h"
 
 namespace dgca {
@@ -27,9 +28,11 @@ namespace {
 struct Medians {
   int64_t samples = 0;
   double step = 0, data = 0, exposed = 0, compute = 0, allreduce = 0;
+  double peak_memory = 0;  // the largest reading (not a median); 0 = none
 };
 
-Medians MediansOfSamples(const std::vector<const StepSample*>& samples) {
+// `gpu`: the memory that counts is the GPU's, not the process's.
+Medians MediansOfSamples(const std::vector<const StepSample*>& samples, bool gpu) {
   std::vector<double> step, data, exposed, allreduce;
   for (const StepSample* s : samples) {
     step.push_back(s->step_seconds);
@@ -38,6 +41,9 @@ Medians MediansOfSamples(const std::vector<const StepSample*>& samples) {
     allreduce.push_back(std::max(0.0, s->allreduce_seconds));
   }
   Medians m;
+  for (const StepSample* s : samples) {
+    m.peak_memory = std::max(m.peak_memory, gpu ? s->gpu_memory_bytes : s->host_memory_peak_bytes);
+  }
   m.samples = static_cast<int64_t>(samples.size());
   m.step = MedianOf(step);
   m.data = MedianOf(data);
@@ -50,6 +56,11 @@ Medians MediansOfSamples(const std::vector<const StepSample*>& samples) {
 }
 
 double Share(double part, double step) { return step > 0 ? part / step : 0; }
+
+// Past `limit` by at most kNearLimitBand of it.
+bool NearLimit(double measured, double limit) {
+  return measured > limit && measured <= limit * (1 + kNearLimitBand);
+}
 
 // Percent more samples/s were `share` of the step to go away.
 double GainWithout(double share) { return 100 * (1 / std::max(1e-9, 1 - share) - 1); }
@@ -73,7 +84,7 @@ v1::StepBreakdown BreakdownOf(const std::vector<StepSample>& samples, const v1::
   b.set_samples(total);
   const v1::RankStepMedians* critical = nullptr;
   for (const auto& [rank, rs] : by_rank) {
-    const Medians r = MediansOfSamples(rs);
+    const Medians r = MediansOfSamples(rs, plan.device() == "cuda");
     v1::RankStepMedians* out = b.add_ranks();
     out->set_rank(rank);
     if (rank >= 0 && rank < plan.rank_nodes_size()) out->set_node(plan.rank_nodes(rank));
@@ -83,6 +94,7 @@ v1::StepBreakdown BreakdownOf(const std::vector<StepSample>& samples, const v1::
     out->set_exposed_comm_seconds(r.exposed);
     out->set_compute_seconds(r.compute);
     out->set_allreduce_seconds(r.allreduce);
+    out->set_peak_memory_bytes(r.peak_memory);
   }
   // The critical rank: longest before the all-reduce (ties: the lowest).
   for (const auto& r : b.ranks()) {
@@ -112,6 +124,107 @@ int64_t GlobalBatchForCommTarget(const v1::Plan& plan, double comm_share) {
   const double need = static_cast<double>(global) * comm_share / (1 - comm_share) *
                       (1 - kTargetCommShare) / kTargetCommShare;
   return static_cast<int64_t>(std::ceil(need / static_cast<double>(unit) - 1e-9)) * unit;
+}
+
+v1::MemoryFinding DiagnoseMemory(const v1::Plan& plan, const v1::StepBreakdown& b) {
+  v1::MemoryFinding out;
+  const v1::RankStepMedians* most = nullptr;
+  for (const auto& r : b.ranks()) {
+    if (r.peak_memory_bytes() > 0 &&
+        (most == nullptr || r.peak_memory_bytes() > most->peak_memory_bytes())) {
+      most = &r;
+    }
+  }
+  const bool cuda = plan.device() == "cuda";
+  const char* what = cuda ? "GPU memory" : "peak resident set";
+  if (most == nullptr) {
+    out.set_finding(absl::StrFormat(
+        "no rank reported its %s (e.g. %s)", what,
+        cuda ? "NVML not available on the node"
+             : "/proc not readable, or a job from before ranks reported it"));
+    return out;
+  }
+  out.set_known(true);
+  out.set_rank(most->rank());
+  const double peak = most->peak_memory_bytes();
+  out.set_peak_bytes(peak);
+  out.set_predicted_bytes(plan.predicted_memory_bytes());
+  out.set_target_bytes(plan.memory_target_bytes());
+  out.set_device_bytes(plan.device_memory_bytes());
+  const double target = plan.memory_target_bytes();
+  out.set_above_target(target > 0 && peak > target);
+
+  const int m = std::max(1, plan.micro_batch());
+  const int k = std::max(1, plan.accumulation());
+  const int per_rank = m * k;  // samples per optimizer step on one rank
+  std::string f = absl::StrFormat("%s held %s at most (%s)", RankName(*most), FormatBytes(peak),
+                                  what);
+  if (plan.device_memory_bytes() > 0) {
+    absl::StrAppendFormat(&f, ", %.0f%% of %s", 100 * peak / plan.device_memory_bytes(),
+                          cuda ? absl::StrCat("its GPU's ", FormatBytes(plan.device_memory_bytes()))
+                               : absl::StrCat("its ", FormatBytes(plan.device_memory_bytes()),
+                                              " share of the host"));
+  }
+  if (target > 0) absl::StrAppendFormat(&f, "; target %s", FormatBytes(target));
+  if (plan.predicted_memory_bytes() > 0) {
+    const double err = plan.predicted_memory_bytes() / peak - 1;
+    absl::StrAppendFormat(&f, "; the plan predicted %s at micro-batch %d, %.0f%% %s that",
+                          FormatBytes(plan.predicted_memory_bytes()), m, 100 * std::fabs(err),
+                          err < 0 ? "under" : "over");
+  }
+  out.set_finding(f);
+  // Per sample (diagnosis.h): the measured excess over the model's state
+  // includes fixed overheads, so it overstates what a smaller micro-batch
+  // saves (the smaller of it and the model's then) and is the safe side for
+  // a larger one (the larger of the two).
+  const double model = plan.predicted_activation_bytes_per_sample();
+  if (target <= 0 || plan.predicted_memory_bytes() <= 0 || model <= 0) return out;
+  const double state = std::max(0.0, plan.predicted_memory_bytes() - m * model);
+  const double measured = peak > state ? (peak - state) / m : 0;
+  const bool shrink = out.above_target();
+  const double per_sample =
+      measured <= 0 ? model : shrink ? std::min(measured, model) : std::max(measured, model);
+  auto at = [&](int mb) { return peak + per_sample * (mb - m); };
+  int fit = 0;  // the largest divisor of per_rank under the target
+  for (int mb = 1; mb <= per_rank; ++mb) {
+    if (per_rank % mb == 0 && at(mb) <= target) fit = mb;
+  }
+  out.set_micro_batch_fit(fit);
+  const std::string scale = absl::StrFormat(
+      "(scaled from the measured peak by %s%s per sample)",
+      per_sample == measured ? "" : "the memory model's ", FormatBytes(per_sample));
+  if (shrink) {
+    if (fit > 0) {
+      out.set_fix(absl::StrFormat(
+          "above the target: set train.micro_batch %d and train.accumulation %d (the same "
+          "global batch) for about %s %s",
+          fit, per_rank / fit, FormatBytes(at(fit)), scale));
+    } else {
+      const bool fp32 = plan.precision().empty() || plan.precision() == "fp32";
+      out.set_fix(absl::StrFormat(
+          "above the target even at micro-batch 1 %s: %s", scale,
+          cuda ? (fp32 ? "bf16 or fp16 precision, or a shorter data.max_seq_len"
+                       : "a shorter data.max_seq_len, or a GPU with more memory")
+               : "fewer ranks per node, or a shorter data.max_seq_len"));
+    }
+    const double device = plan.device_memory_bytes();
+    if (device > 0 && peak > 0.95 * device) {
+      out.set_fix(absl::StrCat(
+          absl::StrFormat(cuda ? "at %.0f%% of the GPU's memory, one allocation from running "
+                                 "out; "
+                               : "at %.0f%% of its share of the host's memory: the node may "
+                                 "swap or kill a rank; ",
+                          100 * peak / device),
+          out.fix()));
+    }
+  } else if (fit > m) {
+    out.set_fix(absl::StrFormat(
+        "memory left unused: train.micro_batch %d with train.accumulation %d (the same global "
+        "batch) would take about %s of the %s target %s; fewer, larger micro-steps usually run "
+        "faster (tuning.mode: trial times both before the job starts)",
+        fit, per_rank / fit, FormatBytes(at(fit)), FormatBytes(target), scale));
+  }
+  return out;
 }
 
 absl::Status DiagnoseSteps(const v1::Plan& plan, const v1::JobSpec& spec,
@@ -156,6 +269,7 @@ absl::Status DiagnoseSteps(const v1::Plan& plan, const v1::JobSpec& spec,
   data.set_stage("data");
   data.set_share(Share(b.data_wait_seconds(), step));
   data.set_above_limit(data.share() > kDataWaitLimit);
+  data.set_near_limit(NearLimit(data.share(), kDataWaitLimit));
   data.set_finding(absl::StrFormat(
       "%s waited %.4f s per step for its loader's batches (%.1f%% of the step, limit %.0f%%)",
       several ? absl::StrCat(RankName(*critical), ", the last to reach the all-reduce,")
@@ -181,6 +295,7 @@ absl::Status DiagnoseSteps(const v1::Plan& plan, const v1::JobSpec& spec,
   comm.set_stage("comm");
   comm.set_share(Share(b.exposed_comm_seconds(), step));
   comm.set_above_limit(comm.share() > kTargetCommShare);
+  comm.set_near_limit(ranks >= 2 && NearLimit(comm.share(), kTargetCommShare));
   {
     std::string f;
     if (ranks < 2) {
@@ -245,6 +360,7 @@ absl::Status DiagnoseSteps(const v1::Plan& plan, const v1::JobSpec& spec,
     strag.set_stage("straggler");
     strag.set_share(Share(std::max(0.0, slowest->compute_seconds() - median_compute), step));
     strag.set_above_limit(straggler);
+    strag.set_near_limit(NearLimit(straggle, kStragglerLimit));
     strag.set_finding(absl::StrFormat(
         "slowest compute: %s, %.4f s per step, %+.1f%% against the other ranks' median %.4f s "
         "(limit %+.0f%%)",
@@ -281,11 +397,19 @@ absl::Status DiagnoseSteps(const v1::Plan& plan, const v1::JobSpec& spec,
       b.compute_seconds(), 100 * compute.share(), m, k,
       plan.precision().empty() ? "fp32" : plan.precision(), cuda ? "GPU" : "CPU"));
 
-  // The limiting stage: the costliest past its threshold, else compute.
+  // The limiting stage: the costliest clearly past its threshold, else
+  // compute. One just past it is named, with its fix, but does not limit.
   v1::DiagnoseFinding* limiting = &compute;
   double cost = 0;
+  std::vector<std::string> near;
   for (v1::DiagnoseFinding* f : {&data, &comm, &strag}) {
-    if (f->above_limit() && f->share() > cost) {
+    if (f->near_limit()) {
+      near.push_back(f->stage());
+      f->set_finding(absl::StrFormat(
+          "%s; within %.0f%% of its limit, where a few points of spread between runs move it "
+          "across: not taken as limiting",
+          f->finding(), 100 * kNearLimitBand));
+    } else if (f->above_limit() && f->share() > cost) {
       limiting = f;
       cost = f->share();
     }
@@ -294,12 +418,17 @@ absl::Status DiagnoseSteps(const v1::Plan& plan, const v1::JobSpec& spec,
   if (limiting == &compute) {
     compute.set_finding(compute.finding() +
                         "; the job is compute-bound: nothing in the orchestration holds it back");
+    if (!near.empty()) {
+      absl::StrAppend(compute.mutable_finding(), " (", absl::StrJoin(near, " and "),
+                      near.size() == 1 ? " is" : " are", " near its limit)");
+    }
   }
   out->set_limiting_stage(limiting->stage());
   *out->add_findings() = data;
   *out->add_findings() = compute;
   *out->add_findings() = comm;
   if (has_straggler_finding) *out->add_findings() = strag;
+  *out->mutable_memory() = DiagnoseMemory(plan, b);
   return absl::OkStatus();
 }
 

@@ -250,6 +250,38 @@ TEST(DiagnoseSteps, TheCostlierOfTwoStagesPastTheirLimitsLimits) {
   EXPECT_TRUE(Find(d, "data")->above_limit());
 }
 
+// Just past a limit (within kNearLimitBand of it) is named with its fix but
+// does not limit: the quickstart's comm share crosses 10% between runs.
+TEST(DiagnoseSteps, AStageJustPastItsLimitIsNearNotLimiting) {
+  const v1::Plan plan = PlanOf(2, 8, 1, "cpu");
+  // Exposed 0.11 of a 1.0 s step: 11%, inside 10% x 1.2.
+  auto d = Diagnose(plan, Steps(2, 20, 0.0, 0.89, 0.11));
+  const auto* comm = Find(d, "comm");
+  EXPECT_TRUE(comm->above_limit());
+  EXPECT_TRUE(comm->near_limit());
+  EXPECT_FALSE(comm->limiting());
+  EXPECT_NE(comm->fix().find("raise train.global_batch"), std::string::npos) << comm->fix();
+  EXPECT_NE(comm->finding().find("within 20% of its limit"), std::string::npos) << comm->finding();
+  EXPECT_EQ(d.limiting_stage(), "compute");
+  EXPECT_NE(Find(d, "compute")->finding().find("(comm is near its limit)"), std::string::npos)
+      << Find(d, "compute")->finding();
+  // 12.5%: past the band, limiting.
+  d = Diagnose(plan, Steps(2, 20, 0.0, 0.875, 0.125));
+  EXPECT_FALSE(Find(d, "comm")->near_limit());
+  EXPECT_EQ(d.limiting_stage(), "comm");
+  // A near stage does not hide a clear one: data 5.5% (near), comm 30%.
+  d = Diagnose(plan, Steps(2, 20, 0.055, 0.645, 0.3));
+  EXPECT_TRUE(Find(d, "data")->near_limit());
+  EXPECT_EQ(d.limiting_stage(), "comm");
+  // A straggler at +11%: near; at +13%: limiting.
+  d = Diagnose(plan, Steps(2, 20, 0, 1.0, 0.01, {1.0, 1.11}));
+  EXPECT_TRUE(Find(d, "straggler")->near_limit()) << Find(d, "straggler")->finding();
+  EXPECT_EQ(d.limiting_stage(), "compute");
+  d = Diagnose(plan, Steps(2, 20, 0, 1.0, 0.01, {1.0, 1.13}));
+  EXPECT_FALSE(Find(d, "straggler")->near_limit());
+  EXPECT_EQ(d.limiting_stage(), "straggler");
+}
+
 // One rank computes 30% longer; the others wait for it at the all-reduce,
 // which they measure as exposed communication. The straggler limits, and
 // communication is judged by the slowest rank's own exposed time.
@@ -311,6 +343,150 @@ TEST(DiagnoseSteps, NoStepTimeIsAnError) {
   v1::DiagnoseJobResponse out;
   absl::Status st = DiagnoseSteps(PlanOf(2, 8, 1, "cpu"), {}, v1::StepBreakdown(), &out);
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+}
+
+// ---------------------------------------------------------------- memory
+
+constexpr double kGiB = 1024.0 * 1024 * 1024;
+
+// A plan whose memory model predicts `state` + m x `per_sample` bytes, on a
+// device of `device` bytes with `target` bytes as its target.
+v1::Plan MemoryPlan(int ranks, int m, int k, const std::string& device_kind, double state,
+                    double per_sample, double device, double target) {
+  v1::Plan p = PlanOf(ranks, m, k, device_kind);
+  p.set_predicted_memory_bytes(state + m * per_sample);
+  p.set_predicted_activation_bytes_per_sample(per_sample);
+  p.set_device_memory_bytes(device);
+  p.set_memory_target_bytes(target);
+  return p;
+}
+
+// Steps whose memory readings peak at `gpu[rank]` and `host[rank]` on one
+// step of the rank's third, 90% of it on the others: the peak is the
+// largest reading, neither the median nor the last.
+std::vector<StepSample> WithMemory(std::vector<StepSample> steps, const std::vector<double>& gpu,
+                                   const std::vector<double>& host) {
+  std::vector<int> seen(std::max(gpu.size(), host.size()), 0);
+  for (StepSample& x : steps) {
+    if (x.rank >= static_cast<int>(seen.size())) continue;
+    const double f = seen[x.rank]++ == 2 ? 1.0 : 0.9;
+    if (x.rank < static_cast<int>(gpu.size())) x.gpu_memory_bytes = gpu[x.rank] * f;
+    if (x.rank < static_cast<int>(host.size())) x.host_memory_peak_bytes = host[x.rank] * f;
+  }
+  return steps;
+}
+
+TEST(BreakdownOf, PeakMemoryIsTheGpusOnCudaAndTheProcessesOnCpu) {
+  const auto steps = WithMemory(Steps(2, 10, 0, 1, 0), {3e9, 5e9}, {1e9, 2e9});
+  const auto gpu = BreakdownOf(steps, PlanOf(2, 8, 1, "cuda"));
+  ASSERT_EQ(gpu.ranks_size(), 2);
+  EXPECT_DOUBLE_EQ(gpu.ranks(0).peak_memory_bytes(), 3e9);
+  EXPECT_DOUBLE_EQ(gpu.ranks(1).peak_memory_bytes(), 5e9);
+  const auto cpu = BreakdownOf(steps, PlanOf(2, 8, 1, "cpu"));
+  EXPECT_DOUBLE_EQ(cpu.ranks(0).peak_memory_bytes(), 1e9);
+  EXPECT_DOUBLE_EQ(cpu.ranks(1).peak_memory_bytes(), 2e9);
+}
+
+TEST(DiagnoseMemory, UnusedMemoryNamesTheLargerMicroBatchThatFits) {
+  // State 10 GiB, the model's 1 GiB per sample at m=8: 18 GiB predicted;
+  // rank 1 held 26 GiB, 2 GiB per sample measured (the larger: scaling up).
+  // 64 samples per rank and step: 26 + (m' - 8) x 2 <= 64 up to m' = 27,
+  // whose largest divisor of 64 is 16.
+  const v1::Plan plan = MemoryPlan(2, 8, 8, "cuda", 10 * kGiB, 1 * kGiB, 80 * kGiB, 64 * kGiB);
+  const auto d = Diagnose(plan, WithMemory(Steps(2, 10, 0, 1, 0), {20 * kGiB, 26 * kGiB}, {}));
+  const v1::MemoryFinding& m = d.memory();
+  ASSERT_TRUE(m.known());
+  EXPECT_EQ(m.rank(), 1);
+  EXPECT_DOUBLE_EQ(m.peak_bytes(), 26 * kGiB);
+  EXPECT_FALSE(m.above_target());
+  EXPECT_EQ(m.micro_batch_fit(), 16);
+  EXPECT_NE(m.finding().find("rank 1 (node n0) held 26.00 GiB at most (GPU memory), 32% of its "
+                             "GPU's 80.00 GiB; target 64.00 GiB; the plan predicted 18.00 GiB at "
+                             "micro-batch 8, 31% under that"),
+            std::string::npos)
+      << m.finding();
+  EXPECT_NE(m.fix().find("train.micro_batch 16 with train.accumulation 4"), std::string::npos)
+      << m.fix();
+  EXPECT_NE(m.fix().find("about 42.00 GiB"), std::string::npos) << m.fix();  // 26 + 8 x 2
+  EXPECT_NE(m.fix().find("measured peak by 2.00 GiB per sample"), std::string::npos) << m.fix();
+  // The model's 3 GiB per sample is the larger (2 measured): 26 + (m' - 8) x 3 <= 64
+  // up to m' = 20, divisor 16 (50 GiB).
+  const v1::Plan big = MemoryPlan(2, 8, 8, "cuda", 10 * kGiB, 3 * kGiB, 80 * kGiB, 64 * kGiB);
+  const auto b = Diagnose(big, WithMemory(Steps(2, 10, 0, 1, 0), {20 * kGiB, 26 * kGiB}, {}));
+  EXPECT_NE(b.memory().fix().find("about 50.00 GiB of the 64.00 GiB target (scaled from the "
+                                  "measured peak by the memory model's 3.00 GiB per sample)"),
+            std::string::npos)
+      << b.memory().fix();
+}
+
+TEST(DiagnoseMemory, AboveTheTargetNamesTheSmallerMicroBatchUnderIt) {
+  // m=16, k=4: 64 per rank; 70 GiB held, state 10 GiB: 3.75 GiB per sample
+  // measured, the model's 3 the smaller (scaling down, the measured excess
+  // overstates the saving): 70 + (m' - 16) 3 <= 64 needs m' <= 14: divisor
+  // 8, 46 GiB.
+  const v1::Plan plan = MemoryPlan(1, 16, 4, "cuda", 10 * kGiB, 3 * kGiB, 80 * kGiB, 64 * kGiB);
+  auto d = Diagnose(plan, WithMemory(Steps(1, 10, 0, 1, 0), {70 * kGiB}, {}));
+  EXPECT_TRUE(d.memory().above_target());
+  EXPECT_EQ(d.memory().micro_batch_fit(), 8);
+  EXPECT_EQ(d.memory().fix(),
+            "above the target: set train.micro_batch 8 and train.accumulation 8 (the same global "
+            "batch) for about 46.00 GiB (scaled from the measured peak by the memory model's "
+            "3.00 GiB per sample)");
+  // Past 95% of the device: the fix says it may run out.
+  d = Diagnose(plan, WithMemory(Steps(1, 10, 0, 1, 0), {77 * kGiB}, {}));
+  EXPECT_EQ(d.memory().fix().rfind("at 96% of the GPU's memory, one allocation from running out; "
+                                   "above the target",
+                                   0),
+            0u)
+      << d.memory().fix();
+  // Nothing under the target even at one sample: other levers, not the
+  // bf16 the plan already runs.
+  // (76 GiB held, state 64: 0.75 GiB per sample; at one sample 64.75 GiB.)
+  const v1::Plan tight =
+      MemoryPlan(1, 16, 4, "cuda", 64 * kGiB, 0.75 * kGiB, 80 * kGiB, 64 * kGiB);
+  d = Diagnose(tight, WithMemory(Steps(1, 10, 0, 1, 0), {76 * kGiB}, {}));
+  EXPECT_EQ(d.memory().micro_batch_fit(), 0);
+  EXPECT_NE(d.memory().fix().find("even at micro-batch 1"), std::string::npos) << d.memory().fix();
+  EXPECT_EQ(d.memory().fix().find("bf16"), std::string::npos) << d.memory().fix();
+  // A CPU rank past its whole share of the host.
+  const v1::Plan cpu = MemoryPlan(2, 16, 4, "cpu", 1 * kGiB, 0.1 * kGiB, 8 * kGiB, 5.6 * kGiB);
+  d = Diagnose(cpu, WithMemory(Steps(2, 10, 0, 1, 0), {}, {9 * kGiB, 2 * kGiB}));
+  EXPECT_EQ(d.memory().fix().rfind("at 112% of its share of the host's memory: the node may swap "
+                                   "or kill a rank; ",
+                                   0),
+            0u)
+      << d.memory().fix();
+}
+
+TEST(DiagnoseMemory, APeakUnderTheModelsStateScalesByTheModelsPerSample) {
+  // 6 GiB held, the state predicted at 10: the measurement says nothing per
+  // sample, so the model's 2 GiB: 6 + (m' - 4) x 2 <= 20 up to m' = 11,
+  // the largest divisor of 16 is 8.
+  const v1::Plan plan = MemoryPlan(1, 4, 4, "cuda", 10 * kGiB, 2 * kGiB, 40 * kGiB, 20 * kGiB);
+  const auto d = Diagnose(plan, WithMemory(Steps(1, 10, 0, 1, 0), {6 * kGiB}, {}));
+  EXPECT_EQ(d.memory().micro_batch_fit(), 8);
+  EXPECT_NE(d.memory().fix().find("by the memory model's 2.00 GiB per sample"), std::string::npos)
+      << d.memory().fix();
+}
+
+TEST(DiagnoseMemory, OneMicroStepAlreadyNeedsNoFix) {
+  const v1::Plan plan = MemoryPlan(2, 16, 1, "cpu", 1 * kGiB, 0.1 * kGiB, 12 * kGiB, 8 * kGiB);
+  const auto d = Diagnose(plan, WithMemory(Steps(2, 10, 0, 1, 0), {}, {2 * kGiB, 3 * kGiB}));
+  EXPECT_TRUE(d.memory().known());
+  EXPECT_EQ(d.memory().rank(), 1);
+  EXPECT_NE(d.memory().finding().find("(peak resident set), 25% of its 12.00 GiB share of the host"),
+            std::string::npos)
+      << d.memory().finding();
+  EXPECT_EQ(d.memory().micro_batch_fit(), 16);
+  EXPECT_EQ(d.memory().fix(), "");
+}
+
+TEST(DiagnoseMemory, NoReadingsSayWhichOnesAreMissing) {
+  const auto d = Diagnose(PlanOf(2, 8, 1, "cuda"), Steps(2, 10, 0, 1, 0));
+  EXPECT_FALSE(d.memory().known());
+  EXPECT_EQ(d.memory().finding(),
+            "no rank reported its GPU memory (e.g. NVML not available on the node)");
+  EXPECT_EQ(d.memory().fix(), "");
 }
 
 }  // namespace

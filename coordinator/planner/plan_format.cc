@@ -22,11 +22,6 @@ const char* SourceName(v1::ValueSource s) {
   }
 }
 
-std::string Bytes(double b) {
-  if (b >= 1024.0 * 1024 * 1024) return absl::StrFormat("%.2f GiB", b / (1024.0 * 1024 * 1024));
-  return absl::StrFormat("%.1f MiB", b / (1024.0 * 1024));
-}
-
 }  // namespace
 
 std::string FormatPlan(const v1::Plan& p) {
@@ -75,8 +70,12 @@ std::string FormatPlan(const v1::Plan& p) {
     out += "  step time, comm share, throughput: unknown (no step-time measurement)\n";
   }
   if (p.predicted_memory_bytes() > 0)
-    out += absl::StrFormat("  memory           %s per rank\n",
-                           Bytes(p.predicted_memory_bytes()));
+    out += absl::StrFormat(
+        "  memory           %s per rank%s\n", FormatBytes(p.predicted_memory_bytes()),
+        p.memory_target_bytes() > 0 && p.device_memory_bytes() > 0
+            ? absl::StrFormat(" (target %s of %s)", FormatBytes(p.memory_target_bytes()),
+                              FormatBytes(p.device_memory_bytes()))
+            : "");
   if (p.trials_size() > 0) {
     out += "\nTrials:\n";
     for (const auto& t : p.trials())

@@ -77,11 +77,7 @@ std::string Sec(double s) {
   if (s < 1) return absl::StrFormat("%.3g ms", s * 1e3);
   return absl::StrFormat("%.3g s", s);
 }
-std::string Bytes(double b) {
-  if (b >= kGiB) return absl::StrFormat("%.2f GiB", b / kGiB);
-  if (b >= kMiB) return absl::StrFormat("%.1f MiB", b / kMiB);
-  return absl::StrFormat("%.0f KiB", b / 1024);
-}
+std::string Bytes(double b) { return FormatBytes(b); }
 std::string Rate(double bytes_per_s) {
   if (bytes_per_s >= 1e9) return absl::StrFormat("%.3g GB/s", bytes_per_s / 1e9);
   return absl::StrFormat("%.3g MB/s", bytes_per_s / 1e6);
@@ -738,6 +734,8 @@ void Planner::AttentionTimed() {
   // A rank may keep the GEMM version: predict its memory, the larger.
   const bool was_high = MemoryHigh(plan_.predicted_memory_bytes());
   plan_.set_predicted_memory_bytes(gemm + kCudaContextBytes);
+  plan_.set_predicted_activation_bytes_per_sample(
+      EstimateMemory(cfg_, seq_len_, precision_, /*fused_attention=*/false).activations_per_sample);
   if (MemoryHigh(plan_.predicted_memory_bytes()) && !was_high)
     Warn(absl::StrFormat("predicted memory %s (with the GEMM attention, if a rank times it faster) is above "
                          "85%% of %s",
@@ -794,6 +792,9 @@ void Planner::Memory() {
     }
   }
   budget_ = budget;
+  plan_.set_device_memory_bytes(device_memory_);
+  // The target includes the CUDA context, as predicted_memory_bytes does.
+  plan_.set_memory_target_bytes(budget > 0 ? budget + (cuda_ ? kCudaContextBytes : 0) : 0);
   if (budget > 0) {
     in_.max_micro = MaxMicroBatch(est, budget);
     mem_why_ += absl::StrFormat(
@@ -1211,6 +1212,7 @@ void Planner::BatchAndBuckets() {
   p = Predict(n, p.m, p.k, bucket, in_, link_);
   MemoryEstimate est = est_;
   plan_.set_predicted_memory_bytes(est.total(p.m) + (cuda_ ? kCudaContextBytes : 0));
+  plan_.set_predicted_activation_bytes_per_sample(est.activations_per_sample);
   if (p.known) {
     plan_.set_predicted_step_seconds(p.step);
     plan_.set_predicted_comm_share(p.share);
@@ -1567,6 +1569,12 @@ absl::StatusOr<v1::Plan> MakePlan(const v1::JobSpec& spec,
                                   TrialRunner* trials) {
   Planner p(spec, nodes, measurements, trials);
   return p.Run();
+}
+
+std::string FormatBytes(double b) {
+  if (b >= kGiB) return absl::StrFormat("%.2f GiB", b / kGiB);
+  if (b >= kMiB) return absl::StrFormat("%.1f MiB", b / kMiB);
+  return absl::StrFormat("%.0f KiB", b / 1024);
 }
 
 }  // namespace dgca

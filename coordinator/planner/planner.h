@@ -128,6 +128,9 @@ absl::StatusOr<v1::Plan> MakePlan(const v1::JobSpec& spec,
                                   const PlannerMeasurements& measurements,
                                   TrialRunner* trials);
 
+// Bytes for people: "1.50 GiB", "12.0 MiB", "800 KiB" (binary units).
+std::string FormatBytes(double bytes);
+
 // `dgca plan`: a header line, then a table (name, value, source, reason) of
 // every decision, the environment, the predictions (step time, comm share,
 // memory, samples/s, against one rank alone), the trials and the warnings.

@@ -273,6 +273,16 @@ TEST(PlannerWsl2, SmallShmBigBucketAccumulationBeatsOneGpu) {
   EXPECT_GT(plan->predicted_step_seconds(), plan->accumulation() * c);
   EXPECT_GT(plan->predicted_memory_bytes(), 0);
   EXPECT_LT(plan->predicted_memory_bytes(), 0.85 * (24564.0 * 1024 * 1024));
+  // What `dgca diagnose` scales the measured peak by: the device, the 80%
+  // target (the CUDA context included, as in the prediction) and the
+  // activations per sample on top of the model state.
+  EXPECT_DOUBLE_EQ(plan->device_memory_bytes(), 24564.0 * 1024 * 1024);
+  EXPECT_DOUBLE_EQ(plan->memory_target_bytes(), 0.8 * 24564.0 * 1024 * 1024);
+  EXPECT_LE(plan->predicted_memory_bytes(), plan->memory_target_bytes());
+  EXPECT_GT(plan->predicted_activation_bytes_per_sample(), 0);
+  EXPECT_GT(plan->predicted_memory_bytes() -
+                plan->micro_batch() * plan->predicted_activation_bytes_per_sample(),
+            0);
   ExpectEveryDecisionHasAReason(*plan);
 }
 
@@ -438,6 +448,8 @@ TEST(PlannerAttention, FusedWhereItAppliesAndSaysWhy) {
   ASSERT_TRUE(pff.ok());
   EXPECT_EQ(pff->micro_batch(), pf->micro_batch());
   EXPECT_GT(pf->predicted_memory_bytes(), pff->predicted_memory_bytes());
+  EXPECT_GT(pf->predicted_activation_bytes_per_sample(),
+            pff->predicted_activation_bytes_per_sample());
   // Device memory unknown: nothing says the GEMM version fits, so fused, untimed.
   v1::Topology unknown = h100;
   for (auto& g : *unknown.mutable_gpus()) g.set_memory_bytes(0);

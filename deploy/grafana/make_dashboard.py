@@ -49,10 +49,14 @@ PANELS = [
      [(f"dgca_comm_bus_bandwidth_bytes_per_second{{{J},{N}}}", "{{job}} rank {{rank}}")], 6, "timeseries"),
     ("All-reduce time share", "percentunit",
      [(f"rate(dgca_comm_allreduce_seconds_total{{{J},{N}}}[1m])", "{{job}} rank {{rank}}")], 6, "timeseries"),
-    ("GPUs", None, None, 24, "row"),
-    ("GPU utilization", "percentunit", [(f"dgca_gpu_utilization_ratio{{{N}}}", "{{node}} gpu {{gpu}}")], 8, "timeseries"),
-    ("GPU memory used", "bytes", [(f"dgca_gpu_memory_used_bytes{{{N}}}", "{{node}} gpu {{gpu}}")], 8, "timeseries"),
-    ("GPU power", "watt", [(f"dgca_gpu_power_watts{{{N}}}", "{{node}} gpu {{gpu}}")], 8, "timeseries"),
+    ("Memory and GPUs", None, None, 24, "row"),
+    # Every rank's process, CPU or GPU: what `dgca diagnose` compares with
+    # the plan's memory model on CPU ranks.
+    ("Rank memory (peak resident set)", "bytes",
+     [(f"dgca_rank_memory_peak_bytes{{{J},{N}}}", "{{job}} rank {{rank}}")], 6, "timeseries"),
+    ("GPU utilization", "percentunit", [(f"dgca_gpu_utilization_ratio{{{N}}}", "{{node}} gpu {{gpu}}")], 6, "timeseries"),
+    ("GPU memory used", "bytes", [(f"dgca_gpu_memory_used_bytes{{{N}}}", "{{node}} gpu {{gpu}}")], 6, "timeseries"),
+    ("GPU power", "watt", [(f"dgca_gpu_power_watts{{{N}}}", "{{node}} gpu {{gpu}}")], 6, "timeseries"),
     ("Health", None, None, 24, "row"),
     ("Job state", "none", [(f"dgca_job_state{{{J}}} == 1", "{{job}}: {{state}}")], 8, "stat"),
     ("Agent heartbeat age", "s", [(f"dgca_worker_heartbeat_age_seconds{{{N}}}", "{{node}}")], 8, "timeseries"),

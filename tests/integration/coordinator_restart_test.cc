@@ -109,6 +109,20 @@ void KillLeftovers(const std::vector<pid_t>& pids, const std::string& job) {
   }
 }
 
+// --restart-node-wait (how long a restart waits for a node of its plan;
+// the wait itself: server_test's ARestart* tests) is listed and checked.
+TEST(CoordinatorRestartTest, RestartNodeWaitFlagIsCheckedAtStart) {
+  if (!HavePrograms()) GTEST_SKIP() << "programs not built under " << BuildDir();
+  Result help = Exec({CoordinatorBin(), "--help"}, 20s);
+  EXPECT_EQ(help.code, 0) << help.err;
+  EXPECT_NE(help.out.find("--restart-node-wait"), std::string::npos) << help.out;
+  Result bad = Exec({CoordinatorBin(), "--restart-node-wait", "-1", "--state-dir",
+                     MakeTempDir("restart-wait")},
+                    20s);
+  EXPECT_EQ(bad.code, 2) << bad.out << bad.err;
+  EXPECT_NE(bad.err.find("--restart-node-wait"), std::string::npos) << bad.err;
+}
+
 TEST(CoordinatorRestartTest, Kill9ThenRestartReadoptsRunningRanks) {
   if (!HavePrograms()) GTEST_SKIP() << "programs not built under " << BuildDir();
   if (!HaveSharedData()) GTEST_SKIP() << "no ECSpell data under " << SharedData();

@@ -165,12 +165,15 @@ TEST_F(PlanCheckTest, DiagnoseBreaksDownTheRealRanksSteps) {
     std::string state, limiting, raw;
     double samples = 0, step = 0, data = 0, compute = 0, exposed = 0;
     std::vector<std::string> rank_nodes;
-    std::vector<double> rank_samples, rank_steps;
+    std::vector<double> rank_samples, rank_steps, rank_peaks;
     int critical = -1;
+    bool memory_known = false;
+    double memory_peak = 0, memory_predicted = 0, memory_target = 0, memory_device = 0;
+    int memory_rank = -1;
     struct Finding {
       std::string stage;
       double share = 0;
-      bool limiting = false, above = false;
+      bool limiting = false, above = false, near = false;
     };
     std::vector<Finding> findings;
   };
@@ -198,13 +201,23 @@ TEST_F(PlanCheckTest, DiagnoseBreaksDownTheRealRanksSteps) {
         d->rank_nodes.push_back(JsonStr(r.Find("node")));
         d->rank_samples.push_back(Num(r.Find("samples")));
         d->rank_steps.push_back(Num(r.Find("step_seconds")));
+        d->rank_peaks.push_back(Num(r.Find("peak_memory_bytes")));
       }
+    }
+    if (const JsonValue* m = j.Find("memory")) {
+      d->memory_known = m->Find("known") && m->Find("known")->boolean;
+      d->memory_rank = static_cast<int>(Num(m->Find("rank")));
+      d->memory_peak = Num(m->Find("peak_bytes"));
+      d->memory_predicted = Num(m->Find("predicted_bytes"));
+      d->memory_target = Num(m->Find("target_bytes"));
+      d->memory_device = Num(m->Find("device_bytes"));
     }
     if (const JsonValue* fs = j.Find("findings"); fs && fs->is_array()) {
       for (const auto& f : fs->array) {
         d->findings.push_back({JsonStr(f.Find("stage")), Num(f.Find("share")),
                                f.Find("limiting") && f.Find("limiting")->boolean,
-                               f.Find("above_limit") && f.Find("above_limit")->boolean});
+                               f.Find("above_limit") && f.Find("above_limit")->boolean,
+                               f.Find("near_limit") && f.Find("near_limit")->boolean});
       }
     }
   };
@@ -223,13 +236,26 @@ TEST_F(PlanCheckTest, DiagnoseBreaksDownTheRealRanksSteps) {
     int limiting = 0;
     for (const auto& f : d.findings) {
       limiting += f.limiting;
-      if (f.above && f.share > cost) {
+      if (f.above && !f.near && f.share > cost) {
         cost = f.share;
         costliest = f.stage;
       }
     }
     EXPECT_EQ(limiting, 1) << d.raw;
     EXPECT_EQ(d.limiting, costliest) << d.raw;
+    // Memory: each rank's real peak resident set (VmHWM), the larger named,
+    // against the plan's model and its target (70% of host memory / 2).
+    ASSERT_TRUE(d.memory_known) << d.raw;
+    ASSERT_EQ(d.rank_peaks.size(), 2u) << d.raw;
+    for (double p : d.rank_peaks) {
+      EXPECT_GT(p, 1 << 20) << d.raw;  // a process with a model is past 1 MiB
+      EXPECT_LT(p, d.memory_device) << d.raw;
+    }
+    ASSERT_TRUE(d.memory_rank == 0 || d.memory_rank == 1) << d.raw;
+    EXPECT_DOUBLE_EQ(d.memory_peak, std::max(d.rank_peaks[0], d.rank_peaks[1])) << d.raw;
+    EXPECT_GT(d.memory_predicted, 0) << d.raw;
+    EXPECT_GT(d.memory_target, 0) << d.raw;
+    EXPECT_GT(d.memory_device, d.memory_target) << d.raw;
   };
 
   // While it runs: refused until the ranks are past their warm-up steps,
@@ -267,7 +293,8 @@ TEST_F(PlanCheckTest, DiagnoseBreaksDownTheRealRanksSteps) {
   // The table names the stages, the ranks and the limiting stage.
   Result text = Dgca(*coord_, {"diagnose", id}, 20s);
   ASSERT_EQ(text.code, 0) << text.out << text.err;
-  for (const char* want : {"data wait", "compute", "exposed comm", "RANK", "straggler"}) {
+  for (const char* want :
+       {"data wait", "compute", "exposed comm", "RANK", "straggler", "(peak resident set)"}) {
     EXPECT_NE(text.out.find(want), std::string::npos) << want << "\n" << text.out;
   }
   EXPECT_NE(text.out.find("limiting stage: " + done.limiting), std::string::npos) << text.out;

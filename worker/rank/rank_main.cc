@@ -29,6 +29,7 @@
 #include "model/train/trainer.h"
 #include "proto/rpc/rpc_util.h"
 #include "worker/rank/gpu_metrics.h"
+#include "worker/rank/process_memory.h"
 #include "worker/rank/grpc_store.h"
 #include "worker/rank/train_config.h"
 
@@ -228,6 +229,13 @@ class RankObserver : public TrainObserver {
     m->set_gpu_utilization_ratio(g.utilization_ratio);
     m->set_gpu_memory_used_bytes(g.memory_used_bytes);
     m->set_gpu_power_watts(g.power_watts);
+    // /proc/self/status at most once per second, as NVML above.
+    const auto now = std::chrono::steady_clock::now();
+    if (host_peak_ < 0 || now - host_peak_at_ >= std::chrono::seconds(1)) {
+      host_peak_ = ProcessPeakResidentBytes();
+      host_peak_at_ = now;
+    }
+    m->set_host_memory_peak_bytes(host_peak_);
     m->set_time_unix_ms(NowUnixMs());
     m->set_samples(r.samples);
     m->set_attempt(a_.attempt);
@@ -269,6 +277,8 @@ class RankObserver : public TrainObserver {
   std::atomic<bool>* stop_;
   std::atomic<int64_t>* step_;
   GpuMetrics* gpu_;
+  double host_peak_ = -1;  // the last /proc/self/status reading
+  std::chrono::steady_clock::time_point host_peak_at_;
 };
 
 // The comm probe job: one AllReduceSweep per size (so each row streams as soon
