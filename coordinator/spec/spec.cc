@@ -1,5 +1,6 @@
 #include "coordinator/spec/spec.h"
 
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include <functional>
 #include <limits>
 #include <set>
+#include <sstream>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -632,6 +634,42 @@ void Parser::ParseTop(const YAML::Node& root, v1::JobSpec* spec) {
   }
 }
 
+// Where each YAML document starts; the node tree comes from YAML::Load.
+class DocumentStarts : public YAML::EventHandler {
+ public:
+  YAML::Mark start;
+  void OnDocumentStart(const YAML::Mark& mark) override { start = mark; }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+};
+
+// Whether `text` holds a second YAML document; *second gets where it starts.
+// Reads at most two documents: yaml-cpp 0.7 (Debian 12's) gets stuck on
+// some malformed input, returning the same empty document forever, and its
+// YAML::LoadAll then allocates until the process runs out of memory (found by
+// tools/fuzz.sh: a spec with a line indented under a comment, see
+// spec_parser_test; upstream jbeder/yaml-cpp#1319). A second document that
+// starts where the first did is that state: a syntax error at that place.
+bool SecondDocument(const std::string& text, YAML::Mark* second, bool* stuck) {
+  std::stringstream in(text);
+  YAML::Parser parser(in);
+  DocumentStarts first, next;
+  if (!parser.HandleNextDocument(first)) return false;
+  if (!parser.HandleNextDocument(next)) return false;
+  *second = next.start;
+  *stuck = next.start.pos == first.start.pos;
+  return true;
+}
+
 // Rejects deeply nested flow collections before yaml-cpp sees them.
 int MaxFlowNesting(const std::string& text) {
   int depth = 0, max_depth = 0;
@@ -761,13 +799,19 @@ absl::StatusOr<SpecParseResult> ParseJobSpec(const std::string& yaml_text,
     return result;
   }
   try {
-    std::vector<YAML::Node> docs = YAML::LoadAll(yaml_text);
-    if (docs.size() > 1) {
-      parser.Problem(docs[1].Mark(), "(top level)",
+    YAML::Mark second;
+    bool stuck = false;
+    if (SecondDocument(yaml_text, &second, &stuck)) {
+      if (stuck) {
+        fail(second.line + 1, second.column + 1,
+             "YAML syntax error: the parser cannot read on from here (check the indentation of "
+             "this line and the one above it)");
+        return result;
+      }
+      parser.Problem(second, "(top level)",
                      "more than one YAML document ('---'); a spec file holds one job");
     }
-    YAML::Node root = docs.empty() ? YAML::Node() : docs[0];
-    parser.ParseTop(root, &result.spec);
+    parser.ParseTop(YAML::Load(yaml_text), &result.spec);
   } catch (const YAML::Exception& e) {
     std::string msg = e.msg.empty() ? std::string(e.what()) : e.msg;
     int line = e.mark.is_null() ? 0 : e.mark.line + 1;

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <random>
 #include <string>
 
@@ -255,6 +256,40 @@ TEST(SpecParser, SyntaxErrorHasLineColumn) {
   SpecParseResult r2 = Parse("name: x\n  bad: indent: here\n");
   ASSERT_EQ(r2.problems.size(), 1u);
   EXPECT_EQ(r2.problems[0].line(), 2);
+}
+
+// Found by tools/fuzz.sh: a line indented under a comment line leaves
+// yaml-cpp 0.7's parser returning the same empty document forever; read
+// with YAML::LoadAll it allocated until the coordinator ran out of memory.
+// Now a syntax error at that line, at once.
+TEST(SpecParser, ALineThatStopsTheYamlParserIsASyntaxError) {
+  const std::string stuck =
+      "# One GPU: every rank    accumulation: auto\n"
+      "  , n$o and w\n"
+      "  accumulation: auto\n"
+      "tuning: {mode: model}\n";
+  const auto start = std::chrono::steady_clock::now();
+  SpecParseResult r = Parse(stuck);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  ASSERT_EQ(r.problems.size(), 1u);
+  EXPECT_EQ(r.problems[0].field(), "(syntax)");
+  EXPECT_EQ(r.problems[0].line(), 2);
+  EXPECT_EQ(r.problems[0].column(), 3);
+  EXPECT_NE(r.problems[0].message().find("the parser cannot read on from here"),
+            std::string::npos)
+      << r.problems[0].message();
+}
+
+TEST(SpecParser, MoreThanOneDocumentIsNamedWhereTheSecondStarts) {
+  SpecParseResult r = Parse("name: x\n---\nname: y\n");
+  ASSERT_EQ(r.problems.size(), 1u);
+  EXPECT_EQ(r.problems[0].line(), 2);
+  EXPECT_EQ(r.problems[0].column(), 1);
+  EXPECT_NE(r.problems[0].message().find("more than one YAML document"), std::string::npos)
+      << r.problems[0].message();
+  EXPECT_EQ(r.spec.name(), "x");  // the first document is still read
+  EXPECT_TRUE(Parse("name: x\n---\n").problems.empty() ||
+              Parse("name: x\n---\n").problems[0].line() == 2);
 }
 
 TEST(SpecParser, NotAMapping) {
