@@ -7,14 +7,16 @@
 # written to build-fuzz/artifacts/ and fails the script.
 #   tools/fuzz.sh [SECONDS] [TARGET...]   targets: json safetensors ecspell
 #                                         vocab batch_records confusion spec
-# The spec target links the control plane's Debian libraries (built by
-# `make build` first: it uses build/'s generated protobuf code).
+#                                         nvidia_smi_topo
+# The spec and nvidia_smi_topo targets link the control plane's Debian
+# libraries (`make build` first: they use build/'s generated protobuf code).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_EACH=${1:-60}
 shift || true
 TARGETS=("$@")
-[ ${#TARGETS[@]} -eq 0 ] && TARGETS=(json safetensors ecspell vocab batch_records confusion spec)
+[ ${#TARGETS[@]} -eq 0 ] && TARGETS=(json safetensors ecspell vocab batch_records confusion spec
+                                     nvidia_smi_topo)
 DATA=${DGCA_SHARED_DATA:-$(cd .. && pwd)/shared/data}
 OUT=build-fuzz
 mkdir -p "$OUT/obj" "$OUT/artifacts"
@@ -45,6 +47,8 @@ seed() {  # target -> seed corpus directory
     batch_records) printf 'DGCABAT1' > "$d/magic" ;;
     confusion) head -c 4000 "$DATA/confusion/pinyin_sam.json" > "$d/head.json" ;;
     spec) cp configs/*.yaml "$d/" ;;
+    nvidia_smi_topo) for f in tests/fixtures/*/nvidia-smi-topo-m.txt; do
+                       cp "$f" "$d/$(basename "$(dirname "$f")").txt"; done ;;
   esac
   echo "$d"
 }
@@ -53,13 +57,14 @@ export DGCA_FUZZ_VOCAB="$DATA/vocab/vocab.txt"
 failed=()
 for t in "${TARGETS[@]}"; do
   extra=()
-  if [ "$t" = spec ]; then
-    [ -f build/proto/libdgca_proto.a ] || { echo "fuzz: spec needs 'make build' first"; exit 2; }
-    "$CXX" "${FLAGS[@]}" -fsanitize=fuzzer-no-link -Ibuild/proto -c coordinator/spec/spec.cc \
-      -o "$OUT/obj/spec.o"
-    extra=("$OUT/obj/spec.o" build/proto/libdgca_proto.a -lprotobuf -lyaml-cpp
+  case "$t" in spec | nvidia_smi_topo)
+    [ -f build/proto/libdgca_proto.a ] || { echo "fuzz: $t needs 'make build' first"; exit 2; }
+    src=coordinator/spec/spec.cc
+    [ "$t" = nvidia_smi_topo ] && src=worker/topology/topo_matrix.cc
+    "$CXX" "${FLAGS[@]}" -fsanitize=fuzzer-no-link -Ibuild/proto -c "$src" -o "$OUT/obj/$t.o"
+    extra=("$OUT/obj/$t.o" build/proto/libdgca_proto.a -lprotobuf -lyaml-cpp
            $(pkg-config --libs absl_strings absl_str_format absl_status absl_statusor))
-  fi
+  esac
   "$CXX" "${FLAGS[@]}" -fsanitize=fuzzer -Ibuild/proto "tests/fuzz/${t}_fuzz.cc" "${extra[@]}" \
     "${CORE[@]}" -lpthread -lbz2 -o "$OUT/${t}_fuzz"
   corpus=$(seed "$t")
