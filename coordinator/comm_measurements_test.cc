@@ -135,5 +135,44 @@ TEST(CommMeasurementsTest, StepMeasurementsNewestPerMicroBatchAndSkews) {
   EXPECT_NEAR((*sk)[2].skew, 0.002 / 0.05, 1e-12);
 }
 
+// memory_measurements: the newest row per key wins, a job's second row
+// replaces its first, and the rows survive reopening the database.
+TEST(CommMeasurementsTest, MemoryMeasurementsNewestPerKey) {
+  const std::string dir = testutil::MakeTempDir("memory_measurements_test");
+  ASSERT_FALSE(dir.empty());
+  const std::string db = dir + "/dgca.db";
+  auto add = [](JobStore& st, const std::string& job, const std::string& key, int m, double peak,
+                int64_t t) {
+    MemoryMeasurement x;
+    x.job_id = job;
+    x.key = key;
+    x.micro_batch = m;
+    x.peak_bytes = peak;
+    x.state_bytes = 1e8;
+    x.time_unix_ms = t;
+    return st.AddMemoryMeasurement(x);
+  };
+  {
+    auto s = JobStore::Open(db);
+    ASSERT_TRUE(s.ok()) << s.status();
+    JobStore& st = **s;
+    EXPECT_EQ(st.LatestMemoryMeasurement("k").status().code(), absl::StatusCode::kNotFound);
+    ASSERT_TRUE(add(st, "j-1", "k", 16, 2e8, 1000).ok());
+    ASSERT_TRUE(add(st, "j-2", "k", 32, 3e8, 2000).ok());
+    ASSERT_TRUE(add(st, "j-3", "other", 8, 9e8, 3000).ok());
+    ASSERT_TRUE(add(st, "j-1", "k", 16, 2.5e8, 1500).ok());  // replaces j-1's row
+  }
+  auto s = JobStore::Open(db);
+  ASSERT_TRUE(s.ok()) << s.status();
+  auto m = (*s)->LatestMemoryMeasurement("k");
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->job_id, "j-2");
+  EXPECT_EQ(m->micro_batch, 32);
+  EXPECT_DOUBLE_EQ(m->peak_bytes, 3e8);
+  EXPECT_DOUBLE_EQ(m->state_bytes, 1e8);
+  EXPECT_EQ(m->time_unix_ms, 2000);
+  EXPECT_EQ((*s)->LatestMemoryMeasurement("other")->job_id, "j-3");
+}
+
 }  // namespace
 }  // namespace dgca

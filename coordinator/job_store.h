@@ -77,6 +77,18 @@ struct StepMeasurement {
   std::vector<std::pair<std::string, double>> jobs;
 };
 
+// The most memory a finished job's ranks held (table memory_measurements):
+// what the planner's memory model is corrected with for the next job of the
+// same key (StepKey plus the attention kernels).
+struct MemoryMeasurement {
+  std::string job_id;
+  std::string key;
+  int32_t micro_batch = 0;
+  double peak_bytes = 0;   // the rank that held the most
+  double state_bytes = 0;  // the memory model's part that does not scale with the micro-batch
+  int64_t time_unix_ms = 0;
+};
+
 // (measured - probe-predicted all-reduce time) / measured compute, of one job.
 struct AllReduceSkew {
   std::string job_id;
@@ -168,6 +180,10 @@ class JobStore {
   absl::StatusOr<std::vector<StepMeasurement>> StepMeasurements(const std::string& key,
                                                                 int limit,
                                                                 int per_micro_batch = 3);
+  // Memory measurements: one row per job (a second replaces the first); the
+  // newest for `key`, NOT_FOUND when there is none.
+  absl::Status AddMemoryMeasurement(const MemoryMeasurement& m);
+  absl::StatusOr<MemoryMeasurement> LatestMemoryMeasurement(const std::string& key);
   // The newest jobs' all-reduce skews for comm_key, newest first.
   absl::StatusOr<std::vector<AllReduceSkew>> AllReduceSkews(const std::string& comm_key,
                                                             int limit);

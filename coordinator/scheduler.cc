@@ -694,6 +694,15 @@ absl::StatusOr<v1::Plan> Scheduler::PlanMeasured(const v1::JobSpec& spec,
         absl::StrJoin(from, "; "));
     measured = true;
   }
+  // Activations per sample from the newest earlier job of the same key.
+  auto mem = store_->LatestMemoryMeasurement(MemoryKey(spec, *plan, node_set));
+  if (mem.ok() && mem->micro_batch > 0 && mem->peak_bytes > 0) {
+    meas.memory_peak_bytes = mem->peak_bytes;
+    meas.memory_micro_batch = mem->micro_batch;
+    meas.memory_source = absl::StrFormat("job %s held %s at micro-batch %d", mem->job_id,
+                                         FormatBytes(mem->peak_bytes), mem->micro_batch);
+    measured = true;
+  }
   if (!measured && trials == nullptr) return plan;
   auto again = MakePlan(spec, topo, meas, trials);
   return again.ok() ? again : plan;
@@ -920,6 +929,30 @@ void Scheduler::CheckPlan(JobRt* rt, v1::JobState final_state) {
                               m.compute_seconds, m.micro_batch);
     } else {
       text += absl::StrCat("; cannot store the measurement: ", st.message());
+    }
+    // The most memory a rank held, against the memory model's state: the
+    // next plan's activations per sample.
+    const v1::Plan& p = rt->plan;
+    double peak = 0;
+    for (const auto& r : c.breakdown().ranks()) peak = std::max(peak, r.peak_memory_bytes());
+    const double state =
+        p.predicted_memory_bytes() - p.micro_batch() * p.predicted_activation_bytes_per_sample();
+    if (peak > 0 && p.micro_batch() > 0 && p.predicted_activation_bytes_per_sample() > 0 &&
+        state > 0) {
+      MemoryMeasurement mm;
+      mm.job_id = rt->id;
+      mm.key = MemoryKey(rt->spec, p, NodeSetKey(*rt));
+      mm.micro_batch = p.micro_batch();
+      mm.peak_bytes = peak;
+      mm.state_bytes = state;
+      mm.time_unix_ms = m.time_unix_ms;
+      absl::Status ms = store_->AddMemoryMeasurement(mm);
+      if (ms.ok()) {
+        absl::StrAppendFormat(&text, " and peak memory %.1f MiB at micro-batch %d",
+                              peak / (1024.0 * 1024.0), mm.micro_batch);
+      } else {
+        absl::StrAppend(&text, "; cannot store the memory measurement: ", ms.message());
+      }
     }
   }
   Event(rt, rt->state, "plan", text, false);

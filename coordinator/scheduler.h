@@ -177,6 +177,16 @@ class Scheduler {
   // equal keys share c(m). A pure function.
   static std::string StepKey(const v1::JobSpec& spec, const v1::Plan& plan,
                              const std::string& node_set);
+  // What a memory measurement depends on: StepKey and the attention kernels
+  // (the GEMM version keeps [heads, L, L] probabilities per sample).
+  static std::string MemoryKey(const v1::JobSpec& spec, const v1::Plan& plan,
+                               const std::string& node_set) {
+    // "auto" keys as "fused": which one a plan says depends on its
+    // micro-batch, which this measurement changes (the fused kernels are the
+    // default of both; a rank that kept the GEMM version measured more).
+    return StepKey(spec, plan, node_set) + " attention=" +
+           (plan.attention() == "auto" ? std::string("fused") : plan.attention());
+  }
 
   void Start();  // the tick thread
   // Marks active jobs FAILED "coordinator shut down", stops their ranks, and

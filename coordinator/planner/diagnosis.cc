@@ -192,7 +192,7 @@ v1::MemoryFinding DiagnoseMemory(const v1::Plan& plan, const v1::StepBreakdown& 
   out.set_micro_batch_fit(fit);
   const std::string scale = absl::StrFormat(
       "(scaled from the measured peak by %s%s per sample)",
-      per_sample == measured ? "" : "the memory model's ", FormatBytes(per_sample));
+      per_sample == measured ? "" : "the plan's ", FormatBytes(per_sample));
   if (shrink) {
     if (fit > 0) {
       out.set_fix(absl::StrFormat(

@@ -89,8 +89,9 @@ int64_t GlobalBatchForCommTarget(const v1::Plan& plan, double comm_share);
 // m x predicted_activation_bytes_per_sample) per sample; it includes fixed
 // overheads (a CPU rank's loader and runtime, NCCL's buffers), so a smaller
 // micro-batch saves less than it says: scaling down takes the smaller of it
-// and the model's activations per sample, scaling up the larger (the model's
-// alone when P is not above the state). The fix: above the target, the
+// and the plan's activations per sample (the memory model's, or an earlier
+// job's measurement), scaling up the larger (the plan's alone when P is not
+// above the state). The fix: above the target, the
 // largest smaller micro-batch that would be under it; under it with
 // accumulation, the largest micro-batch (a divisor of the rank's samples per
 // step) that would still be under it, when larger than the plan's.

@@ -414,7 +414,7 @@ TEST(DiagnoseMemory, UnusedMemoryNamesTheLargerMicroBatchThatFits) {
   const v1::Plan big = MemoryPlan(2, 8, 8, "cuda", 10 * kGiB, 3 * kGiB, 80 * kGiB, 64 * kGiB);
   const auto b = Diagnose(big, WithMemory(Steps(2, 10, 0, 1, 0), {20 * kGiB, 26 * kGiB}, {}));
   EXPECT_NE(b.memory().fix().find("about 50.00 GiB of the 64.00 GiB target (scaled from the "
-                                  "measured peak by the memory model's 3.00 GiB per sample)"),
+                                  "measured peak by the plan's 3.00 GiB per sample)"),
             std::string::npos)
       << b.memory().fix();
 }
@@ -430,7 +430,7 @@ TEST(DiagnoseMemory, AboveTheTargetNamesTheSmallerMicroBatchUnderIt) {
   EXPECT_EQ(d.memory().micro_batch_fit(), 8);
   EXPECT_EQ(d.memory().fix(),
             "above the target: set train.micro_batch 8 and train.accumulation 8 (the same global "
-            "batch) for about 46.00 GiB (scaled from the measured peak by the memory model's "
+            "batch) for about 46.00 GiB (scaled from the measured peak by the plan's "
             "3.00 GiB per sample)");
   // Past 95% of the device: the fix says it may run out.
   d = Diagnose(plan, WithMemory(Steps(1, 10, 0, 1, 0), {77 * kGiB}, {}));
@@ -465,7 +465,7 @@ TEST(DiagnoseMemory, APeakUnderTheModelsStateScalesByTheModelsPerSample) {
   const v1::Plan plan = MemoryPlan(1, 4, 4, "cuda", 10 * kGiB, 2 * kGiB, 40 * kGiB, 20 * kGiB);
   const auto d = Diagnose(plan, WithMemory(Steps(1, 10, 0, 1, 0), {6 * kGiB}, {}));
   EXPECT_EQ(d.memory().micro_batch_fit(), 8);
-  EXPECT_NE(d.memory().fix().find("by the memory model's 2.00 GiB per sample"), std::string::npos)
+  EXPECT_NE(d.memory().fix().find("by the plan's 2.00 GiB per sample"), std::string::npos)
       << d.memory().fix();
 }
 

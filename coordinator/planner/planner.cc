@@ -286,6 +286,10 @@ class Planner {
   void Precision();
   void Attention();
   void AttentionTimed();
+  // Sets predicted_memory_bytes (+ the CUDA context) and
+  // predicted_activation_bytes_per_sample from `est` at micro-batch m, and
+  // the decision predicted.memory_bytes that says how.
+  void PredictMemory(const MemoryEstimate& est, int m, const std::string& why);
   void Threads();
   void Env();
   void Trials();
@@ -733,9 +737,12 @@ void Planner::AttentionTimed() {
   }
   // A rank may keep the GEMM version: predict its memory, the larger.
   const bool was_high = MemoryHigh(plan_.predicted_memory_bytes());
-  plan_.set_predicted_memory_bytes(gemm + kCudaContextBytes);
-  plan_.set_predicted_activation_bytes_per_sample(
-      EstimateMemory(cfg_, seq_len_, precision_, /*fused_attention=*/false).activations_per_sample);
+  const MemoryEstimate gemm_est =
+      EstimateMemory(cfg_, seq_len_, precision_, /*fused_attention=*/false);
+  PredictMemory(gemm_est, m,
+                absl::StrCat("the GEMM attention's, which a rank keeps if it times faster (the "
+                             "memory model's, not a measurement); ",
+                             mem_why_));
   if (MemoryHigh(plan_.predicted_memory_bytes()) && !was_high)
     Warn(absl::StrFormat("predicted memory %s (with the GEMM attention, if a rank times it faster) is above "
                          "85%% of %s",
@@ -752,8 +759,19 @@ void Planner::AttentionTimed() {
              plan_.precision(), d, seq_len_, m, Bytes(gemm), m, Bytes(budget_)));
 }
 
+void Planner::PredictMemory(const MemoryEstimate& est, int m, const std::string& why) {
+  plan_.set_predicted_memory_bytes(est.total(m) + (cuda_ ? kCudaContextBytes : 0));
+  plan_.set_predicted_activation_bytes_per_sample(est.activations_per_sample);
+  Decide(&plan_, "predicted.memory_bytes", Bytes(plan_.predicted_memory_bytes()), v1::PLANNER,
+         absl::StrFormat("%s%s fixed + micro-batch %d x %s activations; %s",
+                         cuda_ ? absl::StrCat(Bytes(kCudaContextBytes), " CUDA context + ")
+                               : std::string(),
+                         Bytes(est.total(0)), m, Bytes(est.activations_per_sample), why));
+}
+
 void Planner::Memory() {
   MemoryEstimate est = EstimateMemory(cfg_, seq_len_, precision_, plan_.attention() != "gemm");
+  const double modelled = est.activations_per_sample;
   double budget = 0;
   if (cuda_) {
     double mem = 0;
@@ -791,6 +809,31 @@ void Planner::Memory() {
                                  ranks_here, Bytes(budget));
     }
   }
+  // An earlier job's peak: the line through it. Its excess over the model
+  // at its micro-batch m1 includes fixed overheads (a CPU rank's runtime and
+  // loader, NCCL's buffers) as well as any activations the model misses, so
+  // the slope is the larger of the model's and the measured per sample when
+  // the point fits the budget (larger micro-batches are predicted high), the
+  // smaller when it does not (smaller ones are predicted high too); the rest
+  // is fixed.
+  std::string measured_why;
+  if (meas_.memory_peak_bytes > 0 && meas_.memory_micro_batch > 0) {
+    const double ctx = cuda_ ? kCudaContextBytes : 0;
+    const double held = meas_.memory_peak_bytes - ctx;
+    const int m1 = meas_.memory_micro_batch;
+    const double measured = (held - est.total(0)) / m1;
+    const bool fits = budget <= 0 || held <= budget;
+    if (measured > 0) {
+      est.activations_per_sample =
+          fits ? std::max(modelled, measured) : std::min(modelled, measured);
+    }
+    est.workspace = std::max(0.0, est.workspace + held - est.total(m1));
+    measured_why = absl::StrFormat(
+        " (%s; through it at %s per sample, the %s of the measured %s and the memory model's "
+        "%s, the rest fixed)",
+        meas_.memory_source, Bytes(est.activations_per_sample), fits ? "larger" : "smaller",
+        Bytes(std::max(0.0, measured)), Bytes(modelled));
+  }
   budget_ = budget;
   plan_.set_device_memory_bytes(device_memory_);
   // The target includes the CUDA context, as predicted_memory_bytes does.
@@ -798,10 +841,11 @@ void Planner::Memory() {
   if (budget > 0) {
     in_.max_micro = MaxMicroBatch(est, budget);
     mem_why_ += absl::StrFormat(
-        "; state %s (weights, fp32 grads, AdamW) + %s workspace, %s activations per "
-        "sample at seq_len %d -> at most %d samples",
+        "; state %s (weights, fp32 grads, AdamW) + %s workspace%s, %s activations per "
+        "sample at seq_len %d%s -> at most %d samples",
         Bytes(est.params + est.grads + est.optimizer), Bytes(est.workspace),
-        Bytes(est.activations_per_sample), seq_len_, in_.max_micro);
+        measured_why.empty() ? "" : " and runtime", Bytes(est.activations_per_sample), seq_len_,
+        measured_why, in_.max_micro);
     if (in_.max_micro == 0)
       Warn(absl::StrCat("the model state alone does not fit the memory budget (",
                         mem_why_, "); the job will likely run out of memory"));
@@ -1211,8 +1255,7 @@ void Planner::BatchAndBuckets() {
   // Final predictions with the chosen bucket.
   p = Predict(n, p.m, p.k, bucket, in_, link_);
   MemoryEstimate est = est_;
-  plan_.set_predicted_memory_bytes(est.total(p.m) + (cuda_ ? kCudaContextBytes : 0));
-  plan_.set_predicted_activation_bytes_per_sample(est.activations_per_sample);
+  PredictMemory(est, p.m, mem_why_);
   if (p.known) {
     plan_.set_predicted_step_seconds(p.step);
     plan_.set_predicted_comm_share(p.share);
@@ -1526,7 +1569,7 @@ void Planner::Trials() {
     plan_.set_predicted_comm_share(
         std::max(0.0, bt.measured_step_seconds() - c.k * p.compute) /
         bt.measured_step_seconds());
-  plan_.set_predicted_memory_bytes(est_.total(c.m) + (cuda_ ? kCudaContextBytes : 0));
+  PredictMemory(est_, c.m, mem_why_);
 }
 
 absl::StatusOr<v1::Plan> Planner::Run() {

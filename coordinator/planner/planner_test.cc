@@ -760,5 +760,67 @@ TEST(FormatPlan, TableEnvPredictionsWarnings) {
   EXPECT_TRUE(absl::StrContains(text, "Warnings:")) << text;
 }
 
+// An earlier job's peak memory: the plan's memory line goes through it. The
+// excess over the model includes fixed overheads, so the slope is the
+// larger of the two per-sample figures when the point fits the budget (a
+// larger micro-batch is predicted high), the rest fixed; the reasons cite
+// the job.
+TEST(PlannerMemory, AnEarlierJobsPeakSetsTheMemoryLine) {
+  const v1::Topology h100 = Fixture("nvlink-8-h100");
+  v1::JobSpec spec = DefaultJobSpec();
+  spec.mutable_resources()->set_ranks(1);
+  spec.mutable_resources()->set_device("cuda");
+  spec.mutable_train()->set_global_batch(4096);
+  spec.mutable_train()->set_attention("fused");  // "auto" predicts the GEMM version's memory
+  auto model = MakePlan(spec, {h100}, PlannerMeasurements{});
+  ASSERT_TRUE(model.ok()) << model.status();
+  const double a = model->predicted_activation_bytes_per_sample();
+  const double fixed = model->predicted_memory_bytes() - model->micro_batch() * a;
+  ASSERT_GT(a, 0);
+  ASSERT_GT(fixed, 0);
+
+  // Held 4x the model's activations at micro-batch 8 (under the budget).
+  PlannerMeasurements heavy;
+  heavy.memory_peak_bytes = fixed + 8 * 4 * a;
+  heavy.memory_micro_batch = 8;
+  heavy.memory_source = "job j-000009-abcd held 30.00 GiB at micro-batch 8";
+  auto h = MakePlan(spec, {h100}, heavy);
+  ASSERT_TRUE(h.ok()) << h.status();
+  EXPECT_NEAR(h->predicted_activation_bytes_per_sample(), 4 * a, 1e-6 * a);
+  EXPECT_LT(h->micro_batch(), model->micro_batch());
+  EXPECT_LE(h->predicted_memory_bytes(), h->memory_target_bytes());
+  // The line goes through the measured point.
+  EXPECT_NEAR(h->predicted_memory_bytes() - (h->micro_batch() - 8) * 4 * a,
+              heavy.memory_peak_bytes, 1e-6 * heavy.memory_peak_bytes);
+  const std::string why = Find(*h, "predicted.memory_bytes").reason();
+  EXPECT_TRUE(absl::StrContains(why, "job j-000009-abcd held")) << why;
+  EXPECT_TRUE(absl::StrContains(why, "the larger of the measured")) << why;
+  EXPECT_FALSE(absl::StrContains(Find(*model, "predicted.memory_bytes").reason(), "held"));
+
+  // Held less than the model predicts: the model's slope, less fixed memory,
+  // so at least the model's micro-batch fits.
+  PlannerMeasurements light = heavy;
+  light.memory_peak_bytes = fixed + 8 * 0.5 * a;
+  auto l = MakePlan(spec, {h100}, light);
+  ASSERT_TRUE(l.ok()) << l.status();
+  EXPECT_NEAR(l->predicted_activation_bytes_per_sample(), a, 1e-6 * a);
+  EXPECT_GE(l->micro_batch(), model->micro_batch());
+  EXPECT_LE(l->predicted_memory_bytes(), model->predicted_memory_bytes() *
+                                              l->micro_batch() / model->micro_batch());
+
+  // A point over the budget: the smaller slope (here the model's), so a
+  // smaller micro-batch is not predicted to save more than the model says.
+  // (Twice the model's activations, at a micro-batch past the target.)
+  PlannerMeasurements over = heavy;
+  over.memory_micro_batch =
+      static_cast<int>(std::ceil((1.1 * model->memory_target_bytes() - fixed) / (2 * a)));
+  over.memory_peak_bytes = fixed + over.memory_micro_batch * 2 * a;
+  auto o = MakePlan(spec, {h100}, over);
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_NEAR(o->predicted_activation_bytes_per_sample(), a, 1e-6 * a);
+  EXPECT_TRUE(absl::StrContains(Find(*o, "predicted.memory_bytes").reason(), "the smaller of"))
+      << Find(*o, "predicted.memory_bytes").reason();
+}
+
 }  // namespace
 }  // namespace dgca

@@ -101,6 +101,25 @@ TEST_F(PlanCheckTest, FinishedJobsTeachThePlannerTheStepTime) {
   Result sa = Dgca(*coord_, {"status", a}, 20s);
   EXPECT_NE(sa.out.find("had no step-time measurement"), std::string::npos) << sa.out;
   EXPECT_NE(sa.out.find("stored compute"), std::string::npos) << sa.out;
+  EXPECT_NE(sa.out.find("and peak memory"), std::string::npos) << sa.out;
+  // What job a's ranks held at micro-batch 4, and its excess per sample over
+  // the fixed part of its plan's memory model: the next plan's memory line
+  // goes through that point with the larger of the two slopes.
+  double a_peak = 0, a_slope = 0;
+  {
+    auto aj = Json(raw);
+    ASSERT_TRUE(aj.ok() && aj->Find("job") && aj->Find("plan")) << raw;
+    const JsonValue* p = aj->Find("plan");
+    const double act = Num(p->Find("predicted_activation_bytes_per_sample"));
+    const double fixed = Num(p->Find("predicted_memory_bytes")) - 4 * act;
+    const JsonValue* b = aj->Find("job")->Find("plan_check")->Find("breakdown");
+    ASSERT_TRUE(b && b->Find("ranks")) << raw;
+    for (const auto& r : b->Find("ranks")->array) {
+      a_peak = std::max(a_peak, Num(r.Find("peak_memory_bytes")));
+    }
+    ASSERT_GT(a_peak, 0) << raw;
+    a_slope = std::max(act, (a_peak - fixed) / 4);
+  }
 
   // 2. The same model at micro-batch 8: the plan predicts from job a, and
   // says so. One point: c(8) = c_a x 8 / 4.
@@ -117,6 +136,12 @@ TEST_F(PlanCheckTest, FinishedJobsTeachThePlannerTheStepTime) {
   EXPECT_GE(predicted, 2 * ca.meas_compute * (1 - 1e-9)) << plan.out;
   EXPECT_NE(plan.out.find("job " + a + " m=4"), std::string::npos) << plan.out;
   EXPECT_NE(plan.out.find("predicted.step_seconds"), std::string::npos) << plan.out;
+  // Its memory too: through job a's peak at 4, predicted at 8.
+  EXPECT_NEAR(Num(pj->Find("predicted_activation_bytes_per_sample")), a_slope, 1e-6 * a_slope)
+      << plan.out;
+  EXPECT_NEAR(Num(pj->Find("predicted_memory_bytes")), a_peak + 4 * a_slope, 1e-6 * a_peak)
+      << plan.out;
+  EXPECT_NE(plan.out.find("job " + a + " held "), std::string::npos) << plan.out;
 
   // 3. That job's plan check holds the same prediction and its measurement.
   std::string b = Submit(*coord_, b_spec);
