@@ -148,7 +148,6 @@ TEST(CommMeasurementsTest, MemoryMeasurementsNewestPerKey) {
     x.key = key;
     x.micro_batch = m;
     x.peak_bytes = peak;
-    x.state_bytes = 1e8;
     x.time_unix_ms = t;
     return st.AddMemoryMeasurement(x);
   };
@@ -169,7 +168,6 @@ TEST(CommMeasurementsTest, MemoryMeasurementsNewestPerKey) {
   EXPECT_EQ(m->job_id, "j-2");
   EXPECT_EQ(m->micro_batch, 32);
   EXPECT_DOUBLE_EQ(m->peak_bytes, 3e8);
-  EXPECT_DOUBLE_EQ(m->state_bytes, 1e8);
   EXPECT_EQ(m->time_unix_ms, 2000);
   EXPECT_EQ((*s)->LatestMemoryMeasurement("other")->job_id, "j-3");
 }

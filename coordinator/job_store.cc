@@ -191,12 +191,12 @@ absl::Status JobStore::Init() {
            " allreduce_measured_s REAL NOT NULL DEFAULT 0)",
            "CREATE INDEX IF NOT EXISTS step_measurements_key"
            " ON step_measurements(key, time_ms)",
-           // The most memory finished jobs' ranks held (the planner's
-           // activations per sample for the next job of the same key). A
-           // table of its own: older databases get it without a migration.
+           // The most memory finished jobs' ranks held (the point the next
+           // plan of the same key puts its memory line through). A table of
+           // its own: older databases get it without a migration.
            "CREATE TABLE IF NOT EXISTS memory_measurements ("
            " job_id TEXT PRIMARY KEY, key TEXT NOT NULL, micro_batch INTEGER NOT NULL,"
-           " peak_bytes REAL NOT NULL, state_bytes REAL NOT NULL, time_ms INTEGER NOT NULL)",
+           " peak_bytes REAL NOT NULL, time_ms INTEGER NOT NULL)",
            "CREATE INDEX IF NOT EXISTS memory_measurements_key"
            " ON memory_measurements(key, time_ms)",
        }) {
@@ -617,17 +617,16 @@ absl::StatusOr<std::vector<StepMeasurement>> JobStore::StepMeasurements(const st
 absl::Status JobStore::AddMemoryMeasurement(const MemoryMeasurement& m) {
   std::lock_guard<std::mutex> lock(mu_);
   Stmt q(db_, "INSERT OR REPLACE INTO memory_measurements"
-              " (job_id, key, micro_batch, peak_bytes, state_bytes, time_ms) VALUES (?,?,?,?,?,?)");
+              " (job_id, key, micro_batch, peak_bytes, time_ms) VALUES (?,?,?,?,?)");
   q.BindText(1, m.job_id).BindText(2, m.key).Bind(3, int64_t{m.micro_batch});
-  q.BindDouble(4, m.peak_bytes).BindDouble(5, m.state_bytes);
-  q.Bind(6, m.time_unix_ms > 0 ? m.time_unix_ms : NowUnixMs());
+  q.BindDouble(4, m.peak_bytes).Bind(5, m.time_unix_ms > 0 ? m.time_unix_ms : NowUnixMs());
   if (q.Step() != SQLITE_DONE) return Error("storing a memory measurement");
   return absl::OkStatus();
 }
 
 absl::StatusOr<MemoryMeasurement> JobStore::LatestMemoryMeasurement(const std::string& key) {
   std::lock_guard<std::mutex> lock(mu_);
-  Stmt q(db_, "SELECT job_id, micro_batch, peak_bytes, state_bytes, time_ms"
+  Stmt q(db_, "SELECT job_id, micro_batch, peak_bytes, time_ms"
               " FROM memory_measurements WHERE key=? ORDER BY time_ms DESC, rowid DESC LIMIT 1");
   if (!q.ok()) return Error("preparing memory measurement query");
   q.BindText(1, key);
@@ -639,8 +638,7 @@ absl::StatusOr<MemoryMeasurement> JobStore::LatestMemoryMeasurement(const std::s
   m.key = key;
   m.micro_batch = static_cast<int32_t>(q.Int(1));
   m.peak_bytes = q.Double(2);
-  m.state_bytes = q.Double(3);
-  m.time_unix_ms = q.Int(4);
+  m.time_unix_ms = q.Int(3);
   return m;
 }
 

@@ -84,8 +84,7 @@ struct MemoryMeasurement {
   std::string job_id;
   std::string key;
   int32_t micro_batch = 0;
-  double peak_bytes = 0;   // the rank that held the most
-  double state_bytes = 0;  // the memory model's part that does not scale with the micro-batch
+  double peak_bytes = 0;  // the rank that held the most
   int64_t time_unix_ms = 0;
 };
 

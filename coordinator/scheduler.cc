@@ -851,11 +851,7 @@ void Scheduler::LiveCheck(JobRt* rt) {
   for (const auto& f : d.findings()) {
     if (!f.limiting()) continue;
     if (f.stage() == "compute") {
-      text += "; compute-bound: the plan holds";
-      if (!near.empty()) {
-        absl::StrAppend(&text, " (", absl::StrJoin(near, " and "),
-                        near.size() == 1 ? " is" : " are", " near its limit)");
-      }
+      absl::StrAppend(&text, "; compute-bound: the plan holds", NearLimitNote(near));
     } else {
       // The shares are in the line already; a straggler's finding names it.
       absl::StrAppend(&text, "; limiting stage: ", f.stage());
@@ -930,26 +926,21 @@ void Scheduler::CheckPlan(JobRt* rt, v1::JobState final_state) {
     } else {
       text += absl::StrCat("; cannot store the measurement: ", st.message());
     }
-    // The most memory a rank held, against the memory model's state: the
-    // next plan's activations per sample.
-    const v1::Plan& p = rt->plan;
+    // The most memory a rank held: the point the next plan's memory line
+    // goes through (Planner::Memory).
     double peak = 0;
     for (const auto& r : c.breakdown().ranks()) peak = std::max(peak, r.peak_memory_bytes());
-    const double state =
-        p.predicted_memory_bytes() - p.micro_batch() * p.predicted_activation_bytes_per_sample();
-    if (peak > 0 && p.micro_batch() > 0 && p.predicted_activation_bytes_per_sample() > 0 &&
-        state > 0) {
+    if (peak > 0 && rt->plan.micro_batch() > 0) {
       MemoryMeasurement mm;
       mm.job_id = rt->id;
-      mm.key = MemoryKey(rt->spec, p, NodeSetKey(*rt));
-      mm.micro_batch = p.micro_batch();
+      mm.key = MemoryKey(rt->spec, rt->plan, NodeSetKey(*rt));
+      mm.micro_batch = rt->plan.micro_batch();
       mm.peak_bytes = peak;
-      mm.state_bytes = state;
       mm.time_unix_ms = m.time_unix_ms;
       absl::Status ms = store_->AddMemoryMeasurement(mm);
       if (ms.ok()) {
-        absl::StrAppendFormat(&text, " and peak memory %.1f MiB at micro-batch %d",
-                              peak / (1024.0 * 1024.0), mm.micro_batch);
+        absl::StrAppendFormat(&text, " and peak memory %s at micro-batch %d", FormatBytes(peak),
+                              mm.micro_batch);
       } else {
         absl::StrAppend(&text, "; cannot store the memory measurement: ", ms.message());
       }

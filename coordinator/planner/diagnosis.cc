@@ -34,14 +34,12 @@ struct Medians {
 // `gpu`: the memory that counts is the GPU's, not the process's.
 Medians MediansOfSamples(const std::vector<const StepSample*>& samples, bool gpu) {
   std::vector<double> step, data, exposed, allreduce;
+  Medians m;
   for (const StepSample* s : samples) {
     step.push_back(s->step_seconds);
     data.push_back(std::max(0.0, s->data_wait_seconds));
     exposed.push_back(std::max(0.0, s->exposed_seconds));
     allreduce.push_back(std::max(0.0, s->allreduce_seconds));
-  }
-  Medians m;
-  for (const StepSample* s : samples) {
     m.peak_memory = std::max(m.peak_memory, gpu ? s->gpu_memory_bytes : s->host_memory_peak_bytes);
   }
   m.samples = static_cast<int64_t>(samples.size());
@@ -124,6 +122,12 @@ int64_t GlobalBatchForCommTarget(const v1::Plan& plan, double comm_share) {
   const double need = static_cast<double>(global) * comm_share / (1 - comm_share) *
                       (1 - kTargetCommShare) / kTargetCommShare;
   return static_cast<int64_t>(std::ceil(need / static_cast<double>(unit) - 1e-9)) * unit;
+}
+
+std::string NearLimitNote(const std::vector<std::string>& stages) {
+  if (stages.empty()) return "";
+  return absl::StrCat(" (", absl::StrJoin(stages, " and "), stages.size() == 1 ? " is" : " are",
+                      " near its limit)");
 }
 
 v1::MemoryFinding DiagnoseMemory(const v1::Plan& plan, const v1::StepBreakdown& b) {
@@ -418,10 +422,7 @@ absl::Status DiagnoseSteps(const v1::Plan& plan, const v1::JobSpec& spec,
   if (limiting == &compute) {
     compute.set_finding(compute.finding() +
                         "; the job is compute-bound: nothing in the orchestration holds it back");
-    if (!near.empty()) {
-      absl::StrAppend(compute.mutable_finding(), " (", absl::StrJoin(near, " and "),
-                      near.size() == 1 ? " is" : " are", " near its limit)");
-    }
+    absl::StrAppend(compute.mutable_finding(), NearLimitNote(near));
   }
   out->set_limiting_stage(limiting->stage());
   *out->add_findings() = data;

@@ -28,6 +28,7 @@
 #define DGCA_COORDINATOR_PLANNER_DIAGNOSIS_H_
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -79,6 +80,10 @@ v1::StepBreakdown BreakdownOf(const std::vector<StepSample>& samples, const v1::
 // step). The plan's global batch itself when the share is already at target;
 // 0 when comm_share >= 1 (no global batch helps).
 int64_t GlobalBatchForCommTarget(const v1::Plan& plan, double comm_share);
+
+// " (comm is near its limit)", " (data and comm are near its limit)" for
+// the stages marked near_limit; "" for none.
+std::string NearLimitNote(const std::vector<std::string>& stages);
 
 // Memory beside the stages (MemoryFinding): the rank that held the most
 // (RankStepMedians.peak_memory_bytes) against the plan's prediction and the

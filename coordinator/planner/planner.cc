@@ -721,7 +721,9 @@ void Planner::AttentionTimed() {
   const std::string want = absl::AsciiStrToLower(spec_.train().attention());
   if (!want.empty() && want != "auto") return;  // the user's "fused"
   const int m = plan_.micro_batch();
-  const double gemm = EstimateMemory(cfg_, seq_len_, precision_, /*fused_attention=*/false).total(m);
+  const MemoryEstimate gemm_est =
+      EstimateMemory(cfg_, seq_len_, precision_, /*fused_attention=*/false);
+  const double gemm = gemm_est.total(m);
   const int d = cfg_.heads > 0 ? cfg_.hidden / cfg_.heads : 0;
   if (budget_ <= 0 || gemm > budget_) {
     std::string reason;
@@ -737,8 +739,6 @@ void Planner::AttentionTimed() {
   }
   // A rank may keep the GEMM version: predict its memory, the larger.
   const bool was_high = MemoryHigh(plan_.predicted_memory_bytes());
-  const MemoryEstimate gemm_est =
-      EstimateMemory(cfg_, seq_len_, precision_, /*fused_attention=*/false);
   PredictMemory(gemm_est, m,
                 absl::StrCat("the GEMM attention's, which a rank keeps if it times faster (the "
                              "memory model's, not a measurement); ",
@@ -1254,8 +1254,7 @@ void Planner::BatchAndBuckets() {
 
   // Final predictions with the chosen bucket.
   p = Predict(n, p.m, p.k, bucket, in_, link_);
-  MemoryEstimate est = est_;
-  PredictMemory(est, p.m, mem_why_);
+  PredictMemory(est_, p.m, mem_why_);
   if (p.known) {
     plan_.set_predicted_step_seconds(p.step);
     plan_.set_predicted_comm_share(p.share);
