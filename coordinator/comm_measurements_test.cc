@@ -155,21 +155,36 @@ TEST(CommMeasurementsTest, MemoryMeasurementsNewestPerKey) {
     auto s = JobStore::Open(db);
     ASSERT_TRUE(s.ok()) << s.status();
     JobStore& st = **s;
-    EXPECT_EQ(st.LatestMemoryMeasurement("k").status().code(), absl::StatusCode::kNotFound);
+    auto none = st.MemoryMeasurements("k", 4);
+    ASSERT_TRUE(none.ok()) << none.status();
+    EXPECT_TRUE(none->empty());
     ASSERT_TRUE(add(st, "j-1", "k", 16, 2e8, 1000).ok());
     ASSERT_TRUE(add(st, "j-2", "k", 32, 3e8, 2000).ok());
     ASSERT_TRUE(add(st, "j-3", "other", 8, 9e8, 3000).ok());
     ASSERT_TRUE(add(st, "j-1", "k", 16, 2.5e8, 1500).ok());  // replaces j-1's row
+    ASSERT_TRUE(add(st, "j-4", "k", 32, 3.5e8, 2500).ok());  // newer at 32: hides j-2
+    ASSERT_TRUE(add(st, "j-5", "k", 8, 1e8, 500).ok());      // the oldest micro-batch
   }
   auto s = JobStore::Open(db);
   ASSERT_TRUE(s.ok()) << s.status();
-  auto m = (*s)->LatestMemoryMeasurement("k");
+  auto m = (*s)->MemoryMeasurements("k", 4);
   ASSERT_TRUE(m.ok()) << m.status();
-  EXPECT_EQ(m->job_id, "j-2");
-  EXPECT_EQ(m->micro_batch, 32);
-  EXPECT_DOUBLE_EQ(m->peak_bytes, 3e8);
-  EXPECT_EQ(m->time_unix_ms, 2000);
-  EXPECT_EQ((*s)->LatestMemoryMeasurement("other")->job_id, "j-3");
+  ASSERT_EQ(m->size(), 3u);
+  EXPECT_EQ((*m)[0].job_id, "j-4");
+  EXPECT_EQ((*m)[0].micro_batch, 32);
+  EXPECT_DOUBLE_EQ((*m)[0].peak_bytes, 3.5e8);
+  EXPECT_EQ((*m)[0].time_unix_ms, 2500);
+  EXPECT_EQ((*m)[1].job_id, "j-1");
+  EXPECT_DOUBLE_EQ((*m)[1].peak_bytes, 2.5e8);
+  EXPECT_EQ((*m)[2].job_id, "j-5");
+  auto two = (*s)->MemoryMeasurements("k", 2);  // the newest two micro-batches
+  ASSERT_TRUE(two.ok()) << two.status();
+  ASSERT_EQ(two->size(), 2u);
+  EXPECT_EQ((*two)[1].micro_batch, 16);
+  auto other = (*s)->MemoryMeasurements("other", 4);
+  ASSERT_TRUE(other.ok()) << other.status();
+  ASSERT_EQ(other->size(), 1u);
+  EXPECT_EQ((*other)[0].job_id, "j-3");
 }
 
 }  // namespace

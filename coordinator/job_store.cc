@@ -624,22 +624,27 @@ absl::Status JobStore::AddMemoryMeasurement(const MemoryMeasurement& m) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<MemoryMeasurement> JobStore::LatestMemoryMeasurement(const std::string& key) {
+absl::StatusOr<std::vector<MemoryMeasurement>> JobStore::MemoryMeasurements(
+    const std::string& key, int limit) {
   std::lock_guard<std::mutex> lock(mu_);
   Stmt q(db_, "SELECT job_id, micro_batch, peak_bytes, time_ms"
-              " FROM memory_measurements WHERE key=? ORDER BY time_ms DESC, rowid DESC LIMIT 1");
+              " FROM memory_measurements WHERE key=? ORDER BY time_ms DESC, rowid DESC");
   if (!q.ok()) return Error("preparing memory measurement query");
   q.BindText(1, key);
-  const int rc = q.Step();
-  if (rc == SQLITE_DONE) return absl::NotFoundError("no memory measurement for this key");
-  if (rc != SQLITE_ROW) return Error("reading memory measurements");
-  MemoryMeasurement m;
-  m.job_id = q.Str(0);
-  m.key = key;
-  m.micro_batch = static_cast<int32_t>(q.Int(1));
-  m.peak_bytes = q.Double(2);
-  m.time_unix_ms = q.Int(3);
-  return m;
+  std::vector<MemoryMeasurement> out;
+  std::set<int32_t> seen;  // micro-batches already in `out` (their newest row)
+  int rc = SQLITE_DONE;
+  while (static_cast<int>(out.size()) < limit && (rc = q.Step()) == SQLITE_ROW) {
+    MemoryMeasurement m;
+    m.job_id = q.Str(0);
+    m.key = key;
+    m.micro_batch = static_cast<int32_t>(q.Int(1));
+    m.peak_bytes = q.Double(2);
+    m.time_unix_ms = q.Int(3);
+    if (seen.insert(m.micro_batch).second) out.push_back(std::move(m));
+  }
+  if (rc != SQLITE_ROW && rc != SQLITE_DONE) return Error("reading memory measurements");
+  return out;
 }
 
 absl::StatusOr<std::vector<AllReduceSkew>> JobStore::AllReduceSkews(const std::string& comm_key,

@@ -179,10 +179,12 @@ class JobStore {
   absl::StatusOr<std::vector<StepMeasurement>> StepMeasurements(const std::string& key,
                                                                 int limit,
                                                                 int per_micro_batch = 3);
-  // Memory measurements: one row per job (a second replaces the first); the
-  // newest for `key`, NOT_FOUND when there is none.
+  // Memory measurements: one row per job (a second replaces the first).
+  // MemoryMeasurements gives, for `key`, the newest row of each micro-batch,
+  // newest first, at most `limit` micro-batches (empty when there is none).
   absl::Status AddMemoryMeasurement(const MemoryMeasurement& m);
-  absl::StatusOr<MemoryMeasurement> LatestMemoryMeasurement(const std::string& key);
+  absl::StatusOr<std::vector<MemoryMeasurement>> MemoryMeasurements(const std::string& key,
+                                                                    int limit);
   // The newest jobs' all-reduce skews for comm_key, newest first.
   absl::StatusOr<std::vector<AllReduceSkew>> AllReduceSkews(const std::string& comm_key,
                                                             int limit);

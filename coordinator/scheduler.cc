@@ -36,6 +36,8 @@ constexpr size_t kMaxStepSamples = 20000;
 constexpr size_t kMinStepSamples = 5;
 // Step measurements (distinct micro-batches) fed to one plan.
 constexpr int kMaxStepPoints = 6;
+// Micro-batches whose newest peak memory the next plan's memory line fits.
+constexpr int kMaxMemoryPoints = 4;
 // Jobs whose all-reduce skew is taken into a plan (median).
 constexpr int kMaxSkewJobs = 5;
 // A tuning trial runs this many optimizer steps; the first kTrialWarmupSteps
@@ -694,14 +696,21 @@ absl::StatusOr<v1::Plan> Scheduler::PlanMeasured(const v1::JobSpec& spec,
         absl::StrJoin(from, "; "));
     measured = true;
   }
-  // Activations per sample from the newest earlier job of the same key.
-  auto mem = store_->LatestMemoryMeasurement(MemoryKey(spec, *plan, node_set));
-  if (mem.ok() && mem->micro_batch > 0 && mem->peak_bytes > 0) {
-    meas.memory_peak_bytes = mem->peak_bytes;
-    meas.memory_micro_batch = mem->micro_batch;
-    meas.memory_source = absl::StrFormat("job %s held %s at micro-batch %d", mem->job_id,
-                                         FormatBytes(mem->peak_bytes), mem->micro_batch);
-    measured = true;
+  // Peak memory from earlier jobs of the same key (per micro-batch, the
+  // newest job's).
+  auto mem = store_->MemoryMeasurements(MemoryKey(spec, *plan, node_set), kMaxMemoryPoints);
+  if (mem.ok()) {
+    std::vector<std::string> from;
+    for (const MemoryMeasurement& m : *mem) {
+      if (m.micro_batch <= 0 || m.peak_bytes <= 0) continue;
+      meas.memory_points.emplace_back(m.micro_batch, m.peak_bytes);
+      from.push_back(absl::StrFormat("job %s held %s at micro-batch %d", m.job_id,
+                                     FormatBytes(m.peak_bytes), m.micro_batch));
+    }
+    if (!from.empty()) {
+      meas.memory_source = absl::StrJoin(from, ", ");
+      measured = true;
+    }
   }
   if (!measured && trials == nullptr) return plan;
   auto again = MakePlan(spec, topo, meas, trials);

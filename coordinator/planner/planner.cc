@@ -27,6 +27,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <map>
 #include <numeric>
 #include <set>
@@ -281,6 +282,7 @@ class Planner {
   int LargestMeasuredMicroBatch() const {
     int m = meas_.step_micro_batch;
     for (const auto& [pm, sec] : meas_.step_points) m = std::max(m, pm);
+    for (const auto& [pm, bytes] : meas_.memory_points) m = std::max(m, pm);
     return m;
   }
   void Precision();
@@ -809,25 +811,54 @@ void Planner::Memory() {
                                  ranks_here, Bytes(budget));
     }
   }
-  // An earlier job's peak: the line through it. Its excess over the model
-  // at its micro-batch m1 includes fixed overheads (a CPU rank's runtime and
-  // loader, NCCL's buffers) as well as any activations the model misses, so
-  // the slope is the larger of the model's and the measured per sample when
-  // the point fits the budget (larger micro-batches are predicted high), the
-  // smaller when it does not (smaller ones are predicted high too); the rest
-  // is fixed.
+  // Earlier jobs' peaks: the line through them. One point's excess over the
+  // model at its micro-batch m1 includes fixed overheads (a CPU rank's
+  // runtime and loader, NCCL's buffers) as well as any activations the model
+  // misses, so the slope is the larger of the model's and the measured per
+  // sample when the point fits the budget (larger micro-batches are
+  // predicted high), the smaller when it does not (smaller ones are
+  // predicted high too); the rest is fixed. Two or more micro-batches
+  // measure the slope itself (least squares); the fixed part then puts the
+  // line on or above every point.
   std::string measured_why;
-  if (meas_.memory_peak_bytes > 0 && meas_.memory_micro_batch > 0) {
-    const double ctx = cuda_ ? kCudaContextBytes : 0;
-    const double held = meas_.memory_peak_bytes - ctx;
-    const int m1 = meas_.memory_micro_batch;
-    const double measured = (held - est.total(0)) / m1;
-    const bool fits = budget <= 0 || held <= budget;
+  std::vector<std::pair<int, double>> held;  // (micro-batch, bytes without the CUDA context)
+  const double ctx = cuda_ ? kCudaContextBytes : 0;
+  for (const auto& [m, bytes] : meas_.memory_points)
+    if (m > 0 && bytes > 0 && std::isfinite(bytes)) held.emplace_back(m, bytes - ctx);
+  std::set<int> distinct;
+  for (const auto& p : held) distinct.insert(p.first);
+  if (distinct.size() >= 2) {
+    double mm = 0, mh = 0;
+    for (const auto& [m, h] : held) mm += m, mh += h;
+    mm /= held.size();
+    mh /= held.size();
+    double sxx = 0, sxy = 0;
+    for (const auto& [m, h] : held) sxx += (m - mm) * (m - mm), sxy += (m - mm) * (h - mh);
+    const double fitted = sxy / sxx;  // sxx > 0: two distinct micro-batches
+    const double slope = fitted > 0 ? fitted : modelled;
+    double fixed = -std::numeric_limits<double>::infinity();
+    for (const auto& [m, h] : held) fixed = std::max(fixed, h - slope * m);
+    est.activations_per_sample = slope;
+    est.workspace = std::max(0.0, est.workspace + fixed - est.total(0));
+    measured_why = absl::StrFormat(
+        " (%s; fitted over micro-batches %s: %s, the line on or above every point, the rest "
+        "fixed)",
+        meas_.memory_source,
+        absl::StrJoin(distinct, ", "),
+        fitted > 0 ? absl::StrCat(Bytes(fitted), " per sample (the memory model's ",
+                                  Bytes(modelled), ")")
+                   : absl::StrCat("the peaks do not grow with the micro-batch, so the memory "
+                                  "model's ",
+                                  Bytes(modelled), " per sample"));
+  } else if (!held.empty()) {
+    const auto [m1, h1] = held.front();
+    const double measured = (h1 - est.total(0)) / m1;
+    const bool fits = budget <= 0 || h1 <= budget;
     if (measured > 0) {
       est.activations_per_sample =
           fits ? std::max(modelled, measured) : std::min(modelled, measured);
     }
-    est.workspace = std::max(0.0, est.workspace + held - est.total(m1));
+    est.workspace = std::max(0.0, est.workspace + h1 - est.total(m1));
     measured_why = absl::StrFormat(
         " (%s; through it at %s per sample, the %s of the measured %s and the memory model's "
         "%s, the rest fixed)",

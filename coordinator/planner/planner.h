@@ -87,14 +87,16 @@ struct PlannerMeasurements {
   // measured compute; 0 = none. Added to C as skew * c(m).
   double allreduce_skew_per_compute = 0;
   std::string allreduce_skew_source;
-  // The most memory a rank of an earlier job of the same model on these
-  // nodes held (GPU memory with the CUDA context, or a CPU rank's peak
-  // resident set), at micro-batch memory_micro_batch; 0 = none. The memory
-  // line goes through it (Planner::Memory: the slope the larger of the
-  // model's and the measured excess per sample when it fits the budget, the
-  // smaller when not); memory_source is cited.
-  double memory_peak_bytes = 0;
-  int memory_micro_batch = 0;
+  // Memory points (micro-batch, bytes): the most memory a rank of an earlier
+  // job of the same model on these nodes held (GPU memory with the CUDA
+  // context, or a CPU rank's peak resident set), newest first, one per
+  // micro-batch. The plan's memory line goes through them (Planner::Memory):
+  // one point sets the fixed part, the slope the larger of the model's and
+  // the measured excess per sample when the point fits the budget, the
+  // smaller when not; two or more distinct micro-batches fit the slope
+  // (least squares) and put the line on or above every point. memory_source
+  // is cited.
+  std::vector<std::pair<int, double>> memory_points;
   std::string memory_source;
 };
 

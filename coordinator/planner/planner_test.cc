@@ -781,8 +781,7 @@ TEST(PlannerMemory, AnEarlierJobsPeakSetsTheMemoryLine) {
 
   // Held 4x the model's activations at micro-batch 8 (under the budget).
   PlannerMeasurements heavy;
-  heavy.memory_peak_bytes = fixed + 8 * 4 * a;
-  heavy.memory_micro_batch = 8;
+  heavy.memory_points = {{8, fixed + 8 * 4 * a}};
   heavy.memory_source = "job j-000009-abcd held 30.00 GiB at micro-batch 8";
   auto h = MakePlan(spec, {h100}, heavy);
   ASSERT_TRUE(h.ok()) << h.status();
@@ -791,7 +790,7 @@ TEST(PlannerMemory, AnEarlierJobsPeakSetsTheMemoryLine) {
   EXPECT_LE(h->predicted_memory_bytes(), h->memory_target_bytes());
   // The line goes through the measured point.
   EXPECT_NEAR(h->predicted_memory_bytes() - (h->micro_batch() - 8) * 4 * a,
-              heavy.memory_peak_bytes, 1e-6 * heavy.memory_peak_bytes);
+              heavy.memory_points[0].second, 1e-6 * heavy.memory_points[0].second);
   const std::string why = Find(*h, "predicted.memory_bytes").reason();
   EXPECT_TRUE(absl::StrContains(why, "job j-000009-abcd held")) << why;
   EXPECT_TRUE(absl::StrContains(why, "the larger of the measured")) << why;
@@ -800,7 +799,7 @@ TEST(PlannerMemory, AnEarlierJobsPeakSetsTheMemoryLine) {
   // Held less than the model predicts: the model's slope, less fixed memory,
   // so at least the model's micro-batch fits.
   PlannerMeasurements light = heavy;
-  light.memory_peak_bytes = fixed + 8 * 0.5 * a;
+  light.memory_points = {{8, fixed + 8 * 0.5 * a}};
   auto l = MakePlan(spec, {h100}, light);
   ASSERT_TRUE(l.ok()) << l.status();
   EXPECT_NEAR(l->predicted_activation_bytes_per_sample(), a, 1e-6 * a);
@@ -812,14 +811,77 @@ TEST(PlannerMemory, AnEarlierJobsPeakSetsTheMemoryLine) {
   // smaller micro-batch is not predicted to save more than the model says.
   // (Twice the model's activations, at a micro-batch past the target.)
   PlannerMeasurements over = heavy;
-  over.memory_micro_batch =
+  const int over_m =
       static_cast<int>(std::ceil((1.1 * model->memory_target_bytes() - fixed) / (2 * a)));
-  over.memory_peak_bytes = fixed + over.memory_micro_batch * 2 * a;
+  over.memory_points = {{over_m, fixed + over_m * 2 * a}};
   auto o = MakePlan(spec, {h100}, over);
   ASSERT_TRUE(o.ok()) << o.status();
   EXPECT_NEAR(o->predicted_activation_bytes_per_sample(), a, 1e-6 * a);
   EXPECT_TRUE(absl::StrContains(Find(*o, "predicted.memory_bytes").reason(), "the smaller of"))
       << Find(*o, "predicted.memory_bytes").reason();
+}
+
+// Two or more micro-batches measured: the slope is fitted (not the larger or
+// smaller of model and point), and the line lies on or above every point, so
+// no micro-batch that ran is predicted to need less than it held.
+TEST(PlannerMemory, TwoMicroBatchesFitTheSlope) {
+  const v1::Topology h100 = Fixture("nvlink-8-h100");
+  v1::JobSpec spec = DefaultJobSpec();
+  spec.mutable_resources()->set_ranks(1);
+  spec.mutable_resources()->set_device("cuda");
+  spec.mutable_train()->set_global_batch(4096);
+  spec.mutable_train()->set_attention("fused");
+  auto model = MakePlan(spec, {h100}, PlannerMeasurements{});
+  ASSERT_TRUE(model.ok()) << model.status();
+  const double a = model->predicted_activation_bytes_per_sample();
+  const double fixed = model->predicted_memory_bytes() - model->micro_batch() * a;
+  ASSERT_GT(a, 0);
+
+  // On a line: 3x the model's activations, 1 GiB more fixed memory. One
+  // point alone (fits the budget) would keep the larger slope through it;
+  // two give the line itself.
+  const double extra = 1024.0 * 1024 * 1024;
+  auto line = [&](int m) { return fixed + extra + 3 * a * m; };
+  PlannerMeasurements two;
+  two.memory_points = {{16, line(16)}, {4, line(4)}};
+  two.memory_source = "job j-2 held x at micro-batch 16, job j-1 held y at micro-batch 4";
+  auto p = MakePlan(spec, {h100}, two);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_NEAR(p->predicted_activation_bytes_per_sample(), 3 * a, 1e-6 * a);
+  EXPECT_NEAR(p->predicted_memory_bytes(), line(p->micro_batch()), 1e-6 * line(p->micro_batch()));
+  EXPECT_LE(p->predicted_memory_bytes(), p->memory_target_bytes());
+  EXPECT_LT(p->micro_batch(), model->micro_batch());
+  const std::string why = Find(*p, "predicted.memory_bytes").reason();
+  EXPECT_TRUE(absl::StrContains(why, "fitted over micro-batches 4, 16")) << why;
+  EXPECT_TRUE(absl::StrContains(why, "job j-1 held y")) << why;
+
+  // Off the line (a noisy middle point above it): the fitted slope, and the
+  // line raised until no point is above it, touching the highest.
+  PlannerMeasurements noisy;
+  noisy.memory_points = {{4, line(4)}, {8, line(8) + 0.5 * extra}, {16, line(16)}};
+  auto n = MakePlan(spec, {h100}, noisy);
+  ASSERT_TRUE(n.ok()) << n.status();
+  const double slope = n->predicted_activation_bytes_per_sample();
+  const double at0 = n->predicted_memory_bytes() - slope * n->micro_batch();
+  for (const auto& [m, bytes] : noisy.memory_points)
+    EXPECT_GE(at0 + slope * m, bytes * (1 - 1e-9)) << "micro-batch " << m;
+  EXPECT_GT(slope, 0);
+  EXPECT_NEAR(std::min({at0 + slope * 4 - line(4), at0 + slope * 8 - line(8) - 0.5 * extra,
+                        at0 + slope * 16 - line(16)}),
+              0, 1e-6 * line(16));
+
+  // Peaks that shrink with the micro-batch (noise, an allocator returning
+  // memory): no fitted slope; the memory model's, above both points.
+  PlannerMeasurements flat;
+  flat.memory_points = {{4, line(16)}, {16, line(4)}};
+  auto f = MakePlan(spec, {h100}, flat);
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_NEAR(f->predicted_activation_bytes_per_sample(), a, 1e-6 * a);
+  const double f0 = f->predicted_memory_bytes() - a * f->micro_batch();
+  EXPECT_GE(f0 + 4 * a, line(16) * (1 - 1e-9));
+  EXPECT_TRUE(absl::StrContains(Find(*f, "predicted.memory_bytes").reason(),
+                                "the peaks do not grow with the micro-batch"))
+      << Find(*f, "predicted.memory_bytes").reason();
 }
 
 }  // namespace

@@ -156,11 +156,35 @@ TEST_F(PlanCheckTest, FinishedJobsTeachThePlannerTheStepTime) {
   EXPECT_NE(sb.out.find("PREDICTED"), std::string::npos) << sb.out;
   EXPECT_NE(sb.out.find("predicted vs measured"), std::string::npos) << sb.out;
 
-  // 4. Two micro-batches measured now: the next plan fits a line through both.
-  Result fit = Dgca(*coord_, {"plan", Spec(*dir_, "test-m6", 6, 64)}, 60s);
+  double b_peak = 0;
+  {
+    auto bj = Json(raw);
+    ASSERT_TRUE(bj.ok() && bj->Find("job")) << raw;
+    const JsonValue* br = bj->Find("job")->Find("plan_check")->Find("breakdown");
+    ASSERT_TRUE(br && br->Find("ranks")) << raw;
+    for (const auto& r : br->Find("ranks")->array)
+      b_peak = std::max(b_peak, Num(r.Find("peak_memory_bytes")));
+    ASSERT_GT(b_peak, 0) << raw;
+  }
+
+  // 4. Two micro-batches measured now: the next plan fits a line through
+  // both, for the step time and for memory (the slope between the two
+  // peaks, or the model's when they do not grow, and the line on or above
+  // both).
+  Result fit = Dgca(*coord_, {"plan", Spec(*dir_, "test-m6", 6, 64), "--json"}, 60s);
   ASSERT_EQ(fit.code, 0) << fit.out << fit.err;
   EXPECT_NE(fit.out.find("job " + b + " m=8"), std::string::npos) << fit.out;
   EXPECT_NE(fit.out.find("job " + a + " m=4"), std::string::npos) << fit.out;
+  EXPECT_NE(fit.out.find("fitted over micro-batches 4, 8"), std::string::npos) << fit.out;
+  EXPECT_NE(fit.out.find("job " + b + " held "), std::string::npos) << fit.out;
+  {
+    auto fj = Json(fit.out);
+    ASSERT_TRUE(fj.ok()) << fit.out;
+    const double slope = Num(fj->Find("predicted_activation_bytes_per_sample"));
+    if (b_peak > a_peak) EXPECT_NEAR(slope, (b_peak - a_peak) / 4, 1e-6 * b_peak) << fit.out;
+    const double at6 = std::max(a_peak + 2 * slope, b_peak - 2 * slope);
+    EXPECT_NEAR(Num(fj->Find("predicted_memory_bytes")), at6, 1e-6 * at6) << fit.out;
+  }
 
   // 5. Another model (hidden 32): its timing is not this model's.
   Result other = Dgca(*coord_, {"plan", Spec(*dir_, "other", 8, 32), "--json"}, 60s);
