@@ -308,7 +308,8 @@ TEST(CoordinatorRestartTest, ExternalAgentKeepsItsRanksThroughARestart) {
   mkdir((dir + "/state").c_str(), 0755);
   CoordinatorProcess coord(dir + "/state");
   ASSERT_TRUE(coord.Start("127.0.0.1:0", {"--no-local-agent"}));
-  pid_t agent = StartAgent(coord, "n1", dir + "/agent");
+  AgentProcess agent;
+  ASSERT_TRUE(agent.Start(coord, "n1", dir + "/agent"));
   std::string job;
   JobView before;
   ASSERT_TRUE(SubmitLongJob(coord, dir, "remote", 30, &job, &before));
@@ -316,15 +317,15 @@ TEST(CoordinatorRestartTest, ExternalAgentKeepsItsRanksThroughARestart) {
 
   coord.Kill9();
   ASSERT_TRUE(coord.Start(address, {"--no-local-agent"}));
-  JobView end = WaitEnded(coord, job, ReadFile(dir + "/agent/agent.log"));
-  EXPECT_EQ(end.state, "SUCCEEDED") << end.raw << ReadFile(dir + "/agent/agent.log");
+  JobView end = WaitEnded(coord, job, agent.Log());
+  EXPECT_EQ(end.state, "SUCCEEDED") << end.raw << agent.Log();
   EXPECT_FALSE(HasEvent(end, "restart 1 of")) << end.raw;
   EXPECT_TRUE(HasEvent(end, "coordinator restarted; re-adopting attempt 0 (rank@node:pid 0@n1:" +
                                 std::to_string(before.pids[0])))
       << end.raw;
-  const std::string agent_log = ReadFile(dir + "/agent/agent.log");
+  const std::string agent_log = agent.Log();
   EXPECT_EQ(CountOccurrences(agent_log, "agent n1: connected to"), 2) << agent_log;
-  StopAgent(agent);
+  agent.Stop();
   coord.Stop();
   KillLeftovers(before.pids, job);
 }

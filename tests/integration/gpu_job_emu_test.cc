@@ -74,8 +74,9 @@ TEST(GpuJobEmuTest, CudaNcclJobOnAnEmulatedH100NodeMatchesTheCpuGlooJob) {
   CoordinatorProcess coord(dir + "/state");
   ASSERT_TRUE(coord.Start("127.0.0.1:0", {"--no-local-agent"}));
   std::string agent_dir = dir + "/agent";
-  pid_t agent = StartAgent(coord, "emu-gpu-node", agent_dir, EmuWorkerBin(),
-                           {"--worker-binary", EmuWorkerBin(), "--topology-root", FixtureRoot()});
+  AgentProcess agent;
+  ASSERT_TRUE(agent.Start(coord, "emu-gpu-node", agent_dir, EmuWorkerBin(),
+                          {"--worker-binary", EmuWorkerBin(), "--topology-root", FixtureRoot()}));
 
   Result nodes;
   ASSERT_TRUE(WaitUntil(
@@ -84,7 +85,7 @@ TEST(GpuJobEmuTest, CudaNcclJobOnAnEmulatedH100NodeMatchesTheCpuGlooJob) {
         return nodes.out.find("emu-gpu-node") != std::string::npos;
       },
       30s))
-      << nodes.out << nodes.err << ReadFile(agent_dir + "/agent.log");
+      << nodes.out << nodes.err << agent.Log();
   // The fixture's eight H100s are what the node reports.
   EXPECT_NE(nodes.out.find("H100"), std::string::npos) << nodes.out;
 
@@ -100,7 +101,7 @@ TEST(GpuJobEmuTest, CudaNcclJobOnAnEmulatedH100NodeMatchesTheCpuGlooJob) {
     *rank0_log = ReadFile(agent_dir + "/jobs/" + job + "/rank-0.log");
     EXPECT_EQ(sub.code, 0) << sub.out << sub.err << "\nrank 0:\n" << *rank0_log
                            << "\nrank 1:\n" << ReadFile(agent_dir + "/jobs/" + job + "/rank-1.log")
-                           << "\nagent:\n" << ReadFile(agent_dir + "/agent.log");
+                           << "\nagent:\n" << agent.Log();
   };
   std::string gpu_log, cpu_log, bf16_log;
   run("emu-cuda", "cuda", "nccl", &gpu_log);
@@ -153,7 +154,7 @@ TEST(GpuJobEmuTest, CudaNcclJobOnAnEmulatedH100NodeMatchesTheCpuGlooJob) {
   // The losses move (a trainer stuck at its first loss would pass the above).
   EXPECT_GT(std::fabs(cpu[4] - cpu[1]), 1e-3);
 
-  StopAgent(agent);
+  agent.Stop();
   coord.Stop();
 }
 

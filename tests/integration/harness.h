@@ -232,31 +232,66 @@ inline Result Dgca(const CoordinatorProcess& c, std::vector<std::string> args,
   return Exec(argv, timeout);
 }
 
-// A `dgca-worker agent` (`bin`, default WorkerBin()) as node `node` of
-// `coord`, state and agent.log in `state_dir` (created), heartbeat every
-// 0.5 s, plus `extra` flags. Returns its pid.
-inline pid_t StartAgent(const CoordinatorProcess& coord, const std::string& node,
-                        const std::string& state_dir, const std::string& bin = WorkerBin(),
-                        const std::vector<std::string>& extra = {}) {
-  mkdir(state_dir.c_str(), 0755);
-  std::vector<std::string> argv = {bin, "agent", "--coordinator", coord.address(), "--token-file",
-                                   coord.token_file(), "--node-name", node, "--state-dir", state_dir,
-                                   "--heartbeat-interval", "0.5"};
-  argv.insert(argv.end(), extra.begin(), extra.end());
-  return SpawnLogged(argv, state_dir + "/agent.log");
-}
+// A `dgca-worker agent` process (`bin`, default WorkerBin()) as node `node`
+// of a coordinator, its state and agent.log in `state_dir` (created),
+// heartbeat every 0.5 s, plus `extra` flags. Stopped when it goes out of
+// scope, so a failed ASSERT leaves no agent (and none of its ranks'
+// supervisors) running. Not thread-safe; one test thread owns it.
+class AgentProcess {
+ public:
+  AgentProcess() = default;
+  ~AgentProcess() { Stop(); }
+  AgentProcess(const AgentProcess&) = delete;
+  AgentProcess& operator=(const AgentProcess&) = delete;
 
-// SIGTERM, then SIGKILL if it has not exited within 15 s; reaps it.
-inline void StopAgent(pid_t pid) {
-  if (pid <= 0) return;
-  kill(pid, SIGTERM);
-  for (int i = 0; i < 150; ++i) {
-    if (waitpid(pid, nullptr, WNOHANG) == pid) return;
-    std::this_thread::sleep_for(100ms);
+  // Starts it (a running one is stopped first); false when it cannot fork.
+  bool Start(const CoordinatorProcess& coord, const std::string& node,
+             const std::string& state_dir, const std::string& bin = WorkerBin(),
+             const std::vector<std::string>& extra = {}) {
+    Stop();
+    state_dir_ = state_dir;
+    mkdir(state_dir.c_str(), 0755);
+    argv_ = {bin, "agent", "--coordinator", coord.address(), "--token-file", coord.token_file(),
+             "--node-name", node, "--state-dir", state_dir, "--heartbeat-interval", "0.5"};
+    argv_.insert(argv_.end(), extra.begin(), extra.end());
+    return Restart();
   }
-  kill(pid, SIGKILL);
-  waitpid(pid, nullptr, 0);
-}
+  // Starts it again with the same arguments (after Kill9 or Stop).
+  bool Restart() {
+    Stop();
+    pid_ = SpawnLogged(argv_, state_dir_ + "/agent.log");
+    return pid_ > 0;
+  }
+  // SIGTERM, then SIGKILL if it has not exited within 15 s; reaps it.
+  void Stop() {
+    if (pid_ <= 0) return;
+    kill(pid_, SIGTERM);
+    bool exited = false;
+    for (int i = 0; i < 150 && !exited; ++i) {
+      exited = waitpid(pid_, nullptr, WNOHANG) == pid_;
+      if (!exited) std::this_thread::sleep_for(100ms);
+    }
+    if (!exited) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+    pid_ = -1;
+  }
+  // SIGKILL (a crash): its ranks keep running.
+  void Kill9() {
+    if (pid_ <= 0) return;
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
+  bool running() const { return pid_ > 0; }
+  std::string Log() const { return ReadFile(state_dir_ + "/agent.log"); }
+
+ private:
+  std::vector<std::string> argv_;
+  std::string state_dir_;
+  pid_t pid_ = -1;
+};
 
 // What a tiny job spec may set beyond the CPU defaults.
 struct TinySpecOptions {

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <sched.h>
 
+#include <memory>
 #include <set>
 
 #include "tests/integration/harness.h"
@@ -14,30 +15,90 @@ namespace dgca {
 namespace itest {
 namespace {
 
-// Waits up to 20 s for node-a and node-b in `dgca nodes`; the last answer
-// in *nodes.
-bool BothNodesRegister(const CoordinatorProcess& coord, Result* nodes) {
-  return WaitUntil(
-      [&] {
-        *nodes = Dgca(coord, {"nodes", "--json"});
-        return nodes->out.find("node-a") != std::string::npos &&
-               nodes->out.find("node-b") != std::string::npos;
-      },
-      20s);
+// Pins the calling thread to one CPU; processes it forks inherit that.
+bool PinSelfToCpu(int cpu) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  return sched_setaffinity(0, sizeof(set), &set) == 0;
 }
+
+// A busy loop pinned to one CPU, in a child process killed when this goes
+// out of scope; pid <= 0 when it could not be forked.
+struct BusyLoop {
+  explicit BusyLoop(int cpu) : pid(fork()) {
+    if (pid == 0) {
+      PinSelfToCpu(cpu);
+      for (volatile uint64_t i = 0;; i = i + 1) {
+      }
+    }
+  }
+  ~BusyLoop() {
+    if (pid <= 0) return;
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+  }
+  BusyLoop(const BusyLoop&) = delete;
+  BusyLoop& operator=(const BusyLoop&) = delete;
+  const pid_t pid;
+};
+
+// Two nodes: a coordinator without its embedded agent (state in DIR/state)
+// and agents node-a and node-b (state in DIR/a and DIR/b), DIR a fresh
+// temporary directory. Everything is stopped when it goes out of scope.
+struct TwoNodes {
+  explicit TwoNodes(const std::string& name)
+      : dir(MakeTempDir(name)), coord((mkdir((dir + "/state").c_str(), 0755), dir + "/state")) {}
+
+  // Starts the coordinator and both agents and waits up to 20 s for both
+  // nodes in `dgca nodes`; with `pin`, node-a's agent (and its ranks) runs
+  // on CPU 0 and node-b's on CPU 1. The failure, if any, in *why.
+  bool Start(std::string* why, bool pin = false) {
+    if (!coord.Start("127.0.0.1:0", {"--no-local-agent"})) {
+      *why = "the coordinator did not start";
+      return false;
+    }
+    cpu_set_t mine;
+    CPU_ZERO(&mine);
+    if (pin && sched_getaffinity(0, sizeof(mine), &mine) != 0) {
+      *why = "cannot read this thread's CPU affinity";
+      return false;
+    }
+    const bool ok = (!pin || PinSelfToCpu(0)) && a.Start(coord, "node-a", dir + "/a") &&
+              (!pin || PinSelfToCpu(1)) && b.Start(coord, "node-b", dir + "/b");
+    if (pin) sched_setaffinity(0, sizeof(mine), &mine);  // this thread gets its CPUs back
+    if (!ok) {
+      *why = "cannot start the agents or pin them to CPUs 0 and 1";
+      return false;
+    }
+    Result nodes;
+    if (!WaitUntil(
+            [&] {
+              nodes = Dgca(coord, {"nodes", "--json"});
+              return nodes.out.find("node-a") != std::string::npos &&
+                     nodes.out.find("node-b") != std::string::npos;
+            },
+            20s)) {
+      *why = "both nodes did not register: " + nodes.out + nodes.err + coord.Log();
+      return false;
+    }
+    return true;
+  }
+  std::string Logs() const { return coord.Log() + "\nagent a:\n" + a.Log() + "\nagent b:\n" + b.Log(); }
+
+  std::string dir;
+  CoordinatorProcess coord;  // declared before the agents: they stop first
+  AgentProcess a, b;
+};
 
 TEST(MultiAgentTest, TwoAgentsRunATwoRankJob) {
   if (!HavePrograms()) GTEST_SKIP() << "programs not built under " << BuildDir();
   if (!HaveSharedData()) GTEST_SKIP() << "no ECSpell data under " << SharedData();
-  std::string dir = MakeTempDir("multi");
-  mkdir((dir + "/state").c_str(), 0755);
-  CoordinatorProcess coord(dir + "/state");
-  ASSERT_TRUE(coord.Start("127.0.0.1:0", {"--no-local-agent"}));
-  pid_t a1 = StartAgent(coord, "node-a", dir + "/a");
-  pid_t a2 = StartAgent(coord, "node-b", dir + "/b");
-
-  Result nodes;
-  EXPECT_TRUE(BothNodesRegister(coord, &nodes)) << nodes.out << nodes.err << coord.Log();
+  TwoNodes nodes("multi");
+  std::string why;
+  ASSERT_TRUE(nodes.Start(&why)) << why;
+  const std::string& dir = nodes.dir;
+  CoordinatorProcess& coord = nodes.coord;
   Result table = Dgca(coord, {"nodes"});
   EXPECT_NE(table.out.find("node-a"), std::string::npos) << table.out;
 
@@ -45,9 +106,7 @@ TEST(MultiAgentTest, TwoAgentsRunATwoRankJob) {
   Result sub = Dgca(coord, {"submit", WriteTinySpec(dir, "two-nodes", 8), "--wait"}, 120s);
   std::fprintf(stderr, "2-rank job over two agents: %.1f s\n",
                std::chrono::duration<double>(Clock::now() - t_sub).count());
-  EXPECT_EQ(sub.code, 0) << sub.out << sub.err << coord.Log() << "\nagent a:\n"
-                         << ReadFile(dir + "/a/agent.log") << "\nagent b:\n"
-                         << ReadFile(dir + "/b/agent.log");
+  EXPECT_EQ(sub.code, 0) << sub.out << sub.err << nodes.Logs();
   std::string job = sub.out.substr(0, sub.out.find('\n'));
   Result st = Dgca(coord, {"status", "--json", job});
   EXPECT_TRUE(st.out.find("node-a") != std::string::npos ||
@@ -73,8 +132,8 @@ TEST(MultiAgentTest, TwoAgentsRunATwoRankJob) {
       45s))
       << v.raw;
   auto t_stop = Clock::now();
-  StopAgent(a1);
-  StopAgent(a2);
+  nodes.a.Stop();
+  nodes.b.Stop();
   std::fprintf(stderr, "agents stopped in %.1f s\n",
                std::chrono::duration<double>(Clock::now() - t_stop).count());
   for (pid_t p : v.pids) {
@@ -125,15 +184,11 @@ TEST(MultiAgentTest, TwoAgentsRunATwoRankJob) {
 TEST(MultiAgentTest, AnAgentKilledMidJobAdoptsItsRankWhenItComesBack) {
   if (!HavePrograms()) GTEST_SKIP() << "programs not built under " << BuildDir();
   if (!HaveSharedData()) GTEST_SKIP() << "no ECSpell data under " << SharedData();
-  std::string dir = MakeTempDir("adopt");
-  mkdir((dir + "/state").c_str(), 0755);
-  CoordinatorProcess coord(dir + "/state");
-  ASSERT_TRUE(coord.Start("127.0.0.1:0", {"--no-local-agent"}));
-  pid_t a = StartAgent(coord, "node-a", dir + "/a");
-  pid_t b = StartAgent(coord, "node-b", dir + "/b");
-  Result nodes;
-  ASSERT_TRUE(BothNodesRegister(coord, &nodes)) << nodes.out << nodes.err << coord.Log();
-  Result sub = Dgca(coord, {"submit", WriteTinySpec(dir, "adopt", 400)});
+  TwoNodes nodes("adopt");
+  std::string why;
+  ASSERT_TRUE(nodes.Start(&why)) << why;
+  CoordinatorProcess& coord = nodes.coord;
+  Result sub = Dgca(coord, {"submit", WriteTinySpec(nodes.dir, "adopt", 400)});
   ASSERT_EQ(sub.code, 0) << sub.err;
   const std::string job = Trim(sub.out);
   JobView v;
@@ -145,10 +200,9 @@ TEST(MultiAgentTest, AnAgentKilledMidJobAdoptsItsRankWhenItComesBack) {
       },
       60s))
       << v.raw;
-  kill(b, SIGKILL);
-  waitpid(b, nullptr, 0);
+  nodes.b.Kill9();
   std::this_thread::sleep_for(1s);
-  b = StartAgent(coord, "node-b", dir + "/b");
+  ASSERT_TRUE(nodes.b.Restart());
   JobView end;
   const bool finished = WaitUntil(
       [&] {
@@ -156,22 +210,11 @@ TEST(MultiAgentTest, AnAgentKilledMidJobAdoptsItsRankWhenItComesBack) {
         return end.state == "SUCCEEDED" || end.state == "FAILED";
       },
       180s);
-  const std::string agent_b = ReadFile(dir + "/b/agent.log");
-  StopAgent(a);
-  StopAgent(b);
-  coord.Stop();
+  const std::string agent_b = nodes.b.Log();
   ASSERT_TRUE(finished) << end.raw;
   EXPECT_EQ(end.state, "SUCCEEDED") << end.message << "\n" << coord.Log() << agent_b;
   EXPECT_NE(agent_b.find("adopted job " + job), std::string::npos) << agent_b;
   EXPECT_NE(end.raw.find("\"restarts\": 0"), std::string::npos) << end.raw;
-}
-
-// Pins the calling thread to one CPU; processes it forks inherit that.
-bool PinSelfToCpu(int cpu) {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  CPU_SET(cpu, &set);
-  return sched_setaffinity(0, sizeof(set), &set) == 0;
 }
 
 // A real straggler: node-a's agent (and so its rank) has CPU 0 to itself;
@@ -188,45 +231,18 @@ TEST(MultiAgentTest, DiagnoseNamesASlowNodeAsTheStraggler) {
       !CPU_ISSET(1, &mine)) {
     GTEST_SKIP() << "needs CPUs 0 and 1 to give each node one of its own";
   }
-  std::string dir = MakeTempDir("straggler");
-  mkdir((dir + "/state").c_str(), 0755);
-  CoordinatorProcess coord(dir + "/state");
-  ASSERT_TRUE(coord.Start("127.0.0.1:0", {"--no-local-agent"}));
-  // Each agent is forked pinned (every thread it starts, and its ranks,
-  // inherit the CPU); this thread gets its CPUs back after.
-  const bool pinned_a = PinSelfToCpu(0);
-  pid_t a = pinned_a ? StartAgent(coord, "node-a", dir + "/a") : -1;
-  const bool pinned_b = PinSelfToCpu(1);
-  pid_t b = pinned_b ? StartAgent(coord, "node-b", dir + "/b") : -1;
-  pid_t hog = pinned_b ? fork() : -1;
-  if (hog == 0) {
-    for (volatile uint64_t i = 0;; i = i + 1) {
-    }
-  }
-  sched_setaffinity(0, sizeof(mine), &mine);
-  auto cleanup = [&] {
-    if (hog > 0) {
-      kill(hog, SIGKILL);
-      waitpid(hog, nullptr, 0);
-    }
-    StopAgent(a);
-    StopAgent(b);
-    coord.Stop();
-  };
-  if (!pinned_a || !pinned_b || hog < 0) {
-    cleanup();
-    FAIL() << "cannot pin the agents to CPUs 0 and 1 or start the busy loop";
-  }
-  Result nodes;
-  if (!BothNodesRegister(coord, &nodes)) {
-    cleanup();
-    FAIL() << nodes.out << nodes.err << coord.Log();
-  }
+  TwoNodes nodes("straggler");
+  std::string why;
+  ASSERT_TRUE(nodes.Start(&why, /*pin=*/true)) << why;
+  const std::string& dir = nodes.dir;
+  CoordinatorProcess& coord = nodes.coord;
+  auto hog = std::make_unique<BusyLoop>(1);  // shares node-b's CPU
+  ASSERT_GT(hog->pid, 0) << "cannot start the busy loop";
   Result sub = Dgca(coord, {"submit", WriteTinySpec(dir, "slow-node", 150), "--wait"}, 240s);
   const std::string job = sub.out.substr(0, sub.out.find('\n'));
   Result diag = Dgca(coord, {"diagnose", job}, 20s);
   Result json = Dgca(coord, {"diagnose", "--json", job}, 20s);
-  cleanup();
+  hog.reset();
   ASSERT_EQ(sub.code, 0) << sub.out << sub.err << coord.Log();
   ASSERT_EQ(diag.code, 0) << diag.out << diag.err;
   std::fprintf(stderr, "%s", diag.out.c_str());
