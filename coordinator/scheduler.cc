@@ -936,10 +936,18 @@ void Scheduler::CheckPlan(JobRt* rt, v1::JobState final_state) {
       text += absl::StrCat("; cannot store the measurement: ", st.message());
     }
     // The most memory a rank held: the point the next plan's memory line
-    // goes through (Planner::Memory).
+    // goes through (Planner::Memory). Not a failed job's: one that ran out
+    // of memory died before its peak was reported, and a point below what
+    // the micro-batch needs would let the next plan pick it again.
     double peak = 0;
     for (const auto& r : c.breakdown().ranks()) peak = std::max(peak, r.peak_memory_bytes());
-    if (peak > 0 && rt->plan.micro_batch() > 0) {
+    if (!std::isfinite(peak)) peak = 0;  // a rank's nonsense is not a measurement
+    if (peak > 0 && final_state == v1::FAILED) {
+      absl::StrAppendFormat(&text,
+                            "; peak memory %s not stored (a failed job, perhaps out of memory, "
+                            "may not have reported what its micro-batch needs)",
+                            FormatBytes(peak));
+    } else if (peak > 0 && rt->plan.micro_batch() > 0) {
       MemoryMeasurement mm;
       mm.job_id = rt->id;
       mm.key = MemoryKey(rt->spec, rt->plan, NodeSetKey(*rt));

@@ -1648,6 +1648,55 @@ TEST_F(ServerTest, LiveCheckSaysWhatWouldMeetTheCommTarget) {
       << live(swollen);
 }
 
+// A finished job's peak memory is stored for the next plan of the same
+// model, and that plan's memory line cites it; a failed job's is not (one
+// that ran out of memory died before reporting what it needed).
+TEST_F(ServerTest, OnlyAJobThatDidNotFailTeachesThePlannerItsMemory) {
+  StartServer();
+  FakeAgent agent(server_->address(), server_->token(), "n1");
+  auto plan_memory_reason = [&] {
+    auto ctx = Ctx();
+    v1::PlanJobRequest req;
+    req.set_spec_yaml(Spec(0, 2));
+    v1::PlanJobResponse resp;
+    EXPECT_TRUE(coord_->PlanJob(ctx.get(), req, &resp).ok());
+    for (const auto& d : resp.plan().decisions())
+      if (d.name() == "predicted.memory_bytes") return d.reason();
+    return std::string("(no predicted.memory_bytes decision)");
+  };
+  auto plan_event = [&](const std::string& id) {
+    std::string text;
+    const auto j = Get(id);
+    for (const auto& e : j.events())
+      if (e.kind() == "plan") text += e.message() + "\n";
+    return text;
+  };
+  // 25 steps of both ranks (enough to store), then rank 1 fails.
+  const std::string failed = Submit(Spec(0, 2));
+  ASSERT_TRUE(WaitUntil([&] { return agent.Launches(failed, 0).size() == 2; }));
+  StreamSteps(rank_.get(), server_->token(), failed, 0, 2, 25, 0.1, 0.01, 0, 3e8);
+  agent.Exit(failed, 1, 0, 1, 0, "error: out of memory");
+  ASSERT_TRUE(WaitState(failed, v1::FAILED));
+  ASSERT_TRUE(WaitUntil([&] { return !plan_event(failed).empty(); }));
+  EXPECT_NE(plan_event(failed).find("peak memory 286.1 MiB not stored (a failed job"),
+            std::string::npos)
+      << plan_event(failed);
+  EXPECT_EQ(plan_memory_reason().find(failed), std::string::npos) << plan_memory_reason();
+
+  const std::string done = Submit(Spec(0, 2));
+  ASSERT_TRUE(WaitUntil([&] { return agent.Launches(done, 0).size() == 2; }));
+  StreamSteps(rank_.get(), server_->token(), done, 0, 2, 10, 0.1, 0.01, 0, 3e8);
+  agent.Exit(done, 0, 0, 0);
+  agent.Exit(done, 1, 0, 0);
+  ASSERT_TRUE(WaitState(done, v1::SUCCEEDED));
+  ASSERT_TRUE(WaitUntil([&] { return !plan_event(done).empty(); }));
+  EXPECT_NE(plan_event(done).find("and peak memory 286.1 MiB at micro-batch"), std::string::npos)
+      << plan_event(done);
+  const std::string why = plan_memory_reason();
+  EXPECT_NE(why.find("job " + done + " held 286.1 MiB"), std::string::npos) << why;
+  EXPECT_EQ(why.find(failed), std::string::npos) << why;
+}
+
 // A killed rank's last step samples can arrive after its exit: it stays
 // "failed" in dgca status (it used to turn "running" again).
 TEST_F(ServerTest, ALateSampleDoesNotReviveAnExitedRank) {

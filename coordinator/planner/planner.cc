@@ -723,8 +723,17 @@ void Planner::AttentionTimed() {
   const std::string want = absl::AsciiStrToLower(spec_.train().attention());
   if (!want.empty() && want != "auto") return;  // the user's "fused"
   const int m = plan_.micro_batch();
-  const MemoryEstimate gemm_est =
+  // The GEMM version's memory: the plan's line (est_, the fused kernels',
+  // through any measured points) plus what the memory model says the GEMM
+  // version adds (its [heads, L, L] probabilities per sample, workspace).
+  const MemoryEstimate gemm_model =
       EstimateMemory(cfg_, seq_len_, precision_, /*fused_attention=*/false);
+  const MemoryEstimate fused_model =
+      EstimateMemory(cfg_, seq_len_, precision_, /*fused_attention=*/true);
+  MemoryEstimate gemm_est = est_;
+  gemm_est.activations_per_sample +=
+      std::max(0.0, gemm_model.activations_per_sample - fused_model.activations_per_sample);
+  gemm_est.workspace += std::max(0.0, gemm_model.workspace - fused_model.workspace);
   const double gemm = gemm_est.total(m);
   const int d = cfg_.heads > 0 ? cfg_.hidden / cfg_.heads : 0;
   if (budget_ <= 0 || gemm > budget_) {
@@ -743,8 +752,9 @@ void Planner::AttentionTimed() {
   const bool was_high = MemoryHigh(plan_.predicted_memory_bytes());
   PredictMemory(gemm_est, m,
                 absl::StrCat("the GEMM attention's, which a rank keeps if it times faster (the "
-                             "memory model's, not a measurement); ",
-                             mem_why_));
+                             "fused kernels' line plus the memory model's GEMM probabilities, ",
+                             Bytes(gemm_est.activations_per_sample - est_.activations_per_sample),
+                             " per sample); ", mem_why_));
   if (MemoryHigh(plan_.predicted_memory_bytes()) && !was_high)
     Warn(absl::StrFormat("predicted memory %s (with the GEMM attention, if a rank times it faster) is above "
                          "85%% of %s",
@@ -889,6 +899,7 @@ void Planner::Memory() {
       mem_why_ = "device memory unknown and no micro-batch measured: no memory bound";
     }
     Warn(mem_why_);
+    mem_why_ += measured_why;  // the prediction still goes through the measured points
   }
   // Keep the estimate for predictions.
   plan_.set_predicted_memory_bytes(0);

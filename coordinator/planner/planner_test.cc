@@ -821,6 +821,50 @@ TEST(PlannerMemory, AnEarlierJobsPeakSetsTheMemoryLine) {
       << Find(*o, "predicted.memory_bytes").reason();
 }
 
+// train.attention auto: a rank may keep the GEMM attention, so the plan
+// predicts that version's memory, and the measured line still counts: the
+// GEMM prediction is the measured (fused) line plus the model's GEMM
+// probabilities, never the bare model (which would lose the measurement).
+TEST(PlannerMemory, AutoAttentionKeepsTheMeasuredLine) {
+  const v1::Topology h100 = Fixture("nvlink-8-h100");
+  v1::JobSpec spec = DefaultJobSpec();
+  spec.mutable_resources()->set_ranks(1);
+  spec.mutable_resources()->set_device("cuda");
+  spec.mutable_train()->set_global_batch(4096);
+  spec.mutable_train()->set_attention("fused");
+  auto fused = MakePlan(spec, {h100}, PlannerMeasurements{});
+  ASSERT_TRUE(fused.ok()) << fused.status();
+  const double a = fused->predicted_activation_bytes_per_sample();
+  const double fixed = fused->predicted_memory_bytes() - fused->micro_batch() * a;
+  spec.mutable_train()->set_attention("auto");
+  auto model = MakePlan(spec, {h100}, PlannerMeasurements{});
+  ASSERT_TRUE(model.ok()) << model.status();
+  ASSERT_EQ(model->attention(), "auto");
+  const double gemm_extra = model->predicted_activation_bytes_per_sample() - a;
+  ASSERT_GT(gemm_extra, 0);
+
+  // 1 GiB more fixed memory and twice the activations measured at 8.
+  const double extra = 1024.0 * 1024 * 1024;
+  PlannerMeasurements heavy;
+  heavy.memory_points = {{8, fixed + extra + 8 * 2 * a}};
+  heavy.memory_source = "job j-000010-abcd held it at micro-batch 8";
+  auto h = MakePlan(spec, {h100}, heavy);
+  ASSERT_TRUE(h.ok()) << h.status();
+  ASSERT_EQ(h->attention(), "auto");
+  const int m = h->micro_batch();
+  // One point that fits: all of its excess counts per sample (the larger
+  // slope), the line through it.
+  const double held = heavy.memory_points[0].second;
+  const double slope = (held - fixed) / 8;
+  EXPECT_NEAR(h->predicted_activation_bytes_per_sample(), slope + gemm_extra, 1e-6 * a);
+  const double line = held + slope * (m - 8);  // the measured fused line at m
+  EXPECT_NEAR(h->predicted_memory_bytes(), line + m * gemm_extra, 1e-6 * line);
+  EXPECT_LE(h->predicted_memory_bytes(), h->memory_target_bytes());
+  const std::string why = Find(*h, "predicted.memory_bytes").reason();
+  EXPECT_TRUE(absl::StrContains(why, "the GEMM attention's")) << why;
+  EXPECT_TRUE(absl::StrContains(why, "job j-000010-abcd")) << why;
+}
+
 // Two or more micro-batches measured: the slope is fitted (not the larger or
 // smaller of model and point), and the line lies on or above every point, so
 // no micro-batch that ran is predicted to need less than it held.

@@ -13,6 +13,8 @@
 #include <limits>
 #include <set>
 #include <sstream>
+#include <string>
+#include <string_view>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -670,6 +672,21 @@ bool SecondDocument(const std::string& text, YAML::Mark* second, bool* stuck) {
   return true;
 }
 
+// Whether a line of `text` is a YAML document marker ("---" or "...", alone
+// or followed by a space): what a real second document starts with. A
+// second "document" without one is yaml-cpp's stuck state met later on.
+bool HasDocumentMarker(const std::string& text) {
+  for (size_t at = 0; at < text.size();) {
+    const size_t end = std::min(text.find('\n', at), text.size());
+    const std::string_view line(text.data() + at, end - at);
+    if ((line.substr(0, 3) == "---" || line.substr(0, 3) == "...") &&
+        (line.size() == 3 || line[3] == ' ' || line[3] == '\t' || line[3] == '\r'))
+      return true;
+    at = end + 1;
+  }
+  return false;
+}
+
 // Rejects deeply nested flow collections before yaml-cpp sees them.
 int MaxFlowNesting(const std::string& text) {
   int depth = 0, max_depth = 0;
@@ -802,7 +819,7 @@ absl::StatusOr<SpecParseResult> ParseJobSpec(const std::string& yaml_text,
     YAML::Mark second;
     bool stuck = false;
     if (SecondDocument(yaml_text, &second, &stuck)) {
-      if (stuck) {
+      if (stuck || !HasDocumentMarker(yaml_text)) {
         fail(second.line + 1, second.column + 1,
              "YAML syntax error: the parser cannot read on from here (check the indentation of "
              "this line and the one above it)");

@@ -288,8 +288,25 @@ TEST(SpecParser, MoreThanOneDocumentIsNamedWhereTheSecondStarts) {
   EXPECT_NE(r.problems[0].message().find("more than one YAML document"), std::string::npos)
       << r.problems[0].message();
   EXPECT_EQ(r.spec.name(), "x");  // the first document is still read
-  EXPECT_TRUE(Parse("name: x\n---\n").problems.empty() ||
-              Parse("name: x\n---\n").problems[0].line() == 2);
+  // A trailing marker opens an (empty) second document: still named.
+  SpecParseResult trailing = Parse("name: x\n---\n");
+  ASSERT_EQ(trailing.problems.size(), 1u);
+  EXPECT_EQ(trailing.problems[0].line(), 2);
+  EXPECT_NE(trailing.problems[0].message().find("more than one YAML document"), std::string::npos);
+}
+
+// yaml-cpp 0.7 can also get stuck after a first document it read; without a
+// '---' or '...' line that is a syntax error where it stopped, not "more
+// than one document".
+TEST(SpecParser, AStuckParserAfterTheFirstDocumentIsASyntaxError) {
+  SpecParseResult r = Parse("{name: x}\n, b\n");
+  ASSERT_EQ(r.problems.size(), 1u);
+  EXPECT_EQ(r.problems[0].field(), "(syntax)");
+  EXPECT_EQ(r.problems[0].line(), 2);
+  EXPECT_EQ(r.problems[0].column(), 1);
+  EXPECT_NE(r.problems[0].message().find("the parser cannot read on from here"),
+            std::string::npos)
+      << r.problems[0].message();
 }
 
 TEST(SpecParser, NotAMapping) {

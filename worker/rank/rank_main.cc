@@ -231,9 +231,10 @@ class RankObserver : public TrainObserver {
     m->set_gpu_power_watts(g.power_watts);
     // /proc/self/status at most once per second, as NVML above.
     const auto now = std::chrono::steady_clock::now();
-    if (host_peak_ < 0 || now - host_peak_at_ >= std::chrono::seconds(1)) {
-      host_peak_ = ProcessPeakResidentBytes();
+    if (!host_peak_read_ || now - host_peak_at_ >= std::chrono::seconds(1)) {
+      host_peak_ = ProcessPeakResidentBytes();  // -1 where /proc cannot say
       host_peak_at_ = now;
+      host_peak_read_ = true;
     }
     m->set_host_memory_peak_bytes(host_peak_);
     m->set_time_unix_ms(NowUnixMs());
@@ -279,6 +280,7 @@ class RankObserver : public TrainObserver {
   GpuMetrics* gpu_;
   double host_peak_ = -1;  // the last /proc/self/status reading
   std::chrono::steady_clock::time_point host_peak_at_;
+  bool host_peak_read_ = false;  // read at least once (host_peak_ may stay -1)
 };
 
 // The comm probe job: one AllReduceSweep per size (so each row streams as soon
