@@ -23,9 +23,16 @@
 # dgca_bench.json torch_eager.json torch_compile.json torch_op_errors.json
 # torch.log); a summary table is printed last.
 #
+# Every step runs under `timeout`, within BUDGET_S seconds in all (default
+# 540, the device call's 600 s limit less the summary's time), most
+# important first (build, model check, dgca's main row, PyTorch eager and
+# compile, then the extra rows); each prints one "[run.sh] ..." status line,
+# so a call cut short still says how far it got, and intermediate files
+# live outside $OUT (never more than the 8 that come back).
+#
 # Environment: OUT (default: a new temp dir), BUILD_DIR (default
 # build-gpu), STEPS/WARMUP for the PyTorch runs (default 20/5), ARCH
-# (default 90), SKIP_TORCH=1 to run only the checks.
+# (default 90), SKIP_TORCH=1 to run only the checks, BUDGET_S.
 #
 # EMULATE=1: a dry run of this whole script on a machine without a GPU
 # (the development VM): builds the emulated programs (model/cuda/emu:
@@ -36,9 +43,32 @@
 # work before a GPU session spends its time on them.
 # Exit status: 1 if the build or dgca-model-check failed, else 0.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 OUT=${OUT:-$(mktemp -d)}
 mkdir -p "$OUT"
+W=$(mktemp -d)  # intermediate files: only the final 8 go under $OUT
+trap 'rm -rf "$W"' EXIT
+DEADLINE=$(( $(date +%s) + ${BUDGET_S:-540} ))
+exec 3>&1  # status lines go to the call's output even where a step's stdout is redirected
+# step NAME CAP CMD...: CMD under a timeout of CAP seconds or what is left
+# of the budget, whichever is less; one status line; CMD's exit status
+# (124 when it ran out of time, 125 when skipped for lack of time).
+step() {
+  local name=$1 cap=$2
+  shift 2
+  local left=$(( DEADLINE - $(date +%s) ))
+  local t=$(( cap < left ? cap : left ))
+  if [ "$t" -lt 10 ]; then
+    echo "[run.sh] $name: SKIPPED, ${left}s of the budget left" >&3
+    return 125
+  fi
+  local s0 rc
+  s0=$(date +%s)
+  timeout --kill-after=10 "$t" "$@"
+  rc=$?
+  echo "[run.sh] $name: exit $rc after $(( $(date +%s) - s0 ))s (limit ${t}s)$([ $rc = 124 ] && echo ', TIMED OUT')" >&3
+  return $rc
+}
 BUILD=${BUILD_DIR:-build-gpu}
 ARCH=${ARCH:-90}
 STEPS=${STEPS:-20}
@@ -58,7 +88,8 @@ if [ "$EMULATE" = 1 ]; then
   "$PY" -c 'import torch' 2>/dev/null || SKIP_TORCH=1
 else
   SFX=
-  CMAKE_CUDA="-DDGCA_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=$ARCH"
+  NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+  CMAKE_CUDA="-DDGCA_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=$ARCH -DCMAKE_CUDA_COMPILER=$NVCC"
   BENCH_ARGS="--preset bert-base --batch 128 --seq 128"
   TORCH_DEV=
   TORCH_ARGS="--preset bert-base --seq 128 --batch 128"
@@ -68,8 +99,11 @@ fi
 {
   date -u
   nvidia-smi 2>&1 | head -20
-  nvcc --version 2>&1 | tail -2
+  "${NVCC:-nvcc}" --version 2>&1 | tail -2
+  ls "$(dirname "${NVCC:-/usr/local/cuda/bin/nvcc}")"/../lib64/libcublasLt.so* 2>&1 | head -3
   cmake --version 2>&1 | head -1
+  ninja --version 2>&1 | sed 's/^/ninja /'
+  gcc --version 2>&1 | head -1
   "$PY" -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__, "cuda", torch.version.cuda)' 2>&1
   git log --oneline -1 2>/dev/null
 } > "$OUT/env.txt"
@@ -77,13 +111,16 @@ fi
 t0=$(date +%s)
 build_ok=1
 # shellcheck disable=SC2086  # CMAKE_CUDA is several flags
-cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDGCA_MODEL_ONLY=ON $CMAKE_CUDA \
+step cmake 120 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDGCA_MODEL_ONLY=ON $CMAKE_CUDA \
   > "$OUT/build.log" 2>&1 || build_ok=0
 targets="dgca-model-check$SFX dgca-bench$SFX dgca-train${SFX:+ dgca-train$SFX}"
-if [ $build_ok = 1 ] && ninja -C "$BUILD" -t targets all 2>/dev/null | grep -q "^cuda_ops_test$SFX:"; then
+# (The target list to a file first: grep -q closing the pipe early would fail it under pipefail.)
+if [ $build_ok = 1 ] && ninja -C "$BUILD" -t targets all > "$W/targets" 2>/dev/null &&
+   grep -q "^cuda_ops_test$SFX:" "$W/targets"; then
   targets="$targets cuda_ops_test$SFX"
 fi
-[ $build_ok = 1 ] && { ninja -C "$BUILD" -j "$JOBS" $targets >> "$OUT/build.log" 2>&1 || build_ok=0; }
+# shellcheck disable=SC2086
+[ $build_ok = 1 ] && { step build 360 ninja -C "$BUILD" -j "$JOBS" $targets >> "$OUT/build.log" 2>&1 || build_ok=0; }
 build_s=$(( $(date +%s) - t0 ))
 if [ $build_ok = 0 ]; then
   echo "BUILD FAILED after ${build_s}s; last lines of build.log:"
@@ -99,49 +136,53 @@ TOL_ARGS=
 if [ "${SKIP_TORCH:-0}" != 1 ]; then
   echo "== op-errors" > "$OUT/torch.log"
   # shellcheck disable=SC2086
-  "$PY" bench/gpu/torch_reference.py --mode op-errors $TORCH_DEV > "$OUT/torch_op_errors.json" 2>> "$OUT/torch.log"
+  step torch-op-errors 120 "$PY" bench/gpu/torch_reference.py --mode op-errors $TORCH_DEV \
+    > "$OUT/torch_op_errors.json" 2>> "$OUT/torch.log"
   grep -q '"errors"' "$OUT/torch_op_errors.json" && TOL_ARGS="--torch-errors $OUT/torch_op_errors.json"
 fi
 # shellcheck disable=SC2086
-"$BUILD/model/dgca-model-check$SFX" $TOL_ARGS > "$OUT/model_check.txt" 2>&1
+step dgca-model-check 150 "$BUILD/model/dgca-model-check$SFX" $TOL_ARGS > "$OUT/model_check.txt" 2>&1
 check_rc=$?
 tests_line="cuda_ops_test: not built (no GoogleTest on this machine)"
 if [ -x "$BUILD/model/cuda_ops_test$SFX" ]; then
   echo "==================== cuda_ops_test$SFX" >> "$OUT/model_check.txt"
-  "$BUILD/model/cuda_ops_test$SFX" > "$OUT/cuda_ops_test.out" 2>&1
-  tests_line="cuda_ops_test: rc=$? ($(grep -E '^\[ +(PASSED|FAILED|SKIPPED) +\] [0-9]+ test' "$OUT/cuda_ops_test.out" | tr '\n' ' '))"
-  cat "$OUT/cuda_ops_test.out" >> "$OUT/model_check.txt" && rm -f "$OUT/cuda_ops_test.out"
+  step cuda_ops_test 90 "$BUILD/model/cuda_ops_test$SFX" > "$W/cuda_ops_test.out" 2>&1
+  tests_line="cuda_ops_test: rc=$? ($(grep -E '^\[ +(PASSED|FAILED|SKIPPED) +\] [0-9]+ test' "$W/cuda_ops_test.out" | tr '\n' ' '))"
+  cat "$W/cuda_ops_test.out" >> "$OUT/model_check.txt"
 fi
-# dgca's own throughput rows (the same shape as the PyTorch runs below):
-# with CUDA graphs (the encoder segments replay, as in training), without
-# (data-parallel overlap, which keeps per-layer callbacks, runs so), and
-# with the GEMM attention instead of the fused kernels (which to keep as
-# the default is decided by this row); one JSON object per line.
+# dgca's own throughput rows (the same shape as the PyTorch runs): first
+# the main one, with CUDA graphs (the encoder segments replay, as in
+# training) and the step profile; one JSON object per line.
 # shellcheck disable=SC2086
-"$BUILD/model/dgca-bench$SFX" $BENCH_ARGS --precision bf16 --profile --json \
-  > "$OUT/dgca_bench.json" 2> "$OUT/dgca_bench.err"
+step dgca-bench 90 "$BUILD/model/dgca-bench$SFX" $BENCH_ARGS --precision bf16 --profile --json \
+  > "$OUT/dgca_bench.json" 2> "$W/dgca_bench.err"
 bench_rc=$?
+# The PyTorch peer, eager and torch.compile (its warm-up is the long part).
+if [ "${SKIP_TORCH:-0}" != 1 ]; then
+  for mode in eager compile; do
+    echo "== $mode" >> "$OUT/torch.log"
+    cap=90
+    [ $mode = compile ] && cap=240
+    # shellcheck disable=SC2086
+    step "torch-$mode" $cap "$PY" bench/gpu/torch_reference.py --mode $mode $TORCH_ARGS \
+      --steps "$STEPS" --warmup "$WARMUP" > "$OUT/torch_$mode.json" 2>> "$OUT/torch.log"
+  done
+fi
+# Then the extra rows: without CUDA graphs (data-parallel overlap, which
+# keeps per-layer callbacks, runs so), and with the GEMM attention instead
+# of the fused kernels (which to keep as the default is decided by this row).
 # shellcheck disable=SC2086
-"$BUILD/model/dgca-bench$SFX" $BENCH_ARGS --precision bf16 --no-cuda-graphs --json \
-  >> "$OUT/dgca_bench.json" 2>> "$OUT/dgca_bench.err" || bench_rc=1
+step dgca-bench-no-graphs 60 "$BUILD/model/dgca-bench$SFX" $BENCH_ARGS --precision bf16 --no-cuda-graphs --json \
+  >> "$OUT/dgca_bench.json" 2>> "$W/dgca_bench.err" || bench_rc=1
 # shellcheck disable=SC2086
-"$BUILD/model/dgca-bench$SFX" $BENCH_ARGS --precision bf16 --gemm-attention --json \
-  >> "$OUT/dgca_bench.json" 2>> "$OUT/dgca_bench.err" || bench_rc=1
-# With dropout 0.1 on hidden states and probabilities (HF BERT's default,
-# a job spec's default): what fine-tuning really runs; beside PyTorch eager
-# with the same dropout below.
-# shellcheck disable=SC2086
-"$BUILD/model/dgca-bench$SFX" $BENCH_ARGS --precision bf16 --dropout 0.1 --json \
-  >> "$OUT/dgca_bench.json" 2>> "$OUT/dgca_bench.err" || bench_rc=1
+step dgca-bench-gemm-attention 60 "$BUILD/model/dgca-bench$SFX" $BENCH_ARGS --precision bf16 --gemm-attention \
+  --json >> "$OUT/dgca_bench.json" 2>> "$W/dgca_bench.err" || bench_rc=1
 # The attention kernels alone at that shape, fused against GEMM, forward and
-# backward (TFLOP/s say how far each is from the tensor cores). The JSON is
-# printed in the summary, then kept at the end of model_check.txt (at most 8
-# files come back).
+# backward (TFLOP/s say how far each is from the tensor cores). Printed in
+# the summary, then kept at the end of model_check.txt.
 # shellcheck disable=SC2086
-"$BUILD/model/dgca-bench$SFX" $BENCH_ARGS --precision bf16 --attention-only --json \
-  > "$OUT/attention.json" 2>> "$OUT/dgca_bench.err" || bench_rc=1
-{ echo "==================== dgca-bench stderr (rc=$bench_rc)"; cat "$OUT/dgca_bench.err"; } >> "$OUT/model_check.txt"
-rm -f "$OUT/dgca_bench.err"
+step dgca-bench-attention-only 45 "$BUILD/model/dgca-bench$SFX" $BENCH_ARGS --precision bf16 --attention-only \
+  --json > "$W/attention.json" 2>> "$W/dgca_bench.err" || bench_rc=1
 
 # The trainer on the GPU (model/cuda/cuda_train_device.h) against the CPU
 # trainer: same flags, seed and data, fp32 on both, 20 steps of the tiny
@@ -151,11 +192,12 @@ rm -f "$OUT/dgca_bench.err"
 trainer_line="trainer check: skipped (no data: run bench/gpu/stage_data.sh and carry .gpu-data)"
 for d in ../shared/data shared/data .gpu-data; do [ -f "$d/ecspell/train_law.txt" ] && DATA=$d && break; done
 if [ -n "${DATA:-}" ]; then
-  tw=$(mktemp -d)
+  tw="$W/trainer"
+  mkdir -p "$tw"
   for dev in cpu cuda; do
     bin="$BUILD/model/dgca-train"
     [ $dev = cuda ] && bin="$BUILD/model/dgca-train$SFX"
-    "$bin" --device $dev --precision fp32 --preset tiny --seq 64 --micro-batch 16 \
+    step "dgca-train-$dev" 60 "$bin" --device $dev --precision fp32 --preset tiny --seq 64 --micro-batch 16 \
       --steps $TRAIN_STEPS --lr 1e-3 --train "$DATA/ecspell/train_law.txt" --vocab "$DATA/vocab/vocab.txt" \
       --json "$tw/$dev.json" > "$tw/$dev.log" 2>&1
     echo "dgca-train --device $dev exit $?" >> "$tw/summary"
@@ -177,25 +219,21 @@ PYEOF
 )
   { echo "==================== trainer check (dgca-train cpu vs cuda)"; cat "$tw/summary"; echo "$trainer_line";
     echo "--- cuda log"; tail -25 "$tw/cuda.log"; } >> "$OUT/model_check.txt"
-  rm -rf "$tw"
 fi
 
+# Last, with dropout 0.1 on hidden states and probabilities (HF BERT's
+# default, a job spec's default): what fine-tuning really runs, beside
+# PyTorch eager with the same dropout (not compile: its warm-up is long).
+# shellcheck disable=SC2086
+step dgca-bench-dropout 60 "$BUILD/model/dgca-bench$SFX" $BENCH_ARGS --precision bf16 --dropout 0.1 --json \
+  >> "$OUT/dgca_bench.json" 2>> "$W/dgca_bench.err" || bench_rc=1
 if [ "${SKIP_TORCH:-0}" != 1 ]; then
-  for mode in eager compile; do
-    echo "== $mode" >> "$OUT/torch.log"
-    # shellcheck disable=SC2086
-    "$PY" bench/gpu/torch_reference.py --mode $mode $TORCH_ARGS \
-      --steps "$STEPS" --warmup "$WARMUP" > "$OUT/torch_$mode.json" 2>> "$OUT/torch.log"
-  done
-  # The dropout row's peer (eager only: compile's warm-up is the long part
-  # of the call). Under tmp/: at most 8 files come back; it is appended to
-  # torch.log after the summary.
-  mkdir -p "$OUT/tmp"
   echo "== eager --dropout 0.1" >> "$OUT/torch.log"
   # shellcheck disable=SC2086
-  "$PY" bench/gpu/torch_reference.py --mode eager --dropout 0.1 $TORCH_ARGS \
-    --steps "$STEPS" --warmup "$WARMUP" > "$OUT/tmp/torch_eager_dropout.json" 2>> "$OUT/torch.log"
+  step torch-eager-dropout 90 "$PY" bench/gpu/torch_reference.py --mode eager --dropout 0.1 $TORCH_ARGS \
+    --steps "$STEPS" --warmup "$WARMUP" > "$W/torch_eager_dropout.json" 2>> "$OUT/torch.log"
 fi
+{ echo "==================== dgca-bench stderr (rc=$bench_rc)"; cat "$W/dgca_bench.err"; } >> "$OUT/model_check.txt"
 
 echo "==================== summary (files under $OUT)"
 if [ "$EMULATE" = 1 ]; then
@@ -208,9 +246,9 @@ echo "dgca-model-check exit: $check_rc (0 pass, 1 fail, 2 no GPU)"
 echo "$tests_line"
 echo "$trainer_line"
 # The table (PyTorch rows say why they are missing when SKIP_TORCH is set).
-"$PY" - "$OUT" <<'PYEOF'
+"$PY" - "$OUT" "$W" <<'PYEOF'
 import json, sys, os
-out = sys.argv[1]
+out, work = sys.argv[1], sys.argv[2]
 print("| impl | samples/s | dgca / this | step s (median) | peak GiB | TFLOP/s | MFU |")
 print("|---|---|---|---|---|---|---|")
 dgca_sps = None
@@ -266,7 +304,7 @@ for mode in ("eager", "compile"):
           f"{fmt(d['peak_memory_bytes'] and d['peak_memory_bytes'] / 2**30, '.2f')} | {d['achieved_tflops']:.1f} | "
           f"{fmt(d.get('mfu'), '.3f')} |")
 try:
-    d = json.load(open(os.path.join(out, "tmp", "torch_eager_dropout.json")))
+    d = json.load(open(os.path.join(work, "torch_eager_dropout.json")))
     if "samples_per_second" not in d:
         raise RuntimeError(d.get("error", "no samples_per_second"))
     ratio = f"{dgca_dropout[1] / d['samples_per_second']:.2f}" if dgca_dropout else "-"
@@ -330,7 +368,7 @@ try:
 except Exception as ex:  # noqa: BLE001
     print(f"2x PyTorch rule: failed to read model_check.txt: {ex}")
 try:
-    d = json.load(open(os.path.join(out, "attention.json")))
+    d = json.load(open(os.path.join(work, "attention.json")))
     if "rows" not in d:
         raise RuntimeError(d.get("error", "no rows"))
     print(f"attention alone (dgca-bench --attention-only: {d['precision']}, batch {d['batch']}, seq {d['seq']}, "
@@ -357,10 +395,8 @@ try:
 except Exception as ex:  # noqa: BLE001
     print(f"attention bench: failed: {ex}")
 PYEOF
-{ echo "==================== dgca-bench --attention-only"; cat "$OUT/attention.json"; } >> "$OUT/model_check.txt" 2>/dev/null
-rm -f "$OUT/attention.json"
-{ echo "== eager --dropout 0.1 result"; cat "$OUT/tmp/torch_eager_dropout.json"; } >> "$OUT/torch.log" 2>/dev/null
-rm -rf "$OUT/tmp"
+{ echo "==================== dgca-bench --attention-only"; cat "$W/attention.json"; } >> "$OUT/model_check.txt" 2>/dev/null
+{ echo "== eager --dropout 0.1 result"; cat "$W/torch_eager_dropout.json"; } >> "$OUT/torch.log" 2>/dev/null
 echo "dgca-bench exit: $bench_rc (0 ok, 1 fail, 2 no GPU): $(head -c 1500 "$OUT/dgca_bench.json")"
 [ $check_rc = 0 ] || exit 1
 exit 0

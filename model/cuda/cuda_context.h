@@ -108,14 +108,19 @@ class DeviceArray {
     n_ = n;
     return OkStatus();
   }
-  // Allocates host.size() elements and copies them in (synchronous).
+  // Allocates host.size() elements and copies them in; the data is on the
+  // device when it returns. (cudaMemcpy from pageable memory returns once
+  // the bytes are staged, the DMA possibly still pending on the legacy
+  // stream, which a non-blocking stream does not wait for: hence the sync.)
   Status Upload(const std::vector<T>& host) {
     if (host.size() != n_) {
       Status s = Allocate(host.size());
       if (!s.ok()) return s;
     }
     if (n_ == 0) return OkStatus();
-    return CudaStatus(cudaMemcpy(ptr_, host.data(), n_ * sizeof(T), cudaMemcpyHostToDevice), "cudaMemcpy H2D");
+    Status s = CudaStatus(cudaMemcpy(ptr_, host.data(), n_ * sizeof(T), cudaMemcpyHostToDevice), "cudaMemcpy H2D");
+    if (!s.ok()) return s;
+    return CudaStatus(cudaStreamSynchronize(cudaStreamLegacy), "cudaStreamSynchronize after H2D");
   }
   Status Download(std::vector<T>* host) const {
     host->resize(n_);

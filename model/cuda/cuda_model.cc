@@ -261,7 +261,7 @@ class CudaDgcaModelImpl final : public CudaDgcaModel {
     DGCA_RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(v_.get(), 0, sizeof(float) * n, stream()),
                                     "cudaMemsetAsync adam v"));
     DGCA_RETURN_IF_ERROR(found_inf_.Allocate(1));
-    return norm_sq_.Allocate(1);
+    return norm_sq_.Allocate(1 + kSumSquaresMaxBlocks);  // the norm, then SumSquares' partials
   }
   float* adam_m() override { return m_.get(); }
   float* adam_v() override { return v_.get(); }
@@ -318,7 +318,7 @@ class CudaDgcaModelImpl final : public CudaDgcaModel {
     }
     DGCA_RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(norm_sq_.get(), 0, sizeof(double), stream()),
                                     "cudaMemsetAsync norm"));
-    DGCA_RETURN_IF_ERROR(SumSquares(stream(), norm_sq_.get(), dp_->grad(), n));
+    DGCA_RETURN_IF_ERROR(SumSquares(stream(), norm_sq_.get(), dp_->grad(), n, norm_sq_.get() + 1));
     DGCA_RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(&out.squared_norm, norm_sq_.get(), sizeof(double),
                                                     cudaMemcpyDeviceToHost, stream()),
                                     "cudaMemcpyAsync norm"));
@@ -751,7 +751,7 @@ class CudaDgcaModelImpl final : public CudaDgcaModel {
   // AdamW state (fp32, flat like the params).
   DeviceArray<float> m_, v_;
   int64_t step_ = 0;
-  DeviceArray<double> norm_sq_;  // UnscaleAndSquaredNorm's norm accumulator
+  DeviceArray<double> norm_sq_;  // UnscaleAndSquaredNorm's norm accumulator, then SumSquares' partials
   DeviceArray<int32_t> found_inf_;  // UnscaleAndSquaredNorm's overflow flag
   StepProfiler* profiler_ = nullptr;
   std::unique_ptr<GraphCache> graphs_;  // null: no CUDA graphs

@@ -7,6 +7,7 @@
 
 #include <cctype>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <set>
@@ -283,6 +284,34 @@ TEST(OpCheckTest, PeerErrorsSetTolerancesByLongestOpPrefix) {
   EXPECT_NE(bad.status().message().find("errors.bf16.x"), std::string::npos) << bad.status().ToString();
   EXPECT_FALSE(ParsePeerErrors("{}", "op_errors.json").ok());
 }
+
+#if defined(DGCA_CUDA_EMULATOR)
+// Real cuBLASLt says "no algorithm for this shape" as NOT_SUPPORTED, from its
+// heuristic or from cublasLtMatmul itself; the emulator answers so when told
+// (DGCA_EMU_CUBLASLT_REFUSE). Every GEMM check still matches the CPU
+// reference, through FallbackGemm, and every plan is counted as fallen back.
+TEST(GemmRunnerTest, NotSupportedFromCublasLtFallsBackToTheTiledKernel) {
+  for (const char* where : {"heuristic", "matmul"}) {
+    SCOPED_TRACE(where);
+    auto ctx = CudaContext::Create(0);
+    ASSERT_TRUE(ctx.ok()) << ctx.status().ToString();
+    GemmRunner gemm(ctx->get());
+    ASSERT_EQ(setenv("DGCA_EMU_CUBLASLT_REFUSE", where, 1), 0);
+    int checks = 0;
+    for (const OpCheck& check : AllOpChecks()) {
+      if (check.name.rfind("gemm", 0) != 0) continue;
+      const uint64_t seed = check_test::CheckSeed();
+      std::mt19937_64 rng(seed);
+      check_test::ExpectCheckPasses(check, **ctx, &gemm, &rng, seed);
+      ++checks;
+    }
+    unsetenv("DGCA_EMU_CUBLASLT_REFUSE");
+    EXPECT_GE(checks, 10);
+    EXPECT_GT(gemm.cached_plans(), 0u);
+    EXPECT_EQ(gemm.fallback_plans(), gemm.cached_plans());
+  }
+}
+#endif
 
 class CudaOpTest : public ::testing::TestWithParam<size_t> {};
 

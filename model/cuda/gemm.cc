@@ -119,19 +119,31 @@ StatusOr<GemmRunner::Plan*> GemmRunner::GetPlan(const GemmArgs& g, const Key& ke
                     CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
     if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatmulPreferenceSetAttribute(pref, attr, &al, sizeof(al));
   }
-  cublasLtMatmulHeuristicResult_t result = {};
+  // A few candidates: the first whose state is SUCCESS is used. No
+  // algorithm at all is reported either as 0 results or as NOT_SUPPORTED
+  // (real cuBLASLt does the latter, e.g. for operands it cannot align; so
+  // does PyTorch's check): both fall back.
+  constexpr int kCandidates = 4;
+  cublasLtMatmulHeuristicResult_t results[kCandidates] = {};
   int returned = 0;
   if (st == CUBLAS_STATUS_SUCCESS) {
-    st = cublasLtMatmulAlgoGetHeuristic(ctx_->lt(), plan->op, plan->a, plan->b, plan->c, plan->c, pref, 1,
-                                        &result, &returned);
+    st = cublasLtMatmulAlgoGetHeuristic(ctx_->lt(), plan->op, plan->a, plan->b, plan->c, plan->c, pref,
+                                        kCandidates, results, &returned);
   }
   cublasLtMatmulPreferenceDestroy(pref);
-  DGCA_RETURN_IF_ERROR(CublasStatus(st, "cublasLtMatmulAlgoGetHeuristic"));
-  if (returned == 0) {
+  if (st == CUBLAS_STATUS_NOT_SUPPORTED) {
+    returned = 0;
+  } else {
+    DGCA_RETURN_IF_ERROR(CublasStatus(st, "cublasLtMatmulAlgoGetHeuristic"));
+  }
+  const cublasLtMatmulHeuristicResult_t* chosen = nullptr;
+  for (int i = 0; i < returned && chosen == nullptr; ++i)
+    if (results[i].state == CUBLAS_STATUS_SUCCESS) chosen = &results[i];
+  if (chosen == nullptr) {
     plan->fallback = true;  // correct but slow; counted for the benchmark's report
     ++fallback_plans_;
   } else {
-    plan->algo = result.algo;
+    plan->algo = chosen->algo;
   }
   Plan* p = plan.get();
   plans_.emplace(key, std::move(plan));
@@ -170,25 +182,32 @@ Status GemmRunner::Run(const GemmArgs& g) {
                 g.lda, g.ldb, g.ldc, g.batch, g.stride_a, g.stride_b, g.stride_c, g.bias != nullptr, al};
   DGCA_ASSIGN_OR_RETURN(Plan * plan, GetPlan(g, key, al));
   if (profiler_ != nullptr) DGCA_RETURN_IF_ERROR(profiler_->BeginGemm());
-  Status s = Enqueue(g, *plan);
+  Status s = Enqueue(g, plan);
   if (profiler_ != nullptr && s.ok()) s = profiler_->EndGemm();
   return s;
 }
 
 // The plan's GEMM on the context's stream (the bias pointer is set per call:
 // the cached descriptor outlives the arrays of any one call).
-Status GemmRunner::Enqueue(const GemmArgs& g, const Plan& plan) {
-  if (plan.fallback) return FallbackGemm(ctx_->stream(), g);
+Status GemmRunner::Enqueue(const GemmArgs& g, Plan* plan) {
+  if (plan->fallback) return FallbackGemm(ctx_->stream(), g);
   if (g.bias != nullptr) {
     DGCA_RETURN_IF_ERROR(CublasStatus(
-        cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof(g.bias)),
+        cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof(g.bias)),
         "BIAS_POINTER"));
   }
   const void* c_in = g.C_in != nullptr ? g.C_in : g.C;
-  return CublasStatus(cublasLtMatmul(ctx_->lt(), plan.op, &g.alpha, g.B, plan.a, g.A, plan.b, &g.beta, c_in,
-                                     plan.c, g.C, plan.c, &plan.algo, ctx_->workspace(),
-                                     ctx_->workspace_bytes(), ctx_->stream()),
-                      "cublasLtMatmul");
+  const cublasStatus_t st =
+      cublasLtMatmul(ctx_->lt(), plan->op, &g.alpha, g.B, plan->a, g.A, plan->b, &g.beta, c_in, plan->c, g.C,
+                     plan->c, &plan->algo, ctx_->workspace(), ctx_->workspace_bytes(), ctx_->stream());
+  if (st == CUBLAS_STATUS_NOT_SUPPORTED) {
+    // The heuristic's algorithm refused the call (nothing was enqueued):
+    // this shape falls back from now on, counted like a heuristic miss.
+    plan->fallback = true;
+    ++fallback_plans_;
+    return FallbackGemm(ctx_->stream(), g);
+  }
+  return CublasStatus(st, "cublasLtMatmul");
 }
 
 }  // namespace cuda

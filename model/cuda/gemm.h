@@ -71,9 +71,11 @@ class GemmRunner {
   GemmRunner& operator=(const GemmRunner&) = delete;
 
   // Enqueues the GEMM on the context's stream. INVALID_ARGUMENT for bad
-  // shapes/types; INTERNAL when cuBLASLt fails. When cuBLASLt's heuristic
-  // has no algorithm for a shape (say bf16 operands only 2-byte aligned),
-  // the plan falls back to FallbackGemm (correct, slow) and counts it.
+  // shapes/types; INTERNAL when cuBLASLt fails. When cuBLASLt has no
+  // algorithm for a shape (say bf16 operands only 2-byte aligned): its
+  // heuristic returns none or NOT_SUPPORTED, or cublasLtMatmul refuses with
+  // NOT_SUPPORTED; the plan then falls back to FallbackGemm (correct, slow)
+  // and counts it.
   Status Run(const GemmArgs& a);
 
   // Number of cached plans (for tests), and how many of them fell back.
@@ -90,7 +92,7 @@ class GemmRunner {
   using Key = std::tuple<int, int, int, int, int, int, int, int64_t, int64_t, int64_t, int,
                          int64_t, int64_t, int64_t, bool, int>;
   StatusOr<Plan*> GetPlan(const GemmArgs& a, const Key& key, int alignment);
-  Status Enqueue(const GemmArgs& a, const Plan& plan);
+  Status Enqueue(const GemmArgs& a, Plan* plan);
 
   const CudaContext* ctx_;
   std::map<Key, std::unique_ptr<Plan>> plans_;

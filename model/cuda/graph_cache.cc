@@ -31,10 +31,14 @@ Status GraphCache::Capture(Entry* e, const std::function<Status()>& enqueue) {
   Status s = enqueue();
   cudaGraph_t graph = nullptr;
   const cudaError_t end = cudaStreamEndCapture(stream_, &graph);
-  if (!s.ok()) {  // the work itself failed: as without a graph
+  if (!s.ok() && end == cudaSuccess) {  // the work itself failed: as without a graph
     if (graph != nullptr) cudaGraphDestroy(graph);
     return s;
   }
+  // A capture CUDA invalidated (something in the work, say inside a
+  // library, is not capturable) makes the launches after it fail too: not
+  // the work's failure, so it is rerun eagerly below like any capture CUDA
+  // rejects (a real failure then shows there).
   cudaGraphExec_t exec = nullptr;
   if (end != cudaSuccess || cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess) {
     // CUDA would not take it as a graph: nothing ran, so run it now, and

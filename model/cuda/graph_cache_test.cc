@@ -63,6 +63,53 @@ TEST(GraphCacheTest, CapturesOnSecondSightReplaysAndRecapturesAfterEviction) {
   ASSERT_EQ(cudaStreamDestroy(stream), cudaSuccess);
 }
 
+// Work that CUDA cannot capture (here a stream synchronize, as a library
+// might do inside) invalidates the capture, and the launches after it fail
+// with cudaErrorStreamCaptureInvalidated: the cache reruns the work eagerly
+// and never tries that key again, instead of returning the error.
+TEST(GraphCacheTest, AnInvalidatedCaptureRunsEagerlyInstead) {
+  std::string why;
+  if (!check_test::HaveDevice(&why)) GTEST_SKIP() << "needs a CUDA device: " << why;
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  DeviceArray<uint8_t> buf;
+  ASSERT_TRUE(buf.Allocate(64).ok());
+  int enqueued = 0;
+  auto run = [&](GraphCache* cache, int v) {
+    return cache->Run({v}, [&] {
+      ++enqueued;
+      (void)cudaStreamSynchronize(stream);  // illegal while capturing: invalidates it
+      return CudaStatus(cudaMemsetAsync(buf.get(), v, 64, stream), "cudaMemsetAsync");
+    });
+  };
+  // Zero() is a legacy-stream cudaMemset, which the non-blocking stream
+  // does not wait for: synchronize before the next run.
+  auto zero = [&] { return buf.Zero().ok() && cudaDeviceSynchronize() == cudaSuccess; };
+  auto first_byte = [&]() -> int {
+    std::vector<uint8_t> h;
+    if (cudaStreamSynchronize(stream) != cudaSuccess || !buf.Download(&h).ok()) return -1;
+    return h[0];
+  };
+  {
+    GraphCache cache(stream, /*capacity=*/4);
+    ASSERT_TRUE(run(&cache, 3).ok());  // eager
+    EXPECT_EQ(first_byte(), 3);
+    ASSERT_TRUE(zero());
+    Status s = run(&cache, 3);  // the capture fails; run eagerly
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    EXPECT_EQ(first_byte(), 3);
+    ASSERT_TRUE(zero());
+    ASSERT_TRUE(run(&cache, 3).ok());  // never captured again: eager
+    EXPECT_EQ(first_byte(), 3);
+    EXPECT_EQ(enqueued, 4);  // eager, the failed capture, its eager rerun, eager
+    EXPECT_EQ(cache.stats().capture_failures, 1);
+    EXPECT_EQ(cache.stats().captured, 0);
+    EXPECT_EQ(cache.stats().eager, 3);
+  }
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);  // no error left behind for the next launch check
+  ASSERT_EQ(cudaStreamDestroy(stream), cudaSuccess);
+}
+
 }  // namespace
 }  // namespace cuda
 }  // namespace dgca

@@ -294,14 +294,31 @@ __global__ void AdamWKernel(float* param, float* m, float* v, const float* grad,
   }
 }
 
-__global__ void SumSquaresKernel(double* out, const float* x, int64_t n) {
+// Each block's sum of squares into partials[blockIdx.x]; SumPartialsKernel
+// adds them in a fixed order (no atomics: the same gradients give the same
+// norm bit for bit, which deterministic mode promises).
+__global__ void SumSquaresKernel(double* partials, const float* x, int64_t n) {
   __shared__ float sh[32];
   float acc = 0.0f;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     acc += x[i] * x[i];
   }
   acc = BlockReduce<false>(acc, sh);
-  if (threadIdx.x == 0) atomicAdd(out, double(acc));
+  if (threadIdx.x == 0) partials[blockIdx.x] = double(acc);
+}
+
+// One block of kSumSquaresMaxBlocks threads: a fixed tree over `count`
+// partials, *out += their sum.
+__global__ void __launch_bounds__(kSumSquaresMaxBlocks) SumPartialsKernel(double* out, const double* partials,
+                                                                          int count) {
+  __shared__ double sh[kSumSquaresMaxBlocks];
+  const int t = threadIdx.x;
+  sh[t] = t < count ? partials[t] : 0.0;
+  for (int stride = kSumSquaresMaxBlocks / 2; stride > 0; stride >>= 1) {
+    __syncthreads();
+    if (t < stride) sh[t] += sh[t + stride];
+  }
+  if (t == 0) *out += sh[0];
 }
 
 __global__ void UnscaleCheckKernel(float* grad, int64_t n, float s, int32_t* found_inf) {
@@ -526,15 +543,17 @@ Status AdamW(cudaStream_t stream, float* param, float* m, float* v, const float*
   return Launched("AdamW");
 }
 
-Status SumSquares(cudaStream_t stream, double* out, const float* x, int64_t n) {
+Status SumSquares(cudaStream_t stream, double* out, const float* x, int64_t n, double* partials) {
   if (n <= 0) return OkStatus();
-  // One block per 1024 elements, at most 1024 blocks; each thread's fp32
-  // partial covers n / (blocks x 256) elements (about 400 for bert-base's
-  // 110M parameters), and the block sums meet in double.
+  // One block per 1024 elements, at most kSumSquaresMaxBlocks blocks; each
+  // thread's fp32 partial covers n / (blocks x 256) elements (about 400 for
+  // bert-base's 110M parameters), and the block sums meet in double.
   const int64_t want = (n + 1023) / 1024;
-  const int blocks = static_cast<int>(want < 1024 ? want : 1024);
-  SumSquaresKernel<<<blocks, 256, 0, stream>>>(out, x, n);
-  return Launched("SumSquares");
+  const int blocks = static_cast<int>(want < kSumSquaresMaxBlocks ? want : kSumSquaresMaxBlocks);
+  SumSquaresKernel<<<blocks, 256, 0, stream>>>(partials, x, n);
+  DGCA_RETURN_IF_ERROR(Launched("SumSquares"));
+  SumPartialsKernel<<<1, kSumSquaresMaxBlocks, 0, stream>>>(out, partials, blocks);
+  return Launched("SumSquares partials");
 }
 
 Status UnscaleCheck(cudaStream_t stream, float* grad, int64_t n, float inv_scale, int32_t* found_inf) {

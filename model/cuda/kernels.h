@@ -117,10 +117,13 @@ Status AdamW(cudaStream_t stream, float* param, float* m, float* v, const float*
              H* half_out, int64_t n, float lr, float beta1, float beta2, float eps,
              float weight_decay, int64_t step, float grad_scale);
 
-// *out += sum of x[i]^2 over n floats (fp32 per-thread and per-block
-// partials, one double atomicAdd per block). For the global gradient norm:
-// zero *out first (cudaMemsetAsync). Order-dependent in the last bits.
-Status SumSquares(cudaStream_t stream, double* out, const float* x, int64_t n);
+// *out += sum of x[i]^2 over n floats: fp32 per-thread and per-block
+// partials, the block sums (into `partials`, kSumSquaresMaxBlocks doubles of
+// scratch) then added in double in a fixed order, so the result is the same
+// bit for bit on every run. For the global gradient norm: zero *out first
+// (cudaMemsetAsync).
+inline constexpr int kSumSquaresMaxBlocks = 1024;
+Status SumSquares(cudaStream_t stream, double* out, const float* x, int64_t n, double* partials);
 
 // fp16 dynamic loss scaling (the bookkeeping is model/train/loss_scaler.h):
 // grad *= inv_scale in place; *found_inf = 1 if any result is inf or NaN

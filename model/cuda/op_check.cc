@@ -691,8 +691,10 @@ Status CheckSumSquares(const CudaContext& ctx, GemmRunner*, Rng* rng, Rows* rows
   double want = 0;
   for (float xi : x) want += double(xi) * xi;
   DGCA_ASSIGN_OR_RETURN(Bytes dx, Up(DType::kF32, x));
-  DeviceArray<double> out;
+  DeviceArray<double> out, partials;
   DGCA_RETURN_IF_ERROR(out.Allocate(1));
+  DGCA_RETURN_IF_ERROR(partials.Allocate(kSumSquaresMaxBlocks));
+  DGCA_RETURN_IF_ERROR(partials.Poison());  // every block must write its partial
   const double poison = 1e30;  // SumSquares adds: the check zeroes first, as the trainer does
   DGCA_RETURN_IF_ERROR(CudaStatus(cudaMemcpy(out.get(), &poison, sizeof(double), cudaMemcpyHostToDevice),
                                   "cudaMemcpy poison"));
@@ -702,12 +704,24 @@ Status CheckSumSquares(const CudaContext& ctx, GemmRunner*, Rng* rng, Rows* rows
   // after the zeroing below (the CUDA emulator's lazy streams showed it).
   DGCA_RETURN_IF_ERROR(SyncDevice());
   DGCA_RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(out.get(), 0, sizeof(double), ctx.stream()), "cudaMemsetAsync"));
-  DGCA_RETURN_IF_ERROR(SumSquares(ctx.stream(), out.get(), F(dx), n));
+  DGCA_RETURN_IF_ERROR(SumSquares(ctx.stream(), out.get(), F(dx), n, partials.get()));
   DGCA_RETURN_IF_ERROR(ctx.Synchronize());
   double got = 0;
   DGCA_RETURN_IF_ERROR(CudaStatus(cudaMemcpy(&got, out.get(), sizeof(double), cudaMemcpyDeviceToHost),
                                   "cudaMemcpy result"));
   Add(rows, "sum_squares", DType::kF32, {static_cast<float>(got)}, {static_cast<float>(want)}, kF32Tol);
+  // Deterministic: the same input gives the same bits again (the block sums
+  // are added in a fixed order, not by atomics).
+  DGCA_RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(out.get(), 0, sizeof(double), ctx.stream()), "cudaMemsetAsync"));
+  DGCA_RETURN_IF_ERROR(SumSquares(ctx.stream(), out.get(), F(dx), n, partials.get()));
+  DGCA_RETURN_IF_ERROR(ctx.Synchronize());
+  double again = 0;
+  DGCA_RETURN_IF_ERROR(CudaStatus(cudaMemcpy(&again, out.get(), sizeof(double), cudaMemcpyDeviceToHost),
+                                  "cudaMemcpy result"));
+  if (std::memcmp(&got, &again, sizeof(double)) != 0) {
+    return InternalError("sum_squares is not deterministic: " + std::to_string(got) + " then " +
+                         std::to_string(again));
+  }
   return OkStatus();
 }
 

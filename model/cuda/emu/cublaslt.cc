@@ -15,6 +15,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -242,6 +243,14 @@ cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p
   }
 }
 
+// DGCA_EMU_CUBLASLT_REFUSE=heuristic|matmul: answer as real cuBLASLt does
+// for a shape it has no algorithm for (NOT_SUPPORTED from the heuristic, or
+// from cublasLtMatmul itself), so GemmRunner's fallback is tested.
+static bool Refuses(const char* where) {
+  const char* v = std::getenv("DGCA_EMU_CUBLASLT_REFUSE");
+  return v != nullptr && std::strcmp(v, where) == 0;
+}
+
 cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t a,
                                               cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c,
                                               cublasLtMatrixLayout_t d, cublasLtMatmulPreference_t pref, int requested,
@@ -251,6 +260,7 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDe
   const std::string bad = Validate(*D(op), *L(a), *L(b), *L(c), *L(d), &m, &n, &k);
   if (!bad.empty()) return Fail(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatmulAlgoGetHeuristic: " + bad);
   if (requested < 1) return Fail(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatmulAlgoGetHeuristic: requestedAlgoCount < 1");
+  if (Refuses("heuristic")) return CUBLAS_STATUS_NOT_SUPPORTED;
   std::memset(&results[0], 0, sizeof(results[0]));
   Algo algo{kAlgoMagic, {}};
   std::memcpy(algo.align, P(pref)->align, sizeof(algo.align));
@@ -273,6 +283,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t op, const v
   uint64_t m, n, k;
   const std::string bad = Validate(d, a, b, c, dl, &m, &n, &k);
   if (!bad.empty()) return Fail(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatmul: " + bad);
+  if (Refuses("matmul")) return CUBLAS_STATUS_NOT_SUPPORTED;  // nothing enqueued
   const float al = *static_cast<const float*>(alpha), be = *static_cast<const float*>(beta);
   // The operands read or written (C is not read when beta is 0), in
   // cuBLASLt's order (the algorithm's alignments are indexed so).

@@ -52,7 +52,10 @@
 // checks the real build's ptxas report instead), the memory model of concurrent
 // threads (a fiber runs until it blocks: races between __syncthreads are
 // only exposed by the scheduling order), real cuBLASLt algorithm
-// availability (its heuristic always returns one algorithm), NCCL's
+// availability (its heuristic always returns one algorithm, unless
+// DGCA_EMU_CUBLASLT_REFUSE=heuristic|matmul makes it, or cublasLtMatmul,
+// answer NOT_SUPPORTED as real cuBLASLt does for a shape it has no
+// algorithm for: GemmRunner's fallback is tested so), NCCL's
 // transports, algorithms and data types other than float.
 //
 // Built as the library dgca_model_cuda_emu from the same sources as

@@ -360,7 +360,9 @@ cudaError_t Copy(void* dst, const void* src, size_t count, cudaMemcpyKind kind, 
                                                       static_cast<const char*>(src) + count);
     return EnqueueOp(s, what, [dst, staged] { std::memcpy(dst, staged->data(), staged->size()); }, {});
   }
-  EnqueueOp(s, what, [dst, src, count] { std::memcpy(dst, src, count); }, {});
+  if (cudaError_t e = EnqueueOp(s, what, [dst, src, count] { std::memcpy(dst, src, count); }, {});
+      e != cudaSuccess)
+    return e;  // e.g. the capture was invalidated
   // Returns only once complete: to pageable host memory (both forms), any
   // host-host copy, and the synchronous form of copies to or from pinned
   // memory. Device-to-device and the async pinned forms stay queued.
@@ -385,8 +387,10 @@ cudaError_t Set(void* p, int value, size_t count, cudaStream_t stream, bool asyn
   if (cudaError_t e = CheckRange(p, count, pl, "destination", call); e != cudaSuccess) return e;
   if (!async)
     if (cudaError_t e = UnsafeDuringCapture(call); e != cudaSuccess) return e;
-  EnqueueOp(s, call + " of " + std::to_string(count) + " bytes", [p, value, count] { std::memset(p, value, count); },
-            {});
+  if (cudaError_t e = EnqueueOp(s, call + " of " + std::to_string(count) + " bytes",
+                                [p, value, count] { std::memset(p, value, count); }, {});
+      e != cudaSuccess)
+    return e;  // e.g. the capture was invalidated
   if (sp == Space::kPinned) ExecuteUntil(s, s->enqueued);
   return Result();
 }
