@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Fuzzes the readers of files and specs a user hands us, with libFuzzer,
 # AddressSanitizer and UndefinedBehaviorSanitizer (clang; not part of `make
-# test`: a fuzz run is open-ended). Each target runs SECONDS (default 60)
+# test`: a fuzz run is open-ended; `make test` replays each target over its
+# seeds and fixed mutations instead, tests/fuzz/replay_main.cc). Each target runs SECONDS (default 60)
 # from a seed corpus of real inputs (the repo's configs and golden files,
 # ../shared/data); a crash, a leak, a timeout or an out-of-memory input is
 # written to build-fuzz/artifacts/ and fails the script.

@@ -22,6 +22,8 @@
 #include <string>
 #include <vector>
 
+#include "model/core/mutate_bytes.h"  // MutateBytes, for the malformed-input tests
+
 namespace dgca {
 namespace testutil {
 
@@ -82,60 +84,6 @@ inline std::string ReadFile(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
-}
-
-// One to four seeded random edits of `s`, the kinds that break parsers of
-// binary and text files alike: a flipped bit, an "interesting" byte (0,
-// 0x7F, 0x80, 0xFF, a quote, a bracket, a tab, a newline), a 4- or 8-byte
-// little-endian integer overwritten with 0, -1, INT32_MAX or 2^62, the file
-// cut short, a chunk deleted or repeated, random bytes inserted. Used by the
-// malformed-input tests: whatever comes out, a reader must return a value or
-// an error naming the file, never crash.
-inline std::string MutateBytes(std::string s, std::mt19937_64* rng) {
-  auto pick = [&](size_t n) {
-    return n == 0 ? size_t{0} : std::uniform_int_distribution<size_t>(0, n - 1)(*rng);
-  };
-  static const char kInteresting[] = {0, 0x7f, '\x80', '\xff', '"', '[', ']', '{', '}',
-                                      ':', ',', '\t', '\n', ' ', '-', '9'};
-  const int edits = 1 + static_cast<int>(pick(4));
-  for (int e = 0; e < edits; ++e) {
-    switch (pick(8)) {
-      case 0:
-        if (!s.empty()) s[pick(s.size())] ^= static_cast<char>(1u << pick(8));
-        break;
-      case 1:
-        if (!s.empty()) s[pick(s.size())] = kInteresting[pick(sizeof(kInteresting))];
-        break;
-      case 2: {
-        const size_t width = pick(2) ? 4 : 8;
-        if (s.size() < width) break;
-        const uint64_t values[] = {0, ~uint64_t{0}, 0x7fffffffu, uint64_t{1} << 62};
-        const uint64_t v = values[pick(4)];
-        std::memcpy(&s[pick(s.size() - width + 1)], &v, width);  // little-endian hosts
-        break;
-      }
-      case 3:
-        s.resize(pick(s.size() + 1));
-        break;
-      case 4: {
-        const size_t at = pick(s.size() + 1);
-        s.erase(at, 1 + pick(64));
-        break;
-      }
-      case 5: {
-        const size_t at = pick(s.size() + 1);
-        s.insert(at, s.substr(at, 1 + pick(64)));
-        break;
-      }
-      default: {
-        std::string junk(1 + pick(8), '\0');
-        for (char& c : junk) c = static_cast<char>(pick(256));
-        s.insert(pick(s.size() + 1), junk);
-        break;
-      }
-    }
-  }
-  return s;
 }
 
 }  // namespace testutil
