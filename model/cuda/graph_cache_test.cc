@@ -17,13 +17,23 @@ namespace dgca {
 namespace cuda {
 namespace {
 
-TEST(GraphCacheTest, CapturesOnSecondSightReplaysAndRecapturesAfterEviction) {
-  std::string why;
-  if (!check_test::HaveDevice(&why)) GTEST_SKIP() << "needs a CUDA device: " << why;
+// Each test: a non-blocking stream (as CudaContext's) and a 64-byte buffer.
+class GraphCacheTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string why;
+    if (!check_test::HaveDevice(&why)) GTEST_SKIP() << "needs a CUDA device: " << why;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+    ASSERT_TRUE(buf.Allocate(64).ok());
+  }
+  void TearDown() override {
+    if (stream != nullptr) EXPECT_EQ(cudaStreamDestroy(stream), cudaSuccess);
+  }
   cudaStream_t stream = nullptr;
-  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
   DeviceArray<uint8_t> buf;
-  ASSERT_TRUE(buf.Allocate(64).ok());
+};
+
+TEST_F(GraphCacheTest, CapturesOnSecondSightReplaysAndRecapturesAfterEviction) {
   int enqueued = 0;  // how often the work itself was called (eager or captured)
   // Key {v}: fill the buffer with byte v.
   auto run = [&](GraphCache* cache, int v) {
@@ -60,20 +70,13 @@ TEST(GraphCacheTest, CapturesOnSecondSightReplaysAndRecapturesAfterEviction) {
     EXPECT_EQ(s.replayed, 1);
     EXPECT_EQ(s.capture_failures, 0);
   }
-  ASSERT_EQ(cudaStreamDestroy(stream), cudaSuccess);
 }
 
 // Work that CUDA cannot capture (here a stream synchronize, as a library
 // might do inside) invalidates the capture, and the launches after it fail
 // with cudaErrorStreamCaptureInvalidated: the cache reruns the work eagerly
 // and never tries that key again, instead of returning the error.
-TEST(GraphCacheTest, AnInvalidatedCaptureRunsEagerlyInstead) {
-  std::string why;
-  if (!check_test::HaveDevice(&why)) GTEST_SKIP() << "needs a CUDA device: " << why;
-  cudaStream_t stream = nullptr;
-  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
-  DeviceArray<uint8_t> buf;
-  ASSERT_TRUE(buf.Allocate(64).ok());
+TEST_F(GraphCacheTest, AnInvalidatedCaptureRunsEagerlyInstead) {
   int enqueued = 0;
   auto run = [&](GraphCache* cache, int v) {
     return cache->Run({v}, [&] {
@@ -107,7 +110,6 @@ TEST(GraphCacheTest, AnInvalidatedCaptureRunsEagerlyInstead) {
     EXPECT_EQ(cache.stats().eager, 3);
   }
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);  // no error left behind for the next launch check
-  ASSERT_EQ(cudaStreamDestroy(stream), cudaSuccess);
 }
 
 }  // namespace

@@ -703,21 +703,19 @@ Status CheckSumSquares(const CudaContext& ctx, GemmRunner*, Rng* rng, Rows* rows
   // not wait for the legacy stream: without this the poison could land
   // after the zeroing below (the CUDA emulator's lazy streams showed it).
   DGCA_RETURN_IF_ERROR(SyncDevice());
-  DGCA_RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(out.get(), 0, sizeof(double), ctx.stream()), "cudaMemsetAsync"));
-  DGCA_RETURN_IF_ERROR(SumSquares(ctx.stream(), out.get(), F(dx), n, partials.get()));
-  DGCA_RETURN_IF_ERROR(ctx.Synchronize());
-  double got = 0;
-  DGCA_RETURN_IF_ERROR(CudaStatus(cudaMemcpy(&got, out.get(), sizeof(double), cudaMemcpyDeviceToHost),
-                                  "cudaMemcpy result"));
+  // Zeroed on the stream, as the trainer does, then summed.
+  auto sum = [&](double* result) -> Status {
+    DGCA_RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(out.get(), 0, sizeof(double), ctx.stream()), "cudaMemsetAsync"));
+    DGCA_RETURN_IF_ERROR(SumSquares(ctx.stream(), out.get(), F(dx), n, partials.get()));
+    DGCA_RETURN_IF_ERROR(ctx.Synchronize());
+    return CudaStatus(cudaMemcpy(result, out.get(), sizeof(double), cudaMemcpyDeviceToHost), "cudaMemcpy result");
+  };
+  double got = 0, again = 0;
+  DGCA_RETURN_IF_ERROR(sum(&got));
   Add(rows, "sum_squares", DType::kF32, {static_cast<float>(got)}, {static_cast<float>(want)}, kF32Tol);
   // Deterministic: the same input gives the same bits again (the block sums
   // are added in a fixed order, not by atomics).
-  DGCA_RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(out.get(), 0, sizeof(double), ctx.stream()), "cudaMemsetAsync"));
-  DGCA_RETURN_IF_ERROR(SumSquares(ctx.stream(), out.get(), F(dx), n, partials.get()));
-  DGCA_RETURN_IF_ERROR(ctx.Synchronize());
-  double again = 0;
-  DGCA_RETURN_IF_ERROR(CudaStatus(cudaMemcpy(&again, out.get(), sizeof(double), cudaMemcpyDeviceToHost),
-                                  "cudaMemcpy result"));
+  DGCA_RETURN_IF_ERROR(sum(&again));
   if (std::memcmp(&got, &again, sizeof(double)) != 0) {
     return InternalError("sum_squares is not deterministic: " + std::to_string(got) + " then " +
                          std::to_string(again));
