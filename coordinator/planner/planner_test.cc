@@ -760,25 +760,28 @@ TEST(FormatPlan, TableEnvPredictionsWarnings) {
   EXPECT_TRUE(absl::StrContains(text, "Warnings:")) << text;
 }
 
-// The memory tests' starting point: one rank on an H100, the fused
+// PlannerMemory's starting point: one rank on an H100, the fused
 // attention, a global batch large enough that memory bounds the micro-batch,
 // planned without measurements: the memory model's activations per sample
 // (a) and fixed part (with the CUDA context).
-struct MemoryBaseline {
-  v1::Topology h100 = Fixture("nvlink-8-h100");
-  v1::JobSpec spec = DefaultJobSpec();
-  absl::StatusOr<v1::Plan> model = absl::UnknownError("not planned");
-  double a = 0, fixed = 0;
-  MemoryBaseline() {
+class PlannerMemory : public ::testing::Test {
+ protected:
+  void SetUp() override {
     spec.mutable_resources()->set_ranks(1);
     spec.mutable_resources()->set_device("cuda");
     spec.mutable_train()->set_global_batch(4096);
     spec.mutable_train()->set_attention("fused");  // "auto" predicts the GEMM version's memory
     model = MakePlan(spec, {h100}, PlannerMeasurements{});
-    if (!model.ok()) return;
+    ASSERT_TRUE(model.ok()) << model.status();
     a = model->predicted_activation_bytes_per_sample();
     fixed = model->predicted_memory_bytes() - model->micro_batch() * a;
+    ASSERT_GT(a, 0);
+    ASSERT_GT(fixed, 0);
   }
+  v1::Topology h100 = Fixture("nvlink-8-h100");
+  v1::JobSpec spec = DefaultJobSpec();
+  absl::StatusOr<v1::Plan> model = absl::UnknownError("not planned");
+  double a = 0, fixed = 0;
 };
 
 // An earlier job's peak memory: the plan's memory line goes through it. The
@@ -786,15 +789,7 @@ struct MemoryBaseline {
 // larger of the two per-sample figures when the point fits the budget (a
 // larger micro-batch is predicted high), the rest fixed; the reasons cite
 // the job.
-TEST(PlannerMemory, AnEarlierJobsPeakSetsTheMemoryLine) {
-  MemoryBaseline base;
-  ASSERT_TRUE(base.model.ok()) << base.model.status();
-  const v1::Topology& h100 = base.h100;
-  const v1::JobSpec& spec = base.spec;
-  const auto& model = base.model;
-  const double a = base.a, fixed = base.fixed;
-  ASSERT_GT(a, 0);
-  ASSERT_GT(fixed, 0);
+TEST_F(PlannerMemory, AnEarlierJobsPeakSetsTheMemoryLine) {
 
   // Held 4x the model's activations at micro-batch 8 (under the budget).
   PlannerMeasurements heavy;
@@ -842,12 +837,7 @@ TEST(PlannerMemory, AnEarlierJobsPeakSetsTheMemoryLine) {
 // predicts that version's memory, and the measured line still counts: the
 // GEMM prediction is the measured (fused) line plus the model's GEMM
 // probabilities, never the bare model (which would lose the measurement).
-TEST(PlannerMemory, AutoAttentionKeepsTheMeasuredLine) {
-  MemoryBaseline base;
-  ASSERT_TRUE(base.model.ok()) << base.model.status();
-  const double a = base.a, fixed = base.fixed;
-  const v1::Topology& h100 = base.h100;
-  v1::JobSpec spec = base.spec;
+TEST_F(PlannerMemory, AutoAttentionKeepsTheMeasuredLine) {
   spec.mutable_train()->set_attention("auto");
   auto model = MakePlan(spec, {h100}, PlannerMeasurements{});
   ASSERT_TRUE(model.ok()) << model.status();
@@ -880,14 +870,7 @@ TEST(PlannerMemory, AutoAttentionKeepsTheMeasuredLine) {
 // Two or more micro-batches measured: the slope is fitted (not the larger or
 // smaller of model and point), and the line lies on or above every point, so
 // no micro-batch that ran is predicted to need less than it held.
-TEST(PlannerMemory, TwoMicroBatchesFitTheSlope) {
-  MemoryBaseline base;
-  ASSERT_TRUE(base.model.ok()) << base.model.status();
-  const v1::Topology& h100 = base.h100;
-  const v1::JobSpec& spec = base.spec;
-  const auto& model = base.model;
-  const double a = base.a, fixed = base.fixed;
-  ASSERT_GT(a, 0);
+TEST_F(PlannerMemory, TwoMicroBatchesFitTheSlope) {
 
   // On a line: 3x the model's activations, 1 GiB more fixed memory. One
   // point alone (fits the budget) would keep the larger slope through it;
