@@ -187,5 +187,44 @@ TEST(CommMeasurementsTest, MemoryMeasurementsNewestPerKey) {
   EXPECT_EQ((*other)[0].job_id, "j-3");
 }
 
+// A failed job's peak (stored by coordinators before 2026-11-26) is dropped
+// when the database is opened: one that ran out of memory understates what
+// its micro-batch needs. Other jobs' peaks stay.
+TEST(CommMeasurementsTest, AFailedJobsStoredPeakIsForgottenOnOpen) {
+  const std::string dir = testutil::MakeTempDir("memory_failed_test");
+  ASSERT_FALSE(dir.empty());
+  const std::string db = dir + "/dgca.db";
+  std::string failed, done;
+  {
+    auto s = JobStore::Open(db);
+    ASSERT_TRUE(s.ok()) << s.status();
+    v1::JobSpec spec;
+    spec.set_name("m");
+    auto f = (*s)->CreateJob(spec, "name: m\n");
+    auto d = (*s)->CreateJob(spec, "name: m\n");
+    ASSERT_TRUE(f.ok() && d.ok());
+    failed = f->id();
+    done = d->id();
+    ASSERT_TRUE((*s)->SetState(failed, v1::FAILED, "rank 0 ran out of memory").ok());
+    ASSERT_TRUE((*s)->SetState(done, v1::SUCCEEDED, "done").ok());
+    for (const auto& [job, m] : {std::pair{failed, 64}, std::pair{done, 16}}) {
+      MemoryMeasurement x;
+      x.job_id = job;
+      x.key = "k";
+      x.micro_batch = m;
+      x.peak_bytes = 1e9;
+      x.time_unix_ms = 1000;
+      ASSERT_TRUE((*s)->AddMemoryMeasurement(x).ok());
+    }
+    ASSERT_EQ((*s)->MemoryMeasurements("k", 4)->size(), 2u);  // until the next open
+  }
+  auto s = JobStore::Open(db);
+  ASSERT_TRUE(s.ok()) << s.status();
+  auto m = (*s)->MemoryMeasurements("k", 4);
+  ASSERT_TRUE(m.ok()) << m.status();
+  ASSERT_EQ(m->size(), 1u);
+  EXPECT_EQ((*m)[0].job_id, done);
+}
+
 }  // namespace
 }  // namespace dgca

@@ -203,6 +203,14 @@ absl::Status JobStore::Init() {
     s = Exec(sql);
     if (!s.ok()) return s;
   }
+  // Coordinators before 2026-11-26 stored failed jobs' peaks too; one that
+  // ran out of memory understates what its micro-batch needs (Scheduler::
+  // CheckPlan no longer stores them). Idempotent.
+  const std::string forget_failed =
+      absl::StrCat("DELETE FROM memory_measurements WHERE job_id IN (SELECT id FROM jobs WHERE state = ",
+                   static_cast<int>(v1::FAILED), ")");
+  s = Exec(forget_failed.c_str());
+  if (!s.ok()) return s;
   Stmt q(db_, "SELECT value FROM meta WHERE key='schema_version'");
   if (!q.ok()) return Error("reading schema version");
   if (q.Step() == SQLITE_ROW) {

@@ -20,15 +20,22 @@
 #   DGCA_TRAIN=build/model/dgca-train-emu TORCH_DEVICE=cpu PRESET=tiny SEQ=64
 #   BATCH=8 STEPS=5 LR=1e-3 PYTHON=<venv python>   (dgca bf16 on the emulated
 #   GPU, PyTorch on the CPU)
+# Each step runs under a time limit within BUDGET_S (default 540 s, the
+# device call's 600 s less the table's time; bench/gpu/step.sh) and prints
+# one "[curve.sh] ..." status line.
 # Environment: OUT, BUILD_DIR (build-gpu), ARCH (90), PRESET (bert-base),
 # SEQ (128), BATCH (32), STEPS (300), LR (5e-5), DATA (../shared/data, or
 # .gpu-data: the device call does not send ../shared, so
 # bench/gpu/stage_data.sh copies the two files it needs into the ignored
 # .gpu-data/ and the call carries it: run with carry [".gpu-data"]).
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 OUT=${OUT:-$(mktemp -d)}
 mkdir -p "$OUT"
+DEADLINE=$(( $(date +%s) + ${BUDGET_S:-540} ))
+exec 3>&1
+# shellcheck source=bench/gpu/step.sh
+source bench/gpu/step.sh  # step NAME CAP CMD...
 BUILD=${BUILD_DIR:-build-gpu}
 ARCH=${ARCH:-90}
 PRESET=${PRESET:-bert-base}
@@ -58,32 +65,32 @@ if [ ! -x "$DGCA_TRAIN" ] && [ "$DGCA_TRAIN" != "$BUILD/model/dgca-train" ]; the
   exit 2
 fi
 if [ ! -x "$DGCA_TRAIN" ]; then
-  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDGCA_MODEL_ONLY=ON -DDGCA_WITH_CUDA=ON \
-    -DCMAKE_CUDA_ARCHITECTURES="$ARCH" > "$OUT/build.log" 2>&1 &&
-    ninja -C "$BUILD" -j "$(nproc)" dgca-train >> "$OUT/build.log" 2>&1 ||
+  NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+  { step cmake 120 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDGCA_MODEL_ONLY=ON \
+      -DDGCA_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$ARCH" -DCMAKE_CUDA_COMPILER="$NVCC" > "$OUT/build.log" 2>&1 &&
+    step build 300 ninja -C "$BUILD" -j "$(nproc)" dgca-train >> "$OUT/build.log" 2>&1; } ||
     { echo "BUILD FAILED"; tail -30 "$OUT/build.log"; exit 1; }
 fi
 
-step() { echo "== $*" | tee -a "$LOG"; }
-step "init ($PRESET)"
-"$PY" bench/gpu/loss_curve.py init --preset "$PRESET" --out "$W/init.safetensors" >> "$LOG" 2>&1 ||
+echo "== init ($PRESET)" >> "$LOG"
+step init 60 "$PY" bench/gpu/loss_curve.py init --preset "$PRESET" --out "$W/init.safetensors" >> "$LOG" 2>&1 ||
   { tail -20 "$LOG"; exit 1; }
-step "dgca-train $DEVICE $DGCA_PRECISION, $STEPS steps x $BATCH, seq $SEQ"
-"$DGCA_TRAIN" --device "$DEVICE" --precision "$DGCA_PRECISION" --preset "$PRESET" \
+echo "== dgca-train $DEVICE $DGCA_PRECISION, $STEPS steps x $BATCH, seq $SEQ" >> "$LOG"
+step dgca-train 200 "$DGCA_TRAIN" --device "$DEVICE" --precision "$DGCA_PRECISION" --preset "$PRESET" \
   --train "$DATA/ecspell/train_law.txt" --vocab "$DATA/vocab/vocab.txt" \
   --seq "$SEQ" --micro-batch "$BATCH" --steps "$STEPS" --lr "$LR" \
   --init-from "$W/init.safetensors" --dump-batches "$W/batches.bin" \
   --json "$OUT/dgca_curve.json" >> "$LOG" 2>&1
 dgca_rc=$?
-echo "dgca-train exit $dgca_rc" | tee -a "$LOG"
+echo "dgca-train exit $dgca_rc" >> "$LOG"
 for prec in bf16 fp32; do
-  step "torch $prec"
-  "$PY" bench/gpu/loss_curve.py train --preset "$PRESET" --init "$W/init.safetensors" \
+  echo "== torch $prec" >> "$LOG"
+  step "torch-$prec" 150 "$PY" bench/gpu/loss_curve.py train --preset "$PRESET" --init "$W/init.safetensors" \
     --batches "$W/batches.bin" --precision $prec --lr "$LR" --device "$TORCH_DEVICE" \
     --json "$OUT/torch_$prec.json" >> "$LOG" 2>&1 || echo "torch $prec failed" | tee -a "$LOG"
 done
-step "compare"
-"$PY" bench/gpu/loss_curve.py compare "$OUT/dgca_curve.json" "$OUT/torch_bf16.json" \
+echo "== compare" >> "$LOG"
+step compare 30 "$PY" bench/gpu/loss_curve.py compare "$OUT/dgca_curve.json" "$OUT/torch_bf16.json" \
   "$OUT/torch_fp32.json" --out "$OUT/curve.md" 2>&1 | tee -a "$LOG"
 rm -rf "$W"
 [ $dgca_rc = 0 ] || { echo "dgca-train failed; last lines:"; grep -v '^step ' "$LOG" | tail -15; exit 1; }

@@ -50,25 +50,8 @@ W=$(mktemp -d)  # intermediate files: only the final 8 go under $OUT
 trap 'rm -rf "$W"' EXIT
 DEADLINE=$(( $(date +%s) + ${BUDGET_S:-540} ))
 exec 3>&1  # status lines go to the call's output even where a step's stdout is redirected
-# step NAME CAP CMD...: CMD under a timeout of CAP seconds or what is left
-# of the budget, whichever is less; one status line; CMD's exit status
-# (124 when it ran out of time, 125 when skipped for lack of time).
-step() {
-  local name=$1 cap=$2
-  shift 2
-  local left=$(( DEADLINE - $(date +%s) ))
-  local t=$(( cap < left ? cap : left ))
-  if [ "$t" -lt 10 ]; then
-    echo "[run.sh] $name: SKIPPED, ${left}s of the budget left" >&3
-    return 125
-  fi
-  local s0 rc
-  s0=$(date +%s)
-  timeout --kill-after=10 "$t" "$@"
-  rc=$?
-  echo "[run.sh] $name: exit $rc after $(( $(date +%s) - s0 ))s (limit ${t}s)$([ $rc = 124 ] && echo ', TIMED OUT')" >&3
-  return $rc
-}
+# shellcheck source=bench/gpu/step.sh
+source bench/gpu/step.sh  # step NAME CAP CMD...
 BUILD=${BUILD_DIR:-build-gpu}
 ARCH=${ARCH:-90}
 STEPS=${STEPS:-20}
@@ -135,8 +118,11 @@ fi
 TOL_ARGS=
 if [ "${SKIP_TORCH:-0}" != 1 ]; then
   echo "== op-errors" > "$OUT/torch.log"
+  # At most what leaves dgca-model-check (the pass/fail of the call) 200 s.
+  cap=$(( DEADLINE - $(date +%s) - 200 ))
+  [ $cap -gt 120 ] && cap=120
   # shellcheck disable=SC2086
-  step torch-op-errors 120 "$PY" bench/gpu/torch_reference.py --mode op-errors $TORCH_DEV \
+  step torch-op-errors $cap "$PY" bench/gpu/torch_reference.py --mode op-errors $TORCH_DEV \
     > "$OUT/torch_op_errors.json" 2>> "$OUT/torch.log"
   grep -q '"errors"' "$OUT/torch_op_errors.json" && TOL_ARGS="--torch-errors $OUT/torch_op_errors.json"
 fi
@@ -242,7 +228,7 @@ else
   echo "build: ${build_s}s, sm_$ARCH"
 fi
 cat "$OUT/model_check.txt"
-echo "dgca-model-check exit: $check_rc (0 pass, 1 fail, 2 no GPU)"
+echo "dgca-model-check exit: $check_rc (0 pass, 1 fail, 2 no GPU, 124 timed out, 125 skipped: no time left)"
 echo "$tests_line"
 echo "$trainer_line"
 # The table (PyTorch rows say why they are missing when SKIP_TORCH is set).
@@ -397,6 +383,6 @@ except Exception as ex:  # noqa: BLE001
 PYEOF
 { echo "==================== dgca-bench --attention-only"; cat "$W/attention.json"; } >> "$OUT/model_check.txt" 2>/dev/null
 { echo "== eager --dropout 0.1 result"; cat "$W/torch_eager_dropout.json"; } >> "$OUT/torch.log" 2>/dev/null
-echo "dgca-bench exit: $bench_rc (0 ok, 1 fail, 2 no GPU): $(head -c 1500 "$OUT/dgca_bench.json")"
+echo "dgca-bench exit: $bench_rc (main row: 0 ok, 1 fail, 2 no GPU, 124 timed out, 125 skipped; 1 if another row failed): $(head -c 1500 "$OUT/dgca_bench.json")"
 [ $check_rc = 0 ] || exit 1
 exit 0

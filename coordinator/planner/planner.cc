@@ -828,8 +828,8 @@ void Planner::Memory() {
   // sample when the point fits the budget (larger micro-batches are
   // predicted high), the smaller when it does not (smaller ones are
   // predicted high too); the rest is fixed. Two or more micro-batches
-  // measure the slope itself (least squares); the fixed part then puts the
-  // line on or above every point.
+  // measure the slope itself (least squares, never below the model's); the
+  // fixed part then puts the line on or above every point.
   std::string measured_why;
   std::vector<std::pair<int, double>> held;  // (micro-batch, bytes without the CUDA context)
   const double ctx = cuda_ ? kCudaContextBytes : 0;
@@ -844,8 +844,13 @@ void Planner::Memory() {
     mh /= held.size();
     double sxx = 0, sxy = 0;
     for (const auto& [m, h] : held) sxx += (m - mm) * (m - mm), sxy += (m - mm) * (h - mh);
+    // Never below the model's slope: points that mix runs (a rank of an
+    // "auto" plan may have kept the GEMM attention; the key files it under
+    // the fused kernels) or noise could fit a slope too low to extrapolate
+    // past the largest point, and the planner would pick a micro-batch that
+    // does not fit. A model that overestimates is only conservative.
     const double fitted = sxy / sxx;  // sxx > 0: two distinct micro-batches
-    const double slope = fitted > 0 ? fitted : modelled;
+    const double slope = std::max(fitted, modelled);
     double fixed = -std::numeric_limits<double>::infinity();
     for (const auto& [m, h] : held) fixed = std::max(fixed, h - slope * m);
     est.activations_per_sample = slope;
@@ -855,11 +860,11 @@ void Planner::Memory() {
         "fixed)",
         meas_.memory_source,
         absl::StrJoin(distinct, ", "),
-        fitted > 0 ? absl::StrCat(Bytes(fitted), " per sample (the memory model's ",
-                                  Bytes(modelled), ")")
-                   : absl::StrCat("the peaks do not grow with the micro-batch, so the memory "
-                                  "model's ",
-                                  Bytes(modelled), " per sample"));
+        fitted <= 0 ? absl::StrCat("the peaks do not grow with the micro-batch, so the memory "
+                                   "model's ",
+                                   Bytes(modelled), " per sample")
+                    : absl::StrCat(Bytes(slope), " per sample, the larger of the fitted ",
+                                   Bytes(fitted), " and the memory model's ", Bytes(modelled)));
   } else if (!held.empty()) {
     const auto [m1, h1] = held.front();
     const double measured = (h1 - est.total(0)) / m1;

@@ -94,8 +94,8 @@ struct PlannerMeasurements {
   // one point sets the fixed part, the slope the larger of the model's and
   // the measured excess per sample when the point fits the budget, the
   // smaller when not; two or more distinct micro-batches fit the slope
-  // (least squares) and put the line on or above every point. memory_source
-  // is cited.
+  // (least squares, never below the model's) and put the line on or above
+  // every point. memory_source is cited.
   std::vector<std::pair<int, double>> memory_points;
   std::string memory_source;
 };

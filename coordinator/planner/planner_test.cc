@@ -905,6 +905,22 @@ TEST_F(PlannerMemory, TwoMicroBatchesFitTheSlope) {
                         at0 + slope * 16 - line(16)}),
               0, 1e-6 * line(16));
 
+  // A fitted slope below the model's (here half of it: say one point's rank
+  // kept the GEMM attention under an "auto" plan, filed under the fused
+  // kernels): the model's slope, the line above both points, so a larger
+  // micro-batch is not predicted to need less than the model says.
+  auto low = [&](int m) { return fixed + extra + 0.5 * a * m; };
+  PlannerMeasurements shallow;
+  shallow.memory_points = {{4, low(4)}, {16, low(16)}};
+  auto sh = MakePlan(spec, {h100}, shallow);
+  ASSERT_TRUE(sh.ok()) << sh.status();
+  EXPECT_NEAR(sh->predicted_activation_bytes_per_sample(), a, 1e-6 * a);
+  const double sh0 = sh->predicted_memory_bytes() - a * sh->micro_batch();
+  EXPECT_NEAR(sh0 + 4 * a, low(4), 1e-6 * low(4));  // the steeper line touches the smaller point
+  EXPECT_GE(sh0 + 16 * a, low(16));
+  EXPECT_TRUE(absl::StrContains(Find(*sh, "predicted.memory_bytes").reason(), "the larger of the fitted"))
+      << Find(*sh, "predicted.memory_bytes").reason();
+
   // Peaks that shrink with the micro-batch (noise, an allocator returning
   // memory): no fitted slope; the memory model's, above both points.
   PlannerMeasurements flat;

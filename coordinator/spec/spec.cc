@@ -672,17 +672,27 @@ bool SecondDocument(const std::string& text, YAML::Mark* second, bool* stuck) {
   return true;
 }
 
-// Whether a line of `text` is a YAML document marker ("---" or "...", alone
-// or followed by a space): what a real second document starts with. A
-// second "document" without one is yaml-cpp's stuck state met later on.
+// Whether `text` has a YAML document marker line ("---" or "...", alone or
+// followed by a space) after its first document began: what a real second
+// document starts with. The first document's own leading "---" (after
+// blank, comment and directive lines) does not count. A second "document"
+// without one is yaml-cpp's stuck state met later on.
 bool HasDocumentMarker(const std::string& text) {
+  bool in_first = false;  // past the first document's start
   for (size_t at = 0; at < text.size();) {
     const size_t end = std::min(text.find('\n', at), text.size());
-    const std::string_view line(text.data() + at, end - at);
-    if ((line.substr(0, 3) == "---" || line.substr(0, 3) == "...") &&
-        (line.size() == 3 || line[3] == ' ' || line[3] == '\t' || line[3] == '\r'))
-      return true;
+    std::string_view line(text.data() + at, end - at);
     at = end + 1;
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    const bool marker = (line.substr(0, 3) == "---" || line.substr(0, 3) == "...") &&
+                        (line.size() == 3 || line[3] == ' ' || line[3] == '\t');
+    if (in_first) {
+      if (marker) return true;
+      continue;
+    }
+    const size_t first = line.find_first_not_of(" \t");
+    if (first == std::string_view::npos || line[first] == '#' || line[0] == '%') continue;
+    in_first = true;  // this line starts the first document (a leading "---" included)
   }
   return false;
 }

@@ -299,14 +299,24 @@ TEST(SpecParser, MoreThanOneDocumentIsNamedWhereTheSecondStarts) {
 // '---' or '...' line that is a syntax error where it stopped, not "more
 // than one document".
 TEST(SpecParser, AStuckParserAfterTheFirstDocumentIsASyntaxError) {
-  SpecParseResult r = Parse("{name: x}\n, b\n");
-  ASSERT_EQ(r.problems.size(), 1u);
-  EXPECT_EQ(r.problems[0].field(), "(syntax)");
-  EXPECT_EQ(r.problems[0].line(), 2);
-  EXPECT_EQ(r.problems[0].column(), 1);
-  EXPECT_NE(r.problems[0].message().find("the parser cannot read on from here"),
-            std::string::npos)
-      << r.problems[0].message();
+  // The same with the first document's own "---" (after a comment) first:
+  // that marker does not make it a second document.
+  for (const std::string text : {"{name: x}\n, b\n", "# a job\n---\n{name: x}\n, b\n"}) {
+    SCOPED_TRACE(text);
+    SpecParseResult r = Parse(text);
+    ASSERT_EQ(r.problems.size(), 1u);
+    EXPECT_EQ(r.problems[0].field(), "(syntax)");
+    EXPECT_EQ(r.problems[0].line(), text[0] == '#' ? 4 : 2);
+    EXPECT_EQ(r.problems[0].column(), 1);
+    EXPECT_NE(r.problems[0].message().find("the parser cannot read on from here"),
+              std::string::npos)
+        << r.problems[0].message();
+  }
+  // A leading "---" and a real second one: still two documents.
+  SpecParseResult two = Parse("---\nname: x\n---\nname: y\n");
+  ASSERT_EQ(two.problems.size(), 1u);
+  EXPECT_EQ(two.problems[0].line(), 3);
+  EXPECT_NE(two.problems[0].message().find("more than one YAML document"), std::string::npos);
 }
 
 TEST(SpecParser, NotAMapping) {

@@ -297,6 +297,9 @@ TEST(GemmRunnerTest, NotSupportedFromCublasLtFallsBackToTheTiledKernel) {
     ASSERT_TRUE(ctx.ok()) << ctx.status().ToString();
     GemmRunner gemm(ctx->get());
     ASSERT_EQ(setenv("DGCA_EMU_CUBLASLT_REFUSE", where, 1), 0);
+    struct Unset {  // also when an assertion returns early: later tests use cuBLASLt again
+      ~Unset() { unsetenv("DGCA_EMU_CUBLASLT_REFUSE"); }
+    } unset;
     int checks = 0;
     for (const OpCheck& check : AllOpChecks()) {
       if (check.name.rfind("gemm", 0) != 0) continue;
@@ -305,7 +308,6 @@ TEST(GemmRunnerTest, NotSupportedFromCublasLtFallsBackToTheTiledKernel) {
       check_test::ExpectCheckPasses(check, **ctx, &gemm, &rng, seed);
       ++checks;
     }
-    unsetenv("DGCA_EMU_CUBLASLT_REFUSE");
     EXPECT_GE(checks, 10);
     EXPECT_GT(gemm.cached_plans(), 0u);
     EXPECT_EQ(gemm.fallback_plans(), gemm.cached_plans());

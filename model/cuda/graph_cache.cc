@@ -38,7 +38,10 @@ Status GraphCache::Capture(Entry* e, const std::function<Status()>& enqueue) {
   // A capture CUDA invalidated (something in the work, say inside a
   // library, is not capturable) makes the launches after it fail too: not
   // the work's failure, so it is rerun eagerly below like any capture CUDA
-  // rejects (a real failure then shows there).
+  // rejects (a real failure then shows there). The work is then enqueued
+  // twice, so whatever host state it advances (a dropout seed's offset, a
+  // profiler mark) advances twice: keep such state out of the work, or
+  // accept that a failed capture's step differs from a captured one's.
   cudaGraphExec_t exec = nullptr;
   if (end != cudaSuccess || cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess) {
     // CUDA would not take it as a graph: nothing ran, so run it now, and

@@ -10,7 +10,8 @@
 //   NAME_fuzz_replay [--mutations N] [--seed S] [--max-len B] PATH...
 //
 // PATH: a file or a directory (its regular files, sorted); "@shared/REL" is
-// REL under $DGCA_SHARED_DATA (skipped, with a note, when absent). Each seed
+// REL under $DGCA_SHARED_DATA (skipped, with a note, when absent; exit 77,
+// ctest's skip, when no seed is left; exit 2 when no seed was given). Each seed
 // is cut to --max-len bytes (default 4096, as tools/fuzz.sh). An input that
 // crashes the target, or runs longer than 10 s, is written to
 // $TMPDIR/NAME-crash-PID.bin and named; the exit status is then non-zero
@@ -45,6 +46,7 @@ namespace {
 // The input being run, for the signal handler.
 const std::string* g_current = nullptr;
 char g_crash_path[512];
+int g_skipped_shared = 0;  // @shared/ seeds not found
 
 void WriteAll(int fd, const char* p, size_t n) {
   while (n > 0) {
@@ -92,6 +94,7 @@ bool AddSeeds(const std::string& arg, size_t max_len, std::vector<std::string>* 
   if (stat(path.c_str(), &st) != 0) {
     if (arg.rfind("@shared/", 0) == 0) {
       std::fprintf(stderr, "fuzz replay: %s not found: skipped (shared data absent)\n", path.c_str());
+      ++g_skipped_shared;
       return true;
     }
     std::fprintf(stderr, "fuzz replay: no such seed file or directory: %s\n", path.c_str());
@@ -149,7 +152,16 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (seeds.empty()) seeds.push_back("");  // no seeds: mutate the empty input
+  if (seeds.empty()) {
+    // Nothing to start from would mutate the empty input and pass having
+    // tested little: a skip when the shared data is absent, else an error.
+    if (g_skipped_shared > 0) {
+      std::printf("fuzz replay %s: SKIPPED, its seeds are in the shared data, which is absent\n", name.c_str());
+      return 77;  // ctest SKIP_RETURN_CODE
+    }
+    std::fprintf(stderr, "fuzz replay %s: no seed input (give files or non-empty directories)\n", name.c_str());
+    return 2;
+  }
   const char* tmp_env = std::getenv("TMPDIR");
   const std::string tmp = tmp_env != nullptr ? tmp_env : "/tmp";
   std::snprintf(g_crash_path, sizeof(g_crash_path), "%s/%s-crash-%d.bin", tmp.c_str(), name.c_str(),
@@ -162,10 +174,26 @@ int main(int argc, char** argv) {
     return 2;
   }
   setenv("TMPDIR", scratch.c_str(), 1);
-  for (int sig : {SIGSEGV, SIGABRT, SIGBUS, SIGFPE, SIGILL, SIGALRM}) signal(sig, OnFatal);
+  // The handler runs on a stack of its own: a stack overflow (deep
+  // recursion, the usual parser crash) still saves its input.
+  static char alt_stack[1 << 16];
+  stack_t ss{};
+  ss.ss_sp = alt_stack;
+  ss.ss_size = sizeof(alt_stack);
+  sigaltstack(&ss, nullptr);
+  struct sigaction sa {};
+  sa.sa_handler = OnFatal;
+  sa.sa_flags = SA_ONSTACK;
+  sigemptyset(&sa.sa_mask);
+  for (int sig : {SIGSEGV, SIGABRT, SIGBUS, SIGFPE, SIGILL, SIGALRM}) sigaction(sig, &sa, nullptr);
+#if defined(__SANITIZE_ADDRESS__)
+  // ASan has reserved terabytes of shadow already: a cap would fail every
+  // later mapping (tools/sanitize.sh; ASAN_OPTIONS=malloc_limit_mb caps it there).
+#else
   const rlim_t cap = rlim_t{4} << 30;
   rlimit as{cap, cap};
   setrlimit(RLIMIT_AS, &as);
+#endif
 
   const auto t0 = std::chrono::steady_clock::now();
   std::mt19937_64 rng(seed);
