@@ -950,7 +950,7 @@ void Scheduler::CheckPlan(JobRt* rt, v1::JobState final_state) {
     } else if (peak > 0 && rt->plan.micro_batch() > 0) {
       MemoryMeasurement mm;
       mm.job_id = rt->id;
-      mm.key = MemoryKey(rt->spec, rt->plan, NodeSetKey(*rt));
+      mm.key = MemoryKey(rt->spec, rt->plan, NodeSetKey(*rt), rt->attention_kernels);
       mm.micro_batch = rt->plan.micro_batch();
       mm.peak_bytes = peak;
       mm.time_unix_ms = m.time_unix_ms;
@@ -958,6 +958,8 @@ void Scheduler::CheckPlan(JobRt* rt, v1::JobState final_state) {
       if (ms.ok()) {
         absl::StrAppendFormat(&text, " and peak memory %s at micro-batch %d", FormatBytes(peak),
                               mm.micro_batch);
+        if (!rt->attention_kernels.empty())
+          absl::StrAppend(&text, " (", rt->attention_kernels, " attention)");
       } else {
         absl::StrAppend(&text, "; cannot store the memory measurement: ", ms.message());
       }
@@ -2091,6 +2093,7 @@ std::string Scheduler::IngestSample(const v1::MetricSample& s, const std::string
       }
       ++rt->step_samples_seen;
       rt->step_seconds_seen += m.step_seconds();
+      if (!m.attention_kernels().empty()) rt->attention_kernels = m.attention_kernels();
       if (!rt->live_checked && rt->planned && rt->spec.kind() != "comm_probe" &&
           LiveCheckDue(rt->step_samples.size(), rt->step_seconds_seen,
                        static_cast<int>(rt->ranks.size()))) {

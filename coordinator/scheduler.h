@@ -179,13 +179,18 @@ class Scheduler {
                              const std::string& node_set);
   // What a memory measurement depends on: StepKey and the attention kernels
   // (the GEMM version keeps [heads, L, L] probabilities per sample).
+  // `kept`: the kernels an "auto" plan's ranks reported running ("" when
+  // planning, or not reported).
   static std::string MemoryKey(const v1::JobSpec& spec, const v1::Plan& plan,
-                               const std::string& node_set) {
-    // "auto" keys as "fused": which one a plan says depends on its
-    // micro-batch, which this measurement changes (the fused kernels are the
-    // default of both; a rank that kept the GEMM version measured more).
-    return StepKey(spec, plan, node_set) + " attention=" +
-           (plan.attention() == "auto" ? std::string("fused") : plan.attention());
+                               const std::string& node_set, const std::string& kept = "") {
+    // "auto" keys as "fused" when planning: which one a plan says depends on
+    // its micro-batch, which this measurement changes (the fused kernels are
+    // the default of both). A finished "auto" job's peak is stored under the
+    // kernels its ranks ran, so a GEMM run's peak never reads as the fused
+    // kernels' (older ones unreported: "fused", on the safe side).
+    std::string attention = plan.attention();
+    if (attention == "auto") attention = kept.empty() ? "fused" : kept;
+    return StepKey(spec, plan, node_set) + " attention=" + attention;
   }
 
   void Start();  // the tick thread
@@ -319,6 +324,10 @@ class Scheduler {
     std::vector<StepSample> step_samples;
     size_t step_samples_seen = 0;
     double step_seconds_seen = 0;  // the step time of every one, summed
+    // What the ranks report running (StepMetrics.attention_kernels: "fused"
+    // or "gemm"; every rank takes rank 0's choice): an "auto" plan's peak
+    // memory is stored under the kernels that ran. "" = not reported.
+    std::string attention_kernels;
     LossCurve loss_curve;                  // Job.loss_curve
     v1::PlanCheck plan_check;
     bool live_checked = false;  // LiveCheck done for this job

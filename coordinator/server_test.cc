@@ -57,8 +57,10 @@ class FakeAgent {
  public:
   // `running`: ranks it registers with (as an agent that outlived a
   // coordinator restart); a stop of their job makes them exit too.
+  // `gpus`: H100s (80 GiB, sm_90) the node reports, for CUDA plans.
   FakeAgent(const std::string& address, const std::string& token, const std::string& node,
-            bool auto_exit_on_stop = true, const std::vector<v1::RunningRank>& running = {})
+            bool auto_exit_on_stop = true, const std::vector<v1::RunningRank>& running = {},
+            int gpus = 0)
       : node_(node), auto_exit_(auto_exit_on_stop) {
     stub_ = v1::AgentService::NewStub(MakeChannel(address));
     AddAuth(&ctx_, token);
@@ -77,6 +79,14 @@ class FakeAgent {
     m.mutable_register_()->mutable_topology()->set_hostname(node);
     m.mutable_register_()->mutable_topology()->set_cpu_count(8);
     m.mutable_register_()->mutable_topology()->set_memory_bytes(16ull << 30);
+    for (int i = 0; i < gpus; ++i) {
+      v1::Gpu* g = m.mutable_register_()->mutable_topology()->add_gpus();
+      g->set_index(i);
+      g->set_name("NVIDIA H100 80GB HBM3");
+      g->set_memory_bytes(80ull << 30);
+      g->set_compute_capability_major(9);
+      g->set_compute_capability_minor(0);
+    }
     Write(m);
     reader_ = std::thread([this] { Read(); });
   }
@@ -1422,7 +1432,8 @@ v1::GetAssignmentResponse Assignment(v1::RankService::Stub* rank, const std::str
 void StreamSteps(v1::RankService::Stub* rank, const std::string& token, const std::string& job,
                  int attempt, int ranks, int steps, double step_seconds,
                  double exposed_seconds = 0, double data_wait_seconds = 0,
-                 double host_memory_peak_bytes = -1) {
+                 double host_memory_peak_bytes = -1, double gpu_memory_used_bytes = -1,
+                 const std::string& attention_kernels = "") {
   grpc::ClientContext ctx;
   AddAuth(&ctx, token);
   v1::StreamMetricsResponse resp;
@@ -1439,6 +1450,8 @@ void StreamSteps(v1::RankService::Stub* rank, const std::string& token, const st
       m->set_exposed_comm_seconds(exposed_seconds);
       m->set_data_wait_seconds(data_wait_seconds);
       m->set_host_memory_peak_bytes(host_memory_peak_bytes);
+      m->set_gpu_memory_used_bytes(gpu_memory_used_bytes);
+      m->set_attention_kernels(attention_kernels);
       m->set_attempt(attempt);
       EXPECT_TRUE(w->Write(s));
     }
@@ -1695,6 +1708,46 @@ TEST_F(ServerTest, OnlyAJobThatDidNotFailTeachesThePlannerItsMemory) {
   const std::string why = plan_memory_reason();
   EXPECT_NE(why.find("job " + done + " held 286.1 MiB"), std::string::npos) << why;
   EXPECT_EQ(why.find(failed), std::string::npos) << why;
+}
+
+// train.attention auto on a GPU: the ranks report which kernels they kept.
+// A job whose ranks kept the GEMM attention stores its peak under "gemm", so
+// the next auto plan (whose memory line is the fused kernels') does not read
+// it as the fused kernels' peak; a plan with the GEMM attention set does.
+TEST_F(ServerTest, AnAutoJobsPeakIsFiledUnderTheAttentionItsRanksKept) {
+  StartServer();
+  FakeAgent agent(server_->address(), server_->token(), "n1", true, {}, /*gpus=*/1);
+  auto spec = [](const std::string& attention) {
+    return "name: g\ntrain: {steps: 10, global_batch: 64, precision: bf16, attention: " + attention +
+           "}\nresources: {ranks: 1, device: cuda}\n";
+  };
+  auto memory_reason = [&](const std::string& yaml) {
+    auto ctx = Ctx();
+    v1::PlanJobRequest req;
+    req.set_spec_yaml(yaml);
+    v1::PlanJobResponse resp;
+    EXPECT_TRUE(coord_->PlanJob(ctx.get(), req, &resp).ok());
+    for (const auto& d : resp.plan().decisions())
+      if (d.name() == "predicted.memory_bytes") return d.reason();
+    return std::string("(no predicted.memory_bytes decision)");
+  };
+  const std::string id = Submit(spec("auto"));
+  ASSERT_TRUE(WaitUntil([&] { return agent.Launches(id, 0).size() == 1; }));
+  ASSERT_EQ(Get(id).plan().attention(), "auto") << Get(id).plan().ShortDebugString();
+  StreamSteps(rank_.get(), server_->token(), id, 0, 1, 10, 0.1, 0, 0, -1, 12e9, "gemm");
+  agent.Exit(id, 0, 0, 0);
+  ASSERT_TRUE(WaitState(id, v1::SUCCEEDED));
+  std::string events;
+  {
+    const auto j = Get(id);
+    for (const auto& e : j.events()) events += e.message() + "\n";
+  }
+  EXPECT_NE(events.find("and peak memory 11.18 GiB at micro-batch"), std::string::npos) << events;
+  EXPECT_NE(events.find("(gemm attention)"), std::string::npos) << events;
+  const std::string auto_why = memory_reason(spec("auto"));
+  EXPECT_EQ(auto_why.find("job " + id), std::string::npos) << auto_why;
+  const std::string gemm_why = memory_reason(spec("gemm"));
+  EXPECT_NE(gemm_why.find("job " + id + " held 11.18 GiB"), std::string::npos) << gemm_why;
 }
 
 // A killed rank's last step samples can arrive after its exit: it stays

@@ -844,11 +844,12 @@ void Planner::Memory() {
     mh /= held.size();
     double sxx = 0, sxy = 0;
     for (const auto& [m, h] : held) sxx += (m - mm) * (m - mm), sxy += (m - mm) * (h - mh);
-    // Never below the model's slope: points that mix runs (a rank of an
-    // "auto" plan may have kept the GEMM attention; the key files it under
-    // the fused kernels) or noise could fit a slope too low to extrapolate
-    // past the largest point, and the planner would pick a micro-batch that
-    // does not fit. A model that overestimates is only conservative.
+    // Never below the model's slope: points that mix runs (peaks stored
+    // before ranks reported the attention an "auto" plan kept were filed
+    // under the fused kernels) or noise could fit a slope too low to
+    // extrapolate past the largest point, and the planner would pick a
+    // micro-batch that does not fit. A model that overestimates is only
+    // conservative.
     const double fitted = sxy / sxx;  // sxx > 0: two distinct micro-batches
     const double slope = std::max(fitted, modelled);
     double fixed = -std::numeric_limits<double>::infinity();

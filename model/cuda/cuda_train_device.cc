@@ -101,6 +101,7 @@ class CudaTrainDevice : public TrainDevice {
     *changed = true;
     return OkStatus();
   }
+  std::string attention_kernels() const override { return model_->fused_attention() ? "fused" : "gemm"; }
   DgcaModel* model() override { return model_.get(); }
   ParamStore& params() override { return model_->params(); }
   AdamW& adam() override { return adam_; }

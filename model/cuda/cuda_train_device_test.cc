@@ -158,6 +158,7 @@ TEST_F(AttentionChoiceTest, RanksAdoptRankZerosTimedChoice) {
   auto device = Make(Timer(Timing(3.0, 2.0)));  // this rank timed GEMM faster
   ASSERT_TRUE(device.ok()) << device.status().ToString();
   ASSERT_EQ((*device)->Describe().find(", fused attention"), std::string::npos);
+  EXPECT_EQ((*device)->attention_kernels(), "gemm");  // what every step reports
   RankOneOfTwo fused_at_rank0(1.0f);
   bool changed = false;
   ASSERT_TRUE((*device)->AdoptRankZeroChoices(&fused_at_rank0, &changed).ok());
@@ -166,6 +167,7 @@ TEST_F(AttentionChoiceTest, RanksAdoptRankZerosTimedChoice) {
   const std::string line = (*device)->Describe();
   EXPECT_NE(line.find(", fused attention; attention auto: GEMM chosen"), std::string::npos) << line;
   EXPECT_NE(line.find("; rank 0 kept the fused kernels, adopted"), std::string::npos) << line;
+  EXPECT_EQ((*device)->attention_kernels(), "fused");
   // Agreeing already: nothing changes.
   RankOneOfTwo fused_again(1.0f);
   ASSERT_TRUE((*device)->AdoptRankZeroChoices(&fused_again, &changed).ok());

@@ -87,6 +87,11 @@ class TrainDevice {
   // ("" when there is nothing to say).
   virtual std::string Summary() const { return ""; }
 
+  // The attention kernels the device runs now, "fused" or "gemm" (after any
+  // startup timing and AdoptRankZeroChoices); "" where there is no choice
+  // (the CPU). Reported with every step (StepReport.attention_kernels).
+  virtual std::string attention_kernels() const { return ""; }
+
   // Data parallel: where the device chose something by timing it (the CUDA
   // device's train.attention auto), every rank takes rank 0's choice, so
   // all ranks run the same kernels (the same rounding, the same step time).

@@ -414,6 +414,7 @@ StatusOr<TrainResult> Train(const TrainConfig& config, Communicator* comm,
         ScheduledLr(config.schedule, config.lr, step, config.warmup_steps, config.steps);
     DGCA_RETURN_IF_ERROR(device->OptimizerStep(static_cast<float>(rep.learning_rate)));
     DGCA_RETURN_IF_ERROR(device->FinishStep());
+    rep.attention_kernels = device->attention_kernels();
     if (const LossScaler* scaler = device->loss_scaler(); scaler != nullptr) {
       rep.loss_scale = scaler->scale();
       rep.overflow_skipped = device->last_step_skipped();

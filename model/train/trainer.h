@@ -47,6 +47,8 @@ struct StepReport {
   // gradients overflowed.
   double loss_scale = 0;
   bool overflow_skipped = false;
+  // TrainDevice::attention_kernels(): "fused" | "gemm" | "" (CPU).
+  std::string attention_kernels;
 };
 
 struct EvalReport {

@@ -237,6 +237,7 @@ class RankObserver : public TrainObserver {
       host_peak_read_ = true;
     }
     m->set_host_memory_peak_bytes(host_peak_);
+    m->set_attention_kernels(r.attention_kernels);
     m->set_time_unix_ms(NowUnixMs());
     m->set_samples(r.samples);
     m->set_attempt(a_.attempt);
