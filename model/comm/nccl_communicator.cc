@@ -89,8 +89,13 @@ class NcclCommunicator : public Communicator {
   ~NcclCommunicator() override {
     cudaSetDevice(device_);
     // Finish queued work (bounded by the timeout; Sync aborts on failure),
-    // then free the communicator. A broken communicator was already aborted.
-    if (!aborted_ && Sync(stream_).ok()) ncclCommDestroy(comm_);
+    // then finalize (non-blocking: polled until it settles, within the
+    // timeout, as NCCL asks of a non-blocking communicator before destroy)
+    // and free it. Settle aborts a finalize that fails or does not settle;
+    // a broken communicator was already aborted.
+    if (!aborted_ && Sync(stream_).ok() && Settle(ncclCommFinalize(comm_), "ncclCommFinalize").ok()) {
+      ncclCommDestroy(comm_);
+    }
     cudaStreamDestroy(stream_);
     if (scratch_) cudaFree(scratch_);
   }
