@@ -159,17 +159,26 @@ class DgcaRelm(nn.Module):
             q = torch.softmax(s, dim=-1)
             hit = (cand == y.unsqueeze(-1)) & valid
             has = hit.any(-1)
-            if has.any():
-                logq = torch.log_softmax(s, dim=-1)
-                parts["candidate"] = -(logq.masked_fill(~hit, 0).sum(-1)[has]).mean()
+            # Mean over the slots whose target is a candidate, without a
+            # data-dependent branch or boolean index: those would cost a
+            # host sync per forward in eager mode and a graph break under
+            # torch.compile (0 when no slot has its target among them).
+            logq = torch.log_softmax(s, dim=-1)
+            parts["candidate"] = -(logq.masked_fill(~hit, 0).sum(-1) * has).sum() / has.sum().clamp_min(1)
         if self.use_fusion and q is not None:
             gate = up(self.gate(h).squeeze(-1))
             if self.use_det:
                 gate = gate + up(self.gate_det_scale) * e
             g = torch.sigmoid(gate)
-            P = (1 - g).unsqueeze(-1) * torch.softmax(z, dim=-1)
-            P = P.scatter_add(1, cand.clamp(min=0), (g.unsqueeze(-1) * q).masked_fill(~valid, 0).to(P.dtype))
-            parts["fusion"] = -torch.log(P.gather(1, y.unsqueeze(-1)).clamp_min(1e-12)).mean()
+            # P(y) = (1 - g) softmax(z)_y + g sum_k q_k [c_k = y]: only the
+            # target's probability, so no [T, V] probability table exists
+            # beyond the logits (as dgca's fused path; building the table
+            # and scattering into it cost PyTorch ~10 GB of memory traffic
+            # per bert-base step).
+            p_mlm = torch.exp(z.gather(1, y.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(z, dim=-1))
+            p_cand = (q * ((cand == y.unsqueeze(-1)) & valid)).sum(-1)
+            P_y = (1 - g) * p_mlm + g * p_cand.to(p_mlm.dtype)
+            parts["fusion"] = -torch.log(P_y.clamp_min(1e-12)).mean()
         else:
             parts["fusion"] = F.cross_entropy(z, y)
         return parts
@@ -217,12 +226,24 @@ def make_batch(batch, seq_len, prompt_length=3, top_k=8, vocab_size=21128, chars
     return {k: v.to(device) for k, v in out.items()}
 
 
+# The MLM head also runs on the MFT-masked source characters: in
+# make_batch's batches (and dgca-bench's), 90% of characters are correct and
+# 30% of those are masked, 0.27 of the slots on average.
+MFT_ROWS_PER_SLOT = 0.27
+
+
 def flops_per_sample(preset, seq_len, vocab_size=21128, slots=None):
-    """Approximate training FLOPs per sample (forward + backward = 3x forward)."""
+    """Approximate training FLOPs per sample (forward + backward = 3x
+    forward): the encoder's GEMMs and attention, and the MLM head (dense +
+    vocabulary projection) on the target slots and the MFT rows. The
+    prompt encoder and the candidate head (~0.2 GFLOP for bert-base) are
+    left out. About 75 GFLOP for bert-base at seq 128 (dgca_bench.cc has
+    the same formula, so MFU is comparable)."""
     s = PRESETS[preset]
     H, Lyr, F_ = s["hidden"], s["layers"], s["ffn"]
     T = seq_len
     per_layer = 2 * T * (4 * H * H + 2 * H * F_) + 2 * 2 * T * T * H
-    head_rows = slots if slots is not None else (seq_len - 8) // 2
+    n = slots if slots is not None else (seq_len - 8) // 2
+    head_rows = n * (1 + MFT_ROWS_PER_SLOT)
     head = 2 * head_rows * (H * H + H * vocab_size)
     return 3 * (Lyr * per_layer + head)
