@@ -15,8 +15,10 @@
 // is cut to --max-len bytes (default 4096, as tools/fuzz.sh). An input that
 // crashes the target, or runs longer than 10 s, is written to
 // $TMPDIR/NAME-crash-PID.bin and named; the exit status is then non-zero
-// (the signal's). Address space is capped at 4 GiB, so an input that makes
-// a reader allocate without bound fails instead of swapping the machine.
+// (the signal's). Address space is capped at 4 GiB and a failed allocation
+// aborts (even where the reader would catch std::bad_alloc), so an input
+// that makes a reader allocate without bound fails instead of swapping the
+// machine.
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -32,6 +34,7 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <new>
 #include <random>
 #include <sstream>
 #include <string>
@@ -186,6 +189,15 @@ int main(int argc, char** argv) {
   sa.sa_flags = SA_ONSTACK;
   sigemptyset(&sa.sa_mask);
   for (int sig : {SIGSEGV, SIGABRT, SIGBUS, SIGFPE, SIGILL, SIGALRM}) sigaction(sig, &sa, nullptr);
+  // An allocation that fails (past the cap below) is a finding, even where
+  // the reader would catch std::bad_alloc and return an error (the spec
+  // parser does: yaml-cpp's LoadAll loop would pass as "cannot parse"
+  // after eating the memory): abort, so OnFatal saves the input.
+  std::set_new_handler([] {
+    static const char kMsg[] = "fuzz replay: an allocation failed (past the 4 GiB cap)\n";
+    WriteAll(2, kMsg, sizeof(kMsg) - 1);
+    std::abort();
+  });
 #if defined(__SANITIZE_ADDRESS__)
   // ASan has reserved terabytes of shadow already: a cap would fail every
   // later mapping (tools/sanitize.sh; ASAN_OPTIONS=malloc_limit_mb caps it there).
