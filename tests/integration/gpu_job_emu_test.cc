@@ -31,14 +31,14 @@ std::string FixtureRoot() {
 // on `eval_file`.
 std::string WriteSpec(const std::string& dir, const std::string& name, const std::string& device,
                       const std::string& backend, const std::string& eval_file,
-                      const std::string& precision = "fp32") {
+                      const std::string& precision = "fp32", int steps = 4) {
   TinySpecOptions o;
   o.device = device;
   o.backend = backend;
   o.eval_file = eval_file;
   o.precision = precision;
   o.micro_batch = 4;
-  return WriteTinySpec(dir, name, 4, o);
+  return WriteTinySpec(dir, name, steps, o);
 }
 
 // "step N/M loss X" lines of a rank log: step -> loss.
@@ -89,11 +89,12 @@ TEST(GpuJobEmuTest, CudaNcclJobOnAnEmulatedH100NodeMatchesTheCpuGlooJob) {
   // The fixture's eight H100s are what the node reports.
   EXPECT_NE(nodes.out.find("H100"), std::string::npos) << nodes.out;
 
+  // Returns the job id.
   auto run = [&](const std::string& name, const std::string& device, const std::string& backend,
-                 std::string* rank0_log, const std::string& precision = "fp32") {
+                 std::string* rank0_log, const std::string& precision = "fp32", int steps = 4) {
     auto t0 = Clock::now();
     Result sub = Dgca(
-        coord, {"submit", WriteSpec(dir, name, device, backend, eval_file, precision), "--wait"},
+        coord, {"submit", WriteSpec(dir, name, device, backend, eval_file, precision, steps), "--wait"},
         240s);
     std::fprintf(stderr, "%s (%s, %s): %.1f s\n", name.c_str(), device.c_str(), backend.c_str(),
                  std::chrono::duration<double>(Clock::now() - t0).count());
@@ -102,6 +103,7 @@ TEST(GpuJobEmuTest, CudaNcclJobOnAnEmulatedH100NodeMatchesTheCpuGlooJob) {
     EXPECT_EQ(sub.code, 0) << sub.out << sub.err << "\nrank 0:\n" << *rank0_log
                            << "\nrank 1:\n" << ReadFile(agent_dir + "/jobs/" + job + "/rank-1.log")
                            << "\nagent:\n" << agent.Log();
+    return job;
   };
   std::string gpu_log, cpu_log, bf16_log;
   run("emu-cuda", "cuda", "nccl", &gpu_log);
@@ -153,6 +155,15 @@ TEST(GpuJobEmuTest, CudaNcclJobOnAnEmulatedH100NodeMatchesTheCpuGlooJob) {
   }
   // The losses move (a trainer stuck at its first loss would pass the above).
   EXPECT_GT(std::fabs(cpu[4] - cpu[1]), 1e-3);
+  // GPU memory went from the ranks (the CUDA runtime's reading: no NVML on
+  // the emulator) to the coordinator, which stored the job's peak for the
+  // next plan under the attention kernels the ranks reported keeping (a
+  // plan check needs more steady-state steps than 2 ranks x 4 steps give).
+  std::string mem_log;
+  const std::string mem_job = run("emu-cuda-memory", "cuda", "nccl", &mem_log, "bf16", 6);
+  Result st = Dgca(coord, {"status", mem_job}, 20s);
+  static const std::regex peak_re(R"(and peak memory [0-9.]+ [KMG]iB at micro-batch [0-9]+ \((fused|gemm) attention\))");
+  EXPECT_TRUE(std::regex_search(st.out, peak_re)) << st.out;
 
   agent.Stop();
   coord.Stop();

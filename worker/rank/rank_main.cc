@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -226,11 +227,22 @@ class RankObserver : public TrainObserver {
     m->set_bus_bandwidth_bytes_per_second(r.bus_bandwidth_bytes_per_second);
     // -1 = absent (CPU rank, no NVML): the coordinator exports no GPU series.
     GpuReading g = gpu_->Sample();  // NVML queried at most once per second
+    const auto now = std::chrono::steady_clock::now();
+    if (g.memory_used_bytes < 0 && device_memory_) {
+      // No NVML (a container without the driver's library, the CUDA
+      // emulator): the CUDA runtime's device memory in use instead, as
+      // often.
+      if (!device_read_ || now - device_at_ >= std::chrono::seconds(1)) {
+        device_used_ = device_memory_();
+        device_at_ = now;
+        device_read_ = true;
+      }
+      g.memory_used_bytes = device_used_;
+    }
     m->set_gpu_utilization_ratio(g.utilization_ratio);
     m->set_gpu_memory_used_bytes(g.memory_used_bytes);
     m->set_gpu_power_watts(g.power_watts);
     // /proc/self/status at most once per second, as NVML above.
-    const auto now = std::chrono::steady_clock::now();
     if (!host_peak_read_ || now - host_peak_at_ >= std::chrono::seconds(1)) {
       host_peak_ = ProcessPeakResidentBytes();  // -1 where /proc cannot say
       host_peak_at_ = now;
@@ -272,6 +284,8 @@ class RankObserver : public TrainObserver {
     Log(a_.rank, "checkpoint at step %d: %s", step, dir);
   }
   bool StopRequested() override { return stop_->load() || g_signalled != 0; }
+  // Device memory in use (bytes, -1 = unknown) for when NVML has no reading.
+  void set_device_memory_reader(std::function<double()> f) { device_memory_ = std::move(f); }
 
  private:
   const RankArgs& a_;
@@ -282,6 +296,10 @@ class RankObserver : public TrainObserver {
   double host_peak_ = -1;  // the last /proc/self/status reading
   std::chrono::steady_clock::time_point host_peak_at_;
   bool host_peak_read_ = false;  // read at least once (host_peak_ may stay -1)
+  std::function<double()> device_memory_;  // null: no CUDA context
+  double device_used_ = -1;
+  std::chrono::steady_clock::time_point device_at_;
+  bool device_read_ = false;
 };
 
 // The comm probe job: one AllReduceSweep per size (so each row streams as soon
@@ -526,6 +544,14 @@ int RunRank(const RankArgs& a) {
     }
     cuda_ctx = std::shared_ptr<const cuda::CudaContext>(std::move(*ctx));
     Log(a.rank, "CUDA trainer on %s", cuda_ctx->description());
+    observer.set_device_memory_reader([] {
+      size_t free = 0, total = 0;
+      if (cudaMemGetInfo(&free, &total) != cudaSuccess) {
+        (void)cudaGetLastError();  // not this rank's launch error
+        return -1.0;
+      }
+      return static_cast<double>(total - free);
+    });
   }
 #endif
   if (cuda && !nccl && world > 1) {
