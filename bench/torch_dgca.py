@@ -176,7 +176,9 @@ class DgcaRelm(nn.Module):
             # and scattering into it cost PyTorch ~10 GB of memory traffic
             # per bert-base step).
             p_mlm = torch.exp(z.gather(1, y.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(z, dim=-1))
-            p_cand = (q * ((cand == y.unsqueeze(-1)) & valid)).sum(-1)
+            # masked_fill, not a product: a slot with no valid candidate has
+            # a NaN row of q (softmax of all -inf), which 0 x NaN would keep.
+            p_cand = q.masked_fill(~((cand == y.unsqueeze(-1)) & valid), 0).sum(-1)
             P_y = (1 - g) * p_mlm + g * p_cand.to(p_mlm.dtype)
             parts["fusion"] = -torch.log(P_y.clamp_min(1e-12)).mean()
         else:

@@ -942,7 +942,12 @@ void Scheduler::CheckPlan(JobRt* rt, v1::JobState final_state) {
     double peak = 0;
     for (const auto& r : c.breakdown().ranks()) peak = std::max(peak, r.peak_memory_bytes());
     if (!std::isfinite(peak)) peak = 0;  // a rank's nonsense is not a measurement
-    if (peak > 0 && final_state == v1::FAILED) {
+    if (peak > 0 && rt->attention_mixed) {
+      absl::StrAppendFormat(&text,
+                            "; peak memory %s not stored (the ranks ran both attention kernels "
+                            "over the job's attempts, so it is neither's)",
+                            FormatBytes(peak));
+    } else if (peak > 0 && final_state == v1::FAILED) {
       absl::StrAppendFormat(&text,
                             "; peak memory %s not stored (a failed job, perhaps out of memory, "
                             "may not have reported what its micro-batch needs)",
@@ -958,8 +963,8 @@ void Scheduler::CheckPlan(JobRt* rt, v1::JobState final_state) {
       if (ms.ok()) {
         absl::StrAppendFormat(&text, " and peak memory %s at micro-batch %d", FormatBytes(peak),
                               mm.micro_batch);
-        if (!rt->attention_kernels.empty())
-          absl::StrAppend(&text, " (", rt->attention_kernels, " attention)");
+        if (rt->plan.attention() == "auto" && !rt->attention_kernels.empty())
+          absl::StrAppend(&text, " (", rt->attention_kernels, " attention, which the ranks kept)");
       } else {
         absl::StrAppend(&text, "; cannot store the memory measurement: ", ms.message());
       }
@@ -2093,7 +2098,11 @@ std::string Scheduler::IngestSample(const v1::MetricSample& s, const std::string
       }
       ++rt->step_samples_seen;
       rt->step_seconds_seen += m.step_seconds();
-      if (!m.attention_kernels().empty()) rt->attention_kernels = m.attention_kernels();
+      if (!m.attention_kernels().empty()) {
+        if (!rt->attention_kernels.empty() && rt->attention_kernels != m.attention_kernels())
+          rt->attention_mixed = true;
+        rt->attention_kernels = m.attention_kernels();
+      }
       if (!rt->live_checked && rt->planned && rt->spec.kind() != "comm_probe" &&
           LiveCheckDue(rt->step_samples.size(), rt->step_seconds_seen,
                        static_cast<int>(rt->ranks.size()))) {

@@ -328,6 +328,10 @@ class Scheduler {
     // or "gemm"; every rank takes rank 0's choice): an "auto" plan's peak
     // memory is stored under the kernels that ran. "" = not reported.
     std::string attention_kernels;
+    // The ranks reported both over the job (a restarted attempt timed the
+    // attention again and kept the other): its peak is not filed under
+    // either.
+    bool attention_mixed = false;
     LossCurve loss_curve;                  // Job.loss_curve
     v1::PlanCheck plan_check;
     bool live_checked = false;  // LiveCheck done for this job

@@ -1743,11 +1743,29 @@ TEST_F(ServerTest, AnAutoJobsPeakIsFiledUnderTheAttentionItsRanksKept) {
     for (const auto& e : j.events()) events += e.message() + "\n";
   }
   EXPECT_NE(events.find("and peak memory 11.18 GiB at micro-batch"), std::string::npos) << events;
-  EXPECT_NE(events.find("(gemm attention)"), std::string::npos) << events;
+  EXPECT_NE(events.find("(gemm attention, which the ranks kept)"), std::string::npos) << events;
   const std::string auto_why = memory_reason(spec("auto"));
   EXPECT_EQ(auto_why.find("job " + id), std::string::npos) << auto_why;
   const std::string gemm_why = memory_reason(spec("gemm"));
   EXPECT_NE(gemm_why.find("job " + id + " held 11.18 GiB"), std::string::npos) << gemm_why;
+
+  // Ranks that ran both kernels over a job (a restarted attempt timed the
+  // attention again and kept the other): its peak is neither's, not stored.
+  const std::string mixed = Submit(spec("auto"));
+  ASSERT_TRUE(WaitUntil([&] { return agent.Launches(mixed, 0).size() == 1; }));
+  StreamSteps(rank_.get(), server_->token(), mixed, 0, 1, 6, 0.1, 0, 0, -1, 20e9, "gemm");
+  StreamSteps(rank_.get(), server_->token(), mixed, 0, 1, 6, 0.1, 0, 0, -1, 9e9, "fused");
+  agent.Exit(mixed, 0, 0, 0);
+  ASSERT_TRUE(WaitState(mixed, v1::SUCCEEDED));
+  std::string mixed_events;
+  {
+    const auto j = Get(mixed);
+    for (const auto& e : j.events()) mixed_events += e.message() + "\n";
+  }
+  EXPECT_NE(mixed_events.find("not stored (the ranks ran both attention kernels"), std::string::npos)
+      << mixed_events;
+  EXPECT_EQ(memory_reason(spec("auto")).find("job " + mixed), std::string::npos);
+  EXPECT_EQ(memory_reason(spec("gemm")).find("job " + mixed), std::string::npos);
 }
 
 // A killed rank's last step samples can arrive after its exit: it stays

@@ -194,6 +194,7 @@ class NcclCommunicator : public Communicator {
   // enqueued, so the completion event is recorded after it).
   Status Settle(ncclResult_t r, const char* what) {
     auto deadline = Clock::now() + timeout_;
+    int spins = 0;
     while (r == ncclInProgress) {
       ncclResult_t q = ncclCommGetAsyncError(comm_, &r);
       if (q != ncclSuccess) r = q;
@@ -203,7 +204,13 @@ class NcclCommunicator : public Communicator {
                                              std::to_string(timeout_.count()) + " ms on rank " +
                                              std::to_string(rank_) + "; communicator aborted"));
         }
-        std::this_thread::yield();
+        // Back off as Poll does: a finalize waiting on a hung peer must not
+        // take a core for the whole timeout.
+        if (++spins > 100) {
+          std::this_thread::sleep_for(std::chrono::microseconds(50));
+        } else {
+          std::this_thread::yield();
+        }
       }
     }
     if (r != ncclSuccess) return Break(NcclError(what, r, comm_));
