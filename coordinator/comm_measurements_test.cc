@@ -135,22 +135,24 @@ TEST(CommMeasurementsTest, StepMeasurementsNewestPerMicroBatchAndSkews) {
   EXPECT_NEAR((*sk)[2].skew, 0.002 / 0.05, 1e-12);
 }
 
-// memory_measurements: the newest row per key wins, a job's second row
-// replaces its first, and the rows survive reopening the database.
+absl::Status AddMemory(JobStore& st, const std::string& job, const std::string& key, int m,
+                       double peak, int64_t t) {
+  MemoryMeasurement x;
+  x.job_id = job;
+  x.key = key;
+  x.micro_batch = m;
+  x.peak_bytes = peak;
+  x.time_unix_ms = t;
+  return st.AddMemoryMeasurement(x);
+}
+
+// memory_measurements: per key, the newest row of each micro-batch (newest
+// first, at most `limit` micro-batches), a job's second row replaces its
+// first, and the rows survive reopening the database.
 TEST(CommMeasurementsTest, MemoryMeasurementsNewestPerKey) {
   const std::string dir = testutil::MakeTempDir("memory_measurements_test");
   ASSERT_FALSE(dir.empty());
   const std::string db = dir + "/dgca.db";
-  auto add = [](JobStore& st, const std::string& job, const std::string& key, int m, double peak,
-                int64_t t) {
-    MemoryMeasurement x;
-    x.job_id = job;
-    x.key = key;
-    x.micro_batch = m;
-    x.peak_bytes = peak;
-    x.time_unix_ms = t;
-    return st.AddMemoryMeasurement(x);
-  };
   {
     auto s = JobStore::Open(db);
     ASSERT_TRUE(s.ok()) << s.status();
@@ -158,12 +160,12 @@ TEST(CommMeasurementsTest, MemoryMeasurementsNewestPerKey) {
     auto none = st.MemoryMeasurements("k", 4);
     ASSERT_TRUE(none.ok()) << none.status();
     EXPECT_TRUE(none->empty());
-    ASSERT_TRUE(add(st, "j-1", "k", 16, 2e8, 1000).ok());
-    ASSERT_TRUE(add(st, "j-2", "k", 32, 3e8, 2000).ok());
-    ASSERT_TRUE(add(st, "j-3", "other", 8, 9e8, 3000).ok());
-    ASSERT_TRUE(add(st, "j-1", "k", 16, 2.5e8, 1500).ok());  // replaces j-1's row
-    ASSERT_TRUE(add(st, "j-4", "k", 32, 3.5e8, 2500).ok());  // newer at 32: hides j-2
-    ASSERT_TRUE(add(st, "j-5", "k", 8, 1e8, 500).ok());      // the oldest micro-batch
+    ASSERT_TRUE(AddMemory(st, "j-1", "k", 16, 2e8, 1000).ok());
+    ASSERT_TRUE(AddMemory(st, "j-2", "k", 32, 3e8, 2000).ok());
+    ASSERT_TRUE(AddMemory(st, "j-3", "other", 8, 9e8, 3000).ok());
+    ASSERT_TRUE(AddMemory(st, "j-1", "k", 16, 2.5e8, 1500).ok());  // replaces j-1's row
+    ASSERT_TRUE(AddMemory(st, "j-4", "k", 32, 3.5e8, 2500).ok());  // newer at 32: hides j-2
+    ASSERT_TRUE(AddMemory(st, "j-5", "k", 8, 1e8, 500).ok());      // the oldest micro-batch
   }
   auto s = JobStore::Open(db);
   ASSERT_TRUE(s.ok()) << s.status();
@@ -207,15 +209,8 @@ TEST(CommMeasurementsTest, AFailedJobsStoredPeakIsForgottenOnOpen) {
     done = d->id();
     ASSERT_TRUE((*s)->SetState(failed, v1::FAILED, "rank 0 ran out of memory").ok());
     ASSERT_TRUE((*s)->SetState(done, v1::SUCCEEDED, "done").ok());
-    for (const auto& [job, m] : {std::pair{failed, 64}, std::pair{done, 16}}) {
-      MemoryMeasurement x;
-      x.job_id = job;
-      x.key = "k";
-      x.micro_batch = m;
-      x.peak_bytes = 1e9;
-      x.time_unix_ms = 1000;
-      ASSERT_TRUE((*s)->AddMemoryMeasurement(x).ok());
-    }
+    ASSERT_TRUE(AddMemory(**s, failed, "k", 64, 1e9, 1000).ok());
+    ASSERT_TRUE(AddMemory(**s, done, "k", 16, 1e9, 1000).ok());
     ASSERT_EQ((*s)->MemoryMeasurements("k", 4)->size(), 2u);  // until the next open
   }
   auto s = JobStore::Open(db);

@@ -265,6 +265,25 @@ class ServerTest : public ::testing::Test {
     return resp;
   }
   v1::JobState State(const std::string& id) { return Get(id).job().state(); }
+  // The job's event messages (of `kind` only, when given), one per line.
+  std::string EventText(const std::string& id, const std::string& kind = "") {
+    std::string text;
+    const v1::GetJobResponse j = Get(id);
+    for (const auto& e : j.events())
+      if (kind.empty() || e.kind() == kind) text += e.message() + "\n";
+    return text;
+  }
+  // The reason of decision `name` in PlanJob's plan of `spec_yaml`.
+  std::string PlanReason(const std::string& spec_yaml, const std::string& name) {
+    auto ctx = Ctx();
+    v1::PlanJobRequest req;
+    req.set_spec_yaml(spec_yaml);
+    v1::PlanJobResponse resp;
+    EXPECT_TRUE(coord_->PlanJob(ctx.get(), req, &resp).ok());
+    for (const auto& d : resp.plan().decisions())
+      if (d.name() == name) return d.reason();
+    return "(no " + name + " decision)";
+  }
   bool WaitState(const std::string& id, v1::JobState st, milliseconds t = milliseconds(10000)) {
     return WaitUntil([&] { return State(id) == st; }, t);
   }
@@ -1667,23 +1686,8 @@ TEST_F(ServerTest, LiveCheckSaysWhatWouldMeetTheCommTarget) {
 TEST_F(ServerTest, OnlyAJobThatDidNotFailTeachesThePlannerItsMemory) {
   StartServer();
   FakeAgent agent(server_->address(), server_->token(), "n1");
-  auto plan_memory_reason = [&] {
-    auto ctx = Ctx();
-    v1::PlanJobRequest req;
-    req.set_spec_yaml(Spec(0, 2));
-    v1::PlanJobResponse resp;
-    EXPECT_TRUE(coord_->PlanJob(ctx.get(), req, &resp).ok());
-    for (const auto& d : resp.plan().decisions())
-      if (d.name() == "predicted.memory_bytes") return d.reason();
-    return std::string("(no predicted.memory_bytes decision)");
-  };
-  auto plan_event = [&](const std::string& id) {
-    std::string text;
-    const auto j = Get(id);
-    for (const auto& e : j.events())
-      if (e.kind() == "plan") text += e.message() + "\n";
-    return text;
-  };
+  auto plan_memory_reason = [&] { return PlanReason(Spec(0, 2), "predicted.memory_bytes"); };
+  auto plan_event = [&](const std::string& id) { return EventText(id, "plan"); };
   // 25 steps of both ranks (enough to store), then rank 1 fails.
   const std::string failed = Submit(Spec(0, 2));
   ASSERT_TRUE(WaitUntil([&] { return agent.Launches(failed, 0).size() == 2; }));
@@ -1721,27 +1725,14 @@ TEST_F(ServerTest, AnAutoJobsPeakIsFiledUnderTheAttentionItsRanksKept) {
     return "name: g\ntrain: {steps: 10, global_batch: 64, precision: bf16, attention: " + attention +
            "}\nresources: {ranks: 1, device: cuda}\n";
   };
-  auto memory_reason = [&](const std::string& yaml) {
-    auto ctx = Ctx();
-    v1::PlanJobRequest req;
-    req.set_spec_yaml(yaml);
-    v1::PlanJobResponse resp;
-    EXPECT_TRUE(coord_->PlanJob(ctx.get(), req, &resp).ok());
-    for (const auto& d : resp.plan().decisions())
-      if (d.name() == "predicted.memory_bytes") return d.reason();
-    return std::string("(no predicted.memory_bytes decision)");
-  };
+  auto memory_reason = [&](const std::string& yaml) { return PlanReason(yaml, "predicted.memory_bytes"); };
   const std::string id = Submit(spec("auto"));
   ASSERT_TRUE(WaitUntil([&] { return agent.Launches(id, 0).size() == 1; }));
   ASSERT_EQ(Get(id).plan().attention(), "auto") << Get(id).plan().ShortDebugString();
   StreamSteps(rank_.get(), server_->token(), id, 0, 1, 10, 0.1, 0, 0, -1, 12e9, "gemm");
   agent.Exit(id, 0, 0, 0);
   ASSERT_TRUE(WaitState(id, v1::SUCCEEDED));
-  std::string events;
-  {
-    const auto j = Get(id);
-    for (const auto& e : j.events()) events += e.message() + "\n";
-  }
+  const std::string events = EventText(id);
   EXPECT_NE(events.find("and peak memory 11.18 GiB at micro-batch"), std::string::npos) << events;
   EXPECT_NE(events.find("(gemm attention, which the ranks kept)"), std::string::npos) << events;
   const std::string auto_why = memory_reason(spec("auto"));
@@ -1757,11 +1748,7 @@ TEST_F(ServerTest, AnAutoJobsPeakIsFiledUnderTheAttentionItsRanksKept) {
   StreamSteps(rank_.get(), server_->token(), mixed, 0, 1, 6, 0.1, 0, 0, -1, 9e9, "fused");
   agent.Exit(mixed, 0, 0, 0);
   ASSERT_TRUE(WaitState(mixed, v1::SUCCEEDED));
-  std::string mixed_events;
-  {
-    const auto j = Get(mixed);
-    for (const auto& e : j.events()) mixed_events += e.message() + "\n";
-  }
+  const std::string mixed_events = EventText(mixed);
   EXPECT_NE(mixed_events.find("not stored (the ranks ran both attention kernels"), std::string::npos)
       << mixed_events;
   EXPECT_EQ(memory_reason(spec("auto")).find("job " + mixed), std::string::npos);

@@ -837,6 +837,8 @@ void Planner::Memory() {
     if (m > 0 && bytes > 0 && std::isfinite(bytes)) held.emplace_back(m, bytes - ctx);
   std::set<int> distinct;
   for (const auto& p : held) distinct.insert(p.first);
+  if (distinct.size() == 1) held.resize(1);  // one micro-batch: its newest peak
+  double slope = modelled;
   if (distinct.size() >= 2) {
     double mm = 0, mh = 0;
     for (const auto& [m, h] : held) mm += m, mh += h;
@@ -851,11 +853,7 @@ void Planner::Memory() {
     // micro-batch that does not fit. A model that overestimates is only
     // conservative.
     const double fitted = sxy / sxx;  // sxx > 0: two distinct micro-batches
-    const double slope = std::max(fitted, modelled);
-    double fixed = -std::numeric_limits<double>::infinity();
-    for (const auto& [m, h] : held) fixed = std::max(fixed, h - slope * m);
-    est.activations_per_sample = slope;
-    est.workspace = std::max(0.0, est.workspace + fixed - est.total(0));
+    slope = std::max(fitted, modelled);
     measured_why = absl::StrFormat(
         " (%s; fitted over micro-batches %s: %s, the line on or above every point, the rest "
         "fixed)",
@@ -870,16 +868,20 @@ void Planner::Memory() {
     const auto [m1, h1] = held.front();
     const double measured = (h1 - est.total(0)) / m1;
     const bool fits = budget <= 0 || h1 <= budget;
-    if (measured > 0) {
-      est.activations_per_sample =
-          fits ? std::max(modelled, measured) : std::min(modelled, measured);
-    }
-    est.workspace = std::max(0.0, est.workspace + h1 - est.total(m1));
+    if (measured > 0) slope = fits ? std::max(modelled, measured) : std::min(modelled, measured);
     measured_why = absl::StrFormat(
         " (%s; through it at %s per sample, the %s of the measured %s and the memory model's "
         "%s, the rest fixed)",
-        meas_.memory_source, Bytes(est.activations_per_sample), fits ? "larger" : "smaller",
+        meas_.memory_source, Bytes(slope), fits ? "larger" : "smaller",
         Bytes(std::max(0.0, measured)), Bytes(modelled));
+  }
+  if (!held.empty()) {
+    // The line of that slope on or above every point (through the highest
+    // above it); the rest is fixed.
+    double fixed = -std::numeric_limits<double>::infinity();
+    for (const auto& [m, h] : held) fixed = std::max(fixed, h - slope * m);
+    est.activations_per_sample = slope;
+    est.workspace = std::max(0.0, est.workspace + fixed - est.total(0));
   }
   budget_ = budget;
   plan_.set_device_memory_bytes(device_memory_);

@@ -654,24 +654,6 @@ class DocumentStarts : public YAML::EventHandler {
   void OnMapEnd() override {}
 };
 
-// Whether `text` holds a second YAML document; *second gets where it starts.
-// Reads at most two documents: yaml-cpp 0.7 (Debian 12's) gets stuck on
-// some malformed input, returning the same empty document forever, and its
-// YAML::LoadAll then allocates until the process runs out of memory (found by
-// tools/fuzz.sh: a spec with a line indented under a comment, see
-// spec_parser_test; upstream jbeder/yaml-cpp#1319). A second document that
-// starts where the first did is that state: a syntax error at that place.
-bool SecondDocument(const std::string& text, YAML::Mark* second, bool* stuck) {
-  std::stringstream in(text);
-  YAML::Parser parser(in);
-  DocumentStarts first, next;
-  if (!parser.HandleNextDocument(first)) return false;
-  if (!parser.HandleNextDocument(next)) return false;
-  *second = next.start;
-  *stuck = next.start.pos == first.start.pos;
-  return true;
-}
-
 // Whether `text` has a YAML document marker line ("---" or "...", alone or
 // followed by a space) after its first document began: what a real second
 // document starts with. The first document's own leading "---" (after
@@ -695,6 +677,25 @@ bool HasDocumentMarker(const std::string& text) {
     in_first = true;  // this line starts the first document (a leading "---" included)
   }
   return false;
+}
+
+// Whether `text` holds a second YAML document; *second gets where it starts.
+// Reads at most two documents: yaml-cpp 0.7 (Debian 12's) gets stuck on
+// some malformed input, returning the same empty document forever, and its
+// YAML::LoadAll then allocates until the process runs out of memory (found by
+// tools/fuzz.sh: a spec with a line indented under a comment, see
+// spec_parser_test; upstream jbeder/yaml-cpp#1319). A second document that
+// starts where the first did, or with no marker line to start it, is that
+// state (*stuck): a syntax error at that place.
+bool SecondDocument(const std::string& text, YAML::Mark* second, bool* stuck) {
+  std::stringstream in(text);
+  YAML::Parser parser(in);
+  DocumentStarts first, next;
+  if (!parser.HandleNextDocument(first)) return false;
+  if (!parser.HandleNextDocument(next)) return false;
+  *second = next.start;
+  *stuck = next.start.pos == first.start.pos || !HasDocumentMarker(text);
+  return true;
 }
 
 // Rejects deeply nested flow collections before yaml-cpp sees them.
@@ -829,7 +830,7 @@ absl::StatusOr<SpecParseResult> ParseJobSpec(const std::string& yaml_text,
     YAML::Mark second;
     bool stuck = false;
     if (SecondDocument(yaml_text, &second, &stuck)) {
-      if (stuck || !HasDocumentMarker(yaml_text)) {
+      if (stuck) {
         fail(second.line + 1, second.column + 1,
              "YAML syntax error: the parser cannot read on from here (check the indentation of "
              "this line and the one above it)");

@@ -183,7 +183,17 @@ class NcclCommunicator : public Communicator {
             " ms on rank " + std::to_string(rank_) + " (a peer rank is lost or stuck); "
             "communicator aborted"));
       }
-      if (++spins > 100) std::this_thread::sleep_for(std::chrono::microseconds(50));
+      BackOff(&spins);
+    }
+  }
+
+  // Between two polls: yield for the first 100, then sleep 50 us, so a wait
+  // on a lost or hung peer does not take a core for the whole timeout.
+  static void BackOff(int* spins) {
+    if (++*spins > 100) {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    } else {
+      std::this_thread::yield();
     }
   }
 
@@ -204,13 +214,7 @@ class NcclCommunicator : public Communicator {
                                              std::to_string(timeout_.count()) + " ms on rank " +
                                              std::to_string(rank_) + "; communicator aborted"));
         }
-        // Back off as Poll does: a finalize waiting on a hung peer must not
-        // take a core for the whole timeout.
-        if (++spins > 100) {
-          std::this_thread::sleep_for(std::chrono::microseconds(50));
-        } else {
-          std::this_thread::yield();
-        }
+        BackOff(&spins);
       }
     }
     if (r != ncclSuccess) return Break(NcclError(what, r, comm_));

@@ -232,23 +232,14 @@ class RankObserver : public TrainObserver {
       // No NVML (a container without the driver's library, the CUDA
       // emulator): the CUDA runtime's device memory in use instead, as
       // often.
-      if (!device_read_ || now - device_at_ >= std::chrono::seconds(1)) {
-        device_used_ = device_memory_();
-        device_at_ = now;
-        device_read_ = true;
-      }
-      g.memory_used_bytes = device_used_;
+      g.memory_used_bytes = device_used_.Get(now, device_memory_);
     }
     m->set_gpu_utilization_ratio(g.utilization_ratio);
     m->set_gpu_memory_used_bytes(g.memory_used_bytes);
     m->set_gpu_power_watts(g.power_watts);
-    // /proc/self/status at most once per second, as NVML above.
-    if (!host_peak_read_ || now - host_peak_at_ >= std::chrono::seconds(1)) {
-      host_peak_ = ProcessPeakResidentBytes();  // -1 where /proc cannot say
-      host_peak_at_ = now;
-      host_peak_read_ = true;
-    }
-    m->set_host_memory_peak_bytes(host_peak_);
+    // /proc/self/status at most once per second, as NVML above (-1 where
+    // /proc cannot say).
+    m->set_host_memory_peak_bytes(host_peak_.Get(now, ProcessPeakResidentBytes));
     m->set_attention_kernels(r.attention_kernels);
     m->set_time_unix_ms(NowUnixMs());
     m->set_samples(r.samples);
@@ -293,13 +284,27 @@ class RankObserver : public TrainObserver {
   std::atomic<bool>* stop_;
   std::atomic<int64_t>* step_;
   GpuMetrics* gpu_;
-  double host_peak_ = -1;  // the last /proc/self/status reading
-  std::chrono::steady_clock::time_point host_peak_at_;
-  bool host_peak_read_ = false;  // read at least once (host_peak_ may stay -1)
+  // A value read at most once per second (the first call always reads; a
+  // reading of -1, unknown, is kept as any other).
+  class OncePerSecond {
+   public:
+    double Get(std::chrono::steady_clock::time_point now, const std::function<double()>& read) {
+      if (!read_ || now - at_ >= std::chrono::seconds(1)) {
+        value_ = read();
+        at_ = now;
+        read_ = true;
+      }
+      return value_;
+    }
+
+   private:
+    double value_ = -1;
+    std::chrono::steady_clock::time_point at_;
+    bool read_ = false;
+  };
+  OncePerSecond host_peak_;                // /proc/self/status's VmHWM
   std::function<double()> device_memory_;  // null: no CUDA context
-  double device_used_ = -1;
-  std::chrono::steady_clock::time_point device_at_;
-  bool device_read_ = false;
+  OncePerSecond device_used_;              // device_memory_'s
 };
 
 // The comm probe job: one AllReduceSweep per size (so each row streams as soon
