@@ -712,6 +712,26 @@ absl::StatusOr<v1::Plan> Scheduler::PlanMeasured(const v1::JobSpec& spec,
       measured = true;
     }
   }
+  // The GEMM attention's peaks, for a plan that may keep it ("auto", or
+  // "fused" that may become "auto" at the new micro-batch).
+  if (plan->attention() == "auto" || plan->attention() == "fused") {
+    v1::Plan gemm_plan = *plan;  // the key's other parts as this plan's
+    gemm_plan.set_attention("gemm");
+    auto gemm = store_->MemoryMeasurements(MemoryKey(spec, gemm_plan, node_set), kMaxMemoryPoints);
+    if (gemm.ok()) {
+      std::vector<std::string> from;
+      for (const MemoryMeasurement& m : *gemm) {
+        if (m.micro_batch <= 0 || m.peak_bytes <= 0) continue;
+        meas.gemm_memory_points.emplace_back(m.micro_batch, m.peak_bytes);
+        from.push_back(absl::StrFormat("job %s held %s at micro-batch %d with the GEMM attention", m.job_id,
+                                       FormatBytes(m.peak_bytes), m.micro_batch));
+      }
+      if (!from.empty()) {
+        meas.gemm_memory_source = absl::StrJoin(from, ", ");
+        measured = true;
+      }
+    }
+  }
   if (!measured && trials == nullptr) return plan;
   auto again = MakePlan(spec, topo, meas, trials);
   return again.ok() ? again : plan;

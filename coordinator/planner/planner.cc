@@ -259,6 +259,75 @@ std::vector<std::pair<int, int>> Splits(int n, const Inputs& in) {
   return out;
 }
 
+// Earlier jobs' peaks `points` (micro-batch, bytes with the CUDA context
+// `ctx`), from `source`: `est` with the line through them. One point's
+// excess over the model at its micro-batch m1 includes fixed overheads (a
+// CPU rank's runtime and loader, NCCL's buffers) as well as any activations
+// the model misses, so the slope is the larger of the model's and the
+// measured per sample when the point fits `budget` (0 = unknown; larger
+// micro-batches are predicted high), the smaller when it does not (smaller
+// ones are predicted high too); the rest is fixed. Two or more micro-batches
+// measure the slope itself (least squares, never below the model's); the
+// fixed part then puts the line on or above every point. *why says how ("",
+// and `est` unchanged, without a usable point).
+MemoryEstimate FitMemoryLine(MemoryEstimate est, const std::vector<std::pair<int, double>>& points,
+                             const std::string& source, double ctx, double budget, std::string* why) {
+  why->clear();
+  const double modelled = est.activations_per_sample;
+  std::vector<std::pair<int, double>> held;  // (micro-batch, bytes without the CUDA context)
+  for (const auto& [m, bytes] : points)
+    if (m > 0 && bytes > 0 && std::isfinite(bytes)) held.emplace_back(m, bytes - ctx);
+  std::set<int> distinct;
+  for (const auto& p : held) distinct.insert(p.first);
+  if (distinct.size() == 1) held.resize(1);  // one micro-batch: its newest peak
+  double slope = modelled;
+  if (distinct.size() >= 2) {
+    double mm = 0, mh = 0;
+    for (const auto& [m, h] : held) mm += m, mh += h;
+    mm /= held.size();
+    mh /= held.size();
+    double sxx = 0, sxy = 0;
+    for (const auto& [m, h] : held) sxx += (m - mm) * (m - mm), sxy += (m - mm) * (h - mh);
+    // Never below the model's slope: points that mix runs (peaks stored
+    // before ranks reported the attention an "auto" plan kept were filed
+    // under the fused kernels) or noise could fit a slope too low to
+    // extrapolate past the largest point, and the planner would pick a
+    // micro-batch that does not fit. A model that overestimates is only
+    // conservative.
+    const double fitted = sxy / sxx;  // sxx > 0: two distinct micro-batches
+    slope = std::max(fitted, modelled);
+    *why = absl::StrFormat(
+        " (%s; fitted over micro-batches %s: %s, the line on or above every point, the rest "
+        "fixed)",
+        source,
+        absl::StrJoin(distinct, ", "),
+        fitted <= 0 ? absl::StrCat("the peaks do not grow with the micro-batch, so the memory "
+                                   "model's ",
+                                   Bytes(modelled), " per sample")
+                    : absl::StrCat(Bytes(slope), " per sample, the larger of the fitted ",
+                                   Bytes(fitted), " and the memory model's ", Bytes(modelled)));
+  } else if (!held.empty()) {
+    const auto [m1, h1] = held.front();
+    const double measured = (h1 - est.total(0)) / m1;
+    const bool fits = budget <= 0 || h1 <= budget;
+    if (measured > 0) slope = fits ? std::max(modelled, measured) : std::min(modelled, measured);
+    *why = absl::StrFormat(
+        " (%s; through it at %s per sample, the %s of the measured %s and the memory model's "
+        "%s, the rest fixed)",
+        source, Bytes(slope), fits ? "larger" : "smaller",
+        Bytes(std::max(0.0, measured)), Bytes(modelled));
+  }
+  if (!held.empty()) {
+    // The line of that slope on or above every point (through the highest
+    // above it); the rest is fixed.
+    double fixed = -std::numeric_limits<double>::infinity();
+    for (const auto& [m, h] : held) fixed = std::max(fixed, h - slope * m);
+    est.activations_per_sample = slope;
+    est.workspace = std::max(0.0, est.workspace + fixed - est.total(0));
+  }
+  return est;
+}
+
 class Planner {
  public:
   Planner(const v1::JobSpec& spec, const std::vector<v1::Topology>& nodes,
@@ -723,17 +792,28 @@ void Planner::AttentionTimed() {
   const std::string want = absl::AsciiStrToLower(spec_.train().attention());
   if (!want.empty() && want != "auto") return;  // the user's "fused"
   const int m = plan_.micro_batch();
-  // The GEMM version's memory: the plan's line (est_, the fused kernels',
-  // through any measured points) plus what the memory model says the GEMM
-  // version adds (its [heads, L, L] probabilities per sample, workspace).
+  // The GEMM version's memory: the line through earlier runs of it on these
+  // nodes where there are any (an explicit gemm plan, or an "auto" plan whose
+  // ranks kept it), else the plan's line (est_, the fused kernels', through
+  // any measured points) plus what the memory model says the GEMM version
+  // adds (its [heads, L, L] probabilities per sample, workspace).
   const MemoryEstimate gemm_model =
       EstimateMemory(cfg_, seq_len_, precision_, /*fused_attention=*/false);
-  const MemoryEstimate fused_model =
-      EstimateMemory(cfg_, seq_len_, precision_, /*fused_attention=*/true);
-  MemoryEstimate gemm_est = est_;
-  gemm_est.activations_per_sample +=
-      std::max(0.0, gemm_model.activations_per_sample - fused_model.activations_per_sample);
-  gemm_est.workspace += std::max(0.0, gemm_model.workspace - fused_model.workspace);
+  std::string gemm_why;
+  MemoryEstimate gemm_est = FitMemoryLine(gemm_model, meas_.gemm_memory_points, meas_.gemm_memory_source,
+                                          kCudaContextBytes, budget_, &gemm_why);
+  if (gemm_why.empty()) {
+    const MemoryEstimate fused_model =
+        EstimateMemory(cfg_, seq_len_, precision_, /*fused_attention=*/true);
+    gemm_est = est_;
+    gemm_est.activations_per_sample +=
+        std::max(0.0, gemm_model.activations_per_sample - fused_model.activations_per_sample);
+    gemm_est.workspace += std::max(0.0, gemm_model.workspace - fused_model.workspace);
+    gemm_why = absl::StrCat("the fused kernels' line plus the memory model's GEMM probabilities, ",
+                            Bytes(gemm_est.activations_per_sample - est_.activations_per_sample), " per sample");
+  } else {
+    gemm_why = absl::StrCat("the line through the GEMM version's own peaks", gemm_why);
+  }
   const double gemm = gemm_est.total(m);
   const int d = cfg_.heads > 0 ? cfg_.hidden / cfg_.heads : 0;
   if (budget_ <= 0 || gemm > budget_) {
@@ -751,10 +831,8 @@ void Planner::AttentionTimed() {
   // A rank may keep the GEMM version: predict its memory, the larger.
   const bool was_high = MemoryHigh(plan_.predicted_memory_bytes());
   PredictMemory(gemm_est, m,
-                absl::StrCat("the GEMM attention's, which a rank keeps if it times faster (the "
-                             "fused kernels' line plus the memory model's GEMM probabilities, ",
-                             Bytes(gemm_est.activations_per_sample - est_.activations_per_sample),
-                             " per sample); ", mem_why_));
+                absl::StrCat("the GEMM attention's, which a rank keeps if it times faster (", gemm_why,
+                             "); ", mem_why_));
   if (MemoryHigh(plan_.predicted_memory_bytes()) && !was_high)
     Warn(absl::StrFormat("predicted memory %s (with the GEMM attention, if a rank times it faster) is above "
                          "85%% of %s",
@@ -783,7 +861,6 @@ void Planner::PredictMemory(const MemoryEstimate& est, int m, const std::string&
 
 void Planner::Memory() {
   MemoryEstimate est = EstimateMemory(cfg_, seq_len_, precision_, plan_.attention() != "gemm");
-  const double modelled = est.activations_per_sample;
   double budget = 0;
   if (cuda_) {
     double mem = 0;
@@ -821,68 +898,9 @@ void Planner::Memory() {
                                  ranks_here, Bytes(budget));
     }
   }
-  // Earlier jobs' peaks: the line through them. One point's excess over the
-  // model at its micro-batch m1 includes fixed overheads (a CPU rank's
-  // runtime and loader, NCCL's buffers) as well as any activations the model
-  // misses, so the slope is the larger of the model's and the measured per
-  // sample when the point fits the budget (larger micro-batches are
-  // predicted high), the smaller when it does not (smaller ones are
-  // predicted high too); the rest is fixed. Two or more micro-batches
-  // measure the slope itself (least squares, never below the model's); the
-  // fixed part then puts the line on or above every point.
   std::string measured_why;
-  std::vector<std::pair<int, double>> held;  // (micro-batch, bytes without the CUDA context)
-  const double ctx = cuda_ ? kCudaContextBytes : 0;
-  for (const auto& [m, bytes] : meas_.memory_points)
-    if (m > 0 && bytes > 0 && std::isfinite(bytes)) held.emplace_back(m, bytes - ctx);
-  std::set<int> distinct;
-  for (const auto& p : held) distinct.insert(p.first);
-  if (distinct.size() == 1) held.resize(1);  // one micro-batch: its newest peak
-  double slope = modelled;
-  if (distinct.size() >= 2) {
-    double mm = 0, mh = 0;
-    for (const auto& [m, h] : held) mm += m, mh += h;
-    mm /= held.size();
-    mh /= held.size();
-    double sxx = 0, sxy = 0;
-    for (const auto& [m, h] : held) sxx += (m - mm) * (m - mm), sxy += (m - mm) * (h - mh);
-    // Never below the model's slope: points that mix runs (peaks stored
-    // before ranks reported the attention an "auto" plan kept were filed
-    // under the fused kernels) or noise could fit a slope too low to
-    // extrapolate past the largest point, and the planner would pick a
-    // micro-batch that does not fit. A model that overestimates is only
-    // conservative.
-    const double fitted = sxy / sxx;  // sxx > 0: two distinct micro-batches
-    slope = std::max(fitted, modelled);
-    measured_why = absl::StrFormat(
-        " (%s; fitted over micro-batches %s: %s, the line on or above every point, the rest "
-        "fixed)",
-        meas_.memory_source,
-        absl::StrJoin(distinct, ", "),
-        fitted <= 0 ? absl::StrCat("the peaks do not grow with the micro-batch, so the memory "
-                                   "model's ",
-                                   Bytes(modelled), " per sample")
-                    : absl::StrCat(Bytes(slope), " per sample, the larger of the fitted ",
-                                   Bytes(fitted), " and the memory model's ", Bytes(modelled)));
-  } else if (!held.empty()) {
-    const auto [m1, h1] = held.front();
-    const double measured = (h1 - est.total(0)) / m1;
-    const bool fits = budget <= 0 || h1 <= budget;
-    if (measured > 0) slope = fits ? std::max(modelled, measured) : std::min(modelled, measured);
-    measured_why = absl::StrFormat(
-        " (%s; through it at %s per sample, the %s of the measured %s and the memory model's "
-        "%s, the rest fixed)",
-        meas_.memory_source, Bytes(slope), fits ? "larger" : "smaller",
-        Bytes(std::max(0.0, measured)), Bytes(modelled));
-  }
-  if (!held.empty()) {
-    // The line of that slope on or above every point (through the highest
-    // above it); the rest is fixed.
-    double fixed = -std::numeric_limits<double>::infinity();
-    for (const auto& [m, h] : held) fixed = std::max(fixed, h - slope * m);
-    est.activations_per_sample = slope;
-    est.workspace = std::max(0.0, est.workspace + fixed - est.total(0));
-  }
+  est = FitMemoryLine(est, meas_.memory_points, meas_.memory_source, cuda_ ? kCudaContextBytes : 0, budget,
+                      &measured_why);
   budget_ = budget;
   plan_.set_device_memory_bytes(device_memory_);
   // The target includes the CUDA context, as predicted_memory_bytes does.

@@ -98,6 +98,13 @@ struct PlannerMeasurements {
   // every point. memory_source is cited.
   std::vector<std::pair<int, double>> memory_points;
   std::string memory_source;
+  // The same for the GEMM + softmax attention, where the plan's are the
+  // fused kernels' (CUDA): peaks of earlier runs that ran the GEMM version
+  // (an explicit gemm plan, or an "auto" plan whose ranks kept it). An
+  // "auto" plan predicts its memory, the GEMM version's, through them
+  // instead of through the fused line plus the memory model's difference.
+  std::vector<std::pair<int, double>> gemm_memory_points;
+  std::string gemm_memory_source;
 };
 
 // Tuning trials (`tuning.mode: trial`, or `auto` when a runner is given):

@@ -867,6 +867,53 @@ TEST_F(PlannerMemory, AutoAttentionKeepsTheMeasuredLine) {
   EXPECT_TRUE(absl::StrContains(why, "job j-000010-abcd")) << why;
 }
 
+// train.attention auto with peaks of earlier GEMM-attention runs (an
+// explicit gemm plan, or an auto plan whose ranks kept it): the GEMM
+// prediction is the line through those, not the fused line plus the
+// model's difference, whether they measured more or less than that.
+TEST_F(PlannerMemory, AutoAttentionPredictsTheGemmVersionFromItsOwnPeaks) {
+  spec.mutable_train()->set_attention("auto");
+  auto model = MakePlan(spec, {h100}, PlannerMeasurements{});
+  ASSERT_TRUE(model.ok()) << model.status();
+  ASSERT_EQ(model->attention(), "auto");
+  const double ga = model->predicted_activation_bytes_per_sample();  // the GEMM version's, modelled
+  const double gfixed = model->predicted_memory_bytes() - model->micro_batch() * ga;
+  ASSERT_GT(ga, a);
+  const double mib = 1024.0 * 1024;
+  // The fused line measured heavy (as in AutoAttentionKeepsTheMeasuredLine):
+  // through it plus the model's GEMM extra would be above the GEMM peaks.
+  PlannerMeasurements meas;
+  meas.memory_points = {{8, fixed + 1024 * mib + 8 * 2 * a}};
+  meas.memory_source = "job j-000010-abcd held it at micro-batch 8";
+  for (const double scale : {1.0, 1.1}) {
+    SCOPED_TRACE(scale);
+    // Two GEMM runs on a line: slope scale x the model's, fixed 16 MiB
+    // below the model's (scale 1; the workspace, which holds the line's
+    // fixed part above the model state, is tens of MiB) or 128 MiB above it
+    // (1.1). Both are far below the fused line plus the modelled GEMM extra.
+    const double shift = scale == 1.0 ? -16 * mib : 128 * mib;
+    auto gline = [&](int m) { return gfixed + shift + scale * ga * m; };
+    meas.gemm_memory_points = {{16, gline(16)}, {4, gline(4)}};
+    meas.gemm_memory_source = "job j-000012-abcd held x at micro-batch 16 with the GEMM attention";
+    auto p = MakePlan(spec, {h100}, meas);
+    ASSERT_TRUE(p.ok()) << p.status();
+    ASSERT_EQ(p->attention(), "auto") << Find(*p, "train.attention").reason();
+    const int m = p->micro_batch();
+    EXPECT_NEAR(p->predicted_activation_bytes_per_sample(), scale * ga, 1e-6 * ga);
+    EXPECT_NEAR(p->predicted_memory_bytes(), gline(m), 1e-6 * gline(m));
+    const std::string why = Find(*p, "predicted.memory_bytes").reason();
+    EXPECT_TRUE(absl::StrContains(why, "the line through the GEMM version's own peaks")) << why;
+    EXPECT_TRUE(absl::StrContains(why, "job j-000012-abcd held x")) << why;
+    EXPECT_TRUE(absl::StrContains(why, "fitted over micro-batches 4, 16")) << why;
+  }
+  // A fused plan (the user's) ignores them: its memory is the fused line's.
+  spec.mutable_train()->set_attention("fused");
+  auto f = MakePlan(spec, {h100}, meas);
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->attention(), "fused");
+  EXPECT_FALSE(absl::StrContains(Find(*f, "predicted.memory_bytes").reason(), "j-000012")) ;
+}
+
 // Two or more micro-batches measured: the slope is fitted (not the larger or
 // smaller of model and point), and the line lies on or above every point, so
 // no micro-batch that ran is predicted to need less than it held.
