@@ -697,40 +697,29 @@ absl::StatusOr<v1::Plan> Scheduler::PlanMeasured(const v1::JobSpec& spec,
     measured = true;
   }
   // Peak memory from earlier jobs of the same key (per micro-batch, the
-  // newest job's).
-  auto mem = store_->MemoryMeasurements(MemoryKey(spec, *plan, node_set), kMaxMemoryPoints);
-  if (mem.ok()) {
+  // newest job's); `what` follows each in the source.
+  auto memory_points = [&](const v1::Plan& keyed, const std::string& what,
+                           std::vector<std::pair<int, double>>* points, std::string* source) {
+    auto mem = store_->MemoryMeasurements(MemoryKey(spec, keyed, node_set), kMaxMemoryPoints);
+    if (!mem.ok()) return;
     std::vector<std::string> from;
     for (const MemoryMeasurement& m : *mem) {
       if (m.micro_batch <= 0 || m.peak_bytes <= 0) continue;
-      meas.memory_points.emplace_back(m.micro_batch, m.peak_bytes);
-      from.push_back(absl::StrFormat("job %s held %s at micro-batch %d", m.job_id,
-                                     FormatBytes(m.peak_bytes), m.micro_batch));
+      points->emplace_back(m.micro_batch, m.peak_bytes);
+      from.push_back(absl::StrFormat("job %s held %s at micro-batch %d%s", m.job_id, FormatBytes(m.peak_bytes),
+                                     m.micro_batch, what));
     }
-    if (!from.empty()) {
-      meas.memory_source = absl::StrJoin(from, ", ");
-      measured = true;
-    }
-  }
-  // The GEMM attention's peaks, for a plan that may keep it ("auto", or
-  // "fused" that may become "auto" at the new micro-batch).
+    if (from.empty()) return;
+    *source = absl::StrJoin(from, ", ");
+    measured = true;
+  };
+  memory_points(*plan, "", &meas.memory_points, &meas.memory_source);
+  // The GEMM attention's, for a plan that may keep it ("auto", or "fused"
+  // that may become "auto" at the new micro-batch).
   if (plan->attention() == "auto" || plan->attention() == "fused") {
     v1::Plan gemm_plan = *plan;  // the key's other parts as this plan's
     gemm_plan.set_attention("gemm");
-    auto gemm = store_->MemoryMeasurements(MemoryKey(spec, gemm_plan, node_set), kMaxMemoryPoints);
-    if (gemm.ok()) {
-      std::vector<std::string> from;
-      for (const MemoryMeasurement& m : *gemm) {
-        if (m.micro_batch <= 0 || m.peak_bytes <= 0) continue;
-        meas.gemm_memory_points.emplace_back(m.micro_batch, m.peak_bytes);
-        from.push_back(absl::StrFormat("job %s held %s at micro-batch %d with the GEMM attention", m.job_id,
-                                       FormatBytes(m.peak_bytes), m.micro_batch));
-      }
-      if (!from.empty()) {
-        meas.gemm_memory_source = absl::StrJoin(from, ", ");
-        measured = true;
-      }
-    }
+    memory_points(gemm_plan, " with the GEMM attention", &meas.gemm_memory_points, &meas.gemm_memory_source);
   }
   if (!measured && trials == nullptr) return plan;
   auto again = MakePlan(spec, topo, meas, trials);
