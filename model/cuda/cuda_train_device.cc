@@ -38,6 +38,20 @@ StatusOr<AttentionChoice> ApplyAttention(const TrainDeviceSpec& spec, Precision 
   DGCA_RETURN_IF_ERROR(model->set_fused_attention(spec.attention != AttentionKernels::kGemm));
   if (spec.attention != AttentionKernels::kAuto || !model->fused_attention()) return AttentionChoice{};
   if (spec.deterministic) return AttentionChoice{"attention auto: fused, not timed (deterministic run)"};
+  // A resumed run keeps the kernels its checkpoint's run ran (agree: ranks
+  // that did not find the checkpoint time, then take rank 0's).
+  if (spec.resumed_attention == "fused")
+    return AttentionChoice{"attention auto: fused, as the resumed checkpoint's run (not timed)", true};
+  if (spec.resumed_attention == "gemm") {
+    if (Status s = model->set_fused_attention(false); !s.ok()) {
+      if (!Recoverable(s)) return s;
+      DGCA_RETURN_IF_ERROR(model->set_fused_attention(true));
+      return AttentionChoice{"attention auto: fused; the resumed checkpoint's run had the GEMM version, whose "
+                             "buffers did not fit (" + s.ToString() + ")",
+                             true};
+    }
+    return AttentionChoice{"attention auto: GEMM, as the resumed checkpoint's run (not timed)", true};
+  }
   const DType t = PrecisionDType(p);
   const int B = spec.micro_batch, L = spec.seq_len, H = spec.model.hidden, nh = spec.model.heads;
   StatusOr<AttentionTiming> timing =

@@ -114,6 +114,33 @@ TEST_F(AttentionChoiceTest, AutoKeepsTheFasterAndSaysWhy) {
   EXPECT_EQ(calls_, 3);
 }
 
+// A resumed auto run keeps the kernels its checkpoint's run ran, untimed,
+// whatever a timing would say (the resumed steps are then the uninterrupted
+// run's arithmetic).
+TEST_F(AttentionChoiceTest, AResumedRunKeepsTheCheckpointsKernels) {
+  spec_.resumed_attention = "gemm";
+  auto gemm = Make(Timer(Timing(1.0, 9.0)));  // the fused far faster
+  ASSERT_TRUE(gemm.ok()) << gemm.status().ToString();
+  EXPECT_EQ((*gemm)->attention_kernels(), "gemm");
+  EXPECT_NE((*gemm)->Describe().find("; attention auto: GEMM, as the resumed checkpoint's run (not timed)"),
+            std::string::npos)
+      << (*gemm)->Describe();
+  spec_.resumed_attention = "fused";
+  auto fused = Make(Timer(Timing(9.0, 1.0)));  // GEMM far faster
+  ASSERT_TRUE(fused.ok()) << fused.status().ToString();
+  EXPECT_EQ((*fused)->attention_kernels(), "fused");
+  EXPECT_NE((*fused)->Describe().find(", fused attention; attention auto: fused, as the resumed checkpoint's run"),
+            std::string::npos)
+      << (*fused)->Describe();
+  EXPECT_EQ(calls_, 0);
+  // Deterministic wins over the checkpoint: the fused kernels, untimed.
+  spec_.resumed_attention = "gemm";
+  spec_.deterministic = true;
+  auto det = Make(Timer(Timing(1.0, 9.0)));
+  ASSERT_TRUE(det.ok()) << det.status().ToString();
+  EXPECT_EQ((*det)->attention_kernels(), "fused");
+}
+
 TEST_F(AttentionChoiceTest, FusedOrGemmAskedForOrDeterministicIsNotTimed) {
   spec_.attention = AttentionKernels::kGemm;
   auto gemm = Build(Timer(Timing(1.0, 9.0)));

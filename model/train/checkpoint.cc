@@ -162,6 +162,11 @@ StatusOr<std::string> SaveCheckpoint(const std::string& dir, const ParamStore& p
     js += "  \"loss_scale\": " + std::string(scale) + ",\n";
     js += "  \"loss_scale_tracker\": " + std::to_string(state.loss_scale_tracker) + ",\n";
   }
+  if (!state.attention_kernels.empty()) {
+    js += "  \"attention\": ";
+    AppendJsonString(state.attention_kernels, &js);
+    js += ",\n";
+  }
   js += "  \"config\": {";
   bool first = true;
   for (const auto& kv : ConfigFingerprint(cfg)) {
@@ -198,29 +203,24 @@ StatusOr<std::string> LatestCheckpoint(const std::string& dir) {
   return step_dir;
 }
 
-Status LoadCheckpoint(const std::string& step_dir, const ModelConfig& cfg, ParamStore* params,
-                      AdamW* adam, CheckpointState* state) {
-  std::error_code ec;
-  if (!fs::is_directory(step_dir, ec)) {
-    return NotFoundError("checkpoint " + step_dir + ": not a directory");
-  }
-  const std::string state_path = step_dir + "/state.json";
-  const std::string model_path = step_dir + "/model.safetensors";
-  const std::string opt_path = step_dir + "/optimizer.safetensors";
-  for (const std::string& p : {state_path, model_path}) {
-    if (!fs::exists(p, ec)) return NotFoundError("checkpoint " + step_dir + ": missing " + p);
-  }
-  if (adam != nullptr && !fs::exists(opt_path, ec)) {
-    return NotFoundError("checkpoint " + step_dir + ": missing " + opt_path +
-                         " (needed to resume the optimizer)");
-  }
+namespace {
 
-  // state.json first: a config mismatch explains shape errors better.
-  DGCA_ASSIGN_OR_RETURN(std::string text, ReadTextFile(state_path));
-  DGCA_ASSIGN_OR_RETURN(JsonValue js, ParseJson(text, state_path));
-  if (!js.is_object()) return DataLossError(state_path + ": expected a JSON object");
-  CheckpointState st;
+// state.json parsed and its fields validated; `js` kept for the config
+// fingerprint, which only LoadCheckpoint checks.
+struct StateFile {
+  CheckpointState state;
   int64_t adam_step = 0;
+  JsonValue js;
+};
+
+StatusOr<StateFile> ReadStateFile(const std::string& state_path) {
+  DGCA_ASSIGN_OR_RETURN(std::string text, ReadTextFile(state_path));
+  StateFile sf;
+  DGCA_ASSIGN_OR_RETURN(sf.js, ParseJson(text, state_path));
+  const JsonValue& js = sf.js;
+  if (!js.is_object()) return DataLossError(state_path + ": expected a JSON object");
+  CheckpointState& st = sf.state;
+  int64_t& adam_step = sf.adam_step;
   if (!ParseI64(js.Find("step"), &st.step) || st.step < 0) {
     return DataLossError(state_path + ": missing or invalid integer field 'step'");
   }
@@ -246,6 +246,48 @@ Status LoadCheckpoint(const std::string& step_dir, const ModelConfig& cfg, Param
       return DataLossError(state_path + ": missing or invalid integer field 'loss_scale_tracker' (it goes with 'loss_scale')");
     }
   }
+  if (const JsonValue* a = js.Find("attention"); a != nullptr) {
+    if (!a->is_string() || (a->string != "fused" && a->string != "gemm")) {
+      return DataLossError(state_path + ": field 'attention' must be \"fused\" or \"gemm\"");
+    }
+    st.attention_kernels = a->string;
+  }
+  return sf;
+}
+
+}  // namespace
+
+StatusOr<CheckpointState> ReadCheckpointState(const std::string& step_dir) {
+  const std::string state_path = step_dir + "/state.json";
+  std::error_code ec;
+  if (!fs::is_directory(step_dir, ec)) return NotFoundError("checkpoint " + step_dir + ": not a directory");
+  if (!fs::exists(state_path, ec)) return NotFoundError("checkpoint " + step_dir + ": missing " + state_path);
+  DGCA_ASSIGN_OR_RETURN(StateFile sf, ReadStateFile(state_path));
+  return sf.state;
+}
+
+Status LoadCheckpoint(const std::string& step_dir, const ModelConfig& cfg, ParamStore* params,
+                      AdamW* adam, CheckpointState* state) {
+  std::error_code ec;
+  if (!fs::is_directory(step_dir, ec)) {
+    return NotFoundError("checkpoint " + step_dir + ": not a directory");
+  }
+  const std::string state_path = step_dir + "/state.json";
+  const std::string model_path = step_dir + "/model.safetensors";
+  const std::string opt_path = step_dir + "/optimizer.safetensors";
+  for (const std::string& p : {state_path, model_path}) {
+    if (!fs::exists(p, ec)) return NotFoundError("checkpoint " + step_dir + ": missing " + p);
+  }
+  if (adam != nullptr && !fs::exists(opt_path, ec)) {
+    return NotFoundError("checkpoint " + step_dir + ": missing " + opt_path +
+                         " (needed to resume the optimizer)");
+  }
+
+  // state.json first: a config mismatch explains shape errors better.
+  DGCA_ASSIGN_OR_RETURN(StateFile sf, ReadStateFile(state_path));
+  const JsonValue& js = sf.js;
+  const CheckpointState& st = sf.state;
+  const int64_t adam_step = sf.adam_step;
   const JsonValue* conf = js.Find("config");
   if (conf == nullptr || !conf->is_object()) {
     return DataLossError(state_path + ": missing object field 'config'");

@@ -36,6 +36,10 @@ struct CheckpointState {
   uint64_t rng_state = 0;    // trainer RNG stream position (reserved; 0 today)
   double loss_scale = 0;     // fp16 dynamic loss scale (0: none)
   int64_t loss_scale_tracker = 0;  // its clean-step count (LossScaler)
+  // The attention kernels the run ran (TrainDevice::attention_kernels():
+  // "fused" or "gemm"; "" on the CPU). A resumed train.attention auto run
+  // keeps them instead of timing afresh, so it continues the same arithmetic.
+  std::string attention_kernels;
 };
 
 // The model sizes a checkpoint must agree with: vocab_size, hidden, layers,
@@ -55,6 +59,11 @@ StatusOr<std::string> SaveCheckpoint(const std::string& dir, const ParamStore& p
 // DIR/<contents of DIR/latest>; NOT_FOUND when DIR/latest does not exist,
 // DATA_LOSS when it names no directory.
 StatusOr<std::string> LatestCheckpoint(const std::string& dir);
+
+// The state.json of a step directory alone (no weights read), validated as
+// LoadCheckpoint validates it, less the config fingerprint: what a run must
+// know before it builds its device.
+StatusOr<CheckpointState> ReadCheckpointState(const std::string& step_dir);
 
 // Loads a step directory written by SaveCheckpoint into `params` (and `adam`
 // when not null). Everything is validated before anything is copied: missing

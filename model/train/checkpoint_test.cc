@@ -278,6 +278,39 @@ TEST_F(CheckpointTest, LossScaleRoundTripsAndIsValidated) {
   EXPECT_TRUE(Contains(s, "'loss_scale'")) << s.ToString();
 }
 
+// CUDA runs write the attention kernels they ran; ReadCheckpointState reads
+// the state alone (before a resumed run builds its device), validated.
+TEST_F(CheckpointTest, AttentionKernelsRoundTripAndAreValidated) {
+  auto none = ReadCheckpointState(step_dir_);
+  ASSERT_TRUE(none.ok()) << none.status().ToString();
+  EXPECT_EQ(none->attention_kernels, "");  // written without them (a CPU run)
+  EXPECT_EQ(none->step, state_.step);
+  state_.step = 4;
+  state_.attention_kernels = "gemm";
+  auto d = SaveCheckpoint(dir_, ps_, adam_.get(), Cfg(), state_);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  auto read = ReadCheckpointState(*d);
+  ASSERT_TRUE(read.ok()) << read.status().ToString();
+  EXPECT_EQ(read->attention_kernels, "gemm");
+  EXPECT_EQ(read->step, 4);
+  ParamStore ps;
+  Declare(&ps);
+  CheckpointState st;
+  ASSERT_TRUE(LoadCheckpoint(*d, Cfg(), &ps, nullptr, &st).ok());
+  EXPECT_EQ(st.attention_kernels, "gemm");
+
+  std::ofstream(*d + "/state.json", std::ios::trunc)
+      << "{\"step\": 4, \"loader_step\": 4, \"seed\": \"1\", \"rng_state\": \"0\", \"adam_step\": 4, "
+         "\"attention\": \"flash\", \"config\": {}}";
+  for (const Status& s : {ReadCheckpointState(*d).status(), LoadCheckpoint(*d, Cfg(), &ps, nullptr, &st)}) {
+    EXPECT_EQ(s.code(), StatusCode::kDataLoss) << s.ToString();
+    EXPECT_TRUE(Contains(s, "state.json: field 'attention' must be \"fused\" or \"gemm\"")) << s.ToString();
+  }
+  const Status missing = ReadCheckpointState(dir_ + "/step-99999999").status();
+  EXPECT_EQ(missing.code(), StatusCode::kNotFound) << missing.ToString();
+  EXPECT_TRUE(Contains(missing, "step-99999999: not a directory")) << missing.ToString();
+}
+
 TEST(HfInitTest, LoadsMatchingIgnoresExtrasReportsRest) {
   const std::string dir = TempDir();
   ParamStore ps;

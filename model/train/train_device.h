@@ -119,6 +119,11 @@ struct TrainDeviceSpec {
   bool deterministic = false;  // TrainConfig::deterministic
   bool cuda_graphs = true;     // TrainConfig::cuda_graphs
   AttentionKernels attention = AttentionKernels::kAuto;  // TrainConfig::attention
+  // Under kAuto, the kernels ("fused" or "gemm") the checkpoint this run
+  // resumes from ran (CheckpointState::attention_kernels): kept without
+  // timing, so the resumed steps are the uninterrupted run's arithmetic.
+  // "" = none (time both).
+  std::string resumed_attention;
   AdamWOptions adam;
   LossScalerOptions loss_scaler;  // fp16 only
 };

@@ -208,6 +208,24 @@ StatusOr<TrainResult> Train(const TrainConfig& config, Communicator* comm,
         std::to_string(es.truncated) + " truncated to " + std::to_string(max_chars) + " chars");
   }
 
+  // Initial weights: resume > init_from > random (from the seed). The
+  // checkpoint is found before the device is built: a resumed run keeps the
+  // attention kernels it ran (CheckpointState::attention_kernels).
+  std::string resume_dir;
+  if (!config.resume_from.empty()) {
+    if (fs::exists(config.resume_from + "/latest")) {
+      DGCA_ASSIGN_OR_RETURN(resume_dir, LatestCheckpoint(config.resume_from));
+    } else {
+      resume_dir = config.resume_from;
+    }
+  } else if (!config.checkpoint_dir.empty()) {
+    auto latest = LatestCheckpoint(config.checkpoint_dir);
+    if (latest.ok()) {
+      resume_dir = *latest;
+    } else if (latest.status().code() != StatusCode::kNotFound) {
+      return latest.status();
+    }
+  }
   TrainDeviceSpec dspec;
   dspec.model = mcfg;
   dspec.micro_batch = config.micro_batch;
@@ -218,6 +236,10 @@ StatusOr<TrainResult> Train(const TrainConfig& config, Communicator* comm,
   dspec.deterministic = config.deterministic;
   dspec.cuda_graphs = config.cuda_graphs;
   dspec.attention = config.attention;
+  if (!resume_dir.empty() && config.attention == AttentionKernels::kAuto) {
+    DGCA_ASSIGN_OR_RETURN(CheckpointState resumed, ReadCheckpointState(resume_dir));
+    dspec.resumed_attention = resumed.attention_kernels;
+  }
   dspec.loss_scaler.init_scale = config.fp16_init_loss_scale;
   dspec.adam.weight_decay = config.weight_decay;
   DGCA_ASSIGN_OR_RETURN(std::unique_ptr<TrainDevice> device, make_device(dspec));
@@ -236,22 +258,6 @@ StatusOr<TrainResult> Train(const TrainConfig& config, Communicator* comm,
     if (changed) log("device (rank 0's timed choices adopted): " + device->Describe());
   }
 
-  // Initial weights: resume > init_from > random (from the seed).
-  std::string resume_dir;
-  if (!config.resume_from.empty()) {
-    if (fs::exists(config.resume_from + "/latest")) {
-      DGCA_ASSIGN_OR_RETURN(resume_dir, LatestCheckpoint(config.resume_from));
-    } else {
-      resume_dir = config.resume_from;
-    }
-  } else if (!config.checkpoint_dir.empty()) {
-    auto latest = LatestCheckpoint(config.checkpoint_dir);
-    if (latest.ok()) {
-      resume_dir = *latest;
-    } else if (latest.status().code() != StatusCode::kNotFound) {
-      return latest.status();
-    }
-  }
   int64_t start_step = 0;
   int64_t loader_step = 0;  // differs from start_step only if the global batch changed
   if (!resume_dir.empty()) {
@@ -347,6 +353,7 @@ StatusOr<TrainResult> Train(const TrainConfig& config, Communicator* comm,
         st.loss_scale = scaler->scale();
         st.loss_scale_tracker = scaler->growth_tracker();
       }
+      st.attention_kernels = device->attention_kernels();
       DGCA_ASSIGN_OR_RETURN(dir, SaveCheckpoint(config.checkpoint_dir, params, &adam, mcfg, st));
       log("checkpoint " + dir);
       if (observer) observer->OnCheckpoint(dir, step);
