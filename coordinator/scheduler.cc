@@ -714,9 +714,11 @@ absl::StatusOr<v1::Plan> Scheduler::PlanMeasured(const v1::JobSpec& spec,
     measured = true;
   };
   memory_points(*plan, "", &meas.memory_points, &meas.memory_source);
-  // The GEMM attention's, for a plan that may keep it ("auto", or "fused"
-  // that may become "auto" at the new micro-batch).
-  if (plan->attention() == "auto" || plan->attention() == "fused") {
+  // The GEMM attention's, for a plan that may keep it ("auto", or the
+  // planner's "fused" that may become "auto" at the new micro-batch; not the
+  // user's "fused").
+  const std::string asked = absl::AsciiStrToLower(spec.train().attention());
+  if ((plan->attention() == "auto" || plan->attention() == "fused") && (asked.empty() || asked == "auto")) {
     v1::Plan gemm_plan = *plan;  // the key's other parts as this plan's
     gemm_plan.set_attention("gemm");
     memory_points(gemm_plan, " with the GEMM attention", &meas.gemm_memory_points, &meas.gemm_memory_source);

@@ -268,12 +268,12 @@ std::vector<std::pair<int, int>> Splits(int n, const Inputs& in) {
 // micro-batches are predicted high), the smaller when it does not (smaller
 // ones are predicted high too); the rest is fixed. Two or more micro-batches
 // measure the slope itself (least squares, never below the model's); the
-// fixed part then puts the line on or above every point. *why says how ("",
-// and `est` unchanged, without a usable point).
-MemoryEstimate FitMemoryLine(MemoryEstimate est, const std::vector<std::pair<int, double>>& points,
-                             const std::string& source, double ctx, double budget, std::string* why) {
+// fixed part then puts the line on or above every point. Returns whether a
+// point was usable (else `est` is unchanged); *why says how.
+bool FitMemoryLine(const std::vector<std::pair<int, double>>& points, const std::string& source, double ctx,
+                   double budget, MemoryEstimate* est, std::string* why) {
   why->clear();
-  const double modelled = est.activations_per_sample;
+  const double modelled = est->activations_per_sample;
   std::vector<std::pair<int, double>> held;  // (micro-batch, bytes without the CUDA context)
   for (const auto& [m, bytes] : points)
     if (m > 0 && bytes > 0 && std::isfinite(bytes)) held.emplace_back(m, bytes - ctx);
@@ -308,7 +308,7 @@ MemoryEstimate FitMemoryLine(MemoryEstimate est, const std::vector<std::pair<int
                                    Bytes(fitted), " and the memory model's ", Bytes(modelled)));
   } else if (!held.empty()) {
     const auto [m1, h1] = held.front();
-    const double measured = (h1 - est.total(0)) / m1;
+    const double measured = (h1 - est->total(0)) / m1;
     const bool fits = budget <= 0 || h1 <= budget;
     if (measured > 0) slope = fits ? std::max(modelled, measured) : std::min(modelled, measured);
     *why = absl::StrFormat(
@@ -322,10 +322,10 @@ MemoryEstimate FitMemoryLine(MemoryEstimate est, const std::vector<std::pair<int
     // above it); the rest is fixed.
     double fixed = -std::numeric_limits<double>::infinity();
     for (const auto& [m, h] : held) fixed = std::max(fixed, h - slope * m);
-    est.activations_per_sample = slope;
-    est.workspace = std::max(0.0, est.workspace + fixed - est.total(0));
+    est->activations_per_sample = slope;
+    est->workspace = std::max(0.0, est->workspace + fixed - est->total(0));
   }
-  return est;
+  return !held.empty();
 }
 
 class Planner {
@@ -797,12 +797,13 @@ void Planner::AttentionTimed() {
   // ranks kept it), else the plan's line (est_, the fused kernels', through
   // any measured points) plus what the memory model says the GEMM version
   // adds (its [heads, L, L] probabilities per sample, workspace).
-  const MemoryEstimate gemm_model =
-      EstimateMemory(cfg_, seq_len_, precision_, /*fused_attention=*/false);
+  MemoryEstimate gemm_est = EstimateMemory(cfg_, seq_len_, precision_, /*fused_attention=*/false);
   std::string gemm_why;
-  MemoryEstimate gemm_est = FitMemoryLine(gemm_model, meas_.gemm_memory_points, meas_.gemm_memory_source,
-                                          kCudaContextBytes, budget_, &gemm_why);
-  if (gemm_why.empty()) {
+  if (FitMemoryLine(meas_.gemm_memory_points, meas_.gemm_memory_source, kCudaContextBytes, budget_, &gemm_est,
+                    &gemm_why)) {
+    gemm_why = absl::StrCat("the line through the GEMM version's own peaks", gemm_why);
+  } else {
+    const MemoryEstimate gemm_model = gemm_est;
     const MemoryEstimate fused_model =
         EstimateMemory(cfg_, seq_len_, precision_, /*fused_attention=*/true);
     gemm_est = est_;
@@ -811,8 +812,6 @@ void Planner::AttentionTimed() {
     gemm_est.workspace += std::max(0.0, gemm_model.workspace - fused_model.workspace);
     gemm_why = absl::StrCat("the fused kernels' line plus the memory model's GEMM probabilities, ",
                             Bytes(gemm_est.activations_per_sample - est_.activations_per_sample), " per sample");
-  } else {
-    gemm_why = absl::StrCat("the line through the GEMM version's own peaks", gemm_why);
   }
   const double gemm = gemm_est.total(m);
   const int d = cfg_.heads > 0 ? cfg_.hidden / cfg_.heads : 0;
@@ -828,13 +827,21 @@ void Planner::AttentionTimed() {
                                            ", over the ", Bytes(budget_), " budget")));
     return;
   }
-  // A rank may keep the GEMM version: predict its memory, the larger.
+  // A rank may keep either version: predict the larger. The GEMM version's
+  // is unless its own peaks measured it below the fused kernels' line.
   const bool was_high = MemoryHigh(plan_.predicted_memory_bytes());
-  PredictMemory(gemm_est, m,
-                absl::StrCat("the GEMM attention's, which a rank keeps if it times faster (", gemm_why,
-                             "); ", mem_why_));
+  if (gemm >= est_.total(m)) {
+    PredictMemory(gemm_est, m,
+                  absl::StrCat("the GEMM attention's, which a rank keeps if it times faster (", gemm_why,
+                               "), the larger of the two versions'; ", mem_why_));
+  } else {
+    PredictMemory(est_, m,
+                  absl::StrCat("the fused attention's, which a rank keeps unless the GEMM version times faster, "
+                               "the larger of the two versions' (the GEMM version's: ", Bytes(gemm + kCudaContextBytes),
+                               ", ", gemm_why, "); ", mem_why_));
+  }
   if (MemoryHigh(plan_.predicted_memory_bytes()) && !was_high)
-    Warn(absl::StrFormat("predicted memory %s (with the GEMM attention, if a rank times it faster) is above "
+    Warn(absl::StrFormat("predicted memory %s (with the attention version a rank may keep) is above "
                          "85%% of %s",
                          Bytes(plan_.predicted_memory_bytes()), Bytes(device_memory_)));
   plan_.set_attention("auto");
@@ -843,9 +850,10 @@ void Planner::AttentionTimed() {
              "%s, head size %d, seq_len %d <= 512: each rank times the fused flash-style kernels and the "
              "GEMM version (one layer's forward + backward at micro-batch %d) when it starts and keeps the "
              "faster (the fused unless GEMM is 5%% faster; every rank takes rank 0's choice; the fused "
-             "untimed in deterministic mode); the "
+             "untimed in deterministic mode; a run resumed from a checkpoint keeps the checkpoint's, "
+             "untimed); the "
              "GEMM version's [heads, L, L] probabilities fit too (%s at micro-batch %d, budget %s; the "
-             "predicted memory is the GEMM version's)",
+             "predicted memory is the larger version's)",
              plan_.precision(), d, seq_len_, m, Bytes(gemm), m, Bytes(budget_)));
 }
 
@@ -899,8 +907,8 @@ void Planner::Memory() {
     }
   }
   std::string measured_why;
-  est = FitMemoryLine(est, meas_.memory_points, meas_.memory_source, cuda_ ? kCudaContextBytes : 0, budget,
-                      &measured_why);
+  FitMemoryLine(meas_.memory_points, meas_.memory_source, cuda_ ? kCudaContextBytes : 0, budget, &est,
+                &measured_why);
   budget_ = budget;
   plan_.set_device_memory_bytes(device_memory_);
   // The target includes the CUDA context, as predicted_memory_bytes does.

@@ -869,49 +869,71 @@ TEST_F(PlannerMemory, AutoAttentionKeepsTheMeasuredLine) {
 
 // train.attention auto with peaks of earlier GEMM-attention runs (an
 // explicit gemm plan, or an auto plan whose ranks kept it): the GEMM
-// prediction is the line through those, not the fused line plus the
-// model's difference, whether they measured more or less than that.
+// version's memory is the line through those, not the fused line plus the
+// model's difference; a rank may keep either version, so the prediction is
+// the larger of the two lines at the plan's micro-batch.
 TEST_F(PlannerMemory, AutoAttentionPredictsTheGemmVersionFromItsOwnPeaks) {
   spec.mutable_train()->set_attention("auto");
+  spec.mutable_train()->set_global_batch(64);  // one micro-batch of 64: room for both versions
   auto model = MakePlan(spec, {h100}, PlannerMeasurements{});
   ASSERT_TRUE(model.ok()) << model.status();
   ASSERT_EQ(model->attention(), "auto");
+  ASSERT_EQ(model->micro_batch(), 64);
   const double ga = model->predicted_activation_bytes_per_sample();  // the GEMM version's, modelled
-  const double gfixed = model->predicted_memory_bytes() - model->micro_batch() * ga;
+  const double gfixed = model->predicted_memory_bytes() - 64 * ga;
   ASSERT_GT(ga, a);
   const double mib = 1024.0 * 1024;
-  // The fused line measured heavy (as in AutoAttentionKeepsTheMeasuredLine):
-  // through it plus the model's GEMM extra would be above the GEMM peaks.
-  PlannerMeasurements meas;
-  meas.memory_points = {{8, fixed + 1024 * mib + 8 * 2 * a}};
-  meas.memory_source = "job j-000010-abcd held it at micro-batch 8";
-  for (const double scale : {1.0, 1.1}) {
-    SCOPED_TRACE(scale);
-    // Two GEMM runs on a line: slope scale x the model's, fixed 16 MiB
-    // below the model's (scale 1; the workspace, which holds the line's
-    // fixed part above the model state, is tens of MiB) or 128 MiB above it
-    // (1.1). Both are far below the fused line plus the modelled GEMM extra.
-    const double shift = scale == 1.0 ? -16 * mib : 128 * mib;
-    auto gline = [&](int m) { return gfixed + shift + scale * ga * m; };
-    meas.gemm_memory_points = {{16, gline(16)}, {4, gline(4)}};
-    meas.gemm_memory_source = "job j-000012-abcd held x at micro-batch 16 with the GEMM attention";
-    auto p = MakePlan(spec, {h100}, meas);
-    ASSERT_TRUE(p.ok()) << p.status();
-    ASSERT_EQ(p->attention(), "auto") << Find(*p, "train.attention").reason();
-    const int m = p->micro_batch();
-    EXPECT_NEAR(p->predicted_activation_bytes_per_sample(), scale * ga, 1e-6 * ga);
-    EXPECT_NEAR(p->predicted_memory_bytes(), gline(m), 1e-6 * gline(m));
-    const std::string why = Find(*p, "predicted.memory_bytes").reason();
-    EXPECT_TRUE(absl::StrContains(why, "the line through the GEMM version's own peaks")) << why;
-    EXPECT_TRUE(absl::StrContains(why, "job j-000012-abcd held x")) << why;
-    EXPECT_TRUE(absl::StrContains(why, "fitted over micro-batches 4, 16")) << why;
-  }
+
+  // The GEMM version measured above its model (1.5x the activations, 256 MiB
+  // more fixed) and no fused peaks: the GEMM line is the larger.
+  auto above = [&](int m) { return gfixed + 256 * mib + 1.5 * ga * m; };
+  PlannerMeasurements gemm_only;
+  gemm_only.gemm_memory_points = {{16, above(16)}, {4, above(4)}};
+  gemm_only.gemm_memory_source = "job j-000012-abcd held x at micro-batch 16 with the GEMM attention";
+  auto g = MakePlan(spec, {h100}, gemm_only);
+  ASSERT_TRUE(g.ok()) << g.status();
+  ASSERT_EQ(g->attention(), "auto") << Find(*g, "train.attention").reason();
+  EXPECT_NEAR(g->predicted_activation_bytes_per_sample(), 1.5 * ga, 1e-6 * ga);
+  EXPECT_NEAR(g->predicted_memory_bytes(), above(64), 1e-6 * above(64));
+  std::string why = Find(*g, "predicted.memory_bytes").reason();
+  EXPECT_TRUE(absl::StrContains(why, "the GEMM attention's, which a rank keeps if it times faster (the line "
+                                     "through the GEMM version's own peaks (job j-000012-abcd held x"))
+      << why;
+  EXPECT_TRUE(absl::StrContains(why, "fitted over micro-batches 4, 16")) << why;
+  EXPECT_TRUE(absl::StrContains(why, "the larger of the two versions'")) << why;
+
+  // The fused kernels measured heavy (1 GiB more fixed, twice the
+  // activations at 8) and the GEMM version at its model: the fused line is
+  // the larger (a rank keeps the fused unless the GEMM times faster), so it
+  // is the prediction; the GEMM version's figure is still cited.
+  PlannerMeasurements both;
+  both.memory_points = {{8, fixed + 1024 * mib + 8 * 2 * a}};
+  both.memory_source = "job j-000010-abcd held it at micro-batch 8";
+  auto at_model = [&](int m) { return gfixed + ga * m; };
+  both.gemm_memory_points = {{16, at_model(16)}, {4, at_model(4)}};
+  both.gemm_memory_source = gemm_only.gemm_memory_source;
+  auto b = MakePlan(spec, {h100}, both);
+  ASSERT_TRUE(b.ok()) << b.status();
+  ASSERT_EQ(b->attention(), "auto") << Find(*b, "train.attention").reason();
+  const double held = both.memory_points[0].second;
+  const double slope = (held - fixed) / 8;  // one point that fits: all its excess per sample
+  const double fused_line = held + slope * (64 - 8);
+  ASSERT_GT(fused_line, at_model(64));
+  EXPECT_NEAR(b->predicted_memory_bytes(), fused_line, 1e-6 * fused_line);
+  EXPECT_NEAR(b->predicted_activation_bytes_per_sample(), slope, 1e-6 * slope);
+  why = Find(*b, "predicted.memory_bytes").reason();
+  EXPECT_TRUE(absl::StrContains(why, "the fused attention's, which a rank keeps unless the GEMM version times "
+                                     "faster, the larger of the two versions'"))
+      << why;
+  EXPECT_TRUE(absl::StrContains(why, "job j-000010-abcd")) << why;
+  EXPECT_TRUE(absl::StrContains(why, "the line through the GEMM version's own peaks (job j-000012-abcd")) << why;
+
   // A fused plan (the user's) ignores them: its memory is the fused line's.
   spec.mutable_train()->set_attention("fused");
-  auto f = MakePlan(spec, {h100}, meas);
+  auto f = MakePlan(spec, {h100}, both);
   ASSERT_TRUE(f.ok()) << f.status();
   EXPECT_EQ(f->attention(), "fused");
-  EXPECT_FALSE(absl::StrContains(Find(*f, "predicted.memory_bytes").reason(), "j-000012")) ;
+  EXPECT_FALSE(absl::StrContains(Find(*f, "predicted.memory_bytes").reason(), "j-000012"));
 }
 
 // Two or more micro-batches measured: the slope is fitted (not the larger or
