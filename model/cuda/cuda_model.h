@@ -149,7 +149,8 @@ class CudaDgcaModel : public DgcaModel {
   // The fused (flash-style) attention kernels for bf16/fp16 (on by default
   // where the shape allows; CudaBert::set_fused_attention). Off: the GEMM
   // version, which stores each layer's [B,nh,L,L] probabilities. Call
-  // between steps; INTERNAL when reallocating fails.
+  // between steps. The old choice's buffers are freed first: when the new
+  // ones do not fit (RESOURCE_EXHAUSTED), call again with the old choice.
   virtual Status set_fused_attention(bool on) = 0;
   virtual bool fused_attention() const = 0;
   // GEMM shapes cuBLASLt had no algorithm for (run by the slow

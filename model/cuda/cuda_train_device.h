@@ -50,7 +50,9 @@ namespace cuda {
 // kept untimed in deterministic runs, and kept when the timing or the GEMM
 // version's buffers run out of memory (RESOURCE_EXHAUSTED) or the timer
 // rejects the shape; any other timing error fails the build (the context may
-// be unusable). Data parallel: Train() then makes every rank take rank 0's
+// be unusable). A resumed run (TrainDeviceSpec::resumed_attention) keeps its
+// checkpoint's kernels untimed (the fused when the GEMM version's buffers do
+// not fit). Data parallel: Train() then makes every rank take rank 0's
 // choice (AdoptRankZeroChoices: one flag broadcast, reached by every rank
 // whose spec is auto, whatever its own timing did).
 using AttentionTimer =

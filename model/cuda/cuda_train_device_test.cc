@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <memory>
 #include <string>
 
@@ -132,6 +133,15 @@ TEST_F(AttentionChoiceTest, AResumedRunKeepsTheCheckpointsKernels) {
   EXPECT_NE((*fused)->Describe().find(", fused attention; attention auto: fused, as the resumed checkpoint's run"),
             std::string::npos)
       << (*fused)->Describe();
+  // Data parallel: a resumed rank still takes part in the one broadcast
+  // (a rank that did not find the checkpoint timed and reaches it too) and
+  // takes rank 0's kernels.
+  RankOneOfTwo fused_at_rank0(1.0f);
+  bool changed = false;
+  ASSERT_TRUE((*gemm)->AdoptRankZeroChoices(&fused_at_rank0, &changed).ok());
+  EXPECT_EQ(fused_at_rank0.broadcasts, 1);
+  EXPECT_TRUE(changed);
+  EXPECT_EQ((*gemm)->attention_kernels(), "fused");
   EXPECT_EQ(calls_, 0);
   // Deterministic wins over the checkpoint: the fused kernels, untimed.
   spec_.resumed_attention = "gemm";
@@ -139,6 +149,41 @@ TEST_F(AttentionChoiceTest, AResumedRunKeepsTheCheckpointsKernels) {
   auto det = Make(Timer(Timing(1.0, 9.0)));
   ASSERT_TRUE(det.ok()) << det.status().ToString();
   EXPECT_EQ((*det)->attention_kernels(), "fused");
+  EXPECT_NE((*det)->Describe().find("attention auto: fused, not timed (deterministic run)"), std::string::npos)
+      << (*det)->Describe();
+  EXPECT_EQ(calls_, 0);
+}
+
+// A resumed run whose checkpoint ran the GEMM version, where that version's
+// [B, nh, L, L] probabilities no longer fit: the fused kernels, and the
+// device line says why. Emulator only: it takes a device memory size
+// (DGCA_EMU_DEVICE_MEMORY), here exactly what the fused device holds.
+TEST_F(AttentionChoiceTest, AResumedGemmThatDoesNotFitKeepsTheFused) {
+  cudaDeviceProp prop;
+  ASSERT_EQ(cudaGetDeviceProperties(&prop, 0), cudaSuccess);
+  if (std::string(prop.name).find("dgca CUDA emulator") == std::string::npos)
+    GTEST_SKIP() << "needs the CUDA emulator's DGCA_EMU_DEVICE_MEMORY (a real device's memory cannot be shrunk)";
+  size_t free_bytes = 0, total = 0;
+  spec_.attention = AttentionKernels::kFused;
+  {
+    auto fused = Make(Timer(Timing(1.0, 9.0)));
+    ASSERT_TRUE(fused.ok()) << fused.status().ToString();
+    ASSERT_EQ(cudaMemGetInfo(&free_bytes, &total), cudaSuccess);
+  }
+  const size_t used = total - free_bytes;  // the context, the model with the fused kernels, AdamW
+  ASSERT_EQ(setenv("DGCA_EMU_DEVICE_MEMORY", std::to_string(used).c_str(), 1), 0);
+  spec_.attention = AttentionKernels::kAuto;
+  spec_.resumed_attention = "gemm";
+  auto device = Make(Timer(Timing(9.0, 1.0)));
+  unsetenv("DGCA_EMU_DEVICE_MEMORY");
+  ASSERT_TRUE(device.ok()) << device.status().ToString();
+  EXPECT_EQ((*device)->attention_kernels(), "fused");
+  const std::string line = (*device)->Describe();
+  EXPECT_NE(line.find("; attention auto: fused; the resumed checkpoint's run had the GEMM version, whose buffers "
+                      "did not fit (RESOURCE_EXHAUSTED"),
+            std::string::npos)
+      << line;
+  EXPECT_EQ(calls_, 0);
 }
 
 TEST_F(AttentionChoiceTest, FusedOrGemmAskedForOrDeterministicIsNotTimed) {

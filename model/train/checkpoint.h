@@ -8,7 +8,8 @@
 //   optimizer.safetensors  "m.<name>" and "v.<name>": AdamW moments
 //   state.json             {"step", "loader_step", "seed", "rng_state",
 //                           "adam_step", "config": {fingerprint}} and, for
-//                           fp16 runs, "loss_scale", "loss_scale_tracker"
+//                           fp16 runs, "loss_scale", "loss_scale_tracker";
+//                           for CUDA runs, "attention" (the kernels run)
 // The directory is written under a temporary name and renamed, then
 // DIR/latest (one line: "step-NNNNNNNN") is replaced atomically, so a crash
 // leaves either the old or the new checkpoint, never a torn one.

@@ -46,6 +46,9 @@
 //     a lost peer, ranks issuing different collectives) runs without GPUs.
 //     DGCA_EMU_DEVICES=N (default 1) is the number of devices
 //     cudaGetDeviceCount reports, so N ranks can each take their own.
+//   - Device memory: 80 GiB, or DGCA_EMU_DEVICE_MEMORY bytes (read at every
+//     cudaMalloc and cudaMemGetInfo), past which cudaMalloc fails with
+//     cudaErrorMemoryAllocation, so out-of-memory paths can be tested.
 //
 // What it does not model: performance, registers (a kernel over its
 // block's register budget fails only on a GPU; ctest cuda_kernel_resources

@@ -101,7 +101,18 @@ namespace internal {
 namespace {
 
 constexpr size_t kMaxPending = 100000;  // run everything beyond this many queued items
-constexpr size_t kTotalMemory = size_t{80} << 30;
+constexpr size_t kDefaultTotalMemory = size_t{80} << 30;
+
+// The emulated device memory: DGCA_EMU_DEVICE_MEMORY (bytes, a positive
+// decimal integer) or 80 GiB. Read at every call, so a test can shrink it
+// after building what must fit (to make a later cudaMalloc run out).
+size_t TotalMemory() {
+  const char* e = std::getenv("DGCA_EMU_DEVICE_MEMORY");
+  if (e == nullptr || *e == '\0') return kDefaultTotalMemory;
+  char* end = nullptr;
+  const unsigned long long v = std::strtoull(e, &end, 10);
+  return *end == '\0' && v > 0 ? static_cast<size_t>(v) : kDefaultTotalMemory;
+}
 
 cudaError_t g_sticky = cudaSuccess;
 cudaError_t g_last = cudaSuccess;
@@ -555,7 +566,7 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
     return emu::ApiError(cudaErrorInvalidDevice, "cudaGetDeviceProperties(" + std::to_string(device) + "): no such emulated device");
   std::memset(prop, 0, sizeof(*prop));
   std::snprintf(prop->name, sizeof(prop->name), "dgca CUDA emulator (CPU; sm_90 limits)");
-  prop->totalGlobalMem = ei::kTotalMemory;
+  prop->totalGlobalMem = ei::TotalMemory();
   prop->sharedMemPerBlock = 48 * 1024;
   prop->sharedMemPerBlockOptin = 227 * 1024;
   prop->regsPerBlock = 65536;
@@ -600,8 +611,9 @@ cudaError_t cudaDriverGetVersion(int* v) {
 }
 cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total) {
   Guard g(ei::Lock());
-  *total = ei::kTotalMemory;
-  *free_bytes = ei::kTotalMemory - ei::BytesInUse(emu::MemKind::kDevice);
+  *total = ei::TotalMemory();
+  const size_t used = ei::BytesInUse(emu::MemKind::kDevice);
+  *free_bytes = used < *total ? *total - used : 0;
   return ei::Result();
 }
 
@@ -611,8 +623,9 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
   *p = nullptr;
   if (ei::g_sticky != cudaSuccess) return ei::g_sticky;
   if (bytes == 0) return cudaSuccess;
-  if (ei::BytesInUse(emu::MemKind::kDevice) + bytes > ei::kTotalMemory) {
-    return emu::ApiError(cudaErrorMemoryAllocation, "cudaMalloc of " + std::to_string(bytes) + " bytes: the emulated 80 GiB are used up");
+  if (const size_t total = ei::TotalMemory(); ei::BytesInUse(emu::MemKind::kDevice) + bytes > total) {
+    return emu::ApiError(cudaErrorMemoryAllocation, "cudaMalloc of " + std::to_string(bytes) + " bytes: the emulated " +
+                                                        std::to_string(total) + " bytes are used up");
   }
   *p = ei::Allocate(bytes, emu::MemKind::kDevice);
   if (*p == nullptr) return emu::ApiError(cudaErrorMemoryAllocation, "cudaMalloc of " + std::to_string(bytes) + " bytes: mmap failed");
