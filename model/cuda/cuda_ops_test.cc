@@ -76,6 +76,14 @@ TEST(GemmRunnerTest, RejectsBadArgumentsWithClearMessages) {
   g.trans_a = true; g.M = 8; g.K = 4; g.lda = 4; g.out_type = DType::kF32;  // A stored [K,M] = [4,8]
   s = gemm.Run(g);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  // A bias cuBLASLt's epilogue kernels might read misaligned (its alignment
+  // preferences do not cover the bias): refused before any plan is made.
+  g.trans_a = false; g.M = 4; g.K = 4; g.lda = 4;
+  alignas(16) static float bias[8];
+  g.bias = bias + 1;
+  s = gemm.Run(g);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("bias must be 16-byte aligned"), std::string::npos) << s.ToString();
   EXPECT_EQ(gemm.cached_plans(), 0u);
 }
 

@@ -167,8 +167,16 @@ Status GemmRunner::Run(const GemmArgs& g) {
                                 std::to_string(b_cols) + "), ldc=" + std::to_string(g.ldc) + " (>= " +
                                 std::to_string(g.N) + ")");
   }
+  // cuBLASLt's alignment preferences cover A, B, C and D, not the bias,
+  // which its epilogue kernels may read with 16-byte loads: a misaligned
+  // bias would fault the context, so it is refused (callers add such a bias
+  // themselves, as CudaBert::Linear does).
+  if (g.bias != nullptr && Alignment(g.bias) < 16) {
+    return InvalidArgumentError("GEMM bias must be 16-byte aligned for cuBLASLt's bias epilogue, got " +
+                                std::to_string(Alignment(g.bias)) + "-byte alignment; add it separately");
+  }
   int al = Alignment(g.A);
-  for (const void* p : {static_cast<const void*>(g.B), static_cast<const void*>(g.C), g.bias, g.C_in}) {
+  for (const void* p : {static_cast<const void*>(g.B), static_cast<const void*>(g.C), g.C_in}) {
     if (p != nullptr) al = std::min(al, Alignment(p));
   }
   // Strided batches move the pointers: their alignment counts too.

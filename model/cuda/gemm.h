@@ -14,7 +14,9 @@
 // call passes B as cuBLASLt's A and A as its B with m = N, n = M. The bias
 // epilogue (CUBLASLT_EPILOGUE_BIAS) adds a vector of length "rows of D" =
 // N here: one value per output column, as Linear's bias. Bias has the
-// output type.
+// output type and must be 16-byte aligned (INVALID_ARGUMENT otherwise):
+// cuBLASLt's alignment preferences do not cover it, and its epilogue
+// kernels may read it with 16-byte loads.
 //
 // Batched: `batch` > 1 with element strides between consecutive matrices
 // (stride_a/b/c); the bias is shared.

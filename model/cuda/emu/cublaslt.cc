@@ -306,6 +306,15 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t op, const v
       return Fail(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatmul: BIAS epilogue with a bias pointer that is null or not " +
                                                    std::to_string(bytes) + " bytes of device memory");
     }
+    // cuBLASLt's alignment preferences do not cover the bias: its bias
+    // epilogue kernels may read it with 16-byte loads (a misaligned bias
+    // faulted a real GPU with "misaligned address"), so a bias that is not
+    // 16-byte aligned is refused here rather than passing by luck.
+    if (Alignment(d.bias) < 16) {
+      return Fail(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatmul: the BIAS epilogue's bias is " +
+                                                   std::to_string(Alignment(d.bias)) +
+                                                   "-byte aligned; GPU bias epilogue kernels may need 16 bytes");
+    }
   }
   if (algo != nullptr) {
     Algo got;
