@@ -83,7 +83,7 @@ int main(int argc, char** argv) {
       "\"step_seconds\": %.6f, \"samples_per_second\": %.3f, \"params\": %lld, "
       "\"count_parameters\": %lld, \"min_step_seconds\": %.6f, \"max_step_seconds\": %.6f}\n",
       preset.c_str(), batch, seq, threads, dropout, step, step > 0 ? batch / step : 0.0,
-      static_cast<long long>(ps.total_numel()),
+      static_cast<long long>(ps.parameter_count()),
       static_cast<long long>(dgca::CountParameters(*cfg)), times.empty() ? 0 : times.front(),
       times.empty() ? 0 : times.back());
   return 0;

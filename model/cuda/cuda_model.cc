@@ -335,7 +335,8 @@ class CudaDgcaModelImpl final : public CudaDgcaModel {
     DGCA_RETURN_IF_ERROR(Mark("adamw"));
     ++step_;
     // One launch per maximal run of consecutive tensors with the same decay
-    // flag (the layout is flat and contiguous: each run is one slice).
+    // flag (the layout is flat: each run is one slice, with the alignment
+    // gaps between its tensors, whose zeros AdamW keeps at zero).
     // The forward's 16-bit copy is refreshed by the same kernel.
     using H = std::conditional_t<std::is_same_v<T, float>, bf16, T>;  // no copy for fp32
     H* copy = nullptr;
@@ -346,9 +347,8 @@ class CudaDgcaModelImpl final : public CudaDgcaModel {
       const int64_t begin = host_.info(i).offset;
       int64_t end = begin + host_.info(i).numel;
       int j = i + 1;
-      while (j < host_.size() && host_.info(j).weight_decay == decay &&
-             host_.info(j).offset == end) {
-        end += host_.info(j).numel;
+      while (j < host_.size() && host_.info(j).weight_decay == decay) {
+        end = host_.info(j).offset + host_.info(j).numel;
         ++j;
       }
       if (end > begin) {

@@ -602,7 +602,7 @@ TEST(HeadsParams, NamesShapesAndCounts) {
         ParamStore st;
         DgcaHeads h(cfg, 4);
         ASSERT_TRUE(h.Declare(&st).ok());
-        EXPECT_EQ(st.total_numel(), DgcaHeads::NumParams(cfg));
+        EXPECT_EQ(st.parameter_count(), DgcaHeads::NumParams(cfg));
         EXPECT_EQ(st.Find("detector.weight") >= 0, det);
         EXPECT_EQ(st.Find("candidate.dense.weight") >= 0, cand);
         EXPECT_EQ(st.Find("fusion.gate.weight") >= 0, cand && f == FusionKind::kGated);

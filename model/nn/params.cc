@@ -11,10 +11,14 @@ int ParamStore::Declare(const std::string& name, std::vector<int64_t> shape,
   p.name = name;
   p.numel = 1;
   for (int64_t d : shape) p.numel *= d;
+  // Aligned, unless it continues a run of equal shapes (params.h).
+  if (params_.empty() || params_.back().shape != shape)
+    total_ = (total_ + kAlignFloats - 1) / kAlignFloats * kAlignFloats;
   p.shape = std::move(shape);
   p.offset = total_;
   p.weight_decay = weight_decay;
   total_ += p.numel;
+  count_ += p.numel;
   by_name_[name] = static_cast<int>(params_.size());
   params_.push_back(std::move(p));
   return static_cast<int>(params_.size()) - 1;

@@ -7,6 +7,17 @@
 // data-parallel buckets walk it in reverse (the order backward produces
 // gradients), and because the buffer is flat a bucket is a contiguous slice.
 //
+// Alignment: each tensor starts at a multiple of kAlignFloats floats (32
+// bytes of fp32; 16 bytes of a bf16/fp16 copy in the same layout, what
+// cuBLASLt's tensor-core kernels and 16-byte vector loads want), except a
+// tensor of the same shape as the one declared just before it, which
+// follows it directly: the fused QKV GEMM reads query, key and value as one
+// [3H, H] weight and one [3H] bias. The gaps hold zeros and stay zero (no
+// gradient reaches them, and AdamW keeps a zero weight with a zero gradient
+// at zero), so whole-buffer operations (all-reduce, gradient norm, AdamW
+// over a slice) may include them. total_numel() counts them;
+// parameter_count() does not.
+//
 // Names follow Hugging Face BertForMaskedLM ("bert.encoder.layer.0.attention
 // .self.query.weight", ...) so HF checkpoints load; DGCA-only tensors use
 // their own prefixes ("prompt.", "detector.", "candidate.", "fusion.").
@@ -56,7 +67,11 @@ class ParamStore {
   const float* values() const { return values_.data(); }
   float* grads() { return grads_.data(); }
   const float* grads() const { return grads_.data(); }
+  // Floats in each flat buffer (the tensors and the alignment gaps).
   int64_t total_numel() const { return total_; }
+  // The model's parameters: the sum of the tensors' numel.
+  int64_t parameter_count() const { return count_; }
+  static constexpr int64_t kAlignFloats = 8;
 
   void ZeroGrads();
 
@@ -66,6 +81,7 @@ class ParamStore {
   std::vector<float> values_;
   std::vector<float> grads_;
   int64_t total_ = 0;
+  int64_t count_ = 0;
   bool finalized_ = false;
 };
 

@@ -348,14 +348,14 @@ TEST(PromptEncoderParams, PyTorchNamesShapesAndCounts) {
     const bool bias = want[i].first.find("bias") != std::string::npos;
     EXPECT_EQ(st.info(i).weight_decay, !bias) << want[i].first;
   }
-  EXPECT_EQ(st.total_numel(), PromptEncoder::NumParams(cfg));
+  EXPECT_EQ(st.parameter_count(), PromptEncoder::NumParams(cfg));
   EXPECT_FALSE(enc.Declare(&st).ok());  // duplicate names: error, no crash
 
   ModelConfig mcfg = Cfg(PromptEncoderKind::kMlp, H, P);
   ParamStore ms;
   PromptEncoder menc(mcfg);
   ASSERT_TRUE(menc.Declare(&ms).ok());
-  EXPECT_EQ(ms.total_numel(), PromptEncoder::NumParams(mcfg));
+  EXPECT_EQ(ms.parameter_count(), PromptEncoder::NumParams(mcfg));
   EXPECT_EQ(ms.info(ms.Find("prompt.mlp.0.weight")).shape, (std::vector<int64_t>{4, 4}));
   EXPECT_EQ(ms.Find("prompt.lstm.weight_ih_l0"), -1);
 

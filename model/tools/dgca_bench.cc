@@ -376,7 +376,7 @@ int main(int argc, char** argv) {
   const double peak = a.peak_tflops > 0 ? a.peak_tflops * 1e12 : PeakFlops((*ctx)->description());
   const double model_bytes = static_cast<double>(free0) - static_cast<double>(free1);
   const double used_bytes = static_cast<double>(total) - static_cast<double>(free1);
-  const int64_t nparams = m.params().total_numel();
+  const int64_t nparams = m.params().parameter_count();
   // The model's part: the GEMM workspace came with the context, before free0.
   const double predicted_bytes =
       dgca::EstimateMemory(*cfg, a.seq, *prec, m.fused_attention()).total(a.micro) -

@@ -20,7 +20,10 @@ std::vector<Bucket> PlanBuckets(const ParamStore& params, double bucket_mb) {
     }
     b.first_param = i + 1;
     b.offset = params.info(b.first_param).offset;
-    b.numel = n;
+    // The slice from the first tensor to the end of the last, alignment
+    // gaps included (ParamStore: they hold zeros).
+    const ParamInfo& last = params.info(b.end_param - 1);
+    b.numel = last.offset + last.numel - b.offset;
     out.push_back(b);
   }
   return out;

@@ -48,6 +48,30 @@ TEST(PlanBucketsTest, ReverseOrderContiguousAndCapped) {
   EXPECT_EQ(PlanBuckets(ps, 100.0).size(), 1u);
 }
 
+// Tensors whose sizes leave alignment gaps (ParamStore): each bucket's
+// slice runs from its first tensor to the end of its last, so it holds every
+// tensor it names; slices do not overlap.
+TEST(PlanBucketsTest, SlicesSpanTheirTensorsAcrossAlignmentGaps) {
+  ParamStore ps;
+  for (int64_t n : {3, 5, 7, 9, 11}) ps.Declare("p" + std::to_string(n), {n}, true);
+  ps.Finalize();
+  ASSERT_GT(ps.total_numel(), ps.parameter_count());  // there are gaps
+  const int64_t cap_floats = 12;
+  auto b = PlanBuckets(ps, cap_floats * sizeof(float) / (1024.0 * 1024.0));
+  int64_t below = ps.total_numel();
+  for (const Bucket& bk : b) {
+    for (int i = bk.first_param; i < bk.end_param; ++i) {
+      EXPECT_GE(ps.info(i).offset, bk.offset) << i;
+      EXPECT_LE(ps.info(i).offset + ps.info(i).numel, bk.offset + bk.numel) << i;
+    }
+    EXPECT_EQ(bk.offset + bk.numel, ps.info(bk.end_param - 1).offset + ps.info(bk.end_param - 1).numel);
+    EXPECT_LE(bk.offset + bk.numel, below);  // reverse order, no overlap
+    below = bk.offset;
+  }
+  EXPECT_EQ(b.back().first_param, 0);
+  EXPECT_GT(b.size(), 1u);
+}
+
 // A fake communicator that records the order of starts and doubles the data.
 class RecordingComm : public Communicator {
  public:

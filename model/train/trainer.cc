@@ -281,7 +281,7 @@ StatusOr<TrainResult> Train(const TrainConfig& config, Communicator* comm,
     log("init_from " + config.init_from + ": " + r.Summary());
   } else {
     log("random init (seed " + std::to_string(config.seed) + "), " +
-        std::to_string(params.total_numel()) + " parameters");
+        std::to_string(params.parameter_count()) + " parameters");
   }
   if (world > 1) {
     // Every rank starts from rank 0's weights (and optimizer state).
