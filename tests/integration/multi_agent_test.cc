@@ -155,8 +155,15 @@ TEST(MultiAgentTest, TwoAgentsRunATwoRankJob) {
 
   // Both nodes are gone for good: `dgca nodes forget` drops them from the
   // list and their series from /metrics (DgcaAgentDisconnected resolves).
-  EXPECT_NE(HttpGet(coord.metrics(), "/metrics").find("dgca_worker_connected{node=\"node-a\"} 0"),
-            std::string::npos);
+  // The job can end (a rank's exit, reported by the other agent) before the
+  // coordinator has seen agent a's stream close: wait for that.
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        return HttpGet(coord.metrics(), "/metrics").find("dgca_worker_connected{node=\"node-a\"} 0") !=
+               std::string::npos;
+      },
+      15s))
+      << HttpGet(coord.metrics(), "/metrics");
   Result unknown = Dgca(coord, {"nodes", "forget", "node-z"});
   EXPECT_EQ(unknown.code, 2) << unknown.out << unknown.err;
   EXPECT_NE(unknown.err.find("no node named 'node-z' has registered (known: node-a, node-b)"),
