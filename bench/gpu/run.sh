@@ -268,6 +268,9 @@ try:
               f"{d['achieved_tflops']:.1f} | {fmt(d.get('mfu'), '.3f')} |")
         if d.get("gemm_fallback_plans"):
             print(f"({label}: {d['gemm_fallback_plans']} GEMM shapes ran the slow fallback kernel)")
+        if d.get("gemm_underaligned_plans"):
+            print(f"({label}: {d['gemm_underaligned_plans']} GEMM shapes had an operand under 16 bytes aligned: "
+                  f"{'; '.join(d.get('gemm_underaligned', []))})")
         if graphs:
             print(f"({label}: {d.get('graph_replays')} passes replayed, {d.get('graph_captures')} captured, "
                   f"{d.get('graph_failures')} failed captures)")

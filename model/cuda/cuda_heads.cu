@@ -567,12 +567,6 @@ __global__ void ScalarGradKernel(const float* dl, const float* de, const float* 
   }
 }
 
-// dst[i] += src[i] (the dW_c GEMM's aligned scratch into the flat grad).
-__global__ void AddIntoKernel(float* dst, const float* src, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    dst[i] += src[i];
-}
-
 // dE[c_tk] += ds_tk·u_t, deterministic: the (t, k) entries are sorted by
 // id with a STABLE radix sort (so each id's entries keep their (t, k)
 // order, the CPU's order), then the block at the start of each id's run
@@ -679,8 +673,6 @@ Status CudaHeads<T>::Bind(const ParamStore& layout, DeviceParams* params, const 
     DGCA_RETURN_IF_ERROR(du_.Allocate(TH));
     DGCA_RETURN_IF_ERROR(da_.Allocate(TH));
     if (!std::is_same_v<T, float>) DGCA_RETURN_IF_ERROR(da_t_.Allocate(TH));
-    DGCA_RETURN_IF_ERROR(wc_.Allocate(static_cast<size_t>(H_) * H_));
-    DGCA_RETURN_IF_ERROR(dwc_.Allocate(static_cast<size_t>(H_) * H_));
     DGCA_RETURN_IF_ERROR(sort_keys_.Allocate(TK));
     DGCA_RETURN_IF_ERROR(sort_vals_.Allocate(TK));
     DGCA_RETURN_IF_ERROR(sort_keys_out_.Allocate(TK));
@@ -720,8 +712,6 @@ Status CudaHeads<T>::PoisonScratch() {
     DGCA_RETURN_IF_ERROR(a->Poison());
   DGCA_RETURN_IF_ERROR(da_t_.Poison());
   DGCA_RETURN_IF_ERROR(col_part_.Poison());
-  DGCA_RETURN_IF_ERROR(wc_.Poison());
-  DGCA_RETURN_IF_ERROR(dwc_.Poison());
   for (DeviceArray<int32_t>* a : {&sort_keys_, &sort_vals_, &sort_keys_out_, &sort_vals_out_})
     DGCA_RETURN_IF_ERROR(a->Poison());
   DGCA_RETURN_IF_ERROR(losses_.Poison());
@@ -746,26 +736,14 @@ Status CudaHeads<T>::CheckHost(const void* cand, const void* x, const void* y, i
   return OkStatus();
 }
 
-// The head tensors sit at arbitrary offsets of the flat DeviceParams
-// buffers (detector.bias has 1 element, so everything after it is at an
-// odd float offset: a 2-byte-aligned bf16 W_c, which cuBLASLt may have no
-// algorithm for). The GEMMs therefore read an aligned copy of W_c, made at
-// each Forward/Predict (H*H elements, a device-to-device copy), and write
-// dW_c into an aligned scratch that a kernel adds into the grad.
-template <typename T>
-Status CudaHeads<T>::CopyDenseWeight() {
-  return CudaStatus(cudaMemcpyAsync(wc_.get(), params_->weight<T>(p_.cd_w),
-                                    sizeof(T) * static_cast<size_t>(H_) * H_,
-                                    cudaMemcpyDeviceToDevice, ctx_->stream()),
-                    "CudaHeads: copy candidate.dense.weight");
-}
-
 template <typename T>
 Status CudaHeads<T>::SlotForward(const T* h, const T* z, const T* E, const int32_t* cand,
                                  const int32_t* x, const int32_t* y, int Tn, int V, int32_t* pred) {
   const bool heads = pred == nullptr || gated_;
   if (heads && candidate_) {
-    DGCA_RETURN_IF_ERROR(CopyDenseWeight());
+    // W_c straight from the flat parameters: ParamStore aligns each tensor
+    // (16 bytes of the bf16/fp16 copy), so cuBLASLt's tensor-core kernels
+    // take it.
     GemmArgs g;  // act = h W_c^T (fp32 out; b_c added by the slot kernel)
     g.trans_b = true;
     g.M = Tn;
@@ -773,7 +751,7 @@ Status CudaHeads<T>::SlotForward(const T* h, const T* z, const T* E, const int32
     g.K = H_;
     g.A = h;
     g.lda = H_;
-    g.B = wc_.get();
+    g.B = params_->weight<T>(p_.cd_w);
     g.ldb = H_;
     g.C = act_.get();
     g.ldc = H_;
@@ -987,16 +965,12 @@ Status CudaHeads<T>::Backward(float scale, T* dh, T* dz, float* dE) {
   gw.lda = H;
   gw.B = h_;
   gw.ldb = H;
-  gw.C = dwc_.get();  // aligned scratch (see CopyDenseWeight), then added
+  gw.C = params_->grad(p_.cd_w);  // added into (grads accumulate)
   gw.ldc = H;
-  gw.beta = 0.0f;
+  gw.beta = 1.0f;
   gw.in_type = kDType<T>;
   gw.out_type = DType::kF32;
   DGCA_RETURN_IF_ERROR(gemm_->Run(gw));
-  const int64_t hh = int64_t(H) * H;
-  AddIntoKernel<<<static_cast<int>((hh + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
-      params_->grad(p_.cd_w), dwc_.get(), hh);
-  DGCA_RETURN_IF_ERROR(Launched("CudaHeads: AddIntoKernel"));
   GemmArgs gh;
   gh.trans_a = false;
   gh.trans_b = false;
@@ -1005,7 +979,7 @@ Status CudaHeads<T>::Backward(float scale, T* dh, T* dz, float* dE) {
   gh.K = H;
   gh.A = da_in;
   gh.lda = H;
-  gh.B = wc_.get();
+  gh.B = params_->weight<T>(p_.cd_w);
   gh.ldb = H;
   gh.C = dh;
   gh.ldc = H;

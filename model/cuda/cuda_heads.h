@@ -159,8 +159,6 @@ class CudaHeads {
     V_ = V;
   }
 
-  // Copies W_c (weight<T>) into the aligned wc_ the GEMMs read.
-  Status CopyDenseWeight();
   // The slot kernel over Tn slots (Tn > 0), after the candidate head's
   // dense layer where a head runs: per-slot loss terms (pred null: Forward,
   // every head on), or predictions into pred (Predict: the heads run only
@@ -204,8 +202,6 @@ class CudaHeads {
   DeviceArray<float> ds_;                  // [T,K]
   DeviceArray<float> du_, da_;             // [T,H]
   DeviceArray<T> da_t_;                    // [T,H] da in T for the GEMMs (bf16 only)
-  DeviceArray<T> wc_;                      // [H,H] aligned copy of W_c (GEMM input)
-  DeviceArray<float> dwc_;                 // [H,H] dW_c GEMM output, then added to the grad
   DeviceArray<float> col_part_;            // [ceil(T/32), 5, H] column partial sums
   // Deterministic dE scatter: (id, t*K+k) pairs, stable radix sort, scratch.
   DeviceArray<int32_t> sort_keys_, sort_vals_, sort_keys_out_, sort_vals_out_;  // [T*K]

@@ -365,6 +365,8 @@ class CudaDgcaModelImpl final : public CudaDgcaModel {
   int64_t optimizer_step() const override { return step_; }
   Status Synchronize() override { return ctx_->Synchronize(); }
   size_t gemm_fallback_plans() const override { return gemm_.fallback_plans(); }
+  size_t gemm_underaligned_plans() const override { return gemm_.underaligned_plans(); }
+  std::vector<std::string> gemm_underaligned_notes() const override { return gemm_.underaligned_notes(); }
   void set_cuda_graphs(bool on) override {
     // Two segments per (batch size, trimmed length), three with dropout
     // (the evaluation forward is a graph of its own then): room for every

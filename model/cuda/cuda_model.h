@@ -156,6 +156,10 @@ class CudaDgcaModel : public DgcaModel {
   // GEMM shapes cuBLASLt had no algorithm for (run by the slow
   // FallbackGemm, model/cuda/gemm.h); dgca-bench reports it.
   virtual size_t gemm_fallback_plans() const = 0;
+  // GEMM shapes whose operands were less than 16-byte aligned (slower
+  // cuBLASLt kernels; GemmRunner::underaligned_notes says which operand).
+  virtual size_t gemm_underaligned_plans() const = 0;
+  virtual std::vector<std::string> gemm_underaligned_notes() const = 0;
   // Phase marks and GEMM brackets of every step go to `profiler`
   // (step_profiler.h; null: off): zero grads, encoder fwd, mlm head fwd,
   // heads+loss fwd, loss read-back (the host sync), heads bwd, mlm head bwd,

@@ -16,6 +16,8 @@
 #include "model/cuda/cuda_model.h"
 #include "model/cuda/gemm.h"
 #include "model/cuda/model_check.h"
+#include "model/nn/synthetic_batch.h"
+#include "model/train/optimizer.h"
 
 namespace dgca {
 namespace cuda {
@@ -77,6 +79,41 @@ TEST(CudaModelTest, MemoryModelPredictsWhatTheModelAllocates) {
     EXPECT_NEAR(predicted / measured, 1.0, tolerance)
         << PrecisionName(c.prec) << (c.fused ? " fused" : " GEMM") << " attention: predicted " << predicted
         << " bytes, allocated " << measured;
+  }
+}
+
+// Every GEMM of a training step (forward, backward, AdamW's refresh) gets
+// operands at least 16-byte aligned, so cuBLASLt can use its tensor-core
+// kernels: the parameter layout (ParamStore aligns each tensor) and every
+// activation slice. The tiny preset with all heads on (the detector's
+// 1-float bias once left the candidate head's weights 2-byte aligned), both
+// 16-bit precisions and both attention versions.
+TEST(CudaModelTest, EveryGemmOfAStepIsSixteenByteAligned) {
+  std::string why;
+  if (VisibleDeviceCount(&why) == 0) GTEST_SKIP() << "no CUDA device visible: " << why;
+  auto ctx = CudaContext::Create(0);
+  ASSERT_TRUE(ctx.ok()) << ctx.status().ToString();
+  ModelConfig cfg = ApplyPreset("tiny", ModelConfig()).value();
+  cfg.vocab_size = 8192;
+  ASSERT_TRUE(cfg.detector && cfg.candidate && cfg.fusion == FusionKind::kGated);
+  const int B = 4, L = 48;
+  const Batch batch = BenchmarkBatch(cfg, B, L, 5);
+  for (Precision p : {Precision::kBf16, Precision::kFp16}) {
+    for (bool fused : {true, false}) {
+      SCOPED_TRACE(std::string(PrecisionName(p)) + (fused ? " fused" : " GEMM") + " attention");
+      auto m = CudaDgcaModel::Create(cfg, B, L, 3, p, ctx->get());
+      ASSERT_TRUE(m.ok()) << m.status().ToString();
+      ASSERT_TRUE((*m)->set_fused_attention(fused).ok());
+      ASSERT_TRUE((*m)->ZeroGrads().ok());
+      auto loss = (*m)->ForwardBackward(batch, 1.0f, nullptr);
+      ASSERT_TRUE(loss.ok()) << loss.status().ToString();
+      ASSERT_TRUE((*m)->Step(1e-3f, AdamWOptions{}).ok());
+      ASSERT_TRUE((*m)->Synchronize().ok());
+      std::string notes;
+      for (const std::string& n : (*m)->gemm_underaligned_notes()) notes += "\n  " + n;
+      EXPECT_EQ((*m)->gemm_underaligned_plans(), 0u) << notes;
+      EXPECT_EQ((*m)->gemm_fallback_plans(), 0u);
+    }
   }
 }
 

@@ -175,20 +175,35 @@ Status GemmRunner::Run(const GemmArgs& g) {
     return InvalidArgumentError("GEMM bias must be 16-byte aligned for cuBLASLt's bias epilogue, got " +
                                 std::to_string(Alignment(g.bias)) + "-byte alignment; add it separately");
   }
-  int al = Alignment(g.A);
-  for (const void* p : {static_cast<const void*>(g.B), static_cast<const void*>(g.C), g.C_in}) {
-    if (p != nullptr) al = std::min(al, Alignment(p));
-  }
+  // The least-aligned operand (named for the under-aligned note).
+  int al = 256;
+  const char* least = "";
+  auto take = [&](const char* name, int a) {
+    if (a < al) al = a, least = name;
+  };
+  take("A", Alignment(g.A));
+  take("B", Alignment(g.B));
+  take("C", Alignment(g.C));
+  if (g.C_in != nullptr) take("C_in", Alignment(g.C_in));
   // Strided batches move the pointers: their alignment counts too.
   if (g.batch > 1) {
-    for (int64_t s : {g.stride_a * TypeBytes(g.in_type), g.stride_b * TypeBytes(g.in_type),
-                      g.stride_c * TypeBytes(g.out_type)}) {
-      al = std::min(al, Alignment(reinterpret_cast<const void*>(static_cast<uintptr_t>(s == 0 ? 256 : s))));
-    }
+    auto stride = [](int64_t s) { return Alignment(reinterpret_cast<const void*>(static_cast<uintptr_t>(s == 0 ? 256 : s))); };
+    take("A's batch stride", stride(g.stride_a * TypeBytes(g.in_type)));
+    take("B's batch stride", stride(g.stride_b * TypeBytes(g.in_type)));
+    take("C's batch stride", stride(g.stride_c * TypeBytes(g.out_type)));
   }
   const Key key{static_cast<int>(g.in_type), static_cast<int>(g.out_type), g.trans_a, g.trans_b, g.M, g.N, g.K,
                 g.lda, g.ldb, g.ldc, g.batch, g.stride_a, g.stride_b, g.stride_c, g.bias != nullptr, al};
+  const size_t plans_before = plans_.size();
   DGCA_ASSIGN_OR_RETURN(Plan * plan, GetPlan(g, key, al));
+  if (plans_.size() > plans_before && al < 16) {
+    ++underaligned_plans_;
+    if (underaligned_notes_.size() < kMaxUnderalignedNotes)
+      underaligned_notes_.push_back(std::string(DTypeName(g.in_type)) + "->" + DTypeName(g.out_type) +
+                                    " M=" + std::to_string(g.M) + " N=" + std::to_string(g.N) + " K=" +
+                                    std::to_string(g.K) + (g.batch > 1 ? " batch=" + std::to_string(g.batch) : "") +
+                                    ": " + least + " " + std::to_string(al) + "-byte aligned");
+  }
   if (profiler_ != nullptr) DGCA_RETURN_IF_ERROR(profiler_->BeginGemm());
   Status s = Enqueue(g, plan);
   if (profiler_ != nullptr && s.ok()) s = profiler_->EndGemm();

@@ -35,7 +35,9 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <string>
 #include <tuple>
+#include <vector>
 
 #include "model/core/status.h"
 #include "model/cuda/cuda_context.h"
@@ -83,6 +85,14 @@ class GemmRunner {
   // Number of cached plans (for tests), and how many of them fell back.
   size_t cached_plans() const { return plans_.size(); }
   size_t fallback_plans() const { return fallback_plans_; }
+  // Plans whose operands (A, B, C, C_in or a batch stride) were less than
+  // 16-byte aligned: cuBLASLt then has no tensor-core kernel that uses
+  // 16-byte loads, and picks a slower one (or none: the fallback). One line
+  // each, e.g. "bf16->bf16 M=512 N=768 K=768: B 2-byte aligned", for the
+  // first kMaxUnderalignedNotes plans; the count is underaligned_plans().
+  static constexpr size_t kMaxUnderalignedNotes = 8;
+  size_t underaligned_plans() const { return underaligned_plans_; }
+  const std::vector<std::string>& underaligned_notes() const { return underaligned_notes_; }
   // Tests: every new plan uses FallbackGemm.
   void set_force_fallback(bool f) { force_fallback_ = f; }
   // Brackets every GEMM with profiler->BeginGemm/EndGemm (null: off). Not
@@ -99,6 +109,8 @@ class GemmRunner {
   const CudaContext* ctx_;
   std::map<Key, std::unique_ptr<Plan>> plans_;
   size_t fallback_plans_ = 0;
+  size_t underaligned_plans_ = 0;
+  std::vector<std::string> underaligned_notes_;
   bool force_fallback_ = false;
   StepProfiler* profiler_ = nullptr;
 };

@@ -400,6 +400,10 @@ int main(int argc, char** argv) {
       std::printf("\"peak_tflops\": null, \"mfu\": null, ");
     }
     const dgca::cuda::GraphCache::Stats gs = m.cuda_graph_stats();
+    std::printf("\"gemm_underaligned_plans\": %zu, \"gemm_underaligned\": [", m.gemm_underaligned_plans());
+    const std::vector<std::string> notes = m.gemm_underaligned_notes();
+    for (size_t i = 0; i < notes.size(); ++i) std::printf("%s\"%s\"", i ? ", " : "", JsonEscape(notes[i]).c_str());
+    std::printf("], ");
     std::printf("\"gemm_fallback_plans\": %zu, \"loss_first\": %.6f, \"loss_last\": %.6f, \"cuda_graphs\": %s, "
                 "\"graph_replays\": %lld, \"graph_captures\": %lld, \"graph_failures\": %lld, \"attention\": \"%s\", "
                 "\"dropout\": %.3g",
@@ -438,6 +442,9 @@ int main(int argc, char** argv) {
     std::printf("  loss             first %.4f, last %.4f\n", first_loss, last_loss);
     std::printf("  GEMM fallbacks   %zu shapes without a cuBLASLt algorithm (slow path)\n",
                 m.gemm_fallback_plans());
+    std::printf("  GEMM alignment   %zu shapes with an operand under 16 bytes aligned%s\n", m.gemm_underaligned_plans(),
+                m.gemm_underaligned_plans() > 0 ? " (slower cuBLASLt kernels):" : "");
+    for (const std::string& n : m.gemm_underaligned_notes()) std::printf("                   %s\n", n.c_str());
     const dgca::cuda::GraphCache::Stats gs = m.cuda_graph_stats();
     std::printf("  CUDA graphs      %s: %lld passes replayed, %lld captured, %lld failed captures\n",
                 a.graphs ? "on" : "off", static_cast<long long>(gs.replayed), static_cast<long long>(gs.captured),
