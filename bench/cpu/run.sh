@@ -60,7 +60,7 @@ with open(results, "w") as f:
 Produced by `{"DROPOUT=%g " % dropout if dropout else ""}bench/cpu/run.sh {steps} {warmup}` on {now}.
 Model: `small` preset (4 layers, H 256, 4 heads, FFN 1024, vocab 21128), all
 heads on (LSTM prompt P=3, detector, candidate K=8, gated fusion), 11,682,443
-parameters on both sides (dgca ParamStore total = CountParameters = PyTorch
+parameters on both sides (dgca ParamStore::parameter_count = CountParameters = PyTorch
 sum of numel). Batch: micro-batch 16, seq 128, 60 characters per row (no
 padding), synthetic layout of `bench/torch_dgca.py make_batch` (dgca builds
 the same layout in `bench/cpu/cpu_train_bench.cc`). Dropout on hidden

@@ -103,7 +103,8 @@ std::vector<ParamSpec> ListParameters(const ModelConfig& cfg) {
   // The lists of model/core/param_list.h, which the modules declare from:
   // BERT's, then the prompt encoder's, then the heads'.
   std::vector<ParamSpec> p;
-  auto add = [&p](const std::string& name, std::vector<int64_t> shape, bool /*decay*/, int* /*index*/) {
+  auto add = [&p](const std::string& name, std::vector<int64_t> shape, bool /*decay*/, int* /*index*/,
+                  bool /*follows_previous*/ = false) {
     p.push_back(ParamSpec{name, std::move(shape)});
     return OkStatus();
   };

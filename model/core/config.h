@@ -74,7 +74,7 @@ bool FusedAttentionShape(int seq_len, int hidden, int heads);
 
 // Every trainable tensor of the model, in forward order, with its name and
 // shape (HF BertForMaskedLM names for BERT; the decoder weight is tied to the
-// word embeddings and not listed). The model's ParamStore::total_numel must
+// word embeddings and not listed). The model's ParamStore::parameter_count must
 // equal CountParameters(cfg) (model_test checks it for every prompt / heads /
 // fusion combination).
 struct ParamSpec {

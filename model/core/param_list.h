@@ -7,7 +7,9 @@
 // Each struct holds the ParamStore indices of its module's parameters
 // (-1: not declared / that part is off). Each ForEach calls
 // fn(name, shape, weight_decay, &index) for every parameter in declaration
-// order and returns the first error fn returns; model/nn/params.h has the
+// order, with a fifth argument true (follows_previous: start where the
+// previous tensor ends) for the key and value tensors that must follow the
+// query's, and returns the first error fn returns; model/nn/params.h has the
 // callbacks that declare (ParamDeclarer) and find (ParamFinder) them.
 //
 // Thread-safety: plain structs.
@@ -56,11 +58,11 @@ struct BertParams {
       BertLayerParams& ly = (*layers)[l];
       const std::string p = "bert.encoder.layer." + std::to_string(l) + ".";
       DGCA_RETURN_IF_ERROR(fn(p + "attention.self.query.weight", Shape{H, H}, true, &ly.qkv_w));
-      DGCA_RETURN_IF_ERROR(fn(p + "attention.self.key.weight", Shape{H, H}, true, &ly.k_w));
-      DGCA_RETURN_IF_ERROR(fn(p + "attention.self.value.weight", Shape{H, H}, true, &ly.v_w));
+      DGCA_RETURN_IF_ERROR(fn(p + "attention.self.key.weight", Shape{H, H}, true, &ly.k_w, kFollows));
+      DGCA_RETURN_IF_ERROR(fn(p + "attention.self.value.weight", Shape{H, H}, true, &ly.v_w, kFollows));
       DGCA_RETURN_IF_ERROR(fn(p + "attention.self.query.bias", Shape{H}, false, &ly.qkv_b));
-      DGCA_RETURN_IF_ERROR(fn(p + "attention.self.key.bias", Shape{H}, false, &ly.k_b));
-      DGCA_RETURN_IF_ERROR(fn(p + "attention.self.value.bias", Shape{H}, false, &ly.v_b));
+      DGCA_RETURN_IF_ERROR(fn(p + "attention.self.key.bias", Shape{H}, false, &ly.k_b, kFollows));
+      DGCA_RETURN_IF_ERROR(fn(p + "attention.self.value.bias", Shape{H}, false, &ly.v_b, kFollows));
       DGCA_RETURN_IF_ERROR(fn(p + "attention.output.dense.weight", Shape{H, H}, true, &ly.ao_w));
       DGCA_RETURN_IF_ERROR(fn(p + "attention.output.dense.bias", Shape{H}, false, &ly.ao_b));
       DGCA_RETURN_IF_ERROR(fn(p + "attention.output.LayerNorm.weight", Shape{H}, false, &ly.ln1_w));
@@ -86,6 +88,7 @@ struct BertParams {
 
  private:
   using Shape = std::vector<int64_t>;
+  static constexpr bool kFollows = true;  // fn's follows_previous
 };
 
 // ParamStore indices of one LSTM direction's parameters.

@@ -105,7 +105,7 @@ Status CudaBert<T>::Bind(const ParamStore& layout, DeviceParams* params, const C
     // in the flat buffer, in that order (dgca::Bert declares them so).
     const int64_t q_w = layout.info(ly.qkv_w).offset, q_b = layout.info(ly.qkv_b).offset;
     if (layout.info(ly.k_w).offset != q_w + H * H || layout.info(ly.v_w).offset != q_w + 2 * H * H ||
-        q_b != q_w + 3 * H * H || layout.info(ly.k_b).offset != q_b + H || layout.info(ly.v_b).offset != q_b + 2 * H) {
+        layout.info(ly.k_b).offset != q_b + H || layout.info(ly.v_b).offset != q_b + 2 * H) {
       return InvalidArgumentError("CudaBert::Bind: layer " + std::to_string(l) +
                                   ": q/k/v weights and biases are not contiguous (declare them as dgca::Bert does)");
     }

@@ -4,6 +4,8 @@
 // Runs on the CUDA emulator as cuda_model_test_emu; not yet on a GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <random>
 #include <string>
 #include <vector>
@@ -16,6 +18,7 @@
 #include "model/cuda/cuda_model.h"
 #include "model/cuda/gemm.h"
 #include "model/cuda/model_check.h"
+#include "model/nn/model.h"
 #include "model/nn/synthetic_batch.h"
 #include "model/train/optimizer.h"
 
@@ -115,6 +118,44 @@ TEST(CudaModelTest, EveryGemmOfAStepIsSixteenByteAligned) {
       EXPECT_EQ((*m)->gemm_fallback_plans(), 0u);
     }
   }
+}
+
+// A hidden size that is not a multiple of 8 (12): the parameter layout has
+// alignment gaps between tensors while key and value still follow the query
+// (ParamStore), and the fp32 CUDA step matches the CPU model's: losses and
+// every gradient, gaps included (zero on both).
+TEST(CudaModelTest, HiddenNotAMultipleOfEightMatchesTheCpu) {
+  std::string why;
+  if (VisibleDeviceCount(&why) == 0) GTEST_SKIP() << "no CUDA device visible: " << why;
+  auto ctx = CudaContext::Create(0);
+  ASSERT_TRUE(ctx.ok()) << ctx.status().ToString();
+  ModelConfig cfg = ApplyPreset("tiny", ModelConfig()).value();
+  cfg.vocab_size = 300;
+  cfg.hidden = 12, cfg.heads = 2, cfg.ffn = 20, cfg.layers = 2;
+  const int B = 3, L = 40;
+  const Batch batch = SyntheticBatch(cfg, L, {9, 12, 6}, /*mft=*/true, 4);
+  auto cpu = DgcaModel::Create(cfg, B, L, 7, 1);
+  ASSERT_TRUE(cpu.ok()) << cpu.status().ToString();
+  auto gpu = CudaDgcaModel::Create(cfg, B, L, 7, Precision::kFp32, ctx->get());
+  ASSERT_TRUE(gpu.ok()) << gpu.status().ToString();
+  const ParamStore& cs = (*cpu)->params();
+  ASSERT_GT(cs.total_numel(), cs.parameter_count());  // there are gaps
+  (*cpu)->params().ZeroGrads();
+  ASSERT_TRUE((*gpu)->ZeroGrads().ok());
+  auto want = (*cpu)->ForwardBackward(batch, 1.0f, nullptr);
+  auto got = (*gpu)->ForwardBackward(batch, 1.0f, nullptr);
+  ASSERT_TRUE(want.ok()) << want.status().ToString();
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_NEAR(got->total, want->total, 1e-5 * std::abs(want->total));
+  ASSERT_TRUE((*gpu)->DownloadGrads().ok());
+  const ParamStore& gs = (*gpu)->params();
+  ASSERT_EQ(gs.total_numel(), cs.total_numel());
+  double scale = 0, worst = 0;
+  for (int64_t i = 0; i < cs.total_numel(); ++i) scale = std::max(scale, double(std::abs(cs.grads()[i])));
+  for (int64_t i = 0; i < cs.total_numel(); ++i)
+    worst = std::max(worst, std::abs(double(gs.grads()[i]) - double(cs.grads()[i])));
+  ASSERT_GT(scale, 0);
+  EXPECT_LE(worst, 1e-4 * scale) << "worst gradient difference " << worst << " of " << scale;
 }
 
 TEST(CudaModelTest, BadBatchIsRejectedNamingTheField) {

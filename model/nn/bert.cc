@@ -69,10 +69,13 @@ Status Bert::Bind(ParamStore* store) {
   if (seq_len_ > cfg_.max_position)
     return InvalidArgumentError("Bert: seq_len " + std::to_string(seq_len_) +
                                 " exceeds max_position " + std::to_string(cfg_.max_position));
-  // The fused QKV GEMM relies on q, k, v being adjacent in the flat buffer.
+  // The fused QKV GEMM relies on q, k, v being adjacent in the flat buffer
+  // (one [3H, H] weight, one [3H] bias).
   for (const Layer& ly : layers_) {
-    if (store->value(ly.qkv_w) + 3LL * H_ * H_ != store->value(ly.qkv_b) ||
-        store->info(ly.qkv_b).offset + 3LL * H_ != store->info(ly.ao_w).offset)
+    const int64_t q_w = store->info(ly.qkv_w).offset, q_b = store->info(ly.qkv_b).offset;
+    const int64_t HH = int64_t(H_) * H_;
+    if (store->info(ly.k_w).offset != q_w + HH || store->info(ly.v_w).offset != q_w + 2 * HH ||
+        store->info(ly.k_b).offset != q_b + H_ || store->info(ly.v_b).offset != q_b + 2 * H_)
       return InternalError("Bert: q/k/v parameters are not contiguous");
   }
   store_ = store;

@@ -62,7 +62,8 @@ void CheckAllTensorsByFiniteDifferences(const ModelConfig& c, bool mft) {
   // Larger weights than the N(0, 0.02) init, so every path carries signal.
   std::mt19937 rng(3);
   std::normal_distribution<float> nd(0.0f, 1.0f);
-  for (int64_t i = 0; i < s.total_numel(); ++i) s.values()[i] += 0.2f * nd(rng);
+  for (int t = 0; t < s.size(); ++t)  // the tensors (the alignment gaps stay zero)
+    for (int64_t i = 0; i < s.info(t).numel; ++i) s.value(t)[i] += 0.2f * nd(rng);
   s.ZeroGrads();
   auto lb = m->ForwardBackward(b, 1.0f, GradReadyFn());
   ASSERT_TRUE(lb.ok()) << lb.status().ToString();
@@ -108,6 +109,16 @@ TEST(DgcaModelGrad, FullDgcaWithLstmPromptAndMftMatchesFiniteDifferences) {
 
 TEST(DgcaModelGrad, ReLMWithMlpPromptMatchesFiniteDifferences) {
   CheckAllTensorsByFiniteDifferences(TinyConfig(PromptEncoderKind::kMlp, false), true);
+}
+
+// A hidden size that is not a multiple of 8: the layout has alignment gaps
+// between tensors, and key/value still follow the query (ParamStore).
+TEST(DgcaModelGrad, HiddenNotAMultipleOfEightMatchesFiniteDifferences) {
+  ModelConfig c = TinyConfig(PromptEncoderKind::kLstm, true);
+  c.hidden = 12;
+  c.heads = 2;
+  c.ffn = 20;
+  CheckAllTensorsByFiniteDifferences(c, true);
 }
 
 TEST(DgcaModelGrad, DropoutMatchesFiniteDifferences) {

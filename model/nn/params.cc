@@ -5,15 +5,14 @@
 namespace dgca {
 
 int ParamStore::Declare(const std::string& name, std::vector<int64_t> shape,
-                        bool weight_decay) {
+                        bool weight_decay, bool follows_previous) {
   if (finalized_ || by_name_.count(name)) return -1;
   ParamInfo p;
   p.name = name;
   p.numel = 1;
   for (int64_t d : shape) p.numel *= d;
-  // Aligned, unless it continues a run of equal shapes (params.h).
-  if (params_.empty() || params_.back().shape != shape)
-    total_ = (total_ + kAlignFloats - 1) / kAlignFloats * kAlignFloats;
+  // Aligned, unless it must follow the previous tensor (params.h).
+  if (!follows_previous) total_ = (total_ + kAlignFloats - 1) / kAlignFloats * kAlignFloats;
   p.shape = std::move(shape);
   p.offset = total_;
   p.weight_decay = weight_decay;
@@ -45,17 +44,17 @@ std::string ShapeString(const std::vector<int64_t>& shape) {
 }
 
 Status ParamDeclarer::operator()(const std::string& name, std::vector<int64_t> shape, bool weight_decay,
-                                 int* index) const {
+                                 int* index, bool follows_previous) const {
   if (store_->finalized())
     return FailedPreconditionError(who_ + ": the ParamStore is already finalized (declaring " + name + ")");
-  const int i = store_->Declare(name, std::move(shape), weight_decay);
+  const int i = store_->Declare(name, std::move(shape), weight_decay, follows_previous);
   if (i < 0) return InvalidArgumentError(who_ + ": parameter " + name + " is declared twice");
   *index = i;
   return OkStatus();
 }
 
 Status ParamFinder::operator()(const std::string& name, const std::vector<int64_t>& shape, bool /*weight_decay*/,
-                               int* index) const {
+                               int* index, bool /*follows_previous*/) const {
   const int i = store_.Find(name);
   if (i < 0) return NotFoundError(who_ + ": parameter " + name + " was not declared");
   if (store_.info(i).shape != shape)

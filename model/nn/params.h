@@ -9,10 +9,10 @@
 //
 // Alignment: each tensor starts at a multiple of kAlignFloats floats (32
 // bytes of fp32; 16 bytes of a bf16/fp16 copy in the same layout, what
-// cuBLASLt's tensor-core kernels and 16-byte vector loads want), except a
-// tensor of the same shape as the one declared just before it, which
-// follows it directly: the fused QKV GEMM reads query, key and value as one
-// [3H, H] weight and one [3H] bias. The gaps hold zeros and stay zero (no
+// cuBLASLt's tensor-core kernels and 16-byte vector loads want), except one
+// declared with follows_previous, which starts where the one before it
+// ends: the fused QKV GEMM reads query, key and value as one [3H, H] weight
+// and one [3H] bias, so key and value follow query. The gaps hold zeros and stay zero (no
 // gradient reaches them, and AdamW keeps a zero weight with a zero gradient
 // at zero), so whole-buffer operations (all-reduce, gradient norm, AdamW
 // over a slice) may include them. total_numel() counts them;
@@ -48,7 +48,9 @@ class ParamStore {
  public:
   // Returns the index of the new tensor. Duplicate names are a programming
   // error and return -1.
-  int Declare(const std::string& name, std::vector<int64_t> shape, bool weight_decay);
+  // follows_previous: start where the previous tensor ends (no alignment).
+  int Declare(const std::string& name, std::vector<int64_t> shape, bool weight_decay,
+              bool follows_previous = false);
   // Allocates values (zeroed) and gradients (zeroed). Declare() after this
   // returns -1.
   void Finalize();
@@ -97,7 +99,7 @@ class ParamDeclarer {
   // Declare() into *index: FAILED_PRECONDITION once the store is finalized,
   // INVALID_ARGUMENT for a name already declared.
   Status operator()(const std::string& name, std::vector<int64_t> shape, bool weight_decay,
-                    int* index) const;
+                    int* index, bool follows_previous = false) const;
 
  private:
   ParamStore* store_;
@@ -112,7 +114,7 @@ class ParamFinder {
   // NOT_FOUND "<who>: parameter <name> was not declared", INVALID_ARGUMENT
   // "<who>: parameter <name> has shape [a, b], expected [c, d]".
   Status operator()(const std::string& name, const std::vector<int64_t>& shape, bool weight_decay,
-                    int* index) const;
+                    int* index, bool follows_previous = false) const;
 
  private:
   const ParamStore& store_;

@@ -27,7 +27,8 @@ Batch SyntheticBatch(const ModelConfig& c, int L, const std::vector<int>& length
   b.mft_labels.assign(B * L, -100);
   b.top_k = c.candidate_top_k;
   for (int r = 0; r < B; ++r) {
-    const int n = lengths[r];
+    // A longer row would run into the next one (or past the buffer).
+    const int n = std::min(lengths[r], std::max(1, (L - 2 - 2 * P) / 2));
     int32_t* ids = &b.input_ids[r * L];
     std::vector<int> src(n), trg(n);
     for (int i = 0; i < n; ++i) src[i] = trg[i] = tok();

@@ -19,7 +19,8 @@ namespace dgca {
 // The special ids it uses; characters are drawn from [5, vocab_size).
 constexpr int kSyntheticPad = 0, kSyntheticCls = 2, kSyntheticSep = 3, kSyntheticMask = 4;
 
-// Rows of `lengths` characters (each <= (L - 2 - 2P) / 2) at sequence
+// Rows of `lengths` characters (each <= (L - 2 - 2P) / 2; longer ones are
+// cut to that) at sequence
 // length L: one or two errors per row (the target differs from the source
 // at character r % n and, for n > 3, at the last), MFT masks on the odd
 // correct characters when `mft`, and K = candidate_top_k candidates per

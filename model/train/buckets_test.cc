@@ -95,9 +95,9 @@ class RecordingComm : public Communicator {
 };
 
 TEST(GradientBucketsTest, StartsOnlyCompleteBucketsAndOnlyWhenEnabled) {
-  ParamStore ps = MakeStore({10, 10, 10, 10});
+  ParamStore ps = MakeStore({16, 16, 16, 16});  // multiples of 8 floats: no alignment gaps
   RecordingComm comm;
-  GradientBuckets gb(&comm, &ps, 20 * 4 / (1024.0 * 1024.0));  // 20 floats per bucket
+  GradientBuckets gb(&comm, &ps, 32 * 4 / (1024.0 * 1024.0));  // 32 floats per bucket
   ASSERT_EQ(gb.buckets().size(), 2u);
   gb.BeginStep(false);  // accumulation micro-step: nothing communicated
   gb.OnGradReady(0);
@@ -110,19 +110,19 @@ TEST(GradientBucketsTest, StartsOnlyCompleteBucketsAndOnlyWhenEnabled) {
   EXPECT_TRUE(comm.starts.empty());
   gb.OnGradReady(2);
   ASSERT_EQ(comm.starts.size(), 1u);
-  EXPECT_EQ(comm.starts[0].first, ps.grads() + 20);
-  EXPECT_EQ(comm.starts[0].second, 20u);
+  EXPECT_EQ(comm.starts[0].first, ps.grads() + 32);
+  EXPECT_EQ(comm.starts[0].second, 32u);
   gb.OnGradReady(2);  // repeated: no duplicate
   EXPECT_EQ(comm.starts.size(), 1u);
   auto s = gb.WaitAll();  // starts the rest
   ASSERT_TRUE(s.ok());
   ASSERT_EQ(comm.starts.size(), 2u);
   EXPECT_EQ(comm.starts[1].first, ps.grads());
-  EXPECT_EQ(s->bytes, 40 * 4);
+  EXPECT_EQ(s->bytes, 64 * 4);
   EXPECT_EQ(s->events.size(), 2u);
   EXPECT_DOUBLE_EQ(s->allreduce_seconds, 2.0);
   // busbw = bytes / seconds * 2(n-1)/n with n = 2.
-  EXPECT_DOUBLE_EQ(s->bus_bandwidth, 160.0 / 2.0);
+  EXPECT_DOUBLE_EQ(s->bus_bandwidth, 256.0 / 2.0);
 }
 
 // A communicator whose collectives fail (as after a lost peer).
