@@ -393,6 +393,7 @@ class Planner {
   std::string step_why_;
   double device_memory_ = 0;
   double budget_ = 0;  // the memory budget per rank (Memory()); 0 = unknown
+  absl::Status error_;  // a spec the plan cannot serve (Ranks())
   // Whether `bytes` is above kMemoryWarnShare of the device's memory (known).
   bool MemoryHigh(double bytes) const { return device_memory_ > 0 && bytes > kMemoryWarnShare * device_memory_; }
   MemoryEstimate est_;
@@ -474,7 +475,9 @@ void Planner::Link(int n, LinkModel* link) {
     per_node.assign(nodes_.size(), 0);
     int left = n;
     for (size_t i = 0; i < nodes_.size() && left > 0; ++i) {
-      int cap = cuda_ ? std::max(GpusOn(i), 1) : left;
+      // CUDA: one rank per GPU, none on a node without GPUs while others
+      // have them (as the placement).
+      int cap = cuda_ ? (GpusOn(i) > 0 || TotalGpus() == 0 ? std::max(GpusOn(i), 1) : 0) : left;
       if (i + 1 == nodes_.size()) cap = left;
       per_node[i] = std::min(cap, left);
       left -= per_node[i];
@@ -640,9 +643,13 @@ void Planner::Ranks() {
   if (user > 0) {
     plan_.set_ranks(user);
     Decide(&plan_, "resources.ranks", absl::StrCat(user), v1::USER, "set in the spec");
+    // NCCL refuses two ranks of one communicator on one GPU ("Duplicate GPU
+    // detected"), and CUDA ranks all-reduce over NCCL.
     if (cuda_ && user > TotalGpus() && TotalGpus() > 0)
-      Warn(absl::StrCat("resources.ranks = ", user, " but only ", TotalGpus(),
-                        " GPU(s) exist: ranks will share GPUs"));
+      error_ = absl::InvalidArgumentError(absl::StrCat(
+          "resources.ranks = ", user, " but the nodes have ", TotalGpus(),
+          " GPU(s): CUDA ranks need one GPU each (NCCL refuses two ranks on one GPU); set resources.ranks <= ",
+          TotalGpus(), " or leave it auto (one rank per GPU)"));
   } else if (cuda_) {
     plan_.set_ranks(std::max(1, TotalGpus()));
     Decide(&plan_, "resources.ranks", absl::StrCat(plan_.ranks()), v1::PLANNER,
@@ -1247,6 +1254,9 @@ void Planner::BatchAndBuckets() {
     int left = n;
     for (size_t i = 0; i < nodes_.size() && left > 0; ++i) {
       int cap = cuda_ ? GpusOn(i) : left;
+      // A node without GPUs takes no CUDA rank while others have GPUs (it
+      // used to take every rank left, all on "GPU 0" it does not have).
+      if (cuda_ && cap == 0 && TotalGpus() > 0) continue;
       if (!cuda_) {
         std::string why;
         int cpus = EffectiveCpus(nodes_[i], &why);
@@ -1659,6 +1669,7 @@ absl::StatusOr<v1::Plan> Planner::Run() {
                            t.node(), t.unknown_size()));
   Device();
   Ranks();
+  if (!error_.ok()) return error_;
   Backend();
   Precision();
   Attention();

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <set>
 #include <string>
 
 #include "absl/strings/match.h"
@@ -226,6 +227,35 @@ TEST(Planner, UserValuesWin) {
   EXPECT_EQ(Find(*plan, "train.micro_batch").source(), v1::USER);
   EXPECT_EQ(Find(*plan, "comm.bucket_mb").source(), v1::USER);
   EXPECT_EQ(Find(*plan, "train.precision").source(), v1::USER);
+}
+
+// CUDA ranks all-reduce over NCCL, which refuses two ranks on one GPU: more
+// ranks than GPUs is an error naming the counts and what would work (it
+// used to be a warning, and the job then failed at NCCL's init).
+TEST(Planner, MoreCudaRanksThanGpusIsAnError) {
+  v1::JobSpec spec = DefaultJobSpec();
+  spec.mutable_resources()->set_device("cuda");
+  spec.mutable_resources()->set_ranks(3);
+  auto plan = MakePlan(spec, {Fixture("wsl2-2x4090")}, PlannerMeasurements{});
+  ASSERT_FALSE(plan.ok());
+  EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(plan.status().message(),
+                                "resources.ranks = 3 but the nodes have 2 GPU(s): CUDA ranks need one GPU each "
+                                "(NCCL refuses two ranks on one GPU); set resources.ranks <= 2 or leave it auto"))
+      << plan.status();
+  spec.mutable_resources()->set_ranks(2);
+  auto two = MakePlan(spec, {Fixture("wsl2-2x4090")}, PlannerMeasurements{});
+  ASSERT_TRUE(two.ok()) << two.status();
+  EXPECT_EQ(two->rank_local_devices_size(), 2);
+  EXPECT_NE(two->rank_local_devices(0), two->rank_local_devices(1));
+  // A node without GPUs listed first takes no CUDA rank (it used to take
+  // every rank, all on a "GPU 0" it does not have).
+  const v1::Topology cpu = Fixture("cpu-only"), gpus = Fixture("wsl2-2x4090");
+  auto mixed = MakePlan(spec, {cpu, gpus}, PlannerMeasurements{});
+  ASSERT_TRUE(mixed.ok()) << mixed.status();
+  ASSERT_EQ(mixed->rank_nodes_size(), 2);
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(mixed->rank_nodes(r), gpus.node()) << r;
+  EXPECT_NE(mixed->rank_local_devices(0), mixed->rank_local_devices(1));
 }
 
 TEST(Planner, NoNodesIsAnError) {
@@ -582,6 +612,7 @@ TEST(PlannerRobustness, RandomSpecsNeverFailAndStayConsistent) {
   const char* devices[] = {"auto", "cuda", "cpu", ""};
   const char* precisions[] = {"auto", "fp32", "fp16", "bf16", ""};
   const char* modes[] = {"auto", "off", "model", "trial", ""};
+  int refused = 0;
   for (int i = 0; i < 400; ++i) {
     v1::JobSpec spec = DefaultJobSpec();
     spec.mutable_train()->set_global_batch(1 + next(5) * next(100000) + (next(3) == 0 ? 2000000000 : 0));
@@ -601,9 +632,29 @@ TEST(PlannerRobustness, RandomSpecsNeverFailAndStayConsistent) {
       m.step_micro_batch = next(3) == 0 ? 0 : 1 + next(256);
     }
     std::vector<v1::Topology> nodes = {fixtures[next(fixtures.size())]};
-    if (next(4) == 0) nodes.push_back(fixtures[next(fixtures.size())]);
+    if (next(4) == 0) {
+      nodes.push_back(fixtures[next(fixtures.size())]);
+      if (nodes[1].node() == nodes[0].node()) nodes[1].set_node(nodes[0].node() + "-2");  // two agents, two names
+    }
     auto plan = MakePlan(spec, nodes, m);
+    if (!plan.ok() && spec.resources().ranks() > 0) {
+      // The one refusal: more CUDA ranks than GPUs (NCCL would refuse them).
+      EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument) << i;
+      EXPECT_TRUE(absl::StrContains(plan.status().message(), "CUDA ranks need one GPU each")) << i << plan.status();
+      ++refused;
+      continue;
+    }
     ASSERT_TRUE(plan.ok()) << i << ": " << plan.status();
+    int gpus = 0;
+    for (const auto& t : nodes) gpus += t.gpus_size();
+    if (plan->device() == "cuda" && gpus > 0) {  // one GPU per rank (without GPUs the ranks fail: warned)
+      std::set<std::pair<std::string, int>> gpus;
+      for (int r = 0; r < plan->ranks(); ++r)
+        EXPECT_TRUE(gpus.emplace(plan->rank_nodes(r), plan->rank_local_devices(r)).second)
+            << i << " rank " << r << ": " << plan->ShortDebugString().substr(0, 400) << " nodes " << nodes.size()
+            << " " << nodes[0].node() << "/" << nodes.back().node() << " gpus " << nodes[0].gpus_size() << "/"
+            << nodes.back().gpus_size();
+    }
     EXPECT_GE(plan->ranks(), 1) << i;
     EXPECT_GE(plan->micro_batch(), 1) << i;
     EXPECT_GE(plan->accumulation(), 1) << i;
@@ -612,6 +663,7 @@ TEST(PlannerRobustness, RandomSpecsNeverFailAndStayConsistent) {
     EXPECT_FALSE(FormatPlan(*plan).empty());
     for (const auto& d : plan->decisions()) EXPECT_FALSE(d.reason().empty()) << i << d.name();
   }
+  EXPECT_LT(refused, 100);  // most random specs plan
 }
 
 TEST(Planner, MicroBatchFromTheSpecDerivesAccumulation) {

@@ -396,6 +396,17 @@ TEST(SpecParser, EnvAllowList) {
   EXPECT_EQ(r.spec.comm().env().at("OMP_NUM_THREADS"), "4");
 }
 
+// NCCL_COMM_BLOCKING would override the ranks' non-blocking communicators
+// (and their init timeout): refused, saying why, at its line.
+TEST(SpecParser, NcclCommBlockingIsRefused) {
+  SpecParseResult r = Parse("comm:\n  env:\n    NCCL_DEBUG: WARN\n    NCCL_COMM_BLOCKING: 1\n");
+  ASSERT_EQ(r.problems.size(), 1u) << FormatProblems(r.problems);
+  EXPECT_EQ(r.problems[0].field(), "comm.env.NCCL_COMM_BLOCKING");
+  EXPECT_EQ(r.problems[0].line(), 4);
+  EXPECT_NE(r.problems[0].message().find("would override that"), std::string::npos) << r.problems[0].message();
+  EXPECT_EQ(r.spec.comm().env().count("NCCL_COMM_BLOCKING"), 0u);
+}
+
 TEST(SpecParser, DuplicateKeyAndCrossField) {
   SpecParseResult r = Parse("name: a\nname: b\n");
   ASSERT_EQ(r.problems.size(), 1u);

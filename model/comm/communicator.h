@@ -71,8 +71,10 @@ std::unique_ptr<Communicator> MakeLocalCommunicator();
 // Leaves `comm` to the process exit instead of destroying it, for a rank
 // that stopped or failed while its peers may be inside a collective it will
 // never join: destroying it would run the teardown barrier with those peers
-// and only wait out the timeout. At exit the OS closes its sockets and the
-// peers fail at once ("connection closed by peer"). It is kept in a
+// and only wait out the timeout. At exit the OS closes its sockets: Gloo
+// peers fail at once ("connection closed by peer"); NCCL peers on one
+// machine (shared memory, P2P) get no such signal and fail when their
+// collective times out (NcclOptions::timeout). It is kept in a
 // process-lifetime list, so it stays reachable and leak checkers (ASan's
 // LeakSanitizer, tools/sanitize.sh) do not count it. Thread-safe.
 void AbandonUntilExit(std::unique_ptr<Communicator> comm);

@@ -1,6 +1,7 @@
 #include "model/comm/nccl_communicator.h"
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -111,27 +112,32 @@ class NcclCommunicator : public Communicator {
                                                               ReduceOp op) override {
     if (!broken_.ok()) return broken_;
     DGCA_CUDA_OK("cudaSetDevice", cudaSetDevice(device_));
+    // Destroys the events still held when an early return leaves
+    // (destruction is deferred by CUDA until they complete).
     cudaEvent_t ready = nullptr, start = nullptr, end = nullptr;
+    struct Events {
+      cudaEvent_t* e[3];
+      ~Events() {
+        for (cudaEvent_t* p : e)
+          if (*p != nullptr) cudaEventDestroy(*p);
+      }
+    } held{{&ready, &start, &end}};
     // `ready` orders the all-reduce after the compute stream's work so far.
     DGCA_CUDA_OK("cudaEventCreate", cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
     DGCA_CUDA_OK("cudaEventRecord", cudaEventRecord(ready, compute_));
     DGCA_CUDA_OK("cudaStreamWaitEvent", cudaStreamWaitEvent(stream_, ready, 0));
-    cudaEventDestroy(ready);  // safe: destruction is deferred until it completes
     DGCA_CUDA_OK("cudaEventCreate", cudaEventCreate(&start));
     DGCA_CUDA_OK("cudaEventCreate", cudaEventCreate(&end));
     double host_start = Now();
     DGCA_CUDA_OK("cudaEventRecord", cudaEventRecord(start, stream_));
-    Status launched = Settle(
+    DGCA_RETURN_IF_ERROR(Settle(
         ncclAllReduce(data, data, count, ncclFloat, op == ReduceOp::kAverage ? ncclAvg : ncclSum,
                       comm_, stream_),
-        "ncclAllReduce");
-    if (!launched.ok()) {
-      cudaEventDestroy(start);
-      cudaEventDestroy(end);
-      return launched;
-    }
+        "ncclAllReduce"));
     DGCA_CUDA_OK("cudaEventRecord", cudaEventRecord(end, stream_));
-    return std::unique_ptr<CollectiveHandle>(new NcclHandle(this, start, end, host_start));
+    auto handle = std::unique_ptr<CollectiveHandle>(new NcclHandle(this, start, end, host_start));
+    start = end = nullptr;  // the handle's now
+    return handle;
   }
 
   Status Broadcast(float* data, size_t count, int root) override {
@@ -329,7 +335,14 @@ StatusOr<std::unique_ptr<Communicator>> MakeNcclCommunicator(std::shared_ptr<Key
     std::memcpy(&id, v->data(), sizeof(id));
   }
 
-  // Non-blocking init, polled, so a missing peer cannot hang us.
+  // Non-blocking init, polled, so a missing peer cannot hang us. NCCL lets
+  // NCCL_COMM_BLOCKING in the environment override config.blocking, which
+  // would make the init (and every call) block with no timeout: refused.
+  if (const char* b = std::getenv("NCCL_COMM_BLOCKING"); b != nullptr && std::string(b) != "0") {
+    return FailedPreconditionError(std::string("NCCL_COMM_BLOCKING=") + b +
+                                   " is set: it overrides the communicator's non-blocking mode, and a peer that "
+                                   "never joins would hang this rank without a timeout; unset it");
+  }
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
   ncclComm_t comm = nullptr;

@@ -322,6 +322,21 @@ TEST(NcclEmulatedTest, InitTimesOutWhenAPeerNeverJoins) {
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
   ExpectTransportRemoved(dir);  // rank 1 never joined
 }
+
+// NCCL_COMM_BLOCKING=1 would override the non-blocking init (and its
+// timeout): refused before NCCL is asked, naming the variable.
+TEST(NcclEmulatedTest, NcclCommBlockingInTheEnvironmentIsRefused) {
+  ASSERT_EQ(setenv("NCCL_COMM_BLOCKING", "1", 1), 0);
+  auto c = MakeNcclCommunicator(std::make_shared<DirKeyValueStore>(TempDir()), 0, 1);
+  unsetenv("NCCL_COMM_BLOCKING");
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kFailedPrecondition) << c.status().ToString();
+  EXPECT_NE(c.status().message().find("NCCL_COMM_BLOCKING=1 is set"), std::string::npos) << c.status().ToString();
+  ASSERT_EQ(setenv("NCCL_COMM_BLOCKING", "0", 1), 0);  // the default: fine
+  auto ok = MakeNcclCommunicator(std::make_shared<DirKeyValueStore>(TempDir()), 0, 1);
+  unsetenv("NCCL_COMM_BLOCKING");
+  EXPECT_TRUE(ok.ok()) << ok.status().ToString();
+}
 #endif  // DGCA_CUDA_EMULATOR
 
 }  // namespace

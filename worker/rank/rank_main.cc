@@ -532,6 +532,14 @@ int RunRank(const RankArgs& a) {
     const int planned = a.rank < asg.plan().rank_local_devices_size()
                             ? asg.plan().rank_local_devices(a.rank)
                             : -1;
+    // Nothing planned means GPU 0, which is right for one rank alone; two
+    // ranks of one job on one GPU is what NCCL refuses ("Duplicate GPU").
+    if (planned < 0 && world > 1) {
+      Log(a.rank, "error: rank %d of %d has no GPU planned (plan.rank_local_devices); the ranks of a GPU job "
+                  "need one GPU each: run the job through the coordinator's planner",
+          a.rank, world);
+      return give_up(2);
+    }
     auto ordinal = CudaOrdinalFor(planned, getenv("CUDA_VISIBLE_DEVICES"));
     if (!ordinal.ok()) {
       Log(a.rank, "error: %s", ordinal.status().message());
