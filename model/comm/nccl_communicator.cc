@@ -40,6 +40,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// NCCL 2.14: ncclConfig_t, ncclCommInitRankConfig, ncclCommFinalize.
+constexpr int kMinNcclVersion = 21400;
+
 Status CudaError(const char* what, cudaError_t e) {
   return InternalError(std::string(what) + ": " + cudaGetErrorName(e) + " (" +
                        cudaGetErrorString(e) + ")");
@@ -306,6 +309,14 @@ StatusOr<std::unique_ptr<Communicator>> MakeNcclCommunicator(std::shared_ptr<Key
                                 " outside world of " + std::to_string(world_size));
   }
   if (!store) return InvalidArgumentError("NCCL communicator: no rendezvous store given");
+  // The library loaded at run time, which may be older than the headers
+  // this was built with: the non-blocking init and finalize need 2.14.
+  if (int version = 0; ncclGetVersion(&version) == ncclSuccess && version < kMinNcclVersion) {
+    return FailedPreconditionError("NCCL communicator: the loaded libnccl is version code " +
+                                   std::to_string(version) + ", older than 2.14 (" +
+                                   std::to_string(kMinNcclVersion) +
+                                   "), which ncclCommInitRankConfig and ncclCommFinalize need; install NCCL >= 2.14");
+  }
   DGCA_ASSIGN_OR_RETURN(int devices, NcclVisibleDevices());
   int device = o.device >= 0 ? o.device : rank % devices;
   if (device >= devices) {
