@@ -647,9 +647,11 @@ void Planner::Ranks() {
     // detected"), and CUDA ranks all-reduce over NCCL.
     if (cuda_ && user > TotalGpus() && TotalGpus() > 0)
       error_ = absl::InvalidArgumentError(absl::StrCat(
-          "resources.ranks = ", user, " but the nodes have ", TotalGpus(),
+          "resources.ranks = ", user, " but the connected nodes have ", TotalGpus(),
           " GPU(s): CUDA ranks need one GPU each (NCCL refuses two ranks on one GPU); set resources.ranks <= ",
-          TotalGpus(), " or leave it auto (one rank per GPU)"));
+          TotalGpus(), " or leave it auto (one rank per GPU)",
+          absl::AsciiStrToLower(spec_.resources().device()) == "cuda" ? "" : ", or resources.device: cpu",
+          ", or wait for more nodes' agents to connect"));
   } else if (cuda_) {
     plan_.set_ranks(std::max(1, TotalGpus()));
     Decide(&plan_, "resources.ranks", absl::StrCat(plan_.ranks()), v1::PLANNER,

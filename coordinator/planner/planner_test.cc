@@ -240,7 +240,7 @@ TEST(Planner, MoreCudaRanksThanGpusIsAnError) {
   ASSERT_FALSE(plan.ok());
   EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(absl::StrContains(plan.status().message(),
-                                "resources.ranks = 3 but the nodes have 2 GPU(s): CUDA ranks need one GPU each "
+                                "resources.ranks = 3 but the connected nodes have 2 GPU(s): CUDA ranks need one GPU each "
                                 "(NCCL refuses two ranks on one GPU); set resources.ranks <= 2 or leave it auto"))
       << plan.status();
   spec.mutable_resources()->set_ranks(2);

@@ -497,8 +497,9 @@ void Parser::ParseTop(const YAML::Node& root, v1::JobSpec* spec) {
       }
       if (name == "NCCL_COMM_BLOCKING") {
         Problem(k, path,
-                "NCCL_COMM_BLOCKING is not allowed: the ranks create their NCCL communicators non-blocking so "
-                "that a peer that never joins times out, and this variable would override that");
+                "NCCL_COMM_BLOCKING is not allowed (whatever its value): the ranks create their NCCL "
+                "communicators non-blocking so that a peer that never joins times out, and this variable "
+                "would override that");
         continue;
       }
       if (!seen.insert(name).second) {

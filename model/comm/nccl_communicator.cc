@@ -309,6 +309,16 @@ StatusOr<std::unique_ptr<Communicator>> MakeNcclCommunicator(std::shared_ptr<Key
                                 " outside world of " + std::to_string(world_size));
   }
   if (!store) return InvalidArgumentError("NCCL communicator: no rendezvous store given");
+  // NCCL lets NCCL_COMM_BLOCKING in the environment override
+  // config.blocking, which would make the init (and every call) block with
+  // no timeout: refused, first, before this rank publishes or waits for
+  // anything. (A value in ~/.nccl.conf or /etc/nccl.conf, which NCCL reads
+  // at its first call, is not seen here.)
+  if (const char* b = std::getenv("NCCL_COMM_BLOCKING"); b != nullptr && *b != '\0' && std::string(b) != "0") {
+    return FailedPreconditionError(std::string("NCCL_COMM_BLOCKING=") + b +
+                                   " is set: it overrides the communicator's non-blocking mode, and a peer that "
+                                   "never joins would hang this rank without a timeout; unset it");
+  }
   // The library loaded at run time, which may be older than the headers
   // this was built with: the non-blocking init and finalize need 2.14.
   if (int version = 0; ncclGetVersion(&version) == ncclSuccess && version < kMinNcclVersion) {
@@ -346,14 +356,7 @@ StatusOr<std::unique_ptr<Communicator>> MakeNcclCommunicator(std::shared_ptr<Key
     std::memcpy(&id, v->data(), sizeof(id));
   }
 
-  // Non-blocking init, polled, so a missing peer cannot hang us. NCCL lets
-  // NCCL_COMM_BLOCKING in the environment override config.blocking, which
-  // would make the init (and every call) block with no timeout: refused.
-  if (const char* b = std::getenv("NCCL_COMM_BLOCKING"); b != nullptr && std::string(b) != "0") {
-    return FailedPreconditionError(std::string("NCCL_COMM_BLOCKING=") + b +
-                                   " is set: it overrides the communicator's non-blocking mode, and a peer that "
-                                   "never joins would hang this rank without a timeout; unset it");
-  }
+  // Non-blocking init, polled, so a missing peer cannot hang us.
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
   ncclComm_t comm = nullptr;

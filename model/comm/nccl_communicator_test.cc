@@ -324,7 +324,8 @@ TEST(NcclEmulatedTest, InitTimesOutWhenAPeerNeverJoins) {
 }
 
 // NCCL_COMM_BLOCKING=1 would override the non-blocking init (and its
-// timeout): refused before NCCL is asked, naming the variable.
+// timeout): refused first (before the unique id is published), naming the
+// variable.
 TEST(NcclEmulatedTest, NcclCommBlockingInTheEnvironmentIsRefused) {
   ASSERT_EQ(setenv("NCCL_COMM_BLOCKING", "1", 1), 0);
   auto c = MakeNcclCommunicator(std::make_shared<DirKeyValueStore>(TempDir()), 0, 1);

@@ -27,8 +27,15 @@ Batch SyntheticBatch(const ModelConfig& c, int L, const std::vector<int>& length
   b.mft_labels.assign(B * L, -100);
   b.top_k = c.candidate_top_k;
   for (int r = 0; r < B; ++r) {
-    // A longer row would run into the next one (or past the buffer).
-    const int n = std::min(lengths[r], std::max(1, (L - 2 - 2 * P) / 2));
+    // A longer row would run into the next one (or past the buffer); an L
+    // without room for one character leaves the row empty (padding).
+    const int n = std::min(lengths[r], (L - 2 - 2 * P) / 2);
+    if (n < 1) {
+      b.row_length.push_back(0);
+      b.sample_index.push_back(r);
+      b.dropout_keys.push_back(MixSeed(seed, static_cast<uint64_t>(r), kSyntheticDropoutStream));
+      continue;
+    }
     int32_t* ids = &b.input_ids[r * L];
     std::vector<int> src(n), trg(n);
     for (int i = 0; i < n; ++i) src[i] = trg[i] = tok();

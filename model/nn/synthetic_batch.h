@@ -20,7 +20,7 @@ namespace dgca {
 constexpr int kSyntheticPad = 0, kSyntheticCls = 2, kSyntheticSep = 3, kSyntheticMask = 4;
 
 // Rows of `lengths` characters (each <= (L - 2 - 2P) / 2; longer ones are
-// cut to that) at sequence
+// cut to that, and a row left without a character is all padding) at sequence
 // length L: one or two errors per row (the target differs from the source
 // at character r % n and, for n > 3, at the last), MFT masks on the odd
 // correct characters when `mft`, and K = candidate_top_k candidates per

@@ -84,17 +84,17 @@ TEST(AdamWTest, FirstStepIsSignTimesLr) {
 
 TEST(AdamWTest, DecayOnlyWhereAllowed) {
   ParamStore ps;
-  ps.Declare("w", {1}, true);
-  ps.Declare("ln.weight", {1}, false);
+  const int w = ps.Declare("w", {1}, true);
+  const int ln = ps.Declare("ln.weight", {1}, false);
   ps.Finalize();
-  ps.values()[0] = 1.0f;
-  ps.values()[1] = 1.0f;
+  ps.value(w)[0] = 1.0f;
+  ps.value(ln)[0] = 1.0f;
   AdamWOptions o;
   o.weight_decay = 0.5f;
   AdamW adam(&ps, o);
   adam.Step(0.1f);  // zero grads: only the decay moves p
-  EXPECT_NEAR(ps.values()[0], 1.0f - 0.1f * 0.5f, 1e-7);
-  EXPECT_EQ(ps.values()[1], 1.0f);
+  EXPECT_NEAR(ps.value(w)[0], 1.0f - 0.1f * 0.5f, 1e-7);
+  EXPECT_EQ(ps.value(ln)[0], 1.0f);
 }
 
 TEST(ScheduleTest, LinearWarmupThenDecayLikeHf) {
