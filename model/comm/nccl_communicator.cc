@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <future>
 #include <memory>
 #include <string>
 #include <thread>
@@ -42,6 +43,23 @@ using Clock = std::chrono::steady_clock;
 
 // NCCL 2.14: ncclConfig_t, ncclCommInitRankConfig, ncclCommFinalize.
 constexpr int kMinNcclVersion = 21400;
+
+// ncclCommAbort(comm) on a helper thread (on `device`), waited for at most
+// `limit` (NcclOptions::abort_limit). Returns "" when it returned, else a
+// note for the caller's error; the thread is then left running and the
+// communicator must not be touched again.
+std::string AbortWithin(ncclComm_t comm, int device, std::chrono::milliseconds limit) {
+  auto done = std::make_shared<std::promise<void>>();
+  std::future<void> returned = done->get_future();
+  std::thread([comm, device, done] {
+    cudaSetDevice(device);
+    ncclCommAbort(comm);
+    done->set_value();
+  }).detach();
+  if (returned.wait_for(limit) == std::future_status::ready) return "";
+  return "; ncclCommAbort did not return within " + std::to_string(limit.count()) +
+         " ms (left running; this rank should exit)";
+}
 
 Status CudaError(const char* what, cudaError_t e) {
   return InternalError(std::string(what) + ": " + cudaGetErrorName(e) + " (" +
@@ -88,7 +106,7 @@ class NcclCommunicator : public Communicator {
                    const NcclOptions& o, Clock::time_point origin)
       : comm_(comm), stream_(stream), device_(device), rank_(rank), world_(world),
         compute_(static_cast<cudaStream_t>(o.compute_stream)), timeout_(o.timeout),
-        origin_(origin) {}
+        origin_(origin), abort_limit_(o.abort_limit) {}
 
   ~NcclCommunicator() override {
     cudaSetDevice(device_);
@@ -101,7 +119,8 @@ class NcclCommunicator : public Communicator {
       ncclCommDestroy(comm_);
     }
     cudaStreamDestroy(stream_);
-    if (scratch_) cudaFree(scratch_);
+    // cudaFree waits for the device, where an unaborted kernel may spin.
+    if (scratch_ && !abort_hung_) cudaFree(scratch_);
   }
 
   int rank() const override { return rank_; }
@@ -240,9 +259,11 @@ class NcclCommunicator : public Communicator {
 
   Status Break(Status s) {
     if (broken_.ok()) {
-      broken_ = s;
-      ncclCommAbort(comm_);  // unblocks kernels waiting on lost peers
+      // The abort unblocks kernels waiting on lost peers.
+      const std::string hung = AbortWithin(comm_, device_, abort_limit_);
       aborted_ = true;
+      abort_hung_ = !hung.empty();
+      broken_ = hung.empty() ? s : Status(s.code(), s.message() + hung);
     }
     return broken_;
   }
@@ -259,6 +280,8 @@ class NcclCommunicator : public Communicator {
   float* scratch_ = nullptr;
   Status broken_;
   bool aborted_ = false;
+  bool abort_hung_ = false;  // its NCCL kernels may still spin: no cudaFree
+  std::chrono::milliseconds abort_limit_;
 
   friend class NcclHandle;
 };
@@ -362,8 +385,8 @@ StatusOr<std::unique_ptr<Communicator>> MakeNcclCommunicator(std::shared_ptr<Key
   ncclComm_t comm = nullptr;
   ncclResult_t r = ncclCommInitRankConfig(&comm, world_size, id, rank, &config);
   if (r != ncclSuccess && r != ncclInProgress) {
-    if (comm) ncclCommAbort(comm);
-    return NcclError("ncclCommInitRankConfig", r, nullptr);
+    Status s = NcclError("ncclCommInitRankConfig", r, nullptr);
+    return comm ? Status(s.code(), s.message() + AbortWithin(comm, device, o.abort_limit)) : s;
   }
   auto deadline = Clock::now() + o.timeout;
   while (true) {
@@ -373,23 +396,21 @@ StatusOr<std::unique_ptr<Communicator>> MakeNcclCommunicator(std::shared_ptr<Key
     if (state == ncclSuccess) break;
     if (state != ncclInProgress) {
       Status s = NcclError("NCCL communicator init", state, comm);
-      ncclCommAbort(comm);
-      return s;
+      return Status(s.code(), s.message() + AbortWithin(comm, device, o.abort_limit));
     }
     if (Clock::now() > deadline) {
-      ncclCommAbort(comm);
       return DeadlineExceededError("NCCL communicator init: not every one of " +
                                    std::to_string(world_size) + " ranks joined within " +
                                    std::to_string(o.timeout.count()) + " ms (rank " +
-                                   std::to_string(rank) + ")");
+                                   std::to_string(rank) + ")" + AbortWithin(comm, device, o.abort_limit));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   cudaStream_t stream = nullptr;
   cudaError_t e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
   if (e != cudaSuccess) {
-    ncclCommAbort(comm);
-    return CudaError("cudaStreamCreate", e);
+    Status s = CudaError("cudaStreamCreate", e);
+    return Status(s.code(), s.message() + AbortWithin(comm, device, o.abort_limit));
   }
   return std::unique_ptr<Communicator>(
       new NcclCommunicator(comm, stream, device, rank, world_size, o, origin));

@@ -53,6 +53,12 @@ struct NcclOptions {
   void* compute_stream = nullptr;
   // Prefix of the store keys (e.g. per job attempt when the store is shared).
   std::string key_prefix = "dgca/";
+  // How long an ncclCommAbort (after a failure or timeout) may take. NCCL's
+  // abort joins its proxy thread, which has been reported to hang
+  // (NVIDIA/nccl #863, #1777): it runs on a helper thread, and past this
+  // the error is returned anyway, saying so, with the communicator left to
+  // the process exit.
+  std::chrono::milliseconds abort_limit{10000};
 };
 
 // Number of visible CUDA devices, or FAILED_PRECONDITION "no CUDA device

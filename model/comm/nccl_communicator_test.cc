@@ -323,6 +323,25 @@ TEST(NcclEmulatedTest, InitTimesOutWhenAPeerNeverJoins) {
   ExpectTransportRemoved(dir);  // rank 1 never joined
 }
 
+// An ncclCommAbort that does not return (real NCCL's has hung joining its
+// proxy thread): the init's timeout error still comes back, within the
+// abort limit, saying the abort was left running.
+TEST(NcclEmulatedTest, AHungAbortIsBoundedByTheAbortLimit) {
+  ASSERT_EQ(setenv("DGCA_EMU_NCCL_ABORT_HANG_MS", "3000", 1), 0);
+  NcclOptions o;
+  o.timeout = std::chrono::milliseconds(300);
+  o.abort_limit = std::chrono::milliseconds(200);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto c = MakeNcclCommunicator(std::make_shared<DirKeyValueStore>(TempDir()), 0, 2, o);
+  const auto took = std::chrono::steady_clock::now() - t0;
+  unsetenv("DGCA_EMU_NCCL_ABORT_HANG_MS");
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kDeadlineExceeded) << c.status().ToString();
+  EXPECT_NE(c.status().message().find("ncclCommAbort did not return within 200 ms"), std::string::npos)
+      << c.status().ToString();
+  EXPECT_LT(took, std::chrono::milliseconds(2000));  // not the abort's 3 s
+}
+
 // NCCL_COMM_BLOCKING=1 would override the non-blocking init (and its
 // timeout): refused first (before the unique id is published), naming the
 // variable.

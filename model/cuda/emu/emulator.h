@@ -46,6 +46,9 @@
 //     a lost peer, ranks issuing different collectives) runs without GPUs.
 //     DGCA_EMU_DEVICES=N (default 1) is the number of devices
 //     cudaGetDeviceCount reports, so N ranks can each take their own.
+//     DGCA_EMU_NCCL_ABORT_HANG_MS=N makes ncclCommAbort take N ms first
+//     (real NCCL's abort has hung joining its proxy thread), so the
+//     communicator's bound on it (NcclOptions::abort_limit) is tested.
 //   - Device memory: 80 GiB, or DGCA_EMU_DEVICE_MEMORY bytes (read at every
 //     cudaMalloc and cudaMemGetInfo), past which cudaMalloc fails with
 //     cudaErrorMemoryAllocation, so out-of-memory paths can be tested.

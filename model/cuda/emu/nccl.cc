@@ -36,6 +36,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <memory>
@@ -429,6 +430,11 @@ void RemoveDirectory(const std::string& dir) {
 
 ncclResult_t ncclCommAbort(ncclComm_t comm) {
   if (comm == nullptr) return ncclSuccess;
+  // DGCA_EMU_NCCL_ABORT_HANG_MS: the abort takes this long first (real
+  // NCCL's has been seen to hang joining its proxy thread), outside the
+  // runtime lock, so the caller's bound on it can be tested.
+  if (const char* h = std::getenv("DGCA_EMU_NCCL_ABORT_HANG_MS"); h != nullptr && std::atoi(h) > 0)
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(h)));
   std::lock_guard<std::recursive_mutex> lock(emu::internal::Lock());
   if (std::shared_ptr<CommState> st = comm->state; st != nullptr) {
     st->aborted = true;  // queued items complete doing nothing
