@@ -74,16 +74,24 @@ void Add(Rows* rows, const std::string& op, const char* dtype, double err, doubl
   rows->push_back(CheckRow{op, dtype, err, tol});
 }
 
-// Every parameter's increment, GPU against CPU.
+// Every parameter's increment, GPU against CPU; and the alignment gaps
+// between the tensors (ParamStore), which nothing may write: their largest
+// change, held to 0.
 void GradRows(Rows* rows, const std::string& prefix, const char* dtype, const ParamStore& store,
               const std::vector<float>& grads0, const std::vector<float>& got_grads, double tol) {
+  std::vector<bool> in_tensor(got_grads.size(), false);
   for (int i = 0; i < store.size(); ++i) {
     const ParamInfo& p = store.info(i);
     const std::vector<float> g0 = Slice(grads0, p);
     const std::vector<float> want(store.grad(i), store.grad(i) + p.numel);
     Add(rows, prefix + "grad " + p.name, dtype,
         MaxRelErr(Minus(Slice(got_grads, p), g0), Minus(want, g0)), tol);
+    std::fill(in_tensor.begin() + p.offset, in_tensor.begin() + p.offset + p.numel, true);
   }
+  double gap_change = 0;
+  for (size_t k = 0; k < got_grads.size(); ++k)
+    if (!in_tensor[k]) gap_change = std::max(gap_change, std::abs(double(got_grads[k]) - double(grads0[k])));
+  rows->push_back(CheckRow{prefix + "grad alignment gaps (untouched)", dtype, gap_change, 0.0});
 }
 
 // ---------------------------------------------------------------- heads

@@ -532,6 +532,11 @@ TEST_F(AgentTest, AdoptsARankAndReportsItsRecordedExitCode) {
                           "echo 'attempt 3 code 7' > " + ExitRecordPath(job_dir, 0),
                           RankIdEntry("job-ad", 0, 3));
   ASSERT_GT(pid, 0);
+  // A rank being adopted has been running: its log exists (the agent's
+  // "adopted" line was once lost to a shell that had not opened it yet).
+  for (int i = 0; i < 500 && ReadFile(job_dir + "/rank-0.log").find("training") == std::string::npos; ++i)
+    std::this_thread::sleep_for(10ms);
+  ASSERT_NE(ReadFile(job_dir + "/rank-0.log").find("training"), std::string::npos);
   AgentOptions o = Options({});
   o.adopt = {Adoptee("test-node", "job-ad", 0, 3, pid),
              Adoptee("other-node", "job-other", 0, 0, pid)};
