@@ -6,6 +6,7 @@
 #include <future>
 #include <memory>
 #include <string>
+#include <system_error>
 #include <thread>
 
 #ifdef DGCA_HAVE_NCCL
@@ -49,16 +50,34 @@ constexpr int kMinNcclVersion = 21400;
 // note for the caller's error; the thread is then left running and the
 // communicator must not be touched again.
 std::string AbortWithin(ncclComm_t comm, int device, std::chrono::milliseconds limit) {
+  if (limit.count() <= 0) {  // unbounded, on this thread
+    ncclCommAbort(comm);
+    return "";
+  }
   auto done = std::make_shared<std::promise<void>>();
   std::future<void> returned = done->get_future();
-  std::thread([comm, device, done] {
-    cudaSetDevice(device);
+  try {
+    std::thread([comm, device, done] {
+      cudaSetDevice(device);
+      ncclCommAbort(comm);
+      done->set_value();
+    }).detach();
+  } catch (const std::system_error&) {  // no thread to be had: abort here, unbounded
     ncclCommAbort(comm);
-    done->set_value();
-  }).detach();
+    return "";
+  }
   if (returned.wait_for(limit) == std::future_status::ready) return "";
   return "; ncclCommAbort did not return within " + std::to_string(limit.count()) +
          " ms (left running; this rank should exit)";
+}
+
+// `s` after aborting a communicator whose init failed (bounded, as Break).
+Status AbortedInit(ncclComm_t comm, int device, const NcclOptions& o, const Status& s) {
+  const std::string hung = AbortWithin(comm, device, o.abort_limit);
+  if (hung.empty()) return s;
+  Status out(s.code(), s.message() + hung);
+  if (o.on_abort_hung) o.on_abort_hung(out);
+  return out;
 }
 
 Status CudaError(const char* what, cudaError_t e) {
@@ -106,7 +125,7 @@ class NcclCommunicator : public Communicator {
                    const NcclOptions& o, Clock::time_point origin)
       : comm_(comm), stream_(stream), device_(device), rank_(rank), world_(world),
         compute_(static_cast<cudaStream_t>(o.compute_stream)), timeout_(o.timeout),
-        origin_(origin), abort_limit_(o.abort_limit) {}
+        origin_(origin), abort_limit_(o.abort_limit), on_abort_hung_(o.on_abort_hung) {}
 
   ~NcclCommunicator() override {
     cudaSetDevice(device_);
@@ -264,6 +283,7 @@ class NcclCommunicator : public Communicator {
       aborted_ = true;
       abort_hung_ = !hung.empty();
       broken_ = hung.empty() ? s : Status(s.code(), s.message() + hung);
+      if (abort_hung_ && on_abort_hung_) on_abort_hung_(broken_);
     }
     return broken_;
   }
@@ -282,6 +302,7 @@ class NcclCommunicator : public Communicator {
   bool aborted_ = false;
   bool abort_hung_ = false;  // its NCCL kernels may still spin: no cudaFree
   std::chrono::milliseconds abort_limit_;
+  std::function<void(const Status&)> on_abort_hung_;
 
   friend class NcclHandle;
 };
@@ -386,7 +407,7 @@ StatusOr<std::unique_ptr<Communicator>> MakeNcclCommunicator(std::shared_ptr<Key
   ncclResult_t r = ncclCommInitRankConfig(&comm, world_size, id, rank, &config);
   if (r != ncclSuccess && r != ncclInProgress) {
     Status s = NcclError("ncclCommInitRankConfig", r, nullptr);
-    return comm ? Status(s.code(), s.message() + AbortWithin(comm, device, o.abort_limit)) : s;
+    return comm ? AbortedInit(comm, device, o, s) : s;
   }
   auto deadline = Clock::now() + o.timeout;
   while (true) {
@@ -395,22 +416,21 @@ StatusOr<std::unique_ptr<Communicator>> MakeNcclCommunicator(std::shared_ptr<Key
     if (r != ncclSuccess) state = r;
     if (state == ncclSuccess) break;
     if (state != ncclInProgress) {
-      Status s = NcclError("NCCL communicator init", state, comm);
-      return Status(s.code(), s.message() + AbortWithin(comm, device, o.abort_limit));
+      return AbortedInit(comm, device, o, NcclError("NCCL communicator init", state, comm));
     }
     if (Clock::now() > deadline) {
-      return DeadlineExceededError("NCCL communicator init: not every one of " +
-                                   std::to_string(world_size) + " ranks joined within " +
-                                   std::to_string(o.timeout.count()) + " ms (rank " +
-                                   std::to_string(rank) + ")" + AbortWithin(comm, device, o.abort_limit));
+      return AbortedInit(comm, device, o,
+                         DeadlineExceededError("NCCL communicator init: not every one of " +
+                                               std::to_string(world_size) + " ranks joined within " +
+                                               std::to_string(o.timeout.count()) + " ms (rank " +
+                                               std::to_string(rank) + ")"));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   cudaStream_t stream = nullptr;
   cudaError_t e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
   if (e != cudaSuccess) {
-    Status s = CudaError("cudaStreamCreate", e);
-    return Status(s.code(), s.message() + AbortWithin(comm, device, o.abort_limit));
+    return AbortedInit(comm, device, o, CudaError("cudaStreamCreate", e));
   }
   return std::unique_ptr<Communicator>(
       new NcclCommunicator(comm, stream, device, rank, world_size, o, origin));

@@ -34,6 +34,7 @@
 #define DGCA_MODEL_COMM_NCCL_COMMUNICATOR_H_
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -57,8 +58,14 @@ struct NcclOptions {
   // abort joins its proxy thread, which has been reported to hang
   // (NVIDIA/nccl #863, #1777): it runs on a helper thread, and past this
   // the error is returned anyway, saying so, with the communicator left to
-  // the process exit.
+  // the process exit. <= 0: wait for the abort however long it takes.
   std::chrono::milliseconds abort_limit{10000};
+  // Called (on the thread that saw the failure) when an abort did not
+  // return within abort_limit, with the error about to be returned. The
+  // process should end soon: NCCL kernels may still spin on the device, and
+  // anything that waits for the device (cudaFree, a synchronize) would hang.
+  // A program ends itself here (e.g. logs and calls _exit); empty: nothing.
+  std::function<void(const Status&)> on_abort_hung;
 };
 
 // Number of visible CUDA devices, or FAILED_PRECONDITION "no CUDA device

@@ -327,19 +327,30 @@ TEST(NcclEmulatedTest, InitTimesOutWhenAPeerNeverJoins) {
 // proxy thread): the init's timeout error still comes back, within the
 // abort limit, saying the abort was left running.
 TEST(NcclEmulatedTest, AHungAbortIsBoundedByTheAbortLimit) {
-  ASSERT_EQ(setenv("DGCA_EMU_NCCL_ABORT_HANG_MS", "3000", 1), 0);
+  ASSERT_EQ(setenv("DGCA_EMU_NCCL_ABORT_HANG_MS", "1500", 1), 0);
+  const std::string dir = TempDir();
   NcclOptions o;
   o.timeout = std::chrono::milliseconds(300);
   o.abort_limit = std::chrono::milliseconds(200);
+  std::string hung;  // what on_abort_hung was given
+  o.on_abort_hung = [&hung](const Status& s) { hung = s.ToString(); };
   const auto t0 = std::chrono::steady_clock::now();
-  auto c = MakeNcclCommunicator(std::make_shared<DirKeyValueStore>(TempDir()), 0, 2, o);
+  auto c = MakeNcclCommunicator(std::make_shared<DirKeyValueStore>(dir), 0, 2, o);
   const auto took = std::chrono::steady_clock::now() - t0;
-  unsetenv("DGCA_EMU_NCCL_ABORT_HANG_MS");
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.status().code(), StatusCode::kDeadlineExceeded) << c.status().ToString();
   EXPECT_NE(c.status().message().find("ncclCommAbort did not return within 200 ms"), std::string::npos)
       << c.status().ToString();
-  EXPECT_LT(took, std::chrono::milliseconds(2000));  // not the abort's 3 s
+  EXPECT_EQ(hung, c.status().ToString());
+  EXPECT_LT(took, std::chrono::milliseconds(1200));  // not the abort's 1.5 s
+  // The abort, left running, finishes later and removes the transport (so
+  // nothing is left in /dev/shm, and no later test forks while it holds
+  // the emulator's lock).
+  const std::string shm = EmulatorDir(dir);
+  struct stat st;
+  for (int i = 0; i < 400 && stat(shm.c_str(), &st) == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  unsetenv("DGCA_EMU_NCCL_ABORT_HANG_MS");
+  ExpectTransportRemoved(dir);
 }
 
 // NCCL_COMM_BLOCKING=1 would override the non-blocking init (and its

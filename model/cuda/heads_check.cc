@@ -89,8 +89,11 @@ void GradRows(Rows* rows, const std::string& prefix, const char* dtype, const Pa
     std::fill(in_tensor.begin() + p.offset, in_tensor.begin() + p.offset + p.numel, true);
   }
   double gap_change = 0;
-  for (size_t k = 0; k < got_grads.size(); ++k)
-    if (!in_tensor[k]) gap_change = std::max(gap_change, std::abs(double(got_grads[k]) - double(grads0[k])));
+  for (size_t k = 0; k < got_grads.size(); ++k) {
+    if (in_tensor[k]) continue;
+    const double d = std::abs(double(got_grads[k]) - double(grads0[k]));
+    gap_change = std::isfinite(d) ? std::max(gap_change, d) : std::numeric_limits<double>::infinity();
+  }
   rows->push_back(CheckRow{prefix + "grad alignment gaps (untouched)", dtype, gap_change, 0.0});
 }
 

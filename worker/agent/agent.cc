@@ -79,11 +79,10 @@ bool SafeName(const std::string& s) {
   return true;
 }
 
-// Appends `line` to the rank log at `path` (which the launch created; a
-// missing one is left missing).
+// Appends `line` to the rank log at `path`, created if missing (as the
+// launch creates rank logs): an adopted rank whose log is gone, or not yet
+// opened, still gets the agent's lines.
 void AppendToLog(const std::string& path, const std::string& line) {
-  // Created if missing (as the launch creates rank logs): an adopted rank
-  // whose log is gone, or not yet opened, still gets the agent's lines.
   int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd < 0) return;
   (void)!write(fd, line.data(), line.size());

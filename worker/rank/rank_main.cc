@@ -583,6 +583,15 @@ int RunRank(const RankArgs& a) {
     NcclOptions no;
     no.timeout = timeout;
     no.device = cuda_device;
+    // An abort that hangs leaves NCCL kernels spinning: freeing the
+    // trainer's buffers on the way out would wait for them forever. The
+    // rank ends here instead; its agent reports the exit, the log says why.
+    const int rank = a.rank;
+    no.on_abort_hung = [rank](const Status& s) {
+      Log(rank, "error: %s; exiting without freeing device memory", s.ToString());
+      std::fflush(nullptr);
+      _exit(1);
+    };
 #ifdef DGCA_HAVE_CUDA_TRAINER
     if (cuda_ctx) {
       no.device = cuda_ctx->device();
