@@ -56,6 +56,10 @@ if [ -z "$DATA" ] || [ ! -f "$DATA/ecspell/train_law.txt" ]; then
   echo "curve.sh: no ECSpell data (set DATA=DIR holding ecspell/train_law.txt and vocab/vocab.txt)"
   exit 2
 fi
+# The confusion set: the shared data's (the GPU machine has no Debian
+# unicode-data for the built-in Unihan homophones).
+CONFUSION_ARGS=
+[ -f "$DATA/confusion/pinyin_sam.json" ] && CONFUSION_ARGS="--confusion $DATA/confusion/pinyin_sam.json"
 W=$(mktemp -d)
 LOG="$OUT/curve.log"
 : > "$LOG"
@@ -79,7 +83,7 @@ echo "== dgca-train $DEVICE $DGCA_PRECISION, $STEPS steps x $BATCH, seq $SEQ" >>
 step dgca-train 200 "$DGCA_TRAIN" --device "$DEVICE" --precision "$DGCA_PRECISION" --preset "$PRESET" \
   --train "$DATA/ecspell/train_law.txt" --vocab "$DATA/vocab/vocab.txt" \
   --seq "$SEQ" --micro-batch "$BATCH" --steps "$STEPS" --lr "$LR" \
-  --init-from "$W/init.safetensors" --dump-batches "$W/batches.bin" \
+  --init-from "$W/init.safetensors" --dump-batches "$W/batches.bin" $CONFUSION_ARGS \
   --json "$OUT/dgca_curve.json" >> "$LOG" 2>&1
 dgca_rc=$?
 echo "dgca-train exit $dgca_rc" >> "$LOG"

@@ -180,12 +180,16 @@ for d in ../shared/data shared/data .gpu-data; do [ -f "$d/ecspell/train_law.txt
 if [ -n "${DATA:-}" ]; then
   tw="$W/trainer"
   mkdir -p "$tw"
+  # The shared confusion set: the GPU machine has no Debian unicode-data
+  # for the trainer's built-in homophones.
+  confusion=
+  [ -f "$DATA/confusion/pinyin_sam.json" ] && confusion="--confusion $DATA/confusion/pinyin_sam.json"
   for dev in cpu cuda; do
     bin="$BUILD/model/dgca-train"
     [ $dev = cuda ] && bin="$BUILD/model/dgca-train$SFX"
     step "dgca-train-$dev" 60 "$bin" --device $dev --precision fp32 --preset tiny --seq 64 --micro-batch 16 \
       --steps $TRAIN_STEPS --lr 1e-3 --train "$DATA/ecspell/train_law.txt" --vocab "$DATA/vocab/vocab.txt" \
-      --json "$tw/$dev.json" > "$tw/$dev.log" 2>&1
+      $confusion --json "$tw/$dev.json" > "$tw/$dev.log" 2>&1
     echo "dgca-train --device $dev exit $?" >> "$tw/summary"
   done
   trainer_line=$("$PY" - "$tw" "$TRAIN_STEPS" <<'PYEOF'

@@ -6,9 +6,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 SRC=${DGCA_SHARED_DATA:-../shared/data}
-mkdir -p .gpu-data/ecspell .gpu-data/vocab
+mkdir -p .gpu-data/ecspell .gpu-data/vocab .gpu-data/confusion
 cp "$SRC/ecspell/train_law.txt" .gpu-data/ecspell/
 cp "$SRC/vocab/vocab.txt" .gpu-data/vocab/
+# The GPU machine has no Debian unicode-data (the trainer's default
+# homophones): the shared confusion set instead.
+cp "$SRC/confusion/pinyin_sam.json" .gpu-data/confusion/
 EXCLUDE="$(git rev-parse --git-path info/exclude)"
 mkdir -p "$(dirname "$EXCLUDE")"
 grep -qx '.gpu-data' "$EXCLUDE" 2>/dev/null || echo '.gpu-data' >> "$EXCLUDE"
