@@ -71,11 +71,15 @@ std::string AbortWithin(ncclComm_t comm, int device, std::chrono::milliseconds l
          " ms (left running; this rank should exit)";
 }
 
-// `s` after aborting a communicator whose init failed (bounded, as Break).
-Status AbortedInit(ncclComm_t comm, int device, const NcclOptions& o, const Status& s) {
-  const std::string hung = AbortWithin(comm, device, o.abort_limit);
-  if (hung.empty()) return s;
-  Status out(s.code(), s.message() + hung);
+// Aborts `comm` after the failure `s` (AbortWithin, o.abort_limit) and
+// returns `s`, with AbortWithin's note when the abort was left running:
+// then *hung (when given) is set and o.on_abort_hung is called with it.
+// Both a failed init and a broken communicator (Break) end here.
+Status AbortAfter(ncclComm_t comm, int device, const NcclOptions& o, const Status& s, bool* hung = nullptr) {
+  const std::string note = AbortWithin(comm, device, o.abort_limit);
+  if (hung != nullptr) *hung = !note.empty();
+  if (note.empty()) return s;
+  Status out(s.code(), s.message() + note);
   if (o.on_abort_hung) o.on_abort_hung(out);
   return out;
 }
@@ -124,8 +128,8 @@ class NcclCommunicator : public Communicator {
   NcclCommunicator(ncclComm_t comm, cudaStream_t stream, int device, int rank, int world,
                    const NcclOptions& o, Clock::time_point origin)
       : comm_(comm), stream_(stream), device_(device), rank_(rank), world_(world),
-        compute_(static_cast<cudaStream_t>(o.compute_stream)), timeout_(o.timeout),
-        origin_(origin), abort_limit_(o.abort_limit), on_abort_hung_(o.on_abort_hung) {}
+        compute_(static_cast<cudaStream_t>(o.compute_stream)),
+        origin_(origin), options_(o) {}
 
   ~NcclCommunicator() override {
     cudaSetDevice(device_);
@@ -212,7 +216,7 @@ class NcclCommunicator : public Communicator {
   // or the timeout expires (then the communicator is aborted).
   template <typename Query>
   Status Poll(Query done, const char* what) {
-    auto deadline = Clock::now() + timeout_;
+    auto deadline = Clock::now() + options_.timeout;
     int spins = 0;
     while (true) {
       cudaError_t e = done();
@@ -226,7 +230,7 @@ class NcclCommunicator : public Communicator {
       }
       if (Clock::now() > deadline) {
         return Break(DeadlineExceededError(
-            "NCCL collective did not finish within " + std::to_string(timeout_.count()) +
+            "NCCL collective did not finish within " + std::to_string(options_.timeout.count()) +
             " ms on rank " + std::to_string(rank_) + " (a peer rank is lost or stuck); "
             "communicator aborted"));
       }
@@ -250,7 +254,7 @@ class NcclCommunicator : public Communicator {
   // else touches the communicator or its stream (the operation is only then
   // enqueued, so the completion event is recorded after it).
   Status Settle(ncclResult_t r, const char* what) {
-    auto deadline = Clock::now() + timeout_;
+    auto deadline = Clock::now() + options_.timeout;
     int spins = 0;
     while (r == ncclInProgress) {
       ncclResult_t q = ncclCommGetAsyncError(comm_, &r);
@@ -258,7 +262,7 @@ class NcclCommunicator : public Communicator {
       if (r == ncclInProgress) {
         if (Clock::now() > deadline) {
           return Break(DeadlineExceededError(std::string(what) + " was not enqueued within " +
-                                             std::to_string(timeout_.count()) + " ms on rank " +
+                                             std::to_string(options_.timeout.count()) + " ms on rank " +
                                              std::to_string(rank_) + "; communicator aborted"));
         }
         BackOff(&spins);
@@ -279,11 +283,8 @@ class NcclCommunicator : public Communicator {
   Status Break(Status s) {
     if (broken_.ok()) {
       // The abort unblocks kernels waiting on lost peers.
-      const std::string hung = AbortWithin(comm_, device_, abort_limit_);
+      broken_ = AbortAfter(comm_, device_, options_, s, &abort_hung_);
       aborted_ = true;
-      abort_hung_ = !hung.empty();
-      broken_ = hung.empty() ? s : Status(s.code(), s.message() + hung);
-      if (abort_hung_ && on_abort_hung_) on_abort_hung_(broken_);
     }
     return broken_;
   }
@@ -295,14 +296,12 @@ class NcclCommunicator : public Communicator {
   int rank_;
   int world_;
   cudaStream_t compute_;
-  std::chrono::milliseconds timeout_;
   Clock::time_point origin_;
   float* scratch_ = nullptr;
   Status broken_;
   bool aborted_ = false;
   bool abort_hung_ = false;  // its NCCL kernels may still spin: no cudaFree
-  std::chrono::milliseconds abort_limit_;
-  std::function<void(const Status&)> on_abort_hung_;
+  NcclOptions options_;  // timeout, abort_limit, on_abort_hung
 
   friend class NcclHandle;
 };
@@ -407,7 +406,7 @@ StatusOr<std::unique_ptr<Communicator>> MakeNcclCommunicator(std::shared_ptr<Key
   ncclResult_t r = ncclCommInitRankConfig(&comm, world_size, id, rank, &config);
   if (r != ncclSuccess && r != ncclInProgress) {
     Status s = NcclError("ncclCommInitRankConfig", r, nullptr);
-    return comm ? AbortedInit(comm, device, o, s) : s;
+    return comm ? AbortAfter(comm, device, o, s) : s;
   }
   auto deadline = Clock::now() + o.timeout;
   while (true) {
@@ -416,10 +415,10 @@ StatusOr<std::unique_ptr<Communicator>> MakeNcclCommunicator(std::shared_ptr<Key
     if (r != ncclSuccess) state = r;
     if (state == ncclSuccess) break;
     if (state != ncclInProgress) {
-      return AbortedInit(comm, device, o, NcclError("NCCL communicator init", state, comm));
+      return AbortAfter(comm, device, o, NcclError("NCCL communicator init", state, comm));
     }
     if (Clock::now() > deadline) {
-      return AbortedInit(comm, device, o,
+      return AbortAfter(comm, device, o,
                          DeadlineExceededError("NCCL communicator init: not every one of " +
                                                std::to_string(world_size) + " ranks joined within " +
                                                std::to_string(o.timeout.count()) + " ms (rank " +
@@ -430,7 +429,7 @@ StatusOr<std::unique_ptr<Communicator>> MakeNcclCommunicator(std::shared_ptr<Key
   cudaStream_t stream = nullptr;
   cudaError_t e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
   if (e != cudaSuccess) {
-    return AbortedInit(comm, device, o, CudaError("cudaStreamCreate", e));
+    return AbortAfter(comm, device, o, CudaError("cudaStreamCreate", e));
   }
   return std::unique_ptr<Communicator>(
       new NcclCommunicator(comm, stream, device, rank, world_size, o, origin));

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -33,15 +34,25 @@ TEST(CudaModelTest, CreateRejectsBadArgumentsWithoutTouchingTheDevice) {
   EXPECT_EQ(no_ctx.status().code(), StatusCode::kInvalidArgument);
 }
 
-TEST(CudaModelTest, WholeStepMatchesCpu) {
-  std::string why;
-  if (VisibleDeviceCount(&why) == 0) GTEST_SKIP() << "no CUDA device visible: " << why;
-  auto ctx = CudaContext::Create(0);
-  ASSERT_TRUE(ctx.ok()) << ctx.status().ToString();
-  GemmRunner gemm(ctx->get());
+// Tests that need a device (the emulator's or a GPU): skipped, saying why,
+// without one; `ctx` is device 0's context.
+class CudaModelOnDevice : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string why;
+    if (VisibleDeviceCount(&why) == 0) GTEST_SKIP() << "no CUDA device visible: " << why;
+    auto c = CudaContext::Create(0);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    ctx = std::move(*c);
+  }
+  std::unique_ptr<CudaContext> ctx;
+};
+
+TEST_F(CudaModelOnDevice, WholeStepMatchesCpu) {
+  GemmRunner gemm(ctx.get());
   const uint64_t seed = 12345;
   std::mt19937_64 rng(seed);
-  for (const OpCheck& c : ModelChecks()) check_test::ExpectCheckPasses(c, **ctx, &gemm, &rng, seed);
+  for (const OpCheck& c : ModelChecks()) check_test::ExpectCheckPasses(c, *ctx, &gemm, &rng, seed);
 }
 
 // The planner sizes micro-batches with EstimateMemory
@@ -49,16 +60,12 @@ TEST(CudaModelTest, WholeStepMatchesCpu) {
 // allocates (device memory in use after Create and one step, less the GEMM
 // workspace the context holds) for each precision and attention kernel.
 // The emulator counts bytes exactly (5%); a GPU's allocator rounds to pages.
-TEST(CudaModelTest, MemoryModelPredictsWhatTheModelAllocates) {
-  std::string why;
-  if (VisibleDeviceCount(&why) == 0) GTEST_SKIP() << "no CUDA device visible: " << why;
+TEST_F(CudaModelOnDevice, MemoryModelPredictsWhatTheModelAllocates) {
 #if defined(DGCA_CUDA_EMULATOR)
   const double tolerance = 0.05;
 #else
   const double tolerance = 0.25;
 #endif
-  auto ctx = CudaContext::Create(0);
-  ASSERT_TRUE(ctx.ok()) << ctx.status().ToString();
   ModelConfig cfg = ApplyPreset("tiny", ModelConfig()).value();
   const int B = 4, L = 64;
   struct Case {
@@ -71,7 +78,7 @@ TEST(CudaModelTest, MemoryModelPredictsWhatTheModelAllocates) {
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     ASSERT_EQ(cudaMemGetInfo(&free0, &total), cudaSuccess);
     {
-      auto m = CudaDgcaModel::Create(cfg, B, L, 3, c.prec, ctx->get());
+      auto m = CudaDgcaModel::Create(cfg, B, L, 3, c.prec, ctx.get());
       ASSERT_TRUE(m.ok()) << m.status().ToString();
       ASSERT_TRUE((*m)->set_fused_attention(c.fused).ok());
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -91,11 +98,7 @@ TEST(CudaModelTest, MemoryModelPredictsWhatTheModelAllocates) {
 // activation slice. The tiny preset with all heads on (the detector's
 // 1-float bias once left the candidate head's weights 2-byte aligned), both
 // 16-bit precisions and both attention versions.
-TEST(CudaModelTest, EveryGemmOfAStepIsSixteenByteAligned) {
-  std::string why;
-  if (VisibleDeviceCount(&why) == 0) GTEST_SKIP() << "no CUDA device visible: " << why;
-  auto ctx = CudaContext::Create(0);
-  ASSERT_TRUE(ctx.ok()) << ctx.status().ToString();
+TEST_F(CudaModelOnDevice, EveryGemmOfAStepIsSixteenByteAligned) {
   ModelConfig cfg = ApplyPreset("tiny", ModelConfig()).value();
   cfg.vocab_size = 8192;
   ASSERT_TRUE(cfg.detector && cfg.candidate && cfg.fusion == FusionKind::kGated);
@@ -104,7 +107,7 @@ TEST(CudaModelTest, EveryGemmOfAStepIsSixteenByteAligned) {
   for (Precision p : {Precision::kBf16, Precision::kFp16}) {
     for (bool fused : {true, false}) {
       SCOPED_TRACE(std::string(PrecisionName(p)) + (fused ? " fused" : " GEMM") + " attention");
-      auto m = CudaDgcaModel::Create(cfg, B, L, 3, p, ctx->get());
+      auto m = CudaDgcaModel::Create(cfg, B, L, 3, p, ctx.get());
       ASSERT_TRUE(m.ok()) << m.status().ToString();
       ASSERT_TRUE((*m)->set_fused_attention(fused).ok());
       ASSERT_TRUE((*m)->ZeroGrads().ok());
@@ -124,11 +127,7 @@ TEST(CudaModelTest, EveryGemmOfAStepIsSixteenByteAligned) {
 // alignment gaps between tensors while key and value still follow the query
 // (ParamStore), and the fp32 CUDA step matches the CPU model's: losses and
 // every gradient, gaps included (zero on both).
-TEST(CudaModelTest, HiddenNotAMultipleOfEightMatchesTheCpu) {
-  std::string why;
-  if (VisibleDeviceCount(&why) == 0) GTEST_SKIP() << "no CUDA device visible: " << why;
-  auto ctx = CudaContext::Create(0);
-  ASSERT_TRUE(ctx.ok()) << ctx.status().ToString();
+TEST_F(CudaModelOnDevice, HiddenNotAMultipleOfEightMatchesTheCpu) {
   ModelConfig cfg = ApplyPreset("tiny", ModelConfig()).value();
   cfg.vocab_size = 300;
   cfg.hidden = 12, cfg.heads = 2, cfg.ffn = 20, cfg.layers = 2;
@@ -136,7 +135,7 @@ TEST(CudaModelTest, HiddenNotAMultipleOfEightMatchesTheCpu) {
   const Batch batch = SyntheticBatch(cfg, L, {9, 12, 6}, /*mft=*/true, 4);
   auto cpu = DgcaModel::Create(cfg, B, L, 7, 1);
   ASSERT_TRUE(cpu.ok()) << cpu.status().ToString();
-  auto gpu = CudaDgcaModel::Create(cfg, B, L, 7, Precision::kFp32, ctx->get());
+  auto gpu = CudaDgcaModel::Create(cfg, B, L, 7, Precision::kFp32, ctx.get());
   ASSERT_TRUE(gpu.ok()) << gpu.status().ToString();
   const ParamStore& cs = (*cpu)->params();
   ASSERT_GT(cs.total_numel(), cs.parameter_count());  // there are gaps
@@ -158,11 +157,7 @@ TEST(CudaModelTest, HiddenNotAMultipleOfEightMatchesTheCpu) {
   EXPECT_LE(worst, 1e-4 * scale) << "worst gradient difference " << worst << " of " << scale;
 }
 
-TEST(CudaModelTest, BadBatchIsRejectedNamingTheField) {
-  std::string why;
-  if (VisibleDeviceCount(&why) == 0) GTEST_SKIP() << "no CUDA device visible: " << why;
-  auto ctx = CudaContext::Create(0);
-  ASSERT_TRUE(ctx.ok()) << ctx.status().ToString();
+TEST_F(CudaModelOnDevice, BadBatchIsRejectedNamingTheField) {
   ModelConfig cfg;
   cfg.vocab_size = 40;
   cfg.hidden = 16;
@@ -172,7 +167,7 @@ TEST(CudaModelTest, BadBatchIsRejectedNamingTheField) {
   cfg.max_position = 16;
   cfg.prompt_length = 1;
   cfg.candidate_top_k = 2;
-  auto m = CudaDgcaModel::Create(cfg, 2, 16, 3, Precision::kFp32, ctx->get());
+  auto m = CudaDgcaModel::Create(cfg, 2, 16, 3, Precision::kFp32, ctx.get());
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   Batch b;
   b.batch_size = 1;

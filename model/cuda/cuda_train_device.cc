@@ -32,6 +32,18 @@ struct AttentionChoice {
   bool agree = false;
 };
 
+// Switches `model` to the GEMM attention. When that version's buffers do
+// not fit (a recoverable error), switches back to the fused kernels and
+// returns false with *why the error.
+StatusOr<bool> SwitchToGemm(CudaDgcaModel* model, Status* why) {
+  Status s = model->set_fused_attention(false);
+  if (s.ok()) return true;
+  if (!Recoverable(s)) return s;
+  DGCA_RETURN_IF_ERROR(model->set_fused_attention(true));
+  *why = s;
+  return false;
+}
+
 // spec.attention on the built model (CudaTrainDeviceFactory says how).
 StatusOr<AttentionChoice> ApplyAttention(const TrainDeviceSpec& spec, Precision p, const CudaContext& ctx,
                                      const AttentionTimer& timer, CudaDgcaModel* model) {
@@ -42,14 +54,13 @@ StatusOr<AttentionChoice> ApplyAttention(const TrainDeviceSpec& spec, Precision 
   // that did not find the checkpoint time, then take rank 0's).
   if (spec.resumed_attention == "fused")
     return AttentionChoice{"attention auto: fused, as the resumed checkpoint's run (not timed)", true};
+  Status no_fit;
   if (spec.resumed_attention == "gemm") {
-    if (Status s = model->set_fused_attention(false); !s.ok()) {
-      if (!Recoverable(s)) return s;
-      DGCA_RETURN_IF_ERROR(model->set_fused_attention(true));
+    DGCA_ASSIGN_OR_RETURN(bool gemm, SwitchToGemm(model, &no_fit));
+    if (!gemm)
       return AttentionChoice{"attention auto: fused; the resumed checkpoint's run had the GEMM version, whose "
-                             "buffers did not fit (" + s.ToString() + ")",
+                             "buffers did not fit (" + no_fit.ToString() + ")",
                              true};
-    }
     return AttentionChoice{"attention auto: GEMM, as the resumed checkpoint's run (not timed)", true};
   }
   const DType t = PrecisionDType(p);
@@ -64,14 +75,12 @@ StatusOr<AttentionChoice> ApplyAttention(const TrainDeviceSpec& spec, Precision 
   }
   const std::string timed = DescribeTiming(*timing);
   if (PreferFused(*timing)) return AttentionChoice{"attention auto: fused kept (" + timed + ")", true};
-  if (Status s = model->set_fused_attention(false); !s.ok()) {
-    if (!Recoverable(s)) return s;
-    DGCA_RETURN_IF_ERROR(model->set_fused_attention(true));
+  DGCA_ASSIGN_OR_RETURN(bool gemm, SwitchToGemm(model, &no_fit));
+  if (!gemm)
     return AttentionChoice{
-        "attention auto: fused kept, the faster GEMM version's buffers did not fit (" + s.ToString() + "; " + timed +
-            ")",
+        "attention auto: fused kept, the faster GEMM version's buffers did not fit (" + no_fit.ToString() + "; " +
+            timed + ")",
         true};
-  }
   return AttentionChoice{"attention auto: GEMM chosen (" + timed + ")", true};
 }
 

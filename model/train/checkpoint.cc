@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <set>
 #include <sstream>
 
@@ -255,29 +256,32 @@ StatusOr<StateFile> ReadStateFile(const std::string& state_path) {
   return sf;
 }
 
+// NOT_FOUND unless `step_dir` is a directory holding every one of `paths`.
+Status CheckStepDir(const std::string& step_dir, std::initializer_list<std::string> paths) {
+  std::error_code ec;
+  if (!fs::is_directory(step_dir, ec)) return NotFoundError("checkpoint " + step_dir + ": not a directory");
+  for (const std::string& p : paths) {
+    if (!fs::exists(p, ec)) return NotFoundError("checkpoint " + step_dir + ": missing " + p);
+  }
+  return OkStatus();
+}
+
 }  // namespace
 
 StatusOr<CheckpointState> ReadCheckpointState(const std::string& step_dir) {
   const std::string state_path = step_dir + "/state.json";
-  std::error_code ec;
-  if (!fs::is_directory(step_dir, ec)) return NotFoundError("checkpoint " + step_dir + ": not a directory");
-  if (!fs::exists(state_path, ec)) return NotFoundError("checkpoint " + step_dir + ": missing " + state_path);
+  DGCA_RETURN_IF_ERROR(CheckStepDir(step_dir, {state_path}));
   DGCA_ASSIGN_OR_RETURN(StateFile sf, ReadStateFile(state_path));
   return sf.state;
 }
 
 Status LoadCheckpoint(const std::string& step_dir, const ModelConfig& cfg, ParamStore* params,
                       AdamW* adam, CheckpointState* state) {
-  std::error_code ec;
-  if (!fs::is_directory(step_dir, ec)) {
-    return NotFoundError("checkpoint " + step_dir + ": not a directory");
-  }
   const std::string state_path = step_dir + "/state.json";
   const std::string model_path = step_dir + "/model.safetensors";
   const std::string opt_path = step_dir + "/optimizer.safetensors";
-  for (const std::string& p : {state_path, model_path}) {
-    if (!fs::exists(p, ec)) return NotFoundError("checkpoint " + step_dir + ": missing " + p);
-  }
+  DGCA_RETURN_IF_ERROR(CheckStepDir(step_dir, {state_path, model_path}));
+  std::error_code ec;
   if (adam != nullptr && !fs::exists(opt_path, ec)) {
     return NotFoundError("checkpoint " + step_dir + ": missing " + opt_path +
                          " (needed to resume the optimizer)");
