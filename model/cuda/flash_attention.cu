@@ -1,43 +1,57 @@
-// Fused attention kernels (flash_attention.h says what and why). Layout of
-// every kernel: a block of 4 warps owns 64 rows of one (batch, head) — 16
-// rows per warp, one wmma tile high — and streams the other side (keys, or
-// queries in the dK/dV kernel) through shared memory 32 rows at a time.
-// Per warp, a 16x32 fp32 score tile and a 16x32 T probability tile live in
-// shared memory; the row-wise softmax arithmetic is done there by lane
-// pairs (lane 2r and 2r+1 own row r, 16 columns each), because a wmma
-// accumulator's element-to-lane mapping is unspecified.
+// Fused attention kernels (flash_attention.h says what and why), written
+// as FlashAttention-2 does: a block of 4 warps owns 64 rows of one
+// (batch, head) — 16 rows per warp — and streams the other side (keys, or
+// queries in the dK/dV kernel) through shared memory a tile at a time.
+// Every product is mma.sync m16n8k16 on operands loaded with ldmatrix
+// (model/cuda/mma_fragments.cuh), whose register layout is documented: a
+// lane holds rows g = lane/4 and g+8 of each accumulator, so the softmax
+// and the gradient of the scores are computed in registers (the row's four
+// lanes combine with two shuffles), and a score accumulator becomes the
+// next product's A operand (PackA) without a trip through shared memory.
+// The warp's own rows (queries, or keys and values) are loaded into
+// registers once.
+//
+// Exponentials are base 2 on scores pre-multiplied by scale * log2(e)
+// (one FFMA + EX2 per score instead of a multiply, a subtract and expf);
+// the log-sum-exp stored for the backward is natural-log.
 #include "model/cuda/flash_attention.h"
-
-#include <mma.h>
 
 #include <cmath>
 #include <cstring>
 #include <initializer_list>
 #include <string>
-#include <type_traits>
 
 #include "model/core/config.h"
 #include "model/core/dropout.h"
 #include "model/cuda/cuda_context.h"
+#include "model/cuda/mma_fragments.cuh"
 
 namespace dgca {
 namespace cuda {
 namespace {
 
-namespace wmma = nvcuda::wmma;
+using mma::FragA;
+using mma::FragB;
+using mma::FragC;
 
 constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;
-constexpr int kWarpRows = 16;                   // rows a warp owns: one wmma tile high
+constexpr int kWarpRows = 16;                   // rows a warp owns: one mma tile high
 constexpr int kBlockRows = kWarps * kWarpRows;  // rows a block owns
-constexpr int kTile = 32;                       // rows streamed per step
-// Shared-memory row pitches, padded so that the 16 rows of a wmma load do
-// not all start in the same bank; each keeps rows 16-byte multiples and
-// 16-row blocks 32-byte aligned (wmma's requirements).
-constexpr int kSP = kTile + 4;  // fp32 score tile
-constexpr int kPP = kTile + 8;  // T probability tile
+constexpr int kForwardKeyTile = 64;             // keys streamed per step by the forward
+constexpr int kBackwardTile = 32;               // rows streamed per step by the backward kernels
+// (the backward keeps two score-sized accumulators, S and dP, live per
+// step next to its one or two operand and result fragment sets; at 64 the
+// dK/dV kernel at d = 64 would not fit 255 registers without spilling.
+// ptxas's counts per kernel: ctest cuda_kernel_resources prints them.)
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+// Shared-memory row pitch of a [rows, D] tile: D + 8 elements keeps each
+// row 16-byte aligned (ldmatrix) and puts the 8 rows one ldmatrix reads
+// in 8 different 16-byte bank groups ((D + 8) * 2 / 16 is odd for D = 16,
+// 32, 64).
 template <int D>
-constexpr int kPitch = D + 8;  // T tiles of D columns
+constexpr int kPitch = D + 8;
 
 // Dropout on the probabilities (model/core/dropout.h), resolved on the
 // host: kernels instantiated with kDrop = true read it, the others never do.
@@ -54,12 +68,6 @@ __device__ __forceinline__ uint64_t DropSite(const KernelDrop& drop, int b) {
   return 0;
 }
 
-using Acc = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
-template <typename T>
-using FragA = wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major>;
-template <typename T, typename Layout>
-using FragB = wmma::fragment<wmma::matrix_b, 16, 16, 16, T, Layout>;
-
 // Rows [0, valid) of a [rows, D] tile of T at src (row stride ld elements)
 // into shared memory at dst (pitch kPitch<D>), zeros after; 16-byte
 // accesses by the whole block.
@@ -75,8 +83,9 @@ __device__ __forceinline__ void LoadTile(T* dst, const T* src, int64_t ld, int r
   }
 }
 
-// keep[j] = whether key k0 + j (of the tile's kTile) exists and is real
+// keep[j] = whether key k0 + j (of a tile of kTile) exists and is real
 // (keys_real: the batch row's mask). The block's first kTile threads.
+template <int kTile>
 __device__ __forceinline__ void KeepKeys(int* keep, const int32_t* keys_real, int k0, int L) {
   if (threadIdx.x < kTile) keep[threadIdx.x] = k0 + int(threadIdx.x) < L && keys_real[k0 + threadIdx.x] != 0;
 }
@@ -100,167 +109,195 @@ __device__ __forceinline__ int LastRealKey(const int32_t* keys_real, int L, int*
   return last;
 }
 
-// Key tiles of kTile that hold keys 0..last.
-__device__ __forceinline__ int KeyTiles(int last) { return (last + kTile) / kTile; }
-
-// Calls fn(j) for j = 0..15: the lane's 16 columns c0 + j of its tile row r
-// (lane pairs own a row: r = lane / 2, c0 = 16 (lane % 2)), starting at
-// column r (mod 16): rows r and r + 8 share banks at pitch kSP, and the
-// rotation spreads the lanes of a pass over different banks.
-template <typename Fn>
-__device__ __forceinline__ void ForLaneColumns(int r, Fn fn) {
-  for (int i = 0; i < 16; ++i) fn((i + r) & 15);
+// Tiles of kTile keys that hold keys 0..last.
+template <int kTile>
+__device__ __forceinline__ int KeyTiles(int last) {
+  return (last + kTile) / kTile;
 }
 
 template <int N>
-__device__ __forceinline__ void Zero(Acc (&acc)[N]) {
+__device__ __forceinline__ void Zero(FragC (&acc)[N]) {
 #pragma unroll
-  for (int n = 0; n < N; ++n) wmma::fill_fragment(acc[n], 0.0f);
+  for (int n = 0; n < N; ++n) mma::Zero(acc[n]);
 }
 
-// acc[n] += A * B[:, 16n..16n+16) for A [16, K] row-major (pitch lda) and
-// B [K, 16N]: row-major (element (k, j) at b[k * ldb + j]) or col-major
-// (at b[j * ldb + k]). The whole warp.
-template <typename T, typename BLayout, int K, int N>
-__device__ __forceinline__ void Mma(Acc (&acc)[N], const T* a, int lda, const T* b, int ldb) {
-  constexpr bool kRowB = std::is_same<BLayout, wmma::row_major>::value;
-#pragma unroll
-  for (int k = 0; k < K; k += 16) {
-    FragA<T> fa;
-    wmma::load_matrix_sync(fa, a + k, lda);
-#pragma unroll
-    for (int n = 0; n < N; ++n) {
-      FragB<T, BLayout> fb;
-      wmma::load_matrix_sync(fb, kRowB ? b + k * ldb + n * 16 : b + n * 16 * ldb + k, ldb);
-      wmma::mma_sync(acc[n], fa, fb, acc[n]);
-    }
-  }
-}
-
-// s [16, kTile] (pitch kSP, fp32) = a [16, D] * b [kTile, D]^T, both T
-// tiles of pitch kPitch<D>. The whole warp.
-template <typename T, int D>
-__device__ __forceinline__ void ProductNT(float* s, const T* a, const T* b) {
-  Acc acc[kTile / 16];
-  Zero(acc);
-  Mma<T, wmma::col_major, D, kTile / 16>(acc, a, kPitch<D>, b, kPitch<D>);
-#pragma unroll
-  for (int n = 0; n < kTile / 16; ++n) wmma::store_matrix_sync(s + n * 16, acc[n], kSP, wmma::mem_row_major);
-}
-
-// Writes the warp's [16, D] result (acc) times `mult` as T to dst (row
-// stride ld), rows [0, valid) only; `stage` is the warp's fp32 scratch
-// (16 x kSP). Each lane converts 8 consecutive values of one row and
-// stores them as one 16-byte access (dst, ld and the column offsets keep
-// 16-byte alignment: H is a multiple of 16 and the bases are aligned).
-// The whole warp.
-template <typename T, int D>
-__device__ __forceinline__ void WriteRows(T* dst, int64_t ld, int valid, Acc (&acc)[D / 16], float mult,
-                                          float* stage) {
+// The warp's 16 rows of a [16, D] tile at `rows` (pitch kPitch<D>) as D/16
+// A fragments (one per 16 columns). The whole warp.
+template <int D>
+__device__ __forceinline__ void LoadRowsA(FragA (&a)[D / 16], const void* rows_base) {
   const int lane = threadIdx.x & 31;
-  const int r = lane >> 1, c = (lane & 1) * 8;
+  const char* base = static_cast<const char*>(rows_base);
 #pragma unroll
-  for (int n = 0; n < D / 16; ++n) {
-    wmma::store_matrix_sync(stage, acc[n], kSP, wmma::mem_row_major);
-    __syncwarp();
-    if (r < valid) {
-      T v[8];
-#pragma unroll
-      for (int e = 0; e < 8; ++e) v[e] = FromF<T>(stage[r * kSP + c + e] * mult);
-      uint4 u;
-      memcpy(&u, v, sizeof(u));
-      *reinterpret_cast<uint4*>(dst + r * ld + n * 16 + c) = u;
-    }
-    __syncwarp();
+  for (int kk = 0; kk < D / 16; ++kk) {
+    // Matrix i = lane / 8: rows 0..7 (i even) or 8..15, columns 16kk (i < 2) or 16kk + 8.
+    const int row = lane % 16, col = kk * 16 + (lane / 16) * 8;
+    mma::LdMatrixX4(a[kk].x, base + 2 * (row * kPitch<D> + col));
   }
 }
 
-// Grid (ceil(L/64), nh, B). out and lse for 64 queries of one head.
-// With kDrop, P V uses P * M / (1-p); lse stays the unmasked softmax's.
+// acc[j] += a * B[:, 8j..8j+8) for N score columns: a [16, D] (D/16 A
+// fragments), B = tile^T, tile [N, D] in shared memory (pitch kPitch<D>):
+// scores of the warp's rows against N streamed rows. The whole warp.
+template <typename T, int D, int N>
+__device__ __forceinline__ void ProductNT(FragC (&acc)[N / 8], const FragA (&a)[D / 16], const T* tile) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+#pragma unroll
+    for (int j = 0; j < N / 8; j += 2) {
+      // Matrices: rows 8j..8j+7 (lane < 16) or 8j+8.., columns 16kk or 16kk + 8 (by lane / 8 odd).
+      const int row = j * 8 + (lane % 8) + 8 * (lane / 16), col = kk * 16 + 8 * ((lane / 8) % 2);
+      uint32_t r[4];
+      mma::LdMatrixX4(r, tile + row * kPitch<D> + col);
+      mma::Mma<T>(acc[j], a[kk], FragB{{r[0], r[1]}});
+      mma::Mma<T>(acc[j + 1], a[kk], FragB{{r[2], r[3]}});
+    }
+  }
+}
+
+// acc[n] += A * tile[:, 8n..8n+8) for the [16, D] result: A [16, N] given
+// as N/8 accumulators (rounded to T here), tile [N, D] row-major in shared
+// memory (pitch kPitch<D>). The whole warp.
+template <typename T, int D, int N>
+__device__ __forceinline__ void ProductNN(FragC (&acc)[D / 8], const FragC (&a)[N / 8], const T* tile) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int ks = 0; ks < N / 16; ++ks) {
+    const FragA fa = mma::PackA<T>(a[2 * ks], a[2 * ks + 1]);
+#pragma unroll
+    for (int n = 0; n < D / 8; n += 2) {
+      // Transposed matrices: rows 16ks..+7 or +8..+15 (by lane / 8 odd), columns 8n (lane < 16) or 8n + 8.
+      const int row = ks * 16 + (lane % 8) + 8 * ((lane / 8) % 2), col = n * 8 + 8 * (lane / 16);
+      uint32_t r[4];
+      mma::LdMatrixX4Trans(r, tile + row * kPitch<D> + col);
+      mma::Mma<T>(acc[n], fa, FragB{{r[0], r[1]}});
+      mma::Mma<T>(acc[n + 1], fa, FragB{{r[2], r[3]}});
+    }
+  }
+}
+
+// Writes the warp's [16, D] result (acc, row g scaled by mult[0], row g+8
+// by mult[1]) as T to dst (row stride ld), rows [0, valid) only, through
+// `stage` (the warp's own 16 rows of a shared tile, pitch kPitch<D>, no
+// longer read) so every global store is 16 bytes. The whole warp.
+template <typename T, int D>
+__device__ __forceinline__ void WriteRows(T* dst, int64_t ld, int valid, const FragC (&acc)[D / 8],
+                                          const float (&mult)[2], T* stage) {
+  const int lane = threadIdx.x & 31, g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int n = 0; n < D / 8; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      stage[(g + 8 * (e / 2)) * kPitch<D> + n * 8 + 2 * t + (e % 2)] = FromF<T>(acc[n].x[e] * mult[e / 2]);
+  __syncwarp();
+  for (int i = lane; i < kWarpRows * (D / 8); i += 32) {
+    const int r = i / (D / 8), c = (i % (D / 8)) * 8;
+    if (r < valid) *reinterpret_cast<uint4*>(dst + r * ld + c) = *reinterpret_cast<const uint4*>(stage + r * kPitch<D> + c);
+  }
+  __syncwarp();
+}
+
+// The maximum over the four lanes that share a row (lanes 4g..4g+3).
+__device__ __forceinline__ float RowMax(float v) {
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+__device__ __forceinline__ float RowSum(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 1);
+  return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
+// Grid (ceil(L/64), nh, B). out and lse for 64 queries of one head, in
+// one pass over the keys with the online softmax: per row the running
+// max m and sum l (of exp(s - m)); a key tile that raises m rescales l
+// and the output accumulator by exp(m_old - m_new); out = acc / l at the
+// end. P V uses P rounded to T (unnormalized, values in [0, 1]); with
+// kDrop, P * M / (1-p), while l sums the unmasked P (lse is the unmasked
+// softmax's).
 template <typename T, int D, bool kDrop>
 __global__ void __launch_bounds__(kThreads)
     FlashForwardKernel(T* out, float* lse, const T* qkv, const int32_t* mask, int L, int H, int nh, float scale,
                        KernelDrop drop) {
   constexpr int P = kPitch<D>;
-  __shared__ __align__(32) T q_s[kBlockRows * P];
-  __shared__ __align__(32) T k_s[kTile * P];
-  __shared__ __align__(32) T v_s[kTile * P];
-  __shared__ __align__(32) float s_s[kWarps][kWarpRows * kSP];
-  __shared__ __align__(32) T p_s[kWarps][kWarpRows * kPP];
-  __shared__ int keep_s[kTile];
+  constexpr int KT = kForwardKeyTile;
+  __shared__ __align__(16) T q_s[kBlockRows * P];
+  __shared__ __align__(16) T k_s[KT * P];
+  __shared__ __align__(16) T v_s[KT * P];
+  __shared__ int keep_s[KT];
   __shared__ int last_s[kWarps];
   const int b = blockIdx.z, h = blockIdx.y, q0 = blockIdx.x * kBlockRows;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane / 4, t4 = lane % 4;
   const int64_t H3 = 3 * int64_t(H);
   const T* base = qkv + int64_t(b) * L * H3 + int64_t(h) * D;
   const int32_t* keys_real = mask + int64_t(b) * L;
   LoadTile<T, D>(q_s, base + q0 * H3, H3, kBlockRows, min(kBlockRows, L - q0));
-  float* s_w = s_s[warp];
-  T* p_w = p_s[warp];
-  const T* q_w = q_s + warp * kWarpRows * P;
-  // This lane's row and columns of a tile (ForLaneColumns).
-  const int r = lane >> 1, c0 = (lane & 1) * 16;
-  const float* s_row = s_w + r * kSP + c0;
-  const int tiles = KeyTiles(LastRealKey(keys_real, L, last_s));
+  const int tiles = KeyTiles<KT>(LastRealKey(keys_real, L, last_s));  // syncs: q_s is loaded
+  T* q_w = q_s + warp * kWarpRows * P;
+  FragA qa[D / 16];
+  LoadRowsA<D>(qa, q_w);
   const int row0 = q0 + warp * kWarpRows;
   const uint64_t site = DropSite<kDrop>(drop, b);
+  const float sl2 = scale * kLog2e;
 
-  // Pass 1: each row's max and sum of exp(score - max) over the real keys.
-  float mx = -INFINITY, sum = 0.0f;
-  for (int t = 0; t < tiles; ++t) {
-    const int k0 = t * kTile;
-    __syncthreads();  // k_s and keep_s of the previous tile are no longer read
-    LoadTile<T, D>(k_s, base + H + k0 * H3, H3, kTile, min(kTile, L - k0));
-    KeepKeys(keep_s, keys_real, k0, L);
-    __syncthreads();
-    ProductNT<T, D>(s_w, q_w, k_s);
-    __syncwarp();
-    float tmax = -INFINITY;
-    ForLaneColumns(r, [&](int j) {
-      if (keep_s[c0 + j]) tmax = fmaxf(tmax, s_row[j] * scale);
-    });
-    tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 1));
-    const float nmax = fmaxf(mx, tmax);
-    float tsum = 0.0f;
-    if (nmax != -INFINITY) {
-      ForLaneColumns(r, [&](int j) {
-        if (keep_s[c0 + j]) tsum += expf(s_row[j] * scale - nmax);
-      });
-    }
-    tsum += __shfl_xor_sync(0xffffffffu, tsum, 1);
-    if (nmax != -INFINITY) {
-      sum = sum * expf(mx - nmax) + tsum;  // exp(-inf) = 0 on the first real key
-      mx = nmax;
-    }
-    __syncwarp();  // s_w is rewritten by the next tile
-  }
-
-  // Pass 2: P = exp(score - max) / sum rounded to T (as the GEMM version
-  // stores its probabilities), out += P V.
-  const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-  Acc o[D / 16];
+  float m[2] = {-INFINITY, -INFINITY};  // rows g and g+8: running max of s * scale * log2(e)
+  float l[2] = {0.0f, 0.0f};            // this lane's part of the running sum
+  FragC o[D / 8];
   Zero(o);
   for (int t = 0; t < tiles; ++t) {
-    const int k0 = t * kTile, valid = min(kTile, L - k0);
+    const int k0 = t * KT, valid = min(KT, L - k0);
+    __syncthreads();  // k_s, v_s and keep_s of the previous tile are no longer read
+    LoadTile<T, D>(k_s, base + H + k0 * H3, H3, KT, valid);
+    LoadTile<T, D>(v_s, base + 2 * H + k0 * H3, H3, KT, valid);
+    KeepKeys<KT>(keep_s, keys_real, k0, L);
     __syncthreads();
-    LoadTile<T, D>(k_s, base + H + k0 * H3, H3, kTile, valid);
-    LoadTile<T, D>(v_s, base + 2 * H + k0 * H3, H3, kTile, valid);
-    KeepKeys(keep_s, keys_real, k0, L);
-    __syncthreads();
-    ProductNT<T, D>(s_w, q_w, k_s);
-    __syncwarp();
-    ForLaneColumns(r, [&](int j) {
-      float pv = keep_s[c0 + j] ? expf(s_row[j] * scale - mx) * inv : 0.0f;
-      if constexpr (kDrop)
-        pv = DropoutKeep(site, DropoutProbsIndex(h, row0 + r, k0 + c0 + j), drop.threshold) ? pv * drop.scale : 0.0f;
-      p_w[r * kPP + c0 + j] = FromF<T>(pv);
-    });
-    __syncwarp();
-    Mma<T, wmma::row_major, kTile, D / 16>(o, p_w, kPP, v_s, P);
+    FragC s[KT / 8];
+    Zero(s);
+    ProductNT<T, D, KT>(s, qa, k_s);
+    float tmax[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int j = 0; j < KT / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float x = keep_s[j * 8 + 2 * t4 + (e % 2)] ? s[j].x[e] * sl2 : -INFINITY;
+        s[j].x[e] = x;
+        tmax[e / 2] = fmaxf(tmax[e / 2], x);
+      }
+    float mu[2], alpha[2];
+#pragma unroll
+    for (int rr = 0; rr < 2; ++rr) {
+      const float nm = fmaxf(m[rr], RowMax(tmax[rr]));
+      mu[rr] = nm == -INFINITY ? 0.0f : nm;  // no real key yet: every exp2 below is of -inf
+      alpha[rr] = exp2f(m[rr] - mu[rr]);     // 0 while m is -inf
+      m[rr] = nm;
+      l[rr] *= alpha[rr];
+    }
+#pragma unroll
+    for (int j = 0; j < KT / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float p = exp2f(s[j].x[e] - mu[e / 2]);
+        l[e / 2] += p;
+        if constexpr (kDrop) {
+          const int row = row0 + g + 8 * (e / 2), key = k0 + j * 8 + 2 * t4 + (e % 2);
+          p = DropoutKeep(site, DropoutProbsIndex(h, row, key), drop.threshold) ? p * drop.scale : 0.0f;
+        }
+        s[j].x[e] = p;
+      }
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[n].x[e] *= alpha[e / 2];
+    ProductNN<T, D, KT>(o, s, v_s);
   }
-  if ((lane & 1) == 0 && row0 + r < L)
-    lse[(int64_t(b) * nh + h) * L + row0 + r] = sum > 0.0f ? mx + logf(sum) : INFINITY;
-  WriteRows<T, D>(out + (int64_t(b) * L + row0) * H + int64_t(h) * D, H, L - row0, o, 1.0f, s_w);
+  float inv[2];
+#pragma unroll
+  for (int rr = 0; rr < 2; ++rr) {
+    const float sum = RowSum(l[rr]);
+    inv[rr] = sum > 0.0f ? 1.0f / sum : 0.0f;
+    const int row = row0 + g + 8 * rr;
+    if (t4 == 0 && row < L) lse[(int64_t(b) * nh + h) * L + row] = sum > 0.0f ? (m[rr] + log2f(sum)) * kLn2 : INFINITY;
+  }
+  WriteRows<T, D>(out + (int64_t(b) * L + row0) * H + int64_t(h) * D, H, L - row0, o, inv, q_w);
 }
 
 // One warp per row of [B*L*nh] (row (b*L + i)*nh + h is dout/out's
@@ -281,27 +318,26 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // Grid (ceil(L/64), nh, B). dK and dV of 64 keys of one head, over every
-// query: P^T = exp(K Q^T * scale - lse) (zero for padding keys),
-// dV = P^T dO, dP^T = V dO^T, dS^T = P^T (dP^T - D), dK = scale dS^T Q.
-// With kDrop (mask M, scale s = 1/(1-p)): dV = (P o M s)^T dO and
-// dS^T = P^T (M s dP^T - D); D = rowsum(dO O) holds as it is, O being the
-// masked forward's output.
+// query (32 at a time): P^T = exp(K Q^T * scale - lse) (zero for padding
+// keys), dV = P^T dO, dP^T = V dO^T, dS^T = P^T (dP^T - D),
+// dK = scale dS^T Q. With kDrop (mask M, scale s = 1/(1-p)):
+// dV = (P o M s)^T dO and dS^T = P^T (M s dP^T - D); D = rowsum(dO O)
+// holds as it is, O being the masked forward's output.
 template <typename T, int D, bool kDrop>
 __global__ void __launch_bounds__(kThreads)
     FlashBackwardKVKernel(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* dvec,
                           const int32_t* mask, int L, int H, int nh, float scale, KernelDrop drop) {
   constexpr int P = kPitch<D>;
-  __shared__ __align__(32) T k_s[kBlockRows * P];
-  __shared__ __align__(32) T v_s[kBlockRows * P];
-  __shared__ __align__(32) T q_s[kTile * P];
-  __shared__ __align__(32) T do_s[kTile * P];
-  __shared__ __align__(32) float s_s[kWarps][kWarpRows * kSP];
-  __shared__ __align__(32) T p_s[kWarps][kWarpRows * kPP];
-  __shared__ float lse_s[kTile];
-  __shared__ float d_s[kTile];
+  constexpr int QT = kBackwardTile;
+  __shared__ __align__(16) T k_s[kBlockRows * P];
+  __shared__ __align__(16) T v_s[kBlockRows * P];
+  __shared__ __align__(16) T q_s[QT * P];
+  __shared__ __align__(16) T do_s[QT * P];
+  __shared__ float lse_s[QT];  // scaled by log2(e)
+  __shared__ float d_s[QT];
   __shared__ int last_s[kWarps];
   const int b = blockIdx.z, h = blockIdx.y, k0 = blockIdx.x * kBlockRows;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane / 4, t4 = lane % 4;
   const int64_t H3 = 3 * int64_t(H);
   const T* base = qkv + int64_t(b) * L * H3 + int64_t(h) * D;
   const T* obase = dout + int64_t(b) * L * H + int64_t(h) * D;
@@ -310,137 +346,136 @@ __global__ void __launch_bounds__(kThreads)
   const int valid_keys = min(kBlockRows, L - k0);
   LoadTile<T, D>(k_s, base + H + k0 * H3, H3, kBlockRows, valid_keys);
   LoadTile<T, D>(v_s, base + 2 * H + k0 * H3, H3, kBlockRows, valid_keys);
-  float* s_w = s_s[warp];
-  T* p_w = p_s[warp];
-  const int r = lane >> 1, c0 = (lane & 1) * 16;
-  const float* s_row = s_w + r * kSP + c0;
-  const int row0 = k0 + warp * kWarpRows;
-  const bool keep = row0 + r < L && mask[int64_t(b) * L + row0 + r] != 0;
-  const uint64_t site = DropSite<kDrop>(drop, b);
-  Acc dk[D / 16], dv[D / 16];
-  Zero(dk);
-  Zero(dv);
   // A block of keys after the row's last real key: every probability is
   // zero, so are dK and dV (written below without streaming the queries).
-  const int tiles = LastRealKey(mask + int64_t(b) * L, L, last_s) < k0 ? 0 : (L + kTile - 1) / kTile;
+  const int tiles = LastRealKey(mask + int64_t(b) * L, L, last_s) < k0 ? 0 : (L + QT - 1) / QT;  // syncs
+  T* k_w = k_s + warp * kWarpRows * P;
+  T* v_w = v_s + warp * kWarpRows * P;
+  FragA ka[D / 16], va[D / 16];
+  LoadRowsA<D>(ka, k_w);
+  LoadRowsA<D>(va, v_w);
+  const int row0 = k0 + warp * kWarpRows;
+  bool keep[2];
+#pragma unroll
+  for (int rr = 0; rr < 2; ++rr) {
+    const int key = row0 + g + 8 * rr;
+    keep[rr] = key < L && mask[int64_t(b) * L + key] != 0;
+  }
+  const uint64_t site = DropSite<kDrop>(drop, b);
+  const float sl2 = scale * kLog2e;
+  FragC dk[D / 8], dv[D / 8];
+  Zero(dk);
+  Zero(dv);
   for (int t = 0; t < tiles; ++t) {
-    const int q0 = t * kTile, valid = min(kTile, L - q0);
+    const int q0 = t * QT, valid = min(QT, L - q0);
     __syncthreads();  // the previous tile's q_s, do_s, lse_s, d_s are no longer read
-    LoadTile<T, D>(q_s, base + q0 * H3, H3, kTile, valid);
-    LoadTile<T, D>(do_s, obase + q0 * int64_t(H), H, kTile, valid);
-    if (threadIdx.x < kTile) {
+    LoadTile<T, D>(q_s, base + q0 * H3, H3, QT, valid);
+    LoadTile<T, D>(do_s, obase + q0 * int64_t(H), H, QT, valid);
+    if (threadIdx.x < QT) {
       const int q = q0 + threadIdx.x;
-      lse_s[threadIdx.x] = q < L ? lse_bh[q] : INFINITY;
+      lse_s[threadIdx.x] = q < L ? lse_bh[q] * kLog2e : INFINITY;
       d_s[threadIdx.x] = q < L ? d_bh[q] : 0.0f;
     }
     __syncthreads();
-    ProductNT<T, D>(s_w, k_s + warp * kWarpRows * P, q_s);  // S^T = K Q^T
-    __syncwarp();
-    ForLaneColumns(r, [&](int j) {
-      p_w[r * kPP + c0 + j] = FromF<T>(keep ? expf(s_row[j] * scale - lse_s[c0 + j]) : 0.0f);
-    });
-    __syncwarp();
-    if constexpr (kDrop) {
-      // dP^T first (over S^T, no longer needed); then, per element, dS^T in
-      // place of dP^T (it needs the unmasked P^T) and the masked P^T in
-      // place of P^T; dV, then dS^T into the T tile for dK.
-      ProductNT<T, D>(s_w, v_s + warp * kWarpRows * P, do_s);  // dP^T = V dO^T
-      __syncwarp();
-      float* s_mut = s_w + r * kSP + c0;
-      ForLaneColumns(r, [&](int j) {
-        T& p = p_w[r * kPP + c0 + j];
-        const float pf = ToF(p);
-        const bool m = DropoutKeep(site, DropoutProbsIndex(h, q0 + c0 + j, row0 + r), drop.threshold);
-        s_mut[j] = pf * ((m ? s_mut[j] * drop.scale : 0.0f) - d_s[c0 + j]);  // dS^T
-        p = FromF<T>(m ? pf * drop.scale : 0.0f);
-      });
-      // Both syncs order per-lane p_w writes against the warp's wmma loads
-      // of it. The CUDA emulator runs a wmma load as a warp barrier, so
-      // ctest cannot catch either missing; compute-sanitizer --tool
-      // synccheck on a GPU can.
-      __syncwarp();
-      Mma<T, wmma::row_major, kTile, D / 16>(dv, p_w, kPP, do_s, P);  // dV += (P o M s)^T dO
-      __syncwarp();
-      ForLaneColumns(r, [&](int j) { p_w[r * kPP + c0 + j] = FromF<T>(s_row[j]); });
-    } else {
-      Mma<T, wmma::row_major, kTile, D / 16>(dv, p_w, kPP, do_s, P);  // dV += P^T dO
-      ProductNT<T, D>(s_w, v_s + warp * kWarpRows * P, do_s);         // dP^T = V dO^T
-      __syncwarp();
-      ForLaneColumns(r, [&](int j) {
-        T& p = p_w[r * kPP + c0 + j];
-        p = FromF<T>(ToF(p) * (s_row[j] - d_s[c0 + j]));  // dS^T
-      });
-    }
-    __syncwarp();
-    Mma<T, wmma::row_major, kTile, D / 16>(dk, p_w, kPP, q_s, P);  // dK += dS^T Q
+    FragC s[QT / 8], dp[QT / 8];
+    Zero(s);
+    Zero(dp);
+    ProductNT<T, D, QT>(s, ka, q_s);    // S^T = K Q^T
+    ProductNT<T, D, QT>(dp, va, do_s);  // dP^T = V dO^T
+#pragma unroll
+    for (int j = 0; j < QT / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int col = j * 8 + 2 * t4 + (e % 2);  // the query, in the tile
+        const float p = keep[e / 2] ? exp2f(s[j].x[e] * sl2 - lse_s[col]) : 0.0f;
+        float dpv = dp[j].x[e], pv = p;
+        if constexpr (kDrop) {
+          const bool kept = DropoutKeep(site, DropoutProbsIndex(h, q0 + col, row0 + g + 8 * (e / 2)), drop.threshold);
+          dpv = kept ? dpv * drop.scale : 0.0f;
+          pv = kept ? p * drop.scale : 0.0f;
+        }
+        s[j].x[e] = pv;                      // (P o M s)^T, for dV
+        dp[j].x[e] = p * (dpv - d_s[col]);  // dS^T, for dK
+      }
+    ProductNN<T, D, QT>(dv, s, do_s);  // dV += P^T dO
+    ProductNN<T, D, QT>(dk, dp, q_s);  // dK += dS^T Q
   }
   T* dst = dqkv + (int64_t(b) * L + row0) * H3 + int64_t(h) * D;
-  WriteRows<T, D>(dst + H, H3, L - row0, dk, scale, s_w);
-  WriteRows<T, D>(dst + 2 * H, H3, L - row0, dv, 1.0f, s_w);
+  const float kscale[2] = {scale, scale}, one[2] = {1.0f, 1.0f};
+  WriteRows<T, D>(dst + H, H3, L - row0, dk, kscale, k_w);
+  WriteRows<T, D>(dst + 2 * H, H3, L - row0, dv, one, v_w);
 }
 
-// Grid (ceil(L/64), nh, B). dQ of 64 queries of one head, over every key:
-// P = exp(Q K^T * scale - lse), dP = dO V^T, dS = P (dP - D),
-// dQ = scale dS K; with kDrop dS = P (M s dP - D).
+// Grid (ceil(L/64), nh, B). dQ of 64 queries of one head, over every key
+// (32 at a time): P = exp(Q K^T * scale - lse), dP = dO V^T,
+// dS = P (dP - D), dQ = scale dS K; with kDrop dS = P (M s dP - D).
 template <typename T, int D, bool kDrop>
 __global__ void __launch_bounds__(kThreads)
     FlashBackwardQKernel(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* dvec,
                          const int32_t* mask, int L, int H, int nh, float scale, KernelDrop drop) {
   constexpr int P = kPitch<D>;
-  __shared__ __align__(32) T q_s[kBlockRows * P];
-  __shared__ __align__(32) T do_s[kBlockRows * P];
-  __shared__ __align__(32) T k_s[kTile * P];
-  __shared__ __align__(32) T v_s[kTile * P];
-  __shared__ __align__(32) float s_s[kWarps][kWarpRows * kSP];
-  __shared__ __align__(32) T p_s[kWarps][kWarpRows * kPP];
-  __shared__ int keep_s[kTile];
+  constexpr int KT = kBackwardTile;
+  __shared__ __align__(16) T q_s[kBlockRows * P];
+  __shared__ __align__(16) T do_s[kBlockRows * P];
+  __shared__ __align__(16) T k_s[KT * P];
+  __shared__ __align__(16) T v_s[KT * P];
+  __shared__ int keep_s[KT];
   __shared__ int last_s[kWarps];
   const int b = blockIdx.z, h = blockIdx.y, q0 = blockIdx.x * kBlockRows;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane / 4, t4 = lane % 4;
   const int64_t H3 = 3 * int64_t(H);
   const T* base = qkv + int64_t(b) * L * H3 + int64_t(h) * D;
   const int32_t* keys_real = mask + int64_t(b) * L;
   const int valid_rows = min(kBlockRows, L - q0);
   LoadTile<T, D>(q_s, base + q0 * H3, H3, kBlockRows, valid_rows);
   LoadTile<T, D>(do_s, dout + (int64_t(b) * L + q0) * H + int64_t(h) * D, H, kBlockRows, valid_rows);
-  float* s_w = s_s[warp];
-  T* p_w = p_s[warp];
-  const int r = lane >> 1, c0 = (lane & 1) * 16;
-  const float* s_row = s_w + r * kSP + c0;
+  const int tiles = KeyTiles<KT>(LastRealKey(keys_real, L, last_s));  // syncs: q_s, do_s are loaded
+  T* q_w = q_s + warp * kWarpRows * P;
+  FragA qa[D / 16], da[D / 16];
+  LoadRowsA<D>(qa, q_w);
+  LoadRowsA<D>(da, do_s + warp * kWarpRows * P);
   const int row0 = q0 + warp * kWarpRows;
   const int64_t bh = int64_t(b) * nh + h;
-  const float row_lse = row0 + r < L ? lse[bh * L + row0 + r] : INFINITY;
-  const float row_d = row0 + r < L ? dvec[bh * L + row0 + r] : 0.0f;
-  const uint64_t site = DropSite<kDrop>(drop, b);
-  Acc dq[D / 16];
-  Zero(dq);
-  const int tiles = KeyTiles(LastRealKey(keys_real, L, last_s));
-  for (int t = 0; t < tiles; ++t) {
-    const int k0 = t * kTile, valid = min(kTile, L - k0);
-    __syncthreads();
-    LoadTile<T, D>(k_s, base + H + k0 * H3, H3, kTile, valid);
-    LoadTile<T, D>(v_s, base + 2 * H + k0 * H3, H3, kTile, valid);
-    KeepKeys(keep_s, keys_real, k0, L);
-    __syncthreads();
-    ProductNT<T, D>(s_w, q_s + warp * kWarpRows * P, k_s);  // S = Q K^T
-    __syncwarp();
-    ForLaneColumns(r, [&](int j) {
-      p_w[r * kPP + c0 + j] = FromF<T>(keep_s[c0 + j] ? expf(s_row[j] * scale - row_lse) : 0.0f);
-    });
-    __syncwarp();
-    ProductNT<T, D>(s_w, do_s + warp * kWarpRows * P, v_s);  // dP = dO V^T
-    __syncwarp();
-    ForLaneColumns(r, [&](int j) {
-      T& p = p_w[r * kPP + c0 + j];
-      float dp = s_row[j];
-      if constexpr (kDrop)
-        dp = DropoutKeep(site, DropoutProbsIndex(h, row0 + r, k0 + c0 + j), drop.threshold) ? dp * drop.scale : 0.0f;
-      p = FromF<T>(ToF(p) * (dp - row_d));  // dS
-    });
-    __syncwarp();
-    Mma<T, wmma::row_major, kTile, D / 16>(dq, p_w, kPP, k_s, P);  // dQ += dS K
+  float row_lse[2], row_d[2];  // row_lse scaled by log2(e)
+#pragma unroll
+  for (int rr = 0; rr < 2; ++rr) {
+    const int row = row0 + g + 8 * rr;
+    row_lse[rr] = row < L ? lse[bh * L + row] * kLog2e : INFINITY;
+    row_d[rr] = row < L ? dvec[bh * L + row] : 0.0f;
   }
-  WriteRows<T, D>(dqkv + (int64_t(b) * L + row0) * H3 + int64_t(h) * D, H3, L - row0, dq, scale, s_w);
+  const uint64_t site = DropSite<kDrop>(drop, b);
+  const float sl2 = scale * kLog2e;
+  FragC dq[D / 8];
+  Zero(dq);
+  for (int t = 0; t < tiles; ++t) {
+    const int k0 = t * KT, valid = min(KT, L - k0);
+    __syncthreads();
+    LoadTile<T, D>(k_s, base + H + k0 * H3, H3, KT, valid);
+    LoadTile<T, D>(v_s, base + 2 * H + k0 * H3, H3, KT, valid);
+    KeepKeys<KT>(keep_s, keys_real, k0, L);
+    __syncthreads();
+    FragC s[KT / 8], dp[KT / 8];
+    Zero(s);
+    Zero(dp);
+    ProductNT<T, D, KT>(s, qa, k_s);   // S = Q K^T
+    ProductNT<T, D, KT>(dp, da, v_s);  // dP = dO V^T
+#pragma unroll
+    for (int j = 0; j < KT / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int col = j * 8 + 2 * t4 + (e % 2);  // the key, in the tile
+        const float p = keep_s[col] ? exp2f(s[j].x[e] * sl2 - row_lse[e / 2]) : 0.0f;
+        float dpv = dp[j].x[e];
+        if constexpr (kDrop)
+          dpv = DropoutKeep(site, DropoutProbsIndex(h, row0 + g + 8 * (e / 2), k0 + col), drop.threshold)
+                    ? dpv * drop.scale
+                    : 0.0f;
+        s[j].x[e] = p * (dpv - row_d[e / 2]);  // dS
+      }
+    ProductNN<T, D, KT>(dq, s, k_s);  // dQ += dS K
+  }
+  const float qscale[2] = {scale, scale};
+  WriteRows<T, D>(dqkv + (int64_t(b) * L + row0) * H3 + int64_t(h) * D, H3, L - row0, dq, qscale, q_w);
 }
 
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }

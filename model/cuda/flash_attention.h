@@ -9,24 +9,23 @@
 // the softmax, writes the probabilities, reads them for P*V and again in the
 // backward, and copies q, k, v and the context between the [B,L,3H] layout
 // and per-head layout (8 extra passes over B*L*H). Here a block keeps one
-// head's tile of queries in shared memory, streams the keys and values
-// through it and never stores anything L*L: the forward saves only the
+// head's tile of queries in registers, streams the keys and values through
+// shared memory and never stores anything L*L: the forward saves only the
 // per-row log-sum-exp (fp32 [B,nh,L]), and the backward recomputes the
-// probabilities from it. Tensor cores through nvcuda::wmma (16x16x16
-// tiles, fp32 accumulation); the softmax and the gradient of the scores in
-// fp32 on shared memory.
+// probabilities from it. FlashAttention-2's scheme: tensor cores through
+// mma.sync m16n8k16 (model/cuda/mma_fragments.cuh: a documented register
+// layout, so the softmax and the score gradients stay in registers), fp32
+// accumulation and softmax arithmetic.
 //
 // Forward (grid: 64-query tiles x heads x batch, 4 warps of 16 queries):
-// pass 1 streams the keys for each row's max and sum of exponentials
-// (online update); pass 2 recomputes the scores, forms
-// P = exp(s - max) / sum rounded to T (as the GEMM version stores it) and
-// accumulates P V. Two passes over K instead of rescaling the output
-// accumulator keeps the output in tensor-core fragments (their element
-// mapping is unspecified, so no per-row rescale is possible there).
+// one pass over 64-key tiles with the online softmax (running max and sum
+// per row; the output accumulator is rescaled when the max grows),
+// P V with the unnormalized P = exp(s - max) rounded to T, the output
+// divided by the sum at the end.
 // Backward: D = rowsum(dO * O) (fp32), then one kernel per 64-key tile
-// for dK and dV (loops over query tiles) and one per 64-query tile for dQ
-// (loops over key tiles): both recompute P from the log-sum-exp, so no
-// atomics and the result is deterministic.
+// for dK and dV (loops over 32-query tiles) and one per 64-query tile for
+// dQ (loops over 32-key tiles): both recompute P from the log-sum-exp, so
+// no atomics and the result is deterministic.
 //
 // Keys after a batch row's last real key are never read: the loops over
 // key tiles stop at the tile holding it and a 64-key tile past it writes

@@ -18,6 +18,8 @@
 #include <cub/device/device_radix_sort.cuh>
 #include <mma.h>
 
+#include "model/cuda/mma_fragments.cuh"
+
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -157,6 +159,70 @@ __global__ void WmmaHalfWarpKernel(const __half* a) {
   if (threadIdx.x >= 16) return;
   nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, __half, nvcuda::wmma::row_major> fa;
   nvcuda::wmma::load_matrix_sync(fa, a, 16);
+}
+
+// One warp: lane l gives the address of row l % 8 of 8x8 matrix l / 8 of
+// `m` (4 matrices of 16-bit values, row pitch 8 + pad elements, through
+// shared memory) and stores what ldmatrix (.trans with kTrans) gives it:
+// out[4 l + i] = r[i].
+template <bool kTrans>
+__global__ void LdMatrixKernel(uint32_t* out, const uint16_t* m, int pad) {
+  __shared__ __align__(16) uint16_t tile[4 * 8 * 16];
+  const int pitch = 8 + pad, lane = threadIdx.x;
+  for (int i = lane; i < 4 * 8 * 8; i += 32) tile[(i / 8) * pitch + i % 8] = m[i];
+  __syncwarp();
+  uint32_t r[4];
+  const uint16_t* row = tile + lane * pitch;  // matrix lane / 8, row lane % 8
+  if constexpr (kTrans) {
+    dgca::cuda::mma::LdMatrixX4Trans(r, row);
+  } else {
+    dgca::cuda::mma::LdMatrixX4(r, row);
+  }
+  for (int i = 0; i < 4; ++i) out[4 * lane + i] = r[i];
+}
+// One warp: c [16x8] (fp32, row-major) += a [16x16] * b [16x8] (row-major,
+// T), the fragments gathered by hand from the layout mma_fragments.cuh
+// documents (no ldmatrix), the result scattered by it.
+template <typename T>
+__global__ void MmaFragmentKernel(float* c, const T* a, const T* b) {
+  namespace mma = dgca::cuda::mma;
+  const int lane = threadIdx.x, g = lane / 4, t = lane % 4;
+  auto pack = [](T lo, T hi) {
+    uint16_t ul, uh;
+    memcpy(&ul, &lo, 2);
+    memcpy(&uh, &hi, 2);
+    return uint32_t(ul) | uint32_t(uh) << 16;
+  };
+  mma::FragA fa;
+  fa.x[0] = pack(a[g * 16 + 2 * t], a[g * 16 + 2 * t + 1]);
+  fa.x[1] = pack(a[(g + 8) * 16 + 2 * t], a[(g + 8) * 16 + 2 * t + 1]);
+  fa.x[2] = pack(a[g * 16 + 2 * t + 8], a[g * 16 + 2 * t + 9]);
+  fa.x[3] = pack(a[(g + 8) * 16 + 2 * t + 8], a[(g + 8) * 16 + 2 * t + 9]);
+  mma::FragB fb;
+  fb.x[0] = pack(b[(2 * t) * 8 + g], b[(2 * t + 1) * 8 + g]);
+  fb.x[1] = pack(b[(2 * t + 8) * 8 + g], b[(2 * t + 9) * 8 + g]);
+  mma::FragC fc;
+  fc.x[0] = c[g * 8 + 2 * t];
+  fc.x[1] = c[g * 8 + 2 * t + 1];
+  fc.x[2] = c[(g + 8) * 8 + 2 * t];
+  fc.x[3] = c[(g + 8) * 8 + 2 * t + 1];
+  mma::Mma<T>(fc, fa, fb);
+  c[g * 8 + 2 * t] = fc.x[0];
+  c[g * 8 + 2 * t + 1] = fc.x[1];
+  c[(g + 8) * 8 + 2 * t] = fc.x[2];
+  c[(g + 8) * 8 + 2 * t + 1] = fc.x[3];
+}
+// ldmatrix with lane 5's row address 2 bytes off (not 16-byte aligned).
+__global__ void LdMatrixMisalignedKernel() {
+  __shared__ __align__(16) uint16_t tile[32 * 8 + 8];
+  uint32_t r[4];
+  dgca::cuda::mma::LdMatrixX4(r, tile + threadIdx.x * 8 + (threadIdx.x == 5 ? 1 : 0));
+}
+// Half the warp skips the mma.
+__global__ void MmaHalfWarpKernel() {
+  if (threadIdx.x >= 16) return;
+  dgca::cuda::mma::FragC c{};
+  dgca::cuda::mma::Mma<__half>(c, dgca::cuda::mma::FragA{}, dgca::cuda::mma::FragB{});
 }
 
 // ------------------------------------------------------------------ helpers
@@ -617,6 +683,67 @@ TEST(EmulatorLibraries, WmmaComputesTheTileProduct) {
     }
 }
 
+// What PTX documents for ldmatrix .m8n8.x4.b16: lane l receives, in r[i],
+// row l / 4 of matrix i, columns 2 (l % 4) and 2 (l % 4) + 1 (the lower
+// column in the low half); with .trans, column l / 4, rows 2 (l % 4) and
+// 2 (l % 4) + 1. Element (matrix i, row r, column c) holds 64 i + 8 r + c.
+TEST(EmulatorLibraries, LdMatrixGivesEachLaneThePtxDocumentedElements) {
+  std::vector<uint16_t> hm(256);
+  std::iota(hm.begin(), hm.end(), uint16_t{0});
+  auto* m = DeviceAlloc<uint16_t>(256);
+  auto* out = DeviceAlloc<uint32_t>(128);
+  Upload(m, hm);
+  for (bool trans : {false, true}) {
+    for (int pad : {0, 8}) {
+      if (trans) {
+        LdMatrixKernel<true><<<1, 32>>>(out, m, pad);
+      } else {
+        LdMatrixKernel<false><<<1, 32>>>(out, m, pad);
+      }
+      const std::vector<uint32_t> got = Download(out, 128);
+      for (int l = 0; l < 32; ++l)
+        for (int i = 0; i < 4; ++i) {
+          const int g = l / 4, t = l % 4;
+          const uint32_t lo = trans ? 64 * i + 8 * (2 * t) + g : 64 * i + 8 * g + 2 * t;
+          const uint32_t hi = trans ? lo + 8 : lo + 1;
+          ASSERT_EQ(got[4 * l + i], lo | hi << 16) << "trans " << trans << " pad " << pad << " lane " << l << " r" << i;
+        }
+    }
+  }
+}
+
+// mma.m16n8k16 with the fragments built by the documented layout gives
+// C + A B, element for element (sums of exact products: inputs chosen so
+// that every sum is exact in fp32).
+template <typename T>
+void CheckMmaFragments() {
+  std::vector<float> fa(256), fb(128), fc(128);
+  for (int i = 0; i < 256; ++i) fa[i] = float((i * 7) % 11 - 5) / 4.0f;
+  for (int i = 0; i < 128; ++i) fb[i] = float((i * 5) % 13 - 6) / 8.0f;
+  for (int i = 0; i < 128; ++i) fc[i] = float(i % 9) - 4.0f;
+  std::vector<T> ha(256), hb(128);
+  for (int i = 0; i < 256; ++i) ha[i] = dgca::cuda::FromF<T>(fa[i]);
+  for (int i = 0; i < 128; ++i) hb[i] = dgca::cuda::FromF<T>(fb[i]);
+  T* a = DeviceAlloc<T>(256);
+  T* b = DeviceAlloc<T>(128);
+  float* c = DeviceAlloc<float>(128);
+  Upload(a, ha);
+  Upload(b, hb);
+  Upload(c, fc);
+  MmaFragmentKernel<T><<<1, 32>>>(c, a, b);
+  const std::vector<float> got = Download(c, 128);
+  for (int i = 0; i < 16; ++i)
+    for (int j = 0; j < 8; ++j) {
+      float want = fc[i * 8 + j];
+      for (int k = 0; k < 16; ++k) want += fa[i * 16 + k] * fb[k * 8 + j];
+      ASSERT_EQ(got[i * 8 + j], want) << i << "," << j;
+    }
+}
+TEST(EmulatorLibraries, MmaM16N8K16ComputesTheDocumentedFragmentProduct) {
+  CheckMmaFragments<__nv_bfloat16>();
+  CheckMmaFragments<__half>();
+}
+
 // ------------------------------------------------------------------ faults
 // Each runs in a child process: a device fault is sticky.
 int DeadlockChild() {
@@ -677,6 +804,23 @@ int WmmaHalfWarpChild() {
 }
 TEST(EmulatorFaultsDeathTest, WmmaIsAWarpCollective) {
   EXPECT_EXIT(std::exit(WmmaHalfWarpChild()), ::testing::ExitedWithCode(0), "names lane 16, which has exited");
+}
+
+int LdMatrixMisalignedChild() {
+  LdMatrixMisalignedKernel<<<1, 32>>>();
+  return cudaDeviceSynchronize() == cudaErrorMisalignedAddress ? 0 : 1;
+}
+TEST(EmulatorFaultsDeathTest, LdMatrixRowAddressesMustBe16ByteAligned) {
+  EXPECT_EXIT(std::exit(LdMatrixMisalignedChild()), ::testing::ExitedWithCode(0),
+              "ldmatrix: a row address is not 16-byte aligned \\(lane 5\\)");
+}
+
+int MmaHalfWarpChild() {
+  MmaHalfWarpKernel<<<1, 32>>>();
+  return cudaDeviceSynchronize() == cudaErrorLaunchFailure ? 0 : 1;
+}
+TEST(EmulatorFaultsDeathTest, MmaIsAWarpCollective) {
+  EXPECT_EXIT(std::exit(MmaHalfWarpChild()), ::testing::ExitedWithCode(0), "names lane 16, which has exited");
 }
 
 TEST(EmulatorFaultsDeathTest, KernelWritingOnePastTheEndFaults) {
