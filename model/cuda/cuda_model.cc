@@ -261,7 +261,29 @@ class CudaDgcaModelImpl final : public CudaDgcaModel {
     DGCA_RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(v_.get(), 0, sizeof(float) * n, stream()),
                                     "cudaMemsetAsync adam v"));
     DGCA_RETURN_IF_ERROR(found_inf_.Allocate(1));
+    DGCA_RETURN_IF_ERROR(UploadDecayRuns());
     return norm_sq_.Allocate(1 + kSumSquaresMaxBlocks);  // the norm, then SumSquares' partials
+  }
+  // The maximal runs of consecutive tensors with the same weight-decay flag,
+  // as AdamW's DecayRuns: run k ends where run k+1's first tensor begins
+  // (the alignment gap before it goes with run k), the last at total_numel.
+  Status UploadDecayRuns() {
+    std::vector<int64_t> ends;
+    bool first = true;
+    for (int i = 0; i < host_.size(); ++i) {
+      const bool decay = host_.info(i).weight_decay;
+      if (i == 0) {
+        first = decay;
+      } else if (decay != host_.info(i - 1).weight_decay) {
+        ends.push_back(host_.info(i).offset);
+      }
+    }
+    ends.push_back(host_.total_numel());
+    DGCA_RETURN_IF_ERROR(decay_run_ends_.Upload(ends));
+    decay_runs_.run_ends = decay_run_ends_.get();
+    decay_runs_.runs = static_cast<int>(ends.size());
+    decay_runs_.first_decays = first;
+    return OkStatus();
   }
   float* adam_m() override { return m_.get(); }
   float* adam_v() override { return v_.get(); }
@@ -334,33 +356,15 @@ class CudaDgcaModelImpl final : public CudaDgcaModel {
   Status Step(float lr, const AdamWOptions& o, float grad_scale) override {
     DGCA_RETURN_IF_ERROR(Mark("adamw"));
     ++step_;
-    // One launch per maximal run of consecutive tensors with the same decay
-    // flag (the layout is flat: each run is one slice, with the alignment
-    // gaps between its tensors, whose zeros AdamW keeps at zero).
+    // One launch over the flat buffer; weight decay by the runs of tensors
+    // with the same flag (decay_runs_). The alignment gaps between tensors
+    // hold zeros (weights, gradients, moments), which AdamW keeps at zero.
     // The forward's 16-bit copy is refreshed by the same kernel.
     using H = std::conditional_t<std::is_same_v<T, float>, bf16, T>;  // no copy for fp32
     H* copy = nullptr;
     if constexpr (!std::is_same_v<T, float>) copy = dp_->copy<T>();
-    int i = 0;
-    while (i < host_.size()) {
-      const bool decay = host_.info(i).weight_decay;
-      const int64_t begin = host_.info(i).offset;
-      int64_t end = begin + host_.info(i).numel;
-      int j = i + 1;
-      while (j < host_.size() && host_.info(j).weight_decay == decay) {
-        end = host_.info(j).offset + host_.info(j).numel;
-        ++j;
-      }
-      if (end > begin) {
-        DGCA_RETURN_IF_ERROR(AdamW(stream(), dp_->master() + begin, m_.get() + begin,
-                                   v_.get() + begin, dp_->grad() + begin,
-                                   copy != nullptr ? copy + begin : nullptr, end - begin, lr,
-                                   o.beta1, o.beta2, o.eps, decay ? o.weight_decay : 0.0f, step_,
-                                   grad_scale));
-      }
-      i = j;
-    }
-    return OkStatus();
+    return AdamW(stream(), dp_->master(), m_.get(), v_.get(), dp_->grad(), copy, host_.total_numel(), lr, o.beta1,
+                 o.beta2, o.eps, o.weight_decay, step_, grad_scale, decay_runs_);
   }
   int64_t optimizer_step() const override { return step_; }
   Status Synchronize() override { return ctx_->Synchronize(); }
@@ -752,6 +756,8 @@ class CudaDgcaModelImpl final : public CudaDgcaModel {
 
   // AdamW state (fp32, flat like the params).
   DeviceArray<float> m_, v_;
+  DeviceArray<int64_t> decay_run_ends_;  // AdamW's weight-decay runs (UploadDecayRuns)
+  DecayRuns decay_runs_;
   int64_t step_ = 0;
   DeviceArray<double> norm_sq_;  // UnscaleAndSquaredNorm's norm accumulator, then SumSquares' partials
   DeviceArray<int32_t> found_inf_;  // UnscaleAndSquaredNorm's overflow flag

@@ -279,11 +279,28 @@ __global__ void CrossEntropyKernel(float* row_loss, T* dlogits, const T* logits,
 template <typename H>
 __global__ void AdamWKernel(float* param, float* m, float* v, const float* grad, H* out,
                             int64_t n, float lr, float b1, float b2, float eps, float decay,
-                            float step_size, float inv_sqrt_bc2, float grad_scale) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+                            float step_size, float inv_sqrt_bc2, float grad_scale, DecayRuns runs) {
+  int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  // The run holding i (binary search once); i only grows, so the run
+  // after that is found by stepping forward.
+  int k = 0;
+  if (runs.runs > 0) {
+    int hi = runs.runs - 1;
+    while (k < hi) {
+      const int mid = (k + hi) / 2;
+      if (runs.run_ends[mid] > i) hi = mid; else k = mid + 1;
+    }
+  }
+  for (; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    float d = decay;
+    if (runs.runs > 0) {
+      while (runs.run_ends[k] <= i) ++k;
+      if (((k % 2) == 0) != runs.first_decays) d = 0.0f;
+    }
     const float g = grad[i] * grad_scale;
     float p = param[i];
-    if (decay != 0.0f) p -= decay * p;  // decoupled, before the Adam update
+    if (d != 0.0f) p -= d * p;  // decoupled, before the Adam update
     const float mi = b1 * m[i] + (1.0f - b1) * g;
     const float vi = b2 * v[i] + (1.0f - b2) * g * g;
     m[i] = mi;
@@ -531,15 +548,17 @@ Status CrossEntropy(cudaStream_t stream, float* row_loss, T* dlogits, const T* l
 template <typename H>
 Status AdamW(cudaStream_t stream, float* param, float* m, float* v, const float* grad,
              H* half_out, int64_t n, float lr, float beta1, float beta2, float eps,
-             float weight_decay, int64_t step, float grad_scale) {
+             float weight_decay, int64_t step, float grad_scale, const DecayRuns& runs) {
   if (n <= 0) return OkStatus();
+  if (runs.runs < 0 || (runs.runs > 0 && runs.run_ends == nullptr))
+    return InvalidArgumentError("AdamW: decay runs without a table (runs " + std::to_string(runs.runs) + ")");
   // Bias corrections in double on the host, as model/train/optimizer.cc.
   const double bc1 = 1.0 - std::pow(double(beta1), double(step));
   const double bc2 = 1.0 - std::pow(double(beta2), double(step));
   const float step_size = float(lr / bc1);
   const float inv_sqrt_bc2 = float(1.0 / std::sqrt(bc2));
   AdamWKernel<H><<<Blocks(n, 256), 256, 0, stream>>>(param, m, v, grad, half_out, n, lr, beta1, beta2, eps,
-                                                   lr * weight_decay, step_size, inv_sqrt_bc2, grad_scale);
+                                                   lr * weight_decay, step_size, inv_sqrt_bc2, grad_scale, runs);
   return Launched("AdamW");
 }
 
@@ -662,7 +681,7 @@ DGCA_INSTANTIATE(__half)
 #define DGCA_INSTANTIATE_HALF(H)                                                                  \
   template Status CastFromFloat<H>(cudaStream_t, H*, const float*, int64_t);                      \
   template Status AdamW<H>(cudaStream_t, float*, float*, float*, const float*, H*, int64_t, float, \
-                           float, float, float, float, int64_t, float);
+                           float, float, float, float, int64_t, float, const DecayRuns&);
 DGCA_INSTANTIATE_HALF(bf16)
 DGCA_INSTANTIATE_HALF(__half)
 #undef DGCA_INSTANTIATE_HALF

@@ -107,15 +107,28 @@ template <typename T>
 Status CrossEntropy(cudaStream_t stream, float* row_loss, T* dlogits, const T* logits,
                     const int32_t* targets, int n, int v, float dscale);
 
+// Where AdamW's weight decay applies along its n elements: everywhere
+// (runs == 0) or in runs that alternate: run_ends (device memory) holds
+// `runs` ascending exclusive ends, the last == n, and run k decays iff
+// (k is even) == first_decays. A model's whole flat parameter buffer is
+// one launch this way (decayed weights and undecayed biases and LayerNorm
+// parameters interleave: bert-base has about 200 runs).
+struct DecayRuns {
+  const int64_t* run_ends = nullptr;
+  int runs = 0;
+  bool first_decays = true;
+};
+
 // AdamW (PyTorch semantics, as model/train/optimizer.cc) on fp32 master
 // weights over n elements: grad is multiplied by grad_scale first (1/loss
-// scale for fp16); decay = lr*wd applied before the update; `step` is the
-// 1-based step after increment. half_out (H = bf16 or __half; may be null)
-// gets the updated weights rounded to H (the copy the forward reads).
+// scale for fp16); decay = lr*wd applied before the update (where `runs`
+// says); `step` is the 1-based step after increment. half_out (H = bf16 or
+// __half; may be null) gets the updated weights rounded to H (the copy the
+// forward reads).
 template <typename H>
 Status AdamW(cudaStream_t stream, float* param, float* m, float* v, const float* grad,
              H* half_out, int64_t n, float lr, float beta1, float beta2, float eps,
-             float weight_decay, int64_t step, float grad_scale);
+             float weight_decay, int64_t step, float grad_scale, const DecayRuns& runs = {});
 
 // *out += sum of x[i]^2 over n floats: fp32 per-thread and per-block
 // partials, the block sums (into `partials`, kSumSquaresMaxBlocks doubles of

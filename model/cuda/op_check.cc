@@ -645,7 +645,8 @@ template <typename H>
 Status CheckAdamW(const CudaContext& ctx, GemmRunner*, Rng* rng, Rows* rows) {
   const DType h = kDType<H>;
   const int64_t n = 5000;
-  const float lr = 1e-3f, b1 = 0.9f, b2 = 0.999f, eps = 1e-8f, wd = 0.01f, grad_scale = 0.5f;
+  // lr * wd = 1e-3: a decay applied in the wrong place moves param by 10x its tolerance.
+  const float lr = 1e-2f, b1 = 0.9f, b2 = 0.999f, eps = 1e-8f, wd = 0.1f, grad_scale = 0.5f;
   const int64_t step = 3;
   std::vector<float> p = Rand(n, rng), m = Rand(n, rng, -0.1f, 0.1f), v = Rand(n, rng, 0.0f, 0.01f);
   std::vector<float> g = Rand(n, rng, -2.0f, 2.0f);
@@ -658,10 +659,17 @@ Status CheckAdamW(const CudaContext& ctx, GemmRunner*, Rng* rng, Rows* rows) {
   const double bc1 = 1.0 - std::pow(double(b1), double(step));
   const double bc2 = 1.0 - std::pow(double(b2), double(step));
   const float step_size = float(lr / bc1), inv_sqrt_bc2 = float(1.0 / std::sqrt(bc2));
+  // Decay in alternating runs (DecayRuns), as a model's flat buffer: runs
+  // end at 700, 1901, 1902 (one element), 3500 and n; the first does not
+  // decay, so [700, 1901) and [1902, 3500) do.
+  const std::vector<int64_t> run_ends = {700, 1901, 1902, 3500, n};
+  DeviceArray<int64_t> druns;
+  DGCA_RETURN_IF_ERROR(druns.Upload(run_ends));
+  const DecayRuns runs{druns.get(), static_cast<int>(run_ends.size()), false};
   std::vector<float> copy(n);
   for (int64_t j = 0; j < n; ++j) {
     const float gj = g[j] * grad_scale;
-    p[j] -= lr * wd * p[j];
+    if ((j >= 700 && j < 1901) || (j >= 1902 && j < 3500)) p[j] -= lr * wd * p[j];
     m[j] = b1 * m[j] + (1.0f - b1) * gj;
     v[j] = b2 * v[j] + (1.0f - b2) * gj * gj;
     p[j] -= step_size * m[j] / (std::sqrt(v[j]) * inv_sqrt_bc2 + eps);
@@ -669,7 +677,7 @@ Status CheckAdamW(const CudaContext& ctx, GemmRunner*, Rng* rng, Rows* rows) {
   }
   DGCA_RETURN_IF_ERROR(SyncDevice());
   DGCA_RETURN_IF_ERROR(AdamW(ctx.stream(), F(dp), F(dm), F(dv), F(dg), P<H>(dcopy), n, lr, b1, b2, eps, wd, step,
-                             grad_scale));
+                             grad_scale, runs));
   DGCA_RETURN_IF_ERROR(ctx.Synchronize());
   DGCA_ASSIGN_OR_RETURN(auto gp, Down(DType::kF32, dp));
   DGCA_ASSIGN_OR_RETURN(auto gm, Down(DType::kF32, dm));
