@@ -184,11 +184,15 @@ template <typename T, int D>
 __device__ __forceinline__ void WriteRows(T* dst, int64_t ld, int valid, const FragC (&acc)[D / 8],
                                           const float (&mult)[2], T* stage) {
   const int lane = threadIdx.x & 31, g = lane / 4, t = lane % 4;
+  // Orders the warp's earlier ldmatrix reads of `stage` (LoadRowsA) before
+  // these stores: with no key tile streamed there was no barrier between.
+  __syncwarp();
 #pragma unroll
   for (int n = 0; n < D / 8; ++n)
 #pragma unroll
-    for (int e = 0; e < 4; ++e)
-      stage[(g + 8 * (e / 2)) * kPitch<D> + n * 8 + 2 * t + (e % 2)] = FromF<T>(acc[n].x[e] * mult[e / 2]);
+    for (int rr = 0; rr < 2; ++rr)  // a lane's two adjacent columns: one 32-bit store
+      *reinterpret_cast<uint32_t*>(stage + (g + 8 * rr) * kPitch<D> + n * 8 + 2 * t) =
+          mma::Pack<T>(acc[n].x[2 * rr] * mult[rr], acc[n].x[2 * rr + 1] * mult[rr]);
   __syncwarp();
   for (int i = lane; i < kWarpRows * (D / 8); i += 32) {
     const int r = i / (D / 8), c = (i % (D / 8)) * 8;

@@ -280,22 +280,24 @@ template <typename H>
 __global__ void AdamWKernel(float* param, float* m, float* v, const float* grad, H* out,
                             int64_t n, float lr, float b1, float b2, float eps, float decay,
                             float step_size, float inv_sqrt_bc2, float grad_scale, DecayRuns runs) {
-  int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-  if (i >= n) return;
-  // The run holding i (binary search once); i only grows, so the run
-  // after that is found by stepping forward.
+  const int64_t block_start = blockIdx.x * int64_t(blockDim.x);
+  if (block_start >= n) return;
+  // The run holding the block's first element, by a binary search every
+  // thread of the block does alike (the same addresses: broadcast loads);
+  // each thread's elements come after it, so their runs are found by
+  // stepping forward (bounded by the table: its last end is n).
   int k = 0;
   if (runs.runs > 0) {
     int hi = runs.runs - 1;
     while (k < hi) {
       const int mid = (k + hi) / 2;
-      if (runs.run_ends[mid] > i) hi = mid; else k = mid + 1;
+      if (runs.run_ends[mid] > block_start) hi = mid; else k = mid + 1;
     }
   }
-  for (; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+  for (int64_t i = block_start + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     float d = decay;
     if (runs.runs > 0) {
-      while (runs.run_ends[k] <= i) ++k;
+      while (k + 1 < runs.runs && runs.run_ends[k] <= i) ++k;
       if (((k % 2) == 0) != runs.first_decays) d = 0.0f;
     }
     const float g = grad[i] * grad_scale;

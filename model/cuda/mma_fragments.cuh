@@ -26,10 +26,12 @@
 //
 // Requires sm_80 or newer (bf16 mma). Under the CUDA emulator
 // (DGCA_CUDA_EMULATOR) the same functions exchange the lanes' registers
-// through a per-warp scratch and two __syncwarp()s, computing what the PTX
-// documentation says each lane receives: all 32 lanes must call them, as
-// on a GPU (mma.sync and ldmatrix are .aligned warp collectives), and an
-// ldmatrix row address that is not 16-byte aligned is a device fault.
+// through a per-warp scratch and two warp barriers, computing what the PTX
+// documentation says each lane receives. Device faults there: a lane of
+// the warp that does not come (mma.sync and ldmatrix are .aligned warp
+// collectives), lanes at different calls (another instruction or call
+// site), an ldmatrix row address that is not 16-byte aligned. Not
+// checked: that the address is in shared memory.
 //
 // Thread-safety: device functions; each is a warp collective.
 #ifndef DGCA_MODEL_CUDA_MMA_FRAGMENTS_CUH_
@@ -160,28 +162,44 @@ inline uint16_t Bits16(const void* row, int col) {
   return v;
 }
 
+// A warp barrier that also requires every lane of the warp to be at the
+// same call (the same instruction at the same call site), as .aligned
+// does: lane 0's tag of (op, file, line) is shuffled to every lane.
+inline void SameCall(const char* op, const char* file, int line) {
+  namespace emu = ::dgca::cuda::emu;
+  const uint64_t mine = uint64_t(reinterpret_cast<uintptr_t>(file)) * 1000003u ^ uint64_t(line) * 7919u ^
+                        uint64_t(reinterpret_cast<uintptr_t>(op));
+  const uint64_t lane0 = emu::WarpCollective(emu::WarpOp::kShflIdx, 0xffffffffu, mine, 0, 32, file, line);
+  if (lane0 != mine) {
+    emu::DeviceFault(cudaErrorLaunchFailure, std::string(file) + ":" + std::to_string(line) + ": " + op +
+                                                 ": lane " + std::to_string(LaneOfThread()) +
+                                                 " is at a different mma/ldmatrix call than lane 0 of its warp");
+  }
+}
+
 // Every lane deposits its row address; returns after the warp's lanes all did.
-inline void ShareRow(const void* row, const char* op) {
+inline void ShareRow(const void* row, const char* op, const char* file, int line) {
   if (reinterpret_cast<uintptr_t>(row) % 16 != 0) {
     ::dgca::cuda::emu::DeviceFault(cudaErrorMisalignedAddress,
-                                   std::string(op) + ": a row address is not 16-byte aligned (lane " +
+                                   std::string(file) + ":" + std::to_string(line) + ": " + op +
+                                       ": a row address is not 16-byte aligned (lane " +
                                        std::to_string(LaneOfThread()) + ")");
   }
   RowSlots()[WarpOfThread()][LaneOfThread()] = row;
-  __syncwarp();
+  SameCall(op, file, line);
 }
 
 }  // namespace emu_detail
 
 template <typename T>
-void Mma(FragC& d, const FragA& a, const FragB& b) {
+void Mma(FragC& d, const FragA& a, const FragB& b, const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
   static_assert(std::is_same<T, bf16>::value || std::is_same<T, __half>::value, "bf16 or fp16 operands");
   using namespace emu_detail;
   const int w = WarpOfThread(), l = LaneOfThread();
   MmaSlot(&s)[32] = MmaSlots()[w];
   memcpy(s[l].a, a.x, sizeof(a.x));
   memcpy(s[l].b, b.x, sizeof(b.x));
-  __syncwarp();
+  SameCall("mma.sync", file, line);
   const int g = l / 4, t = l % 4;
   // A(row, k) is in lane 4 (row % 8) + (k % 8) / 2, register (row / 8) + 2 (k / 8),
   // half k % 2; B(k, col) in lane 4 col + (k % 8) / 2, register k / 8, half k % 2.
@@ -198,9 +216,10 @@ void Mma(FragC& d, const FragA& a, const FragB& b) {
   __syncwarp();
 }
 
-inline void LdMatrixX4(uint32_t (&r)[4], const void* row) {
+inline void LdMatrixX4(uint32_t (&r)[4], const void* row, const char* file = __builtin_FILE(),
+                       int line = __builtin_LINE()) {
   using namespace emu_detail;
-  ShareRow(row, "ldmatrix");
+  ShareRow(row, "ldmatrix", file, line);
   const void* const* rows = RowSlots()[WarpOfThread()];
   const int l = LaneOfThread(), g = l / 4, t = l % 4;
   for (int i = 0; i < 4; ++i) {
@@ -210,9 +229,10 @@ inline void LdMatrixX4(uint32_t (&r)[4], const void* row) {
   __syncwarp();
 }
 
-inline void LdMatrixX4Trans(uint32_t (&r)[4], const void* row) {
+inline void LdMatrixX4Trans(uint32_t (&r)[4], const void* row, const char* file = __builtin_FILE(),
+                            int line = __builtin_LINE()) {
   using namespace emu_detail;
-  ShareRow(row, "ldmatrix.trans");
+  ShareRow(row, "ldmatrix.trans", file, line);
   const void* const* rows = RowSlots()[WarpOfThread()];
   const int l = LaneOfThread(), g = l / 4, t = l % 4;
   for (int i = 0; i < 4; ++i)

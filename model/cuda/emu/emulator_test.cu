@@ -218,6 +218,16 @@ __global__ void LdMatrixMisalignedKernel() {
   uint32_t r[4];
   dgca::cuda::mma::LdMatrixX4(r, tile + threadIdx.x * 8 + (threadIdx.x == 5 ? 1 : 0));
 }
+// Even lanes at ldmatrix, odd lanes at ldmatrix.trans: not one instruction.
+__global__ void LdMatrixDivergentKernel() {
+  __shared__ __align__(16) uint16_t tile[32 * 8];
+  uint32_t r[4];
+  if (threadIdx.x % 2 == 0) {
+    dgca::cuda::mma::LdMatrixX4(r, tile + threadIdx.x * 8);
+  } else {
+    dgca::cuda::mma::LdMatrixX4Trans(r, tile + threadIdx.x * 8);
+  }
+}
 // Half the warp skips the mma.
 __global__ void MmaHalfWarpKernel() {
   if (threadIdx.x >= 16) return;
@@ -812,7 +822,16 @@ int LdMatrixMisalignedChild() {
 }
 TEST(EmulatorFaultsDeathTest, LdMatrixRowAddressesMustBe16ByteAligned) {
   EXPECT_EXIT(std::exit(LdMatrixMisalignedChild()), ::testing::ExitedWithCode(0),
-              "ldmatrix: a row address is not 16-byte aligned \\(lane 5\\)");
+              "emulator_test.cu:[0-9]+: ldmatrix: a row address is not 16-byte aligned \\(lane 5\\)");
+}
+
+int LdMatrixDivergentChild() {
+  LdMatrixDivergentKernel<<<1, 32>>>();
+  return cudaDeviceSynchronize() == cudaErrorLaunchFailure ? 0 : 1;
+}
+TEST(EmulatorFaultsDeathTest, LdMatrixLanesMustBeAtTheSameCall) {
+  EXPECT_EXIT(std::exit(LdMatrixDivergentChild()), ::testing::ExitedWithCode(0),
+              "emulator_test.cu:[0-9]+: ldmatrix.*: lane [0-9]+ is at a different mma/ldmatrix call than lane 0");
 }
 
 int MmaHalfWarpChild() {
