@@ -216,28 +216,31 @@ void Mma(FragC& d, const FragA& a, const FragB& b, const char* file = __builtin_
   __syncwarp();
 }
 
-inline void LdMatrixX4(uint32_t (&r)[4], const void* row, const char* file = __builtin_FILE(),
-                       int line = __builtin_LINE()) {
-  using namespace emu_detail;
-  ShareRow(row, "ldmatrix", file, line);
+namespace emu_detail {
+// ldmatrix .x4: lane l gets, in r[i], matrix i's row g, columns 2t and
+// 2t+1 (rows[8i + g] holds that row's address); transposed, column g of
+// rows 2t and 2t+1.
+inline void LdMatrix(uint32_t (&r)[4], const void* row, bool trans, const char* file, int line) {
+  ShareRow(row, trans ? "ldmatrix.trans" : "ldmatrix", file, line);
   const void* const* rows = RowSlots()[WarpOfThread()];
   const int l = LaneOfThread(), g = l / 4, t = l % 4;
   for (int i = 0; i < 4; ++i) {
-    const void* p = rows[8 * i + g];
-    r[i] = uint32_t(Bits16(p, 2 * t)) | (uint32_t(Bits16(p, 2 * t + 1)) << 16);
+    const uint16_t lo = trans ? Bits16(rows[8 * i + 2 * t], g) : Bits16(rows[8 * i + g], 2 * t);
+    const uint16_t hi = trans ? Bits16(rows[8 * i + 2 * t + 1], g) : Bits16(rows[8 * i + g], 2 * t + 1);
+    r[i] = uint32_t(lo) | (uint32_t(hi) << 16);
   }
   __syncwarp();
+}
+}  // namespace emu_detail
+
+inline void LdMatrixX4(uint32_t (&r)[4], const void* row, const char* file = __builtin_FILE(),
+                       int line = __builtin_LINE()) {
+  emu_detail::LdMatrix(r, row, false, file, line);
 }
 
 inline void LdMatrixX4Trans(uint32_t (&r)[4], const void* row, const char* file = __builtin_FILE(),
                             int line = __builtin_LINE()) {
-  using namespace emu_detail;
-  ShareRow(row, "ldmatrix.trans", file, line);
-  const void* const* rows = RowSlots()[WarpOfThread()];
-  const int l = LaneOfThread(), g = l / 4, t = l % 4;
-  for (int i = 0; i < 4; ++i)
-    r[i] = uint32_t(Bits16(rows[8 * i + 2 * t], g)) | (uint32_t(Bits16(rows[8 * i + 2 * t + 1], g)) << 16);
-  __syncwarp();
+  emu_detail::LdMatrix(r, row, true, file, line);
 }
 
 #endif  // DGCA_CUDA_EMULATOR
