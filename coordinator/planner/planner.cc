@@ -102,6 +102,9 @@ void Decide(v1::Plan* plan, const std::string& name, const std::string& value,
   d->set_reason(reason);
 }
 
+// CPU ranks per CPU past which a spec is refused (Planner::Ranks).
+constexpr int kMaxCpuRanksPerCore = 4;
+
 int EffectiveCpus(const v1::Topology& t, std::string* why) {
   int cpus = t.cpu_count();
   if (cpus <= 0) {
@@ -652,6 +655,35 @@ void Planner::Ranks() {
           TotalGpus(), " or leave it auto (one rank per GPU)",
           absl::AsciiStrToLower(spec_.resources().device()) == "cuda" ? "" : ", or resources.device: cpu",
           ", or wait for more nodes' agents to connect"));
+    if (error_.ok() && user > global_)
+      error_ = absl::InvalidArgumentError(absl::StrCat(
+          "resources.ranks = ", user, " but train.global_batch = ", global_,
+          ": every rank needs at least one sample per step; set resources.ranks <= ", global_,
+          " or train.global_batch >= ", user));
+    if (error_.ok() && !cuda_) {
+      // CPU ranks: each runs its GEMMs on threads of its own and a Gloo
+      // pair per peer. Past kMaxCpuRanksPerCore ranks a core the node only
+      // thrashes (a test with 4096 ranks on 2 cores stalled the machine,
+      // coordinator included); up to it a warning says what it costs.
+      int cpus = 0;
+      bool known = true;
+      for (const auto& t : nodes_) {
+        std::string why;
+        known &= t.cpu_count() > 0;
+        cpus += EffectiveCpus(t, &why);
+      }
+      if (known && user > kMaxCpuRanksPerCore * cpus) {
+        error_ = absl::InvalidArgumentError(absl::StrCat(
+            "resources.ranks = ", user, " CPU ranks but the connected nodes have ", cpus,
+            " CPU(s) in all: more than ", kMaxCpuRanksPerCore,
+            " ranks per CPU only thrashes; set resources.ranks <= ", kMaxCpuRanksPerCore * cpus,
+            " (one per CPU is the most that computes in parallel) or leave it auto"));
+      } else if (known && user > cpus) {
+        Warn(absl::StrCat("resources.ranks = ", user, " CPU ranks on ", cpus,
+                          " CPU(s): ranks share cores, so each step is slower than with ", cpus,
+                          " ranks"));
+      }
+    }
   } else if (cuda_) {
     plan_.set_ranks(std::max(1, TotalGpus()));
     Decide(&plan_, "resources.ranks", absl::StrCat(plan_.ranks()), v1::PLANNER,

@@ -229,6 +229,48 @@ TEST(Planner, UserValuesWin) {
   EXPECT_EQ(Find(*plan, "train.precision").source(), v1::USER);
 }
 
+// More ranks than samples per step, or CPU ranks far past the cores, is a
+// spec the planner refuses (a tester's 4096 CPU ranks with global_batch 8
+// on 2 cores were launched and stalled the machine); a few ranks per core
+// is a warning.
+TEST(Planner, RanksPastTheBatchOrTheCoresAreRefused) {
+  v1::JobSpec spec = DefaultJobSpec();
+  spec.mutable_resources()->set_device("cpu");
+  spec.mutable_train()->set_global_batch(8);
+  spec.mutable_resources()->set_ranks(16);
+  v1::Topology t;
+  t.set_cpu_count(64);
+  auto plan = MakePlan(spec, {t}, PlannerMeasurements{});
+  ASSERT_FALSE(plan.ok());
+  EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(plan.status().message(),
+                                "resources.ranks = 16 but train.global_batch = 8: every rank needs at least one "
+                                "sample per step"))
+      << plan.status();
+
+  spec.mutable_train()->set_global_batch(8192);
+  spec.mutable_resources()->set_ranks(4096);
+  t.set_cpu_count(2);
+  plan = MakePlan(spec, {t}, PlannerMeasurements{});
+  ASSERT_FALSE(plan.ok());
+  EXPECT_TRUE(absl::StrContains(plan.status().message(),
+                                "resources.ranks = 4096 CPU ranks but the connected nodes have 2 CPU(s) in all"))
+      << plan.status();
+  EXPECT_TRUE(absl::StrContains(plan.status().message(), "set resources.ranks <= 8")) << plan.status();
+
+  spec.mutable_resources()->set_ranks(4);  // two per core: allowed, with a warning
+  plan = MakePlan(spec, {t}, PlannerMeasurements{});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  bool warned = false;
+  for (const auto& w : plan->warnings()) warned |= absl::StrContains(w, "4 CPU ranks on 2 CPU(s): ranks share cores");
+  EXPECT_TRUE(warned);
+
+  spec.mutable_resources()->set_ranks(2);  // one per core: no warning
+  plan = MakePlan(spec, {t}, PlannerMeasurements{});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  for (const auto& w : plan->warnings()) EXPECT_FALSE(absl::StrContains(w, "ranks share cores")) << w;
+}
+
 // CUDA ranks all-reduce over NCCL, which refuses two ranks on one GPU: more
 // ranks than GPUs is an error naming the counts and what would work (it
 // used to be a warning, and the job then failed at NCCL's init).
@@ -638,9 +680,16 @@ TEST(PlannerRobustness, RandomSpecsNeverFailAndStayConsistent) {
     }
     auto plan = MakePlan(spec, nodes, m);
     if (!plan.ok() && spec.resources().ranks() > 0) {
-      // The one refusal: more CUDA ranks than GPUs (NCCL would refuse them).
+      // The refusals of a user's rank count: more CUDA ranks than GPUs
+      // (NCCL would refuse them), more ranks than samples per step, CPU
+      // ranks far past the cores.
       EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument) << i;
-      EXPECT_TRUE(absl::StrContains(plan.status().message(), "CUDA ranks need one GPU each")) << i << plan.status();
+      const std::string msg(plan.status().message());
+      EXPECT_TRUE(absl::StrContains(msg, "CUDA ranks need one GPU each") ||
+                  (spec.resources().ranks() > spec.train().global_batch() &&
+                   absl::StrContains(msg, "every rank needs at least one sample per step")) ||
+                  absl::StrContains(msg, "ranks per CPU only thrashes"))
+          << i << plan.status();
       ++refused;
       continue;
     }
