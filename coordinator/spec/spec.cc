@@ -285,7 +285,10 @@ void Parser::ParseTop(const YAML::Node& root, v1::JobSpec* spec) {
   constexpr int64_t kI32 = std::numeric_limits<int32_t>::max();
   constexpr int64_t kI64 = std::numeric_limits<int64_t>::max();
   const double kInf = std::numeric_limits<double>::infinity();
-  YAML::Mark train_mark, model_mark;
+  YAML::Mark train_mark, model_mark, hidden_mark;
+  // Which of a custom model's sizes the spec gives (valid or not: an
+  // invalid one has its own problem, and is not also reported missing).
+  bool layers_given = false, hidden_given = false, heads_given = false, ffn_given = false;
 
   auto candidate = [&](const YAML::Node& n, const std::string& f) {
     v1::CandidateSpec* c = model->mutable_heads_spec()->mutable_candidate();
@@ -331,13 +334,17 @@ void Parser::ParseTop(const YAML::Node& root, v1::JobSpec* spec) {
       {"preset", [&](const YAML::Node& v, const std::string& p) {
          Enum(v, p, {"tiny", "small", "bert-base", "custom"}, model->mutable_preset()); }},
       {"layers", [&](const YAML::Node& v, const std::string& p) {
+         layers_given = true;
          int32_t x = 0; Int(v, p, 1, 96, false, &x); model->set_layers(x); }},
       {"hidden", [&](const YAML::Node& v, const std::string& p) {
+         hidden_given = true;
+         hidden_mark = v.Mark();
          int32_t x = 0; Int(v, p, 8, 16384, false, &x); model->set_hidden(x); }},
       {"heads", [&](const YAML::Node& v, const std::string& p) {
          // `model.heads` is the attention-head count when it is an integer and
          // the heads spec (detector/candidate/fusion) otherwise.
          if (v.IsScalar() && BoolValue(v) < 0) {
+           heads_given = true;
            int32_t x = 0; Int(v, p, 1, 256, false, &x); model->set_heads(x);
          } else {
            heads(v, p);
@@ -346,8 +353,10 @@ void Parser::ParseTop(const YAML::Node& root, v1::JobSpec* spec) {
       {"attention_heads", [&](const YAML::Node& v, const std::string& p) {
          // The unambiguous spelling of the attention-head count, so a spec can
          // give explicit sizes and a `heads:` mapping for the DGCA heads.
+         heads_given = true;
          int32_t x = 0; Int(v, p, 1, 256, false, &x); model->set_heads(x); }},
       {"ffn", [&](const YAML::Node& v, const std::string& p) {
+         ffn_given = true;
          int32_t x = 0; Int(v, p, 8, 65536, false, &x); model->set_ffn(x); }},
       {"vocab", [&](const YAML::Node& v, const std::string& p) {
          Str(v, p, true, model->mutable_vocab()); }},
@@ -632,13 +641,19 @@ void Parser::ParseTop(const YAML::Node& root, v1::JobSpec* spec) {
     Problem(YAML::Mark::null_mark(), "comm.backend",
             "nccl needs resources.device cuda (or auto); use gloo on cpu");
   }
-  if (model->preset() == "custom" &&
-      (model->layers() == 0 || model->hidden() == 0 || model->heads() == 0 || model->ffn() == 0)) {
+  if (model->preset() == "custom" && !(layers_given && hidden_given && heads_given && ffn_given)) {
+    std::vector<std::string> missing;
+    if (!layers_given) missing.push_back("model.layers");
+    if (!hidden_given) missing.push_back("model.hidden");
+    if (!heads_given) missing.push_back("model.attention_heads (or an integer model.heads)");
+    if (!ffn_given) missing.push_back("model.ffn");
     Problem(model_mark, "model.preset",
-            "preset 'custom' needs model.layers, model.hidden, model.attention_heads (or an integer model.heads) and model.ffn");
+            absl::StrCat("preset 'custom' needs model.layers, model.hidden, model.attention_heads (or an integer "
+                         "model.heads) and model.ffn; missing: ",
+                         absl::StrJoin(missing, ", ")));
   }
   if (model->hidden() > 0 && model->heads() > 0 && model->hidden() % model->heads() != 0) {
-    Problem(model_mark, "model.hidden",
+    Problem(hidden_mark, "model.hidden",
             absl::StrCat("hidden ", model->hidden(), " must be divisible by heads ", model->heads()));
   }
 }
@@ -737,6 +752,59 @@ size_t FirstInvalidUtf8(const std::string& s) {
     i += n;
   }
   return std::string::npos;
+}
+
+// Quoted scalars (keys and values) must close on the line they open on.
+// YAML lets a quoted string run over line breaks (folded into spaces), and
+// yaml-cpp also takes an unclosed quote at the end of the text: either way
+// a missing closing quote would silently swallow the following fields into
+// one string (found: `train: '/data/train.txt` with no closing quote was
+// "valid", every later field inside the path and their defaults in use).
+// A job spec's strings are one line: say where the quote opens.
+void CheckQuotedScalars(const YAML::Node& n, const std::string& text, Parser* parser, int depth = 0) {
+  if (depth > 200) return;  // MaxFlowNesting bounds real specs far below this
+  if (n.IsMap()) {
+    for (const auto& kv : n) {
+      CheckQuotedScalars(kv.first, text, parser, depth + 1);
+      CheckQuotedScalars(kv.second, text, parser, depth + 1);
+    }
+    return;
+  }
+  if (n.IsSequence()) {
+    for (const auto& v : n) CheckQuotedScalars(v, text, parser, depth + 1);
+    return;
+  }
+  if (!n.IsScalar() || n.Tag() != "!") return;  // "!": a quoted (non-plain) scalar
+  const YAML::Mark m = n.Mark();
+  if (m.is_null() || m.line < 0 || m.column < 0) return;
+  size_t at = 0;
+  for (int line = 0; line < m.line && at != std::string::npos; ++line) {
+    at = text.find('\n', at);
+    if (at != std::string::npos) ++at;
+  }
+  if (at == std::string::npos || at + m.column >= text.size()) return;
+  at += m.column;
+  const char q = text[at];
+  if (q != '"' && q != '\'') return;  // not where it was expected: say nothing rather than guess
+  for (size_t i = at + 1; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == '\n' || c == '\r') break;
+    if (q == '"' && c == '\\') {
+      ++i;  // an escaped character
+      continue;
+    }
+    if (c == q) {
+      if (q == '\'' && i + 1 < text.size() && text[i + 1] == '\'') {
+        ++i;  // '' inside single quotes is a quote
+        continue;
+      }
+      return;  // closed on its line
+    }
+  }
+  parser->Problem(m, "(quoted string)",
+                  absl::StrCat("the ", q == '"' ? "double" : "single",
+                               " quote opened here is not closed on this line (is the closing quote missing?); "
+                               "strings in a job spec are one line"));
 }
 
 }  // namespace
@@ -846,7 +914,9 @@ absl::StatusOr<SpecParseResult> ParseJobSpec(const std::string& yaml_text,
       parser.Problem(second, "(top level)",
                      "more than one YAML document ('---'); a spec file holds one job");
     }
-    parser.ParseTop(YAML::Load(yaml_text), &result.spec);
+    const YAML::Node root = YAML::Load(yaml_text);
+    CheckQuotedScalars(root, yaml_text, &parser);
+    parser.ParseTop(root, &result.spec);
   } catch (const YAML::Exception& e) {
     std::string msg = e.msg.empty() ? std::string(e.what()) : e.msg;
     int line = e.mark.is_null() ? 0 : e.mark.line + 1;

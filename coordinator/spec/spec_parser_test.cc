@@ -356,6 +356,47 @@ TEST(SpecParser, ThreeProblemsAllReported) {
   EXPECT_NE(all.find("job.yaml:5:10: train.steps: must be >= 1"), std::string::npos) << all;
 }
 
+// A quote that does not close on its line would fold every following
+// field into one string (YAML allows multi-line quoted strings, yaml-cpp
+// even an unclosed one at the end): refused where the quote opens.
+TEST(SpecParser, AnUnclosedQuoteIsNamedWhereItOpens) {
+  SpecParseResult r = Parse("name: q\ndata:\n  train: '/data/train.txt\n  max_seq_len: 64\ntrain:\n  steps: 5\n");
+  ASSERT_EQ(r.problems.size(), 1u) << FormatProblems(r.problems);
+  EXPECT_EQ(r.problems[0].line(), 3);
+  EXPECT_EQ(r.problems[0].column(), 10);
+  EXPECT_NE(r.problems[0].message().find("the single quote opened here is not closed on this line"),
+            std::string::npos)
+      << FormatProblems(r.problems);
+  r = Parse("name: q\ntuning:\n  mode: \"model\n");  // at the very end: yaml-cpp takes it
+  ASSERT_EQ(r.problems.size(), 1u) << FormatProblems(r.problems);
+  EXPECT_EQ(r.problems[0].line(), 3);
+  EXPECT_NE(r.problems[0].message().find("the double quote opened here"), std::string::npos);
+  // Closed quotes, escapes and '' inside single quotes are fine; so is a
+  // quote inside a plain scalar.
+  r = Parse("name: q\ndata: {train: \"/a \\\" b.txt\"}\nmodel:\n  vocab: 'it''s/v.txt'\n  init_from: it's\n");
+  EXPECT_TRUE(r.problems.empty()) << FormatProblems(r.problems);
+  EXPECT_EQ(r.spec.data().train(), "/a \" b.txt");
+  EXPECT_EQ(r.spec.model().vocab(), "it's/v.txt");
+}
+
+// A custom model's invalid size has one problem, at that size's line (not
+// the model's), and is not also reported missing.
+TEST(SpecParser, CustomModelSizesAreReportedWhereTheyAre) {
+  SpecParseResult r = Parse("model:\n  preset: custom\n  layers: 2\n  hidden: 33\n  heads: 2\n  ffn: 64\n");
+  ASSERT_EQ(r.problems.size(), 1u) << FormatProblems(r.problems);
+  EXPECT_EQ(r.problems[0].field(), "model.hidden");
+  EXPECT_EQ(r.problems[0].line(), 4);
+  r = Parse("model:\n  preset: custom\n  layers: 500\n  hidden: 64\n  heads: 2\n  ffn: 64\n");
+  ASSERT_EQ(r.problems.size(), 1u) << FormatProblems(r.problems);
+  EXPECT_EQ(r.problems[0].field(), "model.layers");
+  r = Parse("model:\n  preset: custom\n  hidden: 64\n");
+  ASSERT_EQ(r.problems.size(), 1u) << FormatProblems(r.problems);
+  EXPECT_NE(r.problems[0].message().find("missing: model.layers, model.attention_heads (or an integer model.heads), "
+                                         "model.ffn"),
+            std::string::npos)
+      << FormatProblems(r.problems);
+}
+
 TEST(SpecParser, CandidateFalseAndHeadsFalse) {
   SpecParseResult r = Parse("model:\n  heads: {candidate: false}\n");
   ASSERT_TRUE(r.ok()) << FormatProblems(r.problems);
