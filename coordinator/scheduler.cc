@@ -569,6 +569,14 @@ void Scheduler::Finish(JobRt* rt, v1::JobState state, const std::string& message
     trial_cv_.notify_all();
   }
   if (rt->planned && rt->spec.kind() != "comm_probe") CheckPlan(rt, state);
+  // The job has ended: a rank whose exit was not seen (a shutdown or a
+  // cancel stops the ranks without waiting for them) is stored "stopped",
+  // not "running" with a fresh heartbeat for ever.
+  for (RankRt& r : rt->ranks) {
+    if (r.exited) continue;
+    r.exited = true;
+    r.progress.set_state("stopped");
+  }
   Persist(rt);
   Event(rt, state, "state", message, true);
   rendezvous_.ClearJob(rt->id);

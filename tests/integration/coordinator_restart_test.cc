@@ -258,6 +258,10 @@ TEST(CoordinatorRestartTest, SigtermByDefaultStopsRanksAndFailsTheJob) {
   EXPECT_EQ(after.state, "FAILED") << after.raw;
   EXPECT_EQ(after.message, "coordinator shut down") << after.raw;
   EXPECT_LT(after.step, kSteps) << after.raw;
+  // Its ranks were stopped with it: none is shown running (they were, with
+  // a heartbeat age of 0, before the job ended marked them).
+  ASSERT_FALSE(after.rank_states.empty()) << after.raw;
+  for (const std::string& s : after.rank_states) EXPECT_NE(s, "running") << after.raw;
   EXPECT_FALSE(HasEvent(after, "re-adopting")) << after.raw;
   coord.Stop();
   KillLeftovers(before.pids, job);
