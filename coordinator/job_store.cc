@@ -9,6 +9,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_format.h"
 
 namespace dgca {
@@ -151,7 +152,31 @@ absl::Status JobStore::Exec(const char* sql) {
 
 absl::Status JobStore::Init() {
   sqlite3_busy_timeout(db_, 5000);
-  // The first statement that reads the file detects a file that is not a DB.
+  // Read-only first: the tables already there. A file that is not a
+  // database fails here; one that is somebody else's SQLite database (tables,
+  // but no dgca schema version) is refused before anything is written to it
+  // (it used to get dgca's tables and WAL mode, then fail on its own `jobs`).
+  {
+    Stmt tables(db_, "SELECT name FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%' ORDER BY name");
+    if (!tables.ok()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "job database ", path_, ": ", sqlite3_errmsg(db_), " (", path_,
+          " is not a usable dgca job database; move it aside to start with an empty store)"));
+    }
+    std::vector<std::string> names;
+    while (tables.Step() == SQLITE_ROW) names.push_back(tables.Str(0));
+    bool versioned = false;
+    if (std::find(names.begin(), names.end(), "meta") != names.end()) {
+      Stmt v(db_, "SELECT value FROM meta WHERE key='schema_version'");
+      versioned = v.ok() && v.Step() == SQLITE_ROW;
+    }
+    if (!names.empty() && !versioned) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "job database ", path_, " is an SQLite database but not a dgca job database (tables ",
+          absl::StrJoin(names, ", "), ", no dgca schema version); it was left as it is: move it aside "
+          "or use another --state-dir"));
+    }
+  }
   absl::Status s = Exec("PRAGMA journal_mode=WAL");
   if (!s.ok()) {
     return absl::FailedPreconditionError(absl::StrCat(

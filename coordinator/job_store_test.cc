@@ -2,10 +2,12 @@
 
 #include <gtest/gtest.h>
 #include <sqlite3.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <unistd.h>
 
 #include <fstream>
+#include <iterator>
 #include <string>
 
 #include "model/core/core_test_util.h"
@@ -212,6 +214,37 @@ TEST(JobStore, CorruptFileIsAClearError) {
   EXPECT_EQ(store.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(store.status().message().find(path), std::string::npos) << store.status();
   EXPECT_NE(store.status().message().find("not"), std::string::npos) << store.status();
+}
+
+// Somebody else's SQLite database is refused before anything is written
+// to it: byte for byte the same file afterwards.
+TEST(JobStore, AForeignSqliteDatabaseIsRefusedAndLeftAsItIs) {
+  const std::string dir = TempDir(), path = dir + "/dgca.db";
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "CREATE TABLE jobs(x text); INSERT INTO jobs VALUES('mine')", nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+  auto read = [&] {
+    std::ifstream f(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+  };
+  const std::string before = read();
+  auto store = JobStore::Open(path);
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(store.status().message().find("is an SQLite database but not a dgca job database (tables jobs, no dgca "
+                                          "schema version); it was left as it is"),
+            std::string::npos)
+      << store.status();
+  EXPECT_EQ(read(), before);
+  struct stat st;
+  EXPECT_NE(stat((path + "-wal").c_str(), &st), 0) << "a WAL file was created";
+  // An empty database file (or none) is a fresh store.
+  const std::string empty = dir + "/empty.db";
+  { std::ofstream f(empty); }
+  auto fresh = JobStore::Open(empty);
+  EXPECT_TRUE(fresh.ok()) << fresh.status();
 }
 
 TEST(JobStore, UnopenablePath) {
