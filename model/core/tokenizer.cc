@@ -106,7 +106,35 @@ Vocab Vocab::FromTokens(std::vector<std::string> tokens) {
 }
 
 StatusOr<Vocab> Vocab::Load(const std::string& path) {
-  DGCA_ASSIGN_OR_RETURN(std::string text, ReadWholeFile(path, "vocabulary"));
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return NotFoundError(path + ": cannot open vocabulary file");
+  // Read in chunks, checking the limits as the bytes arrive.
+  std::string text;
+  std::vector<char> buf(1 << 16);
+  int64_t line = 1, line_bytes = 0;
+  while (in) {
+    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+    const size_t n = static_cast<size_t>(in.gcount());
+    if (n == 0) break;
+    for (size_t i = 0; i < n; ++i) {
+      if (buf[i] == '\n') {
+        ++line;
+        line_bytes = 0;
+      } else if (++line_bytes > kMaxLineBytes) {
+        return InvalidArgumentError(
+            path + ":" + std::to_string(line) + ": vocabulary line longer than the limit of " +
+            std::to_string(kMaxLineBytes) +
+            " bytes (a BERT vocab.txt holds one short token per line); is it the right file?");
+      }
+    }
+    if (static_cast<int64_t>(text.size() + n) > kMaxFileBytes) {
+      return InvalidArgumentError(path + ": vocabulary file larger than the limit of " +
+                                  std::to_string(kMaxFileBytes) +
+                                  " bytes (a BERT vocab.txt is about 100 KiB); is it the right file?");
+    }
+    text.append(buf.data(), n);
+  }
+  if (in.bad()) return DataLossError(path + ": read error");
   if (text.empty()) return InvalidArgumentError(path + ": empty vocabulary file (expected a BERT vocab.txt, one token per line)");
   DGCA_RETURN_IF_ERROR(CheckUtf8(path, text));
   std::vector<std::string> tokens;

@@ -35,8 +35,15 @@ class Vocab {
   Vocab() = default;
 
   // Loads a BERT vocab.txt: one token per line, id = 0-based line number.
-  // Errors: missing or empty file, invalid UTF-8 (file:line:column).
+  // Errors: missing or empty file, invalid UTF-8 (file:line:column), a line
+  // longer than kMaxLineBytes (file:line) or a file larger than
+  // kMaxFileBytes, found while reading: the wrong file (one without line
+  // breaks, a symlink to /dev/zero) is an error, never an unbounded read.
   static StatusOr<Vocab> Load(const std::string& path);
+  // bert-base-chinese's vocab.txt is 107 KiB with tokens of at most 28
+  // bytes; WordPiece never matches a token of more than 100 characters.
+  static constexpr int64_t kMaxFileBytes = int64_t{64} << 20;
+  static constexpr int64_t kMaxLineBytes = 1024;
 
   // Builds from tokens in id order (tests, builders).
   static Vocab FromTokens(std::vector<std::string> tokens);

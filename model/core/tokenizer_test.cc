@@ -85,6 +85,44 @@ TEST(VocabTest, LoadSaveRoundTripAndErrors) {
   std::remove(path.c_str());
 }
 
+// The wrong file given as a vocabulary (no line breaks, or huge) is an
+// error naming the file (and line) and the limit, found while reading: before
+// the limits it was read whole, and a symlink to /dev/zero ended in
+// std::bad_alloc.
+TEST(VocabTest, OverlongLineAndOversizeFileAreErrors) {
+  const std::string path = TempPath("vocab_limits.txt");
+  struct Remove {
+    std::string p;
+    ~Remove() { std::remove(p.c_str()); }
+  } remove_at_end{path};
+  WriteFile(path, std::string(2000, 'x'));  // one line, no line break
+  auto r = Vocab::Load(path);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find(path + ":1: vocabulary line longer than the limit of 1024 bytes"),
+            std::string::npos) << r.status().message();
+  WriteFile(path, "[PAD]\n[UNK]\n" + std::string(1025, 'y') + "\nz\n");
+  r = Vocab::Load(path);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find(path + ":3:"), std::string::npos) << r.status().message();
+  // Exactly at the line limit is fine.
+  WriteFile(path, "[PAD]\n" + std::string(1024, 'y') + "\n");
+  r = Vocab::Load(path);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->size(), 2);
+  // Over the file limit with short lines.
+  {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    const std::string line = std::string(1000, 'a') + "\n";
+    for (int64_t n = 0; n <= Vocab::kMaxFileBytes; n += static_cast<int64_t>(line.size())) out << line;
+  }
+  r = Vocab::Load(path);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find(path + ": vocabulary file larger than the limit of " +
+                                      std::to_string(Vocab::kMaxFileBytes) + " bytes"),
+            std::string::npos) << r.status().message();
+}
+
 TEST(VocabTest, BertChineseVocab) {
   const std::string path = SharedData() + "/vocab/vocab.txt";
   if (access(path.c_str(), R_OK) != 0) GTEST_SKIP() << path << " not present";

@@ -71,8 +71,9 @@ int Usage(const std::string& msg) {
                "  [--hidden-dropout P] [--attention-dropout P]\n"
                "Dropout probabilities are in [0, 1) and default to 0 here, so comparisons with\n"
                "PyTorch runs without dropout stay exact (job specs default to 0.1, as HF BERT).\n"
-               "A --checkpoint-dir holding a checkpoint is resumed from; without --checkpoint-every\n"
-               "the run writes one checkpoint there at the end.\n",
+               "A --checkpoint-dir holding a checkpoint is resumed from (its 'latest' names the step\n"
+               "directory; step directories without it are an error, not a fresh start); without\n"
+               "--checkpoint-every the run writes one checkpoint there at the end.\n",
                msg.c_str());
   return 2;
 }

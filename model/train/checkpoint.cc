@@ -2,8 +2,11 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -34,13 +37,103 @@ Status WriteTextFile(const std::string& path, const std::string& text) {
   return OkStatus();
 }
 
-StatusOr<std::string> ReadTextFile(const std::string& path) {
+// Reads at most `max_bytes` of `path`: a larger file (a symlink to
+// /dev/zero, the wrong file) is DATA_LOSS naming the file and the limit,
+// never an unbounded read. `expected` says what the file should hold.
+StatusOr<std::string> ReadTextFile(const std::string& path, size_t max_bytes,
+                                   const std::string& expected) {
   std::ifstream f(path, std::ios::binary);
   if (!f) return NotFoundError(path + ": cannot open (missing?)");
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
+  std::string text(max_bytes + 1, '\0');
+  f.read(text.data(), static_cast<std::streamsize>(text.size()));
+  if (f.bad()) return DataLossError(path + ": read error");
+  text.resize(static_cast<size_t>(f.gcount()));
+  if (text.size() > max_bytes) {
+    return DataLossError(path + ": longer than the limit of " + std::to_string(max_bytes) +
+                         " bytes (expected " + expected + "); is it the right file?");
+  }
+  return text;
 }
+
+// CRC-32 (IEEE 802.3, as zlib's crc32 and Python's zlib.crc32), slice-by-8.
+class Crc32 {
+ public:
+  Crc32() {
+    static const Tables* const kTables = new Tables();
+    t_ = kTables;
+  }
+  void Update(const unsigned char* p, size_t n) {
+    uint32_t c = ~crc_;
+    while (n >= 8) {
+      const uint32_t lo = c ^ (uint32_t{p[0]} | uint32_t{p[1]} << 8 | uint32_t{p[2]} << 16 |
+                               uint32_t{p[3]} << 24);
+      const uint32_t hi = uint32_t{p[4]} | uint32_t{p[5]} << 8 | uint32_t{p[6]} << 16 |
+                          uint32_t{p[7]} << 24;
+      c = t_->t[7][lo & 0xff] ^ t_->t[6][(lo >> 8) & 0xff] ^ t_->t[5][(lo >> 16) & 0xff] ^
+          t_->t[4][lo >> 24] ^ t_->t[3][hi & 0xff] ^ t_->t[2][(hi >> 8) & 0xff] ^
+          t_->t[1][(hi >> 16) & 0xff] ^ t_->t[0][hi >> 24];
+      p += 8;
+      n -= 8;
+    }
+    while (n-- > 0) c = t_->t[0][(c ^ *p++) & 0xff] ^ (c >> 8);
+    crc_ = ~c;
+  }
+  uint32_t value() const { return crc_; }
+
+ private:
+  struct Tables {
+    uint32_t t[8][256];
+    Tables() {
+      for (uint32_t i = 0; i < 256; ++i) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+        t[0][i] = c;
+      }
+      for (uint32_t i = 0; i < 256; ++i) {
+        for (int s = 1; s < 8; ++s) t[s][i] = t[0][t[s - 1][i] & 0xff] ^ (t[s - 1][i] >> 8);
+      }
+    }
+  };
+  const Tables* t_;
+  uint32_t crc_ = 0;
+};
+
+// What state.json records of each data file of a step directory.
+struct FileDigest {
+  int64_t bytes = 0;
+  uint32_t crc32 = 0;
+};
+
+std::string Hex32(uint32_t x) {
+  char buf[16];
+  std::snprintf(buf, sizeof(buf), "%08x", x);
+  return buf;
+}
+
+StatusOr<FileDigest> DigestFile(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return NotFoundError(path + ": cannot open (missing?)");
+  FileDigest d;
+  Crc32 crc;
+  std::vector<char> buf(1 << 20);
+  while (f) {
+    f.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+    const std::streamsize n = f.gcount();
+    if (n <= 0) break;
+    crc.Update(reinterpret_cast<const unsigned char*>(buf.data()), static_cast<size_t>(n));
+    d.bytes += n;
+  }
+  if (f.bad()) return DataLossError(path + ": read error");
+  d.crc32 = crc.value();
+  return d;
+}
+
+// The data files of a step directory whose digests state.json records.
+constexpr const char* kModelFile = "model.safetensors";
+constexpr const char* kOptimizerFile = "optimizer.safetensors";
+// `latest` is one short line; state.json a few hundred bytes.
+constexpr size_t kMaxLatestBytes = 4096;
+constexpr size_t kMaxStateBytes = 1 << 20;
 
 // Validates `file` against the expected names/shapes; `prefix` is prepended
 // to each ParamStore name ("" for weights, "m." / "v." for moments).
@@ -68,6 +161,36 @@ Status CheckTensors(const std::string& path, const SafetensorsFile& file,
     if (!expected.count(kv.first)) {
       return InvalidArgumentError(path + ": unknown tensor '" + kv.first +
                                   "' (not a parameter of this model)");
+    }
+  }
+  return OkStatus();
+}
+
+// Every element finite (and >= 0 where `nonnegative`: Adam's second
+// moments); otherwise DATA_LOSS naming the file, the tensor and the first
+// bad element. Training from a NaN weight would only print NaN norms.
+Status CheckFinite(const std::string& path, const SafetensorsFile& file, const ParamStore& params,
+                   const std::string& prefix, bool nonnegative) {
+  for (int i = 0; i < params.size(); ++i) {
+    const std::string name = prefix + params.info(i).name;
+    const Tensor& t = file.tensors.at(name);
+    for (size_t k = 0; k < t.data.size(); ++k) {
+      const float x = t.data[k];
+      if (std::isfinite(x) && (!nonnegative || x >= 0.0f)) continue;
+      char val[32];
+      if (std::isnan(x)) {
+        std::snprintf(val, sizeof(val), "NaN");
+      } else if (std::isinf(x)) {
+        std::snprintf(val, sizeof(val), "%s", x > 0 ? "+inf" : "-inf");
+      } else {
+        std::snprintf(val, sizeof(val), "%g", static_cast<double>(x));
+      }
+      return DataLossError(path + ": tensor '" + name + "' (shape " + ShapeString(t.shape) +
+                           ") element " + std::to_string(k) + " (flat index) is " + val +
+                           (std::isfinite(x) ? " (an Adam second moment must be >= 0)"
+                                             : " (not finite)") +
+                           ": the checkpoint is corrupted; resume from an earlier step directory "
+                           "or start afresh");
     }
   }
   return OkStatus();
@@ -168,6 +291,17 @@ StatusOr<std::string> SaveCheckpoint(const std::string& dir, const ParamStore& p
     AppendJsonString(state.attention_kernels, &js);
     js += ",\n";
   }
+  // Size and CRC-32 of each data file as written (read back from the page
+  // cache), checked by LoadCheckpoint: a corrupted byte is refused before
+  // any training on it. Checkpoints written before this load without them.
+  js += "  \"files\": {";
+  for (const char* file : {kModelFile, kOptimizerFile}) {
+    if (adam == nullptr && file == kOptimizerFile) continue;
+    DGCA_ASSIGN_OR_RETURN(FileDigest d, DigestFile(tmp_dir + "/" + file));
+    js += std::string(file == kModelFile ? "" : ", ") + "\"" + file + "\": {\"bytes\": " +
+          std::to_string(d.bytes) + ", \"crc32\": \"" + Hex32(d.crc32) + "\"}";
+  }
+  js += "},\n";
   js += "  \"config\": {";
   bool first = true;
   for (const auto& kv : ConfigFingerprint(cfg)) {
@@ -189,8 +323,33 @@ StatusOr<std::string> SaveCheckpoint(const std::string& dir, const ParamStore& p
 StatusOr<std::string> LatestCheckpoint(const std::string& dir) {
   const std::string path = dir + "/latest";
   std::error_code ec;
-  if (!fs::exists(path, ec)) return NotFoundError(path + ": no checkpoint yet");
-  DGCA_ASSIGN_OR_RETURN(std::string text, ReadTextFile(path));
+  if (!fs::exists(path, ec)) {
+    // Step directories without the pointer (deleted, or lost with a copy):
+    // starting afresh would train from random weights and then overwrite
+    // `latest`, silently discarding them. Refuse and say how to go on.
+    std::vector<std::string> steps;
+    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+      const std::string name = it->path().filename().string();
+      bool is_step = name.size() == 13 && name.rfind("step-", 0) == 0;
+      for (size_t i = 5; is_step && i < name.size(); ++i) is_step = name[i] >= '0' && name[i] <= '9';
+      std::error_code dir_ec;
+      if (is_step && it->is_directory(dir_ec)) steps.push_back(name);
+    }
+    if (steps.empty()) return NotFoundError(path + ": no checkpoint yet");
+    std::sort(steps.begin(), steps.end());
+    std::string list;
+    for (size_t i = 0; i < steps.size() && i < 5; ++i) list += (i ? ", " : "") + steps[i];
+    if (steps.size() > 5) {
+      list += ", ... " + steps.back() + " (" + std::to_string(steps.size()) + " in all)";
+    }
+    return FailedPreconditionError(
+        "checkpoint directory " + dir + " has no 'latest' file but holds step directories (" +
+        list + "); refusing to start afresh over them. To resume from the newest, restore the "
+        "pointer: echo " + steps.back() + " > " + path + " (any listed step works); to start a "
+        "new run, use an empty checkpoint directory (or move the step directories away)");
+  }
+  DGCA_ASSIGN_OR_RETURN(std::string text,
+                        ReadTextFile(path, kMaxLatestBytes, "one line 'step-NNNNNNNN'"));
   while (!text.empty() && (text.back() == '\n' || text.back() == '\r' || text.back() == ' ')) {
     text.pop_back();
   }
@@ -212,10 +371,14 @@ struct StateFile {
   CheckpointState state;
   int64_t adam_step = 0;
   JsonValue js;
+  // "files": data file name -> its recorded digest (empty: an older
+  // checkpoint, nothing to verify).
+  std::map<std::string, FileDigest> files;
 };
 
 StatusOr<StateFile> ReadStateFile(const std::string& state_path) {
-  DGCA_ASSIGN_OR_RETURN(std::string text, ReadTextFile(state_path));
+  DGCA_ASSIGN_OR_RETURN(std::string text,
+                        ReadTextFile(state_path, kMaxStateBytes, "a checkpoint's JSON state"));
   StateFile sf;
   DGCA_ASSIGN_OR_RETURN(sf.js, ParseJson(text, state_path));
   const JsonValue& js = sf.js;
@@ -253,7 +416,49 @@ StatusOr<StateFile> ReadStateFile(const std::string& state_path) {
     }
     st.attention_kernels = a->string;
   }
+  // Optional (checkpoints written before it have none).
+  if (const JsonValue* files = js.Find("files"); files != nullptr) {
+    if (!files->is_object()) return DataLossError(state_path + ": field 'files' must be an object");
+    for (const auto& [name, entry] : files->object) {
+      const std::string where = state_path + ": files['" + name + "']";
+      if (name != kModelFile && name != kOptimizerFile) {
+        return DataLossError(where + ": unknown file (expected " + kModelFile + " or " +
+                             kOptimizerFile + ")");
+      }
+      FileDigest d;
+      const JsonValue* crc = entry.Find("crc32");
+      if (!ParseI64(entry.Find("bytes"), &d.bytes) || d.bytes < 0) {
+        return DataLossError(where + ": missing or invalid integer field 'bytes'");
+      }
+      bool hex = crc != nullptr && crc->is_string() && crc->string.size() == 8;
+      for (size_t i = 0; hex && i < 8; ++i) hex = std::isxdigit(static_cast<unsigned char>(crc->string[i]));
+      if (!hex) return DataLossError(where + ": field 'crc32' must be 8 hex digits");
+      d.crc32 = static_cast<uint32_t>(std::strtoul(crc->string.c_str(), nullptr, 16));
+      if (!sf.files.emplace(name, d).second) return DataLossError(where + ": listed twice");
+    }
+    if (!sf.files.count(kModelFile)) {
+      return DataLossError(state_path + ": field 'files' lacks " + std::string(kModelFile));
+    }
+  }
   return sf;
+}
+
+// The size and CRC-32 of `step_dir`/`name` against state.json's record
+// (nothing to check when it has none).
+Status VerifyFile(const StateFile& sf, const std::string& state_path, const std::string& step_dir,
+                  const std::string& name) {
+  auto it = sf.files.find(name);
+  if (it == sf.files.end()) return OkStatus();
+  const std::string path = step_dir + "/" + name;
+  DGCA_ASSIGN_OR_RETURN(FileDigest got, DigestFile(path));
+  const FileDigest& want = it->second;
+  if (got.bytes != want.bytes || got.crc32 != want.crc32) {
+    return DataLossError(path + ": corrupted: " + std::to_string(got.bytes) + " bytes with CRC-32 " +
+                         Hex32(got.crc32) + ", but " + state_path + " records " +
+                         std::to_string(want.bytes) + " bytes with CRC-32 " + Hex32(want.crc32) +
+                         "; resume from an earlier step directory or start afresh");
+  }
+  return OkStatus();
 }
 
 // NOT_FOUND unless `step_dir` is a directory holding every one of `paths`.
@@ -308,12 +513,25 @@ Status LoadCheckpoint(const std::string& step_dir, const ModelConfig& cfg, Param
     }
   }
 
+  // The files' recorded digests (when state.json has them) before parsing:
+  // a torn or flipped byte is named as such, not as whatever it decodes to.
+  DGCA_RETURN_IF_ERROR(VerifyFile(sf, state_path, step_dir, kModelFile));
+  if (adam != nullptr) {
+    if (!sf.files.empty() && !sf.files.count(kOptimizerFile)) {
+      return DataLossError(state_path + ": field 'files' lacks " + std::string(kOptimizerFile) +
+                           " (needed to resume the optimizer)");
+    }
+    DGCA_RETURN_IF_ERROR(VerifyFile(sf, state_path, step_dir, kOptimizerFile));
+  }
   DGCA_ASSIGN_OR_RETURN(SafetensorsFile model, ReadSafetensors(model_path));
   DGCA_RETURN_IF_ERROR(CheckTensors(model_path, model, *params, {""}));
+  DGCA_RETURN_IF_ERROR(CheckFinite(model_path, model, *params, "", false));
   SafetensorsFile opt;
   if (adam != nullptr) {
     DGCA_ASSIGN_OR_RETURN(opt, ReadSafetensors(opt_path));
     DGCA_RETURN_IF_ERROR(CheckTensors(opt_path, opt, *params, {"m.", "v."}));
+    DGCA_RETURN_IF_ERROR(CheckFinite(opt_path, opt, *params, "m.", false));
+    DGCA_RETURN_IF_ERROR(CheckFinite(opt_path, opt, *params, "v.", true));
   }
   // All validated: copy.
   for (int i = 0; i < params->size(); ++i) {

@@ -9,7 +9,11 @@
 //   state.json             {"step", "loader_step", "seed", "rng_state",
 //                           "adam_step", "config": {fingerprint}} and, for
 //                           fp16 runs, "loss_scale", "loss_scale_tracker";
-//                           for CUDA runs, "attention" (the kernels run)
+//                           for CUDA runs, "attention" (the kernels run);
+//                           "files": {"model.safetensors": {"bytes": N,
+//                           "crc32": "8 hex digits"}, "optimizer.safetensors":
+//                           ...}, the data files as written (checkpoints
+//                           from before it have none and load unverified)
 // The directory is written under a temporary name and renamed, then
 // DIR/latest (one line: "step-NNNNNNNN") is replaced atomically, so a crash
 // leaves either the old or the new checkpoint, never a torn one.
@@ -57,8 +61,13 @@ StatusOr<std::string> SaveCheckpoint(const std::string& dir, const ParamStore& p
                                      const AdamW* adam, const ModelConfig& cfg,
                                      const CheckpointState& state);
 
-// DIR/<contents of DIR/latest>; NOT_FOUND when DIR/latest does not exist,
-// DATA_LOSS when it names no directory.
+// DIR/<contents of DIR/latest>; NOT_FOUND when DIR/latest does not exist
+// and DIR holds no step-NNNNNNNN directory (a fresh start);
+// FAILED_PRECONDITION when DIR/latest is missing but step directories exist
+// (naming them and how to go on: restore `latest` or use an empty
+// directory); DATA_LOSS when it names no directory or is longer than 4096
+// bytes (never read further: a symlink to /dev/zero is an error, not an
+// endless read).
 StatusOr<std::string> LatestCheckpoint(const std::string& dir);
 
 // The state.json of a step directory alone (no weights read), validated as
@@ -70,7 +79,11 @@ StatusOr<CheckpointState> ReadCheckpointState(const std::string& step_dir);
 // when not null). Everything is validated before anything is copied: missing
 // files, malformed safetensors (the reader's error, naming the file), unknown
 // or missing tensor names, wrong shapes ("expected [..], got [..]"), a config
-// fingerprint that differs from `cfg` (naming the field). Errors name the file.
+// fingerprint that differs from `cfg` (naming the field), a data file whose
+// size or CRC-32 differs from state.json's "files" record (when present), a
+// weight or Adam moment that is not finite (or a negative second moment),
+// naming the tensor and its first bad element. Errors name the file
+// (DATA_LOSS for corruption). state.json is read up to 1 MiB.
 Status LoadCheckpoint(const std::string& step_dir, const ModelConfig& cfg, ParamStore* params,
                       AdamW* adam, CheckpointState* state);
 

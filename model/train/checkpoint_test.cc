@@ -37,6 +37,23 @@ bool Contains(const Status& s, const std::string& what) {
   return s.message().find(what) != std::string::npos;
 }
 
+// `n` bytes of `path` from `offset` overwritten with `byte`.
+void Overwrite(const std::string& path, int64_t offset, int n, char byte) {
+  std::fstream f(path, std::ios::binary | std::ios::in | std::ios::out);
+  f.seekp(offset);
+  f << std::string(n, byte);
+}
+
+// state.json as written before the file checksums: its "files" line removed.
+void StripFileDigests(const std::string& step_dir) {
+  const std::string path = step_dir + "/state.json";
+  std::string text = testutil::ReadFile(path);
+  const size_t at = text.find("  \"files\": ");
+  ASSERT_NE(at, std::string::npos) << text;
+  text.erase(at, text.find('\n', at) + 1 - at);
+  testutil::WriteFile(path, text);
+}
+
 class CheckpointTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -118,6 +135,149 @@ TEST_F(CheckpointTest, MissingLatestAndBadLatest) {
   EXPECT_TRUE(Contains(bad.status(), "step-99999999")) << bad.status().ToString();
 }
 
+// A checkpoint directory whose `latest` is gone but whose step directories
+// are there is not a fresh start (that trained from random weights and then
+// replaced `latest`): an error naming the directory, the steps and the way on.
+TEST_F(CheckpointTest, MissingLatestWithStepDirectoriesIsAnError) {
+  state_.step = 10;
+  ASSERT_TRUE(SaveCheckpoint(dir_, ps_, adam_.get(), Cfg(), state_).ok());
+  fs::remove(dir_ + "/latest");
+  fs::create_directories(dir_ + "/.step-00000011.tmp.123");  // an unfinished save: not listed
+  fs::create_directories(dir_ + "/step-notastep");
+  auto r = LatestCheckpoint(dir_);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition) << r.status().ToString();
+  EXPECT_TRUE(Contains(r.status(), "checkpoint directory " + dir_ + " has no 'latest' file"))
+      << r.status().ToString();
+  EXPECT_TRUE(Contains(r.status(), "(step-00000002, step-00000010)")) << r.status().ToString();
+  EXPECT_TRUE(Contains(r.status(), "echo step-00000010 > " + dir_ + "/latest"))
+      << r.status().ToString();
+  EXPECT_TRUE(Contains(r.status(), "empty checkpoint directory")) << r.status().ToString();
+  // Only things that are not step directories: still a fresh start.
+  const std::string other = TempDir();
+  fs::create_directories(other + "/step-notastep");
+  testutil::WriteFile(other + "/vocab.txt", "[PAD]\n");
+  testutil::WriteFile(other + "/step-00000003", "a file, not a directory");
+  EXPECT_EQ(LatestCheckpoint(other).status().code(), StatusCode::kNotFound);
+}
+
+// `latest` and state.json are read up to a limit, never to the end of
+// whatever they are (a symlink to /dev/zero ended in std::bad_alloc).
+TEST_F(CheckpointTest, OversizeLatestAndStateAreErrors) {
+  testutil::WriteFile(dir_ + "/latest", std::string(5000, 's'));
+  auto r = LatestCheckpoint(dir_);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kDataLoss) << r.status().ToString();
+  EXPECT_TRUE(Contains(r.status(), dir_ + "/latest: longer than the limit of 4096 bytes"))
+      << r.status().ToString();
+  testutil::WriteFile(step_dir_ + "/state.json", "{" + std::string(2 << 20, ' ') + "}");
+  Status s = LoadFresh();
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss) << s.ToString();
+  EXPECT_TRUE(Contains(s, step_dir_ + "/state.json: longer than the limit of 1048576 bytes"))
+      << s.ToString();
+}
+
+// 64 bytes of the weights overwritten with 0xff (NaN floats), as a disk or
+// copy error would: refused by the CRC-32 that state.json records.
+TEST_F(CheckpointTest, CorruptedWeightsAreRefusedByTheirChecksum) {
+  const std::string p = step_dir_ + "/model.safetensors";
+  const std::string state = testutil::ReadFile(step_dir_ + "/state.json");
+  EXPECT_NE(state.find("\"model.safetensors\": {\"bytes\": " + std::to_string(fs::file_size(p)) +
+                       ", \"crc32\": \""),
+            std::string::npos) << state;
+  Overwrite(p, static_cast<int64_t>(fs::file_size(p)) / 2, 64, '\xff');
+  ParamStore ps;
+  Declare(&ps);
+  AdamW adam(&ps, AdamWOptions{});
+  CheckpointState st;
+  Status s = LoadCheckpoint(step_dir_, Cfg(), &ps, &adam, &st);
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss) << s.ToString();
+  EXPECT_TRUE(Contains(s, p + ": corrupted")) << s.ToString();
+  EXPECT_TRUE(Contains(s, "CRC-32")) << s.ToString();
+  EXPECT_TRUE(Contains(s, step_dir_ + "/state.json records")) << s.ToString();
+  for (int64_t k = 0; k < ps.total_numel(); ++k) ASSERT_EQ(ps.values()[k], 0.0f) << k;
+  // The optimizer file too: one flipped bit of a moment.
+  ASSERT_TRUE(SaveCheckpoint(dir_, ps_, adam_.get(), Cfg(), state_).ok());
+  ASSERT_TRUE(LoadFresh().ok());
+  const std::string o = step_dir_ + "/optimizer.safetensors";
+  std::string bytes = testutil::ReadFile(o);
+  bytes[bytes.size() - 5] ^= 0x01;
+  testutil::WriteFile(o, bytes);
+  s = LoadFresh();
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss) << s.ToString();
+  EXPECT_TRUE(Contains(s, o + ": corrupted")) << s.ToString();
+}
+
+// The CRC-32 is zlib's (IEEE): the recorded value can be checked with any
+// tool (python3 -c 'import zlib; print(hex(zlib.crc32(open(F,"rb").read())))').
+TEST_F(CheckpointTest, RecordedChecksumIsZlibCrc32) {
+  // Known value: CRC-32 of "123456789" is cbf43926.
+  const std::string dir = TempDir();
+  ParamStore ps;
+  Declare(&ps);
+  auto d = SaveCheckpoint(dir, ps, nullptr, Cfg(), state_);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  // Replace the weights file by "123456789" and record it by hand: loading
+  // then fails in the safetensors reader, not in the checksum.
+  testutil::WriteFile(*d + "/model.safetensors", "123456789");
+  std::string js = testutil::ReadFile(*d + "/state.json");
+  const size_t at = js.find("  \"files\": ");
+  ASSERT_NE(at, std::string::npos);
+  js.replace(at, js.find('\n', at) - at,
+             "  \"files\": {\"model.safetensors\": {\"bytes\": 9, \"crc32\": \"cbf43926\"}},");
+  testutil::WriteFile(*d + "/state.json", js);
+  Status s = LoadCheckpoint(*d, Cfg(), &ps, nullptr, nullptr);
+  ASSERT_FALSE(s.ok());
+  EXPECT_FALSE(Contains(s, "CRC-32")) << s.ToString();
+  EXPECT_TRUE(Contains(s, *d + "/model.safetensors")) << s.ToString();
+}
+
+// Without recorded checksums (a checkpoint from before them), weights and
+// moments that are not finite are still refused, naming the file, the tensor
+// and the first bad element; such a checkpoint otherwise loads.
+TEST_F(CheckpointTest, NonFiniteValuesAreRefusedWithoutChecksums) {
+  StripFileDigests(step_dir_);
+  ASSERT_TRUE(LoadFresh().ok()) << LoadFresh().ToString();  // backward compatible
+  const std::string p = step_dir_ + "/model.safetensors";
+  // The data section ends the file; its last tensor (names sorted) is
+  // detector.weight [4]: elements 1 and 2 become 0xffffffff (NaN).
+  Overwrite(p, static_cast<int64_t>(fs::file_size(p)) - 12, 8, '\xff');
+  Status s = LoadFresh();
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss) << s.ToString();
+  EXPECT_TRUE(Contains(s, p + ": tensor 'detector.weight' (shape [4]) element 1 (flat index) is NaN"))
+      << s.ToString();
+  EXPECT_TRUE(Contains(s, "not finite")) << s.ToString();
+  // Infinite first moment, negative second moment.
+  std::vector<TensorView> views;
+  std::vector<std::vector<float>> keep;
+  keep.reserve(2 * ps_.size());  // the views point into it
+  for (int i = 0; i < ps_.size(); ++i) {
+    const ParamInfo& info = ps_.info(i);
+    keep.emplace_back(adam_->m().data() + info.offset, adam_->m().data() + info.offset + info.numel);
+    if (info.name == "cls.predictions.bias") keep.back()[3] = INFINITY;
+    views.push_back({"m." + info.name, info.shape, keep.back().data()});
+    keep.emplace_back(adam_->v().data() + info.offset, adam_->v().data() + info.offset + info.numel);
+    views.push_back({"v." + info.name, info.shape, keep.back().data()});
+  }
+  ASSERT_TRUE(SaveCheckpoint(dir_, ps_, adam_.get(), Cfg(), state_).ok());  // good weights again
+  StripFileDigests(step_dir_);
+  const std::string o = step_dir_ + "/optimizer.safetensors";
+  ASSERT_TRUE(WriteSafetensors(o, views).ok());
+  s = LoadFresh();
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss) << s.ToString();
+  EXPECT_TRUE(Contains(s, o + ": tensor 'm.cls.predictions.bias' (shape [10]) element 3 (flat index) is +inf"))
+      << s.ToString();
+  for (int i = 0; i < ps_.size(); ++i) {  // keep[2i] is m, keep[2i+1] v of parameter i
+    if (ps_.info(i).name == "cls.predictions.bias") keep[2 * i][3] = 0.5f;
+    if (ps_.info(i).name == "detector.weight") keep[2 * i + 1][2] = -1.0f;
+  }
+  ASSERT_TRUE(WriteSafetensors(o, views).ok());
+  s = LoadFresh();
+  EXPECT_TRUE(Contains(s, o + ": tensor 'v.detector.weight' (shape [4]) element 2 (flat index) is -1 "
+                          "(an Adam second moment must be >= 0)"))
+      << s.ToString();
+}
+
 TEST_F(CheckpointTest, MissingFiles) {
   fs::remove(step_dir_ + "/optimizer.safetensors");
   Status s = LoadFresh();
@@ -146,6 +306,7 @@ TEST_F(CheckpointTest, GarbageSafetensorsNamesFile) {
 }
 
 TEST_F(CheckpointTest, UnknownTensorNamed) {
+  StripFileDigests(step_dir_);  // the tensor checks, not the file's checksum
   std::vector<TensorView> views;
   float extra[2] = {1, 2};
   for (int i = 0; i < ps_.size(); ++i) views.push_back({ps_.info(i).name, ps_.info(i).shape, ps_.value(i)});
@@ -158,6 +319,7 @@ TEST_F(CheckpointTest, UnknownTensorNamed) {
 }
 
 TEST_F(CheckpointTest, WrongShapeNamesExpectedAndGot) {
+  StripFileDigests(step_dir_);  // the tensor checks, not the file's checksum
   std::vector<TensorView> views;
   for (int i = 0; i < ps_.size(); ++i) {
     std::vector<int64_t> shape = ps_.info(i).shape;
@@ -171,6 +333,7 @@ TEST_F(CheckpointTest, WrongShapeNamesExpectedAndGot) {
 }
 
 TEST_F(CheckpointTest, MissingTensorNamed) {
+  StripFileDigests(step_dir_);  // the tensor checks, not the file's checksum
   std::vector<TensorView> views;
   for (int i = 0; i < ps_.size() - 1; ++i) {
     views.push_back({ps_.info(i).name, ps_.info(i).shape, ps_.value(i)});
@@ -215,7 +378,15 @@ TEST_F(CheckpointTest, UnwritableDirIsAnError) {
 // loading gives either a state that keeps its invariants or an error naming
 // the file, and after an error the parameters are untouched (everything is
 // validated before anything is copied). Run under tools/sanitize.sh too.
-TEST_F(CheckpointTest, MutatedFilesAreRefusedBeforeAnythingIsCopied) {
+// With the files' checksums in state.json (as written now), every changed
+// byte of a data file is refused; without them (older checkpoints) the
+// readers' and the finiteness checks alone stand, and a flipped weight bit
+// that stays finite loads.
+class MutatedCheckpointTest : public CheckpointTest, public ::testing::WithParamInterface<bool> {};
+
+TEST_P(MutatedCheckpointTest, MutatedFilesAreRefusedBeforeAnythingIsCopied) {
+  const bool digests = GetParam();
+  if (!digests) StripFileDigests(step_dir_);
   std::mt19937_64 rng(7);
   for (const std::string file : {"state.json", "model.safetensors", "optimizer.safetensors"}) {
     const std::string path = step_dir_ + "/" + file;
@@ -224,7 +395,8 @@ TEST_F(CheckpointTest, MutatedFilesAreRefusedBeforeAnythingIsCopied) {
     int accepted = 0;
     constexpr int kMutations = 400;
     for (int i = 0; i < kMutations; ++i) {
-      testutil::WriteFile(path, testutil::MutateBytes(original, &rng));
+      const std::string mutated = testutil::MutateBytes(original, &rng);
+      testutil::WriteFile(path, mutated);
       ParamStore ps;
       Declare(&ps);
       for (int64_t k = 0; k < ps.total_numel(); ++k) ps.values()[k] = 42.0f;
@@ -234,6 +406,7 @@ TEST_F(CheckpointTest, MutatedFilesAreRefusedBeforeAnythingIsCopied) {
       SCOPED_TRACE(file + " mutation " + std::to_string(i));
       if (s.ok()) {
         ++accepted;
+        if (digests && file != "state.json") EXPECT_EQ(mutated, original) << "a changed " << file << " loaded";
         EXPECT_GE(st.step, 0);
         EXPECT_GE(st.loader_step, 0);
         EXPECT_TRUE(st.loss_scale == 0 || (std::isfinite(st.loss_scale) && st.loss_scale > 0));
@@ -247,11 +420,16 @@ TEST_F(CheckpointTest, MutatedFilesAreRefusedBeforeAnythingIsCopied) {
       if (HasFailure()) break;
     }
     testutil::WriteFile(path, original);
-    EXPECT_GT(accepted, 0) << file;  // a flipped weight bit still loads
+    if (!digests || file == "state.json") EXPECT_GT(accepted, 0) << file;  // a flipped weight bit still loads
     EXPECT_LT(accepted, kMutations) << file;
   }
   EXPECT_TRUE(LoadFresh().ok());
 }
+
+INSTANTIATE_TEST_SUITE_P(Digests, MutatedCheckpointTest, ::testing::Values(true, false),
+                         [](const ::testing::TestParamInfo<bool>& i) {
+                           return std::string(i.param ? "WithChecksums" : "WithoutChecksums");
+                         });
 
 // fp16 runs keep their dynamic loss scale; other runs write none.
 TEST_F(CheckpointTest, LossScaleRoundTripsAndIsValidated) {

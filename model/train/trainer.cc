@@ -55,6 +55,25 @@ class Logger {
   int rank_;
 };
 
+// The special tokens a training batch is built from (model/core/data.cc
+// BuildBatch: [PAD] fills, [CLS] starts the row and the prompt slots, [SEP]
+// ends the halves, [MASK] the targets and MFT; Vocab::Lookup maps unknown
+// characters to [UNK]). A vocabulary without one would fall back to BERT's
+// fixed id, which may be outside it: refused here, naming them and the file.
+Status CheckSpecialTokens(const Vocab& vocab, const std::string& path) {
+  std::string missing;
+  int n = 0;
+  for (const char* t : {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"}) {
+    if (vocab.Contains(t)) continue;
+    missing += std::string(n++ ? ", " : "") + t;
+  }
+  if (n == 0) return OkStatus();
+  return InvalidArgumentError(path + ": the vocabulary (" + std::to_string(vocab.size()) +
+                              " tokens) lacks the special token" + (n > 1 ? "s " : " ") + missing +
+                              " that training needs ([PAD], [UNK], [CLS], [SEP] and [MASK], "
+                              "one line each, as in BERT's vocab.txt)");
+}
+
 Status ValidateConfig(const TrainConfig& c) {
   if (c.train_path.empty()) return InvalidArgumentError("train: data.train (train_path) is empty");
   if (c.steps <= 0) return InvalidArgumentError("train: steps must be > 0, got " + std::to_string(c.steps));
@@ -147,8 +166,10 @@ StatusOr<TrainResult> Train(const TrainConfig& config, Communicator* comm,
       config.checkpoint_dir.empty() ? "" : config.checkpoint_dir + "/vocab.txt";
   if (!config.vocab_path.empty()) {
     DGCA_ASSIGN_OR_RETURN(vocab, Vocab::Load(config.vocab_path));
+    DGCA_RETURN_IF_ERROR(CheckSpecialTokens(vocab, config.vocab_path));
   } else if (!saved_vocab.empty() && fs::exists(saved_vocab)) {
     DGCA_ASSIGN_OR_RETURN(vocab, Vocab::Load(saved_vocab));
+    DGCA_RETURN_IF_ERROR(CheckSpecialTokens(vocab, saved_vocab));
     log("vocab: " + std::to_string(vocab.size()) + " tokens from " + saved_vocab);
   } else {
     DGCA_ASSIGN_OR_RETURN(vocab, Vocab::BuildFromExamples({config.train_path}));

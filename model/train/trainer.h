@@ -85,11 +85,15 @@ struct TrainResult {
 // Behaviour (model/train/trainer.cc):
 // - Vocabulary: vocab_path; else checkpoint_dir/vocab.txt when present (a
 //   resumed run keeps its ids); else built from train_path (and saved to
-//   checkpoint_dir/vocab.txt by rank 0). model.vocab_size is set from it.
+//   checkpoint_dir/vocab.txt by rank 0). model.vocab_size is set from it. A
+//   loaded vocabulary must hold [PAD], [UNK], [CLS], [SEP] and [MASK]
+//   (INVALID_ARGUMENT naming the file and the missing ones).
 // - Confusion set (candidate head only): confusion_path JSON, else Unihan.
 // - Start: resume_from (a step dir, or a dir with `latest`), else
 //   checkpoint_dir/latest when present, else init_from (HF safetensors), else
-//   random from `seed`. Then rank 0's weights and Adam moments are broadcast.
+//   random from `seed`. A checkpoint_dir holding step-NNNNNNNN directories
+//   but no `latest` is FAILED_PRECONDITION (LatestCheckpoint), not a fresh
+//   start. Then rank 0's weights and Adam moments are broadcast.
 // - Step: zero grads; `accumulation` micro-batches with grad scale 1/k; the
 //   bucketed average all-reduce runs only on the last one (overlapped with
 //   its backward when `overlap`); clip (clip_norm > 0); AdamW at the

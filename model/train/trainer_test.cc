@@ -129,5 +129,60 @@ TEST(TrainerTest, BadInputsAreClearErrors) {
   EXPECT_NE(r.status().message().find("ffn"), std::string::npos) << r.status().ToString();
 }
 
+// A vocabulary without the special tokens the batches are built from was
+// accepted and failed at step 1 ("batch.input_ids[0] ... = 101 outside [0,
+// vocab_size=2)"): refused before training, naming the file and the tokens.
+TEST(TrainerTest, VocabWithoutSpecialTokensIsRefused) {
+  if (!HaveData()) GTEST_SKIP() << "no " << DataDir() << "/ecspell/train_law.txt";
+  const std::string dir = TempDir();
+  TrainConfig c = TinyConfig();
+  c.steps = 1;
+  c.vocab_path = dir + "/vocab.txt";
+  WriteFile(c.vocab_path, "[PAD]\n[UNK]\n");
+  auto r = Train(c, nullptr, nullptr);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << r.status().ToString();
+  EXPECT_NE(r.status().message().find(c.vocab_path + ": the vocabulary (2 tokens) lacks the "
+                                      "special tokens [CLS], [SEP], [MASK]"),
+            std::string::npos) << r.status().ToString();
+  WriteFile(c.vocab_path, "[CLS]\n[SEP]\n[MASK]\n[UNK]\n法\n");
+  r = Train(c, nullptr, nullptr);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("lacks the special token [PAD] that"), std::string::npos)
+      << r.status().ToString();
+  // The vocabulary saved next to the checkpoints is held to the same.
+  c.vocab_path.clear();
+  c.checkpoint_dir = dir + "/ck";
+  std::filesystem::create_directories(c.checkpoint_dir);
+  WriteFile(c.checkpoint_dir + "/vocab.txt", "[PAD]\n[UNK]\n[CLS]\n[SEP]\n");
+  r = Train(c, nullptr, nullptr);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find(c.checkpoint_dir + "/vocab.txt: the vocabulary (4 tokens) "
+                                      "lacks the special token [MASK]"),
+            std::string::npos) << r.status().ToString();
+}
+
+// `latest` deleted while the step directories stay was a silent fresh start
+// (random init, then `latest` rewritten): now an error naming both.
+TEST(TrainerTest, MissingLatestWithStepDirectoriesIsNotAFreshStart) {
+  if (!HaveData()) GTEST_SKIP() << "no " << DataDir() << "/ecspell/train_law.txt";
+  TrainConfig c = TinyConfig();
+  c.steps = 1;
+  c.checkpoint_dir = TempDir();
+  c.checkpoint_every = 1;
+  ASSERT_TRUE(Train(c, nullptr, nullptr).ok());
+  ASSERT_TRUE(std::filesystem::remove(c.checkpoint_dir + "/latest"));
+  c.steps = 2;
+  Recorder rec;
+  auto r = Train(c, nullptr, &rec);
+  ASSERT_FALSE(r.ok()) << "trained " << rec.losses.size() << " steps";
+  EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition) << r.status().ToString();
+  EXPECT_NE(r.status().message().find(c.checkpoint_dir + " has no 'latest' file but holds step "
+                                      "directories (step-00000001)"),
+            std::string::npos) << r.status().ToString();
+  EXPECT_TRUE(rec.losses.empty());
+  EXPECT_FALSE(std::filesystem::exists(c.checkpoint_dir + "/latest"));
+}
+
 }  // namespace
 }  // namespace dgca
