@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -72,12 +73,16 @@ std::string CandidateLabel(const v1::Plan& p) {
                          p.accumulation(), p.bucket_mb());
 }
 
-std::string ReadFileOrEmpty(const std::string& path) {
+// At most max_bytes of `path` ("" when it cannot be read): never an
+// unbounded read of whatever the path names (a `latest` linked to
+// /dev/zero would otherwise take the coordinator's memory).
+std::string ReadFileOrEmpty(const std::string& path, size_t max_bytes = size_t{1} << 20) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return "";
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  std::string text(max_bytes, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(in.gcount() > 0 ? static_cast<size_t>(in.gcount()) : 0);
+  return text;
 }
 
 // Kills the process group of a recorded rank when /proc/PID/cmdline still
@@ -2027,10 +2032,16 @@ absl::StatusOr<v1::GetAssignmentResponse> Scheduler::GetAssignment(
   *resp.mutable_plan() = rt->plan;
   std::string dir = CheckpointDir(rt->id);
   resp.set_checkpoint_dir(dir);
-  std::string latest(absl::StripAsciiWhitespace(ReadFileOrEmpty(dir + "/latest")));
+  // `latest` is one short line (model/train/checkpoint.h); more is not one.
+  std::string latest(absl::StripAsciiWhitespace(ReadFileOrEmpty(dir + "/latest", 4096)));
+  // A step directory's name (step-NNNNNNNN): no '/', '..' or NUL reaches
+  // the path the ranks resume from; anything else the trainer refuses itself.
+  const bool name_ok = !latest.empty() && latest != "." && latest != ".." &&
+                       std::all_of(latest.begin(), latest.end(), [](char c) {
+                         return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
+                       });
   struct stat st;
-  if (!latest.empty() && latest.find('/') == std::string::npos &&
-      stat((dir + "/" + latest).c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+  if (name_ok && stat((dir + "/" + latest).c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
     resp.set_resume_from(dir + "/" + latest);
   }
   rr.progress.set_state("running");
