@@ -391,7 +391,9 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int col = j * 8 + 2 * t4 + (e % 2);  // the query, in the tile
-        const float p = keep[e / 2] ? exp2f(s[j].x[e] * sl2 - lse_s[col]) : 0.0f;
+        // P rounded to T, as the forward multiplied it and as the GEMM
+        // version stores it: dS from the unrounded P drifts from both.
+        const float p = keep[e / 2] ? ToF(FromF<T>(exp2f(s[j].x[e] * sl2 - lse_s[col]))) : 0.0f;
         float dpv = dp[j].x[e], pv = p;
         if constexpr (kDrop) {
           const bool kept = DropoutKeep(site, DropoutProbsIndex(h, q0 + col, row0 + g + 8 * (e / 2)), drop.threshold);
@@ -468,7 +470,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int col = j * 8 + 2 * t4 + (e % 2);  // the key, in the tile
-        const float p = keep_s[col] ? exp2f(s[j].x[e] * sl2 - row_lse[e / 2]) : 0.0f;
+        const float p = keep_s[col] ? ToF(FromF<T>(exp2f(s[j].x[e] * sl2 - row_lse[e / 2]))) : 0.0f;  // as the dK/dV kernel
         float dpv = dp[j].x[e];
         if constexpr (kDrop)
           dpv = DropoutKeep(site, DropoutProbsIndex(h, row0 + g + 8 * (e / 2), k0 + col), drop.threshold)
