@@ -5,7 +5,9 @@
 #include <cstdlib>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "cli/commands.h"
+#include "proto/rpc/rpc_util.h"
 
 namespace dgca {
 namespace cli {
@@ -14,6 +16,24 @@ namespace {
 std::string EnvOr(const char* name, const char* fallback) {
   const char* v = std::getenv(name);
   return v && *v ? v : fallback;
+}
+
+// The first argument that is neither an option nor a global option's value:
+// the command the user meant ("" when there is none).
+std::string FirstPositional(int argc, const char* const* argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--") return i + 1 < argc ? argv[i + 1] : "";
+    if (a.size() > 1 && a[0] == '-') {
+      if (a.find('=') == std::string::npos &&
+          (a == "--coordinator" || a == "--token-file" || a == "--tls-ca")) {
+        ++i;  // its value
+      }
+      continue;
+    }
+    return a;
+  }
+  return "";
 }
 
 }  // namespace
@@ -108,11 +128,37 @@ int RunCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
     return kOk;
   } catch (const CLI::ParseError& e) {
     // Help for a subcommand comes as CallForHelp too; everything else is usage.
+    // A word that is no command makes CLI11 say "A subcommand is required":
+    // name the word and the commands instead.
+    const std::string first = FirstPositional(argc, argv);
+    if (!first.empty() && app.get_subcommands().empty()) {
+      bool known = false;
+      std::string names;
+      for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+        known = known || sub->check_name(first);
+        absl::StrAppend(&names, names.empty() ? "" : ", ", sub->get_name());
+      }
+      if (!known) {
+        err << "error: unknown command '" << first << "'; the commands are: " << names << "\n";
+        err << "run 'dgca --help' for what each does\n";
+        return kUsage;
+      }
+    }
     err << "error: " << e.what() << "\n";
     err << "run 'dgca --help' for the commands\n";
     return kUsage;
   }
   Io io{out, err, err_is_tty};
+  // Job ids are checked here, before any connection: an overlong one would
+  // otherwise fail in gRPC's metadata limits and read as exit 1.
+  for (const CLI::App* sub : {status, watch, logs, cancel, diagnose}) {
+    const std::string& id = sub == diagnose ? diag_job : job;
+    if (!*sub || (sub == diagnose && (diag_job.empty() || *dcomm))) continue;
+    if (absl::Status st = CheckJobId(id); !st.ok()) {
+      err << "error: " << st.message() << "\n";
+      return kUsage;
+    }
+  }
   if (*submit) return CmdSubmit(g, io, spec, wait);
   if (*validate) return CmdValidate(io, spec);
   if (*plan) return CmdPlan(g, io, spec, json);

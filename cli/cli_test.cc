@@ -1,5 +1,8 @@
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <unistd.h>
+
+#include <cstdio>
 
 #include <cstdlib>
 #include <fstream>
@@ -198,6 +201,111 @@ TEST(CliTest, UnknownCommandIsUsageError) {
   EXPECT_EQ(Cli({"frobnicate"}).code, 2);
   EXPECT_EQ(Cli({}).code, 2);
   EXPECT_EQ(Cli({"--help"}).code, 0);
+}
+
+// The spec and token files are read only up to their limits: a 3 GiB file
+// or /dev/zero was read whole into memory (std::bad_alloc, abort). Run with
+// 1 GiB of address space to show nothing near that size is allocated.
+TEST(CliTest, HugeSpecAndTokenFilesAreRefusedWithoutReadingThem) {
+  std::string big = TempFile("");
+  ASSERT_EQ(truncate(big.c_str(), 3ll << 30), 0);
+  std::string token = TempFile("abc\n");
+  auto limited = [](std::vector<std::string> args) {
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define DGCA_CLI_TEST_ASAN 1
+#endif
+#endif
+#if !defined(__SANITIZE_ADDRESS__) && !defined(DGCA_CLI_TEST_ASAN)
+    struct rlimit lim = {1ull << 30, 1ull << 30};
+    setrlimit(RLIMIT_AS, &lim);
+#endif
+    CliRun r = Cli(args);
+    std::fprintf(stderr, "%s", r.err.c_str());
+    std::exit(r.code);
+  };
+  // (The "fast" death test style: the child forks from here and uses the
+  // files made above; the paths touch no gRPC.)
+  EXPECT_EXIT(limited({"validate", big}), ::testing::ExitedWithCode(2),
+              "error: " + big + ": larger than 1 MiB");
+  EXPECT_EXIT(limited({"validate", "/dev/zero"}), ::testing::ExitedWithCode(2),
+              "error: /dev/zero: larger than 1 MiB");
+  EXPECT_EXIT(limited({"--coordinator", "127.0.0.1:1", "--token-file", "/dev/zero", "list"}),
+              ::testing::ExitedWithCode(2), "token file /dev/zero is larger than 4 KiB");
+  // Just over the limit: the same message (not the parser's).
+  std::string over = TempFile(std::string((1 << 20) + 1, '#'));
+  CliRun r = Cli({"validate", over});
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find(over + ": larger than 1 MiB"), std::string::npos) << r.err;
+  std::remove(over.c_str());
+  std::remove(big.c_str());
+  std::remove(token.c_str());
+}
+
+TEST(CliTest, DirectoriesAsSpecOrTokenFileAreNamedAsSuch) {
+  CliRun spec = Cli({"validate", "/tmp"});
+  EXPECT_EQ(spec.code, 2) << spec.err;
+  EXPECT_NE(spec.err.find("/tmp: is a directory"), std::string::npos) << spec.err;
+  EXPECT_EQ(spec.err.find("empty"), std::string::npos) << spec.err;
+  CliRun tok = Cli({"--coordinator", "127.0.0.1:1", "--token-file", "/tmp", "list"});
+  EXPECT_EQ(tok.code, 2) << tok.err;
+  EXPECT_NE(tok.err.find("token file /tmp is a directory"), std::string::npos) << tok.err;
+}
+
+TEST(CliTest, UnknownCommandIsNamedWithTheValidOnes) {
+  CliRun r = Cli({"frobnicate"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("unknown command 'frobnicate'"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("submit, validate, plan, list, status"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("A subcommand is required"), std::string::npos) << r.err;
+  // After global options too.
+  CliRun g = Cli({"--coordinator", "127.0.0.1:1", "frobnicate", "x"});
+  EXPECT_EQ(g.code, 2);
+  EXPECT_NE(g.err.find("unknown command 'frobnicate'"), std::string::npos) << g.err;
+  // No command at all still says one is required.
+  CliRun none = Cli({});
+  EXPECT_EQ(none.code, 2);
+  EXPECT_EQ(none.err.find("unknown command"), std::string::npos) << none.err;
+}
+
+// Ports out of 1..65535 wrapped silently (99999 -> 34463), no port was 0.
+TEST(CliTest, CoordinatorAddressIsChecked) {
+  std::string token = TempFile("abc\n");
+  for (const std::string& bad : {"127.0.0.1:99999", "127.0.0.1", "127.0.0.1:0", "127.0.0.1:7x",
+                                 ":7600", "::1:7600"}) {
+    CliRun r = Cli({"--coordinator", bad, "--token-file", token, "list"});
+    EXPECT_EQ(r.code, 2) << bad << ": " << r.err;
+    EXPECT_NE(r.err.find("--coordinator"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("HOST:PORT"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("1..65535"), std::string::npos) << r.err;
+  }
+  // Valid forms get as far as connecting (nothing listens: exit 3).
+  for (const std::string& good : {"127.0.0.1:1", "[::1]:1", "localhost:1"}) {
+    CliRun r = Cli({"--coordinator", good, "--token-file", token, "list"});
+    EXPECT_EQ(r.code, 3) << good << ": " << r.err;
+  }
+  std::remove(token.c_str());
+}
+
+// A 9 KB job id failed in gRPC's metadata limit and exited 1 ("the job
+// failed"); ids are checked before any connection.
+TEST(CliTest, JobIdsAreCheckedBeforeConnecting) {
+  std::string token = TempFile("abc\n");
+  const std::string long_id(9000, 'a');
+  for (const std::string& cmd : {"status", "watch", "logs", "cancel", "diagnose"}) {
+    CliRun r = Cli({"--coordinator", "127.0.0.1:1", "--token-file", token, cmd, long_id});
+    EXPECT_EQ(r.code, 2) << cmd << ": " << r.err.substr(0, 300);
+    EXPECT_NE(r.err.find("at most 128"), std::string::npos) << r.err.substr(0, 300);
+    EXPECT_LT(r.err.size(), 500u) << cmd;
+  }
+  CliRun odd = Cli({"--coordinator", "127.0.0.1:1", "--token-file", token, "status", "a b"});
+  EXPECT_EQ(odd.code, 2) << odd.err;
+  EXPECT_NE(odd.err.find("is not a job id"), std::string::npos) << odd.err;
+  // A well-formed id goes to the coordinator (unreachable here: exit 3).
+  EXPECT_EQ(Cli({"--coordinator", "127.0.0.1:1", "--token-file", token, "status", "j-000001-ab12"})
+                .code,
+            3);
+  std::remove(token.c_str());
 }
 
 TEST(CliTest, NoTokenFileExits3) {

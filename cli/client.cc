@@ -44,7 +44,21 @@ int ReportError(std::ostream& err, const GlobalOptions& g, const absl::Status& s
 }
 
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const GlobalOptions& g) {
+  // A malformed address is a usage error; unchecked, a port out of range
+  // wraps (99999 -> 34463) and a missing one becomes port 0.
+  if (absl::Status st = CheckHostPort(g.coordinator, 1, /*allow_empty_host=*/false,
+                                      /*allow_unix=*/true);
+      !st.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--coordinator (or DGCA_COORDINATOR) ", st.message()));
+  }
   auto token = ReadTokenFile(g.token_file);
+  // A directory or an oversized file is bad input (exit 2), not a missing
+  // or wrong token.
+  if (!token.ok() && token.status().code() == absl::StatusCode::kFailedPrecondition) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(token.status().message(), " (--token-file / DGCA_TOKEN_FILE)"));
+  }
   if (!token.ok()) {
     return absl::UnauthenticatedError(absl::StrCat(token.status().message(),
                                                    " (the coordinator writes it to "

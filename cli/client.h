@@ -40,7 +40,10 @@ int ReportError(std::ostream& err, const GlobalOptions& g, const absl::Status& s
 
 class Client {
  public:
-  // Reads the token file; errors are UNAUTHENTICATED (so they map to exit 3).
+  // Checks g.coordinator (HOST:PORT with PORT 1..65535, or unix:PATH) and
+  // reads the token file. A bad address, or a token file that is a
+  // directory or larger than kMaxTokenFileBytes: INVALID_ARGUMENT (exit 2);
+  // other token file errors are UNAUTHENTICATED (so they map to exit 3).
   static absl::StatusOr<std::unique_ptr<Client>> Connect(const GlobalOptions& g);
 
   v1::Coordinator::Stub* stub() { return stub_.get(); }

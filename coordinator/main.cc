@@ -7,7 +7,9 @@
 // cleanly on SIGTERM/SIGINT: ending active jobs, or with --on-shutdown
 // keep-jobs leaving them (and their ranks) for the next coordinator started
 // on the same state dir (a restart, an upgrade). Exit codes: 0 clean
-// shutdown, 1 start failure, 2 bad usage.
+// shutdown, 1 start failure (a port in use, a state dir that is not a
+// directory or is in use), 2 bad usage (a --listen/--metrics-listen that is
+// not HOST:PORT with PORT 0..65535).
 #include <signal.h>
 
 #include <CLI/CLI.hpp>
@@ -15,6 +17,7 @@
 #include <string>
 
 #include "coordinator/server.h"
+#include "proto/rpc/rpc_util.h"
 #include "spdlog/spdlog.h"
 
 int main(int argc, char** argv) {
@@ -54,6 +57,20 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     int rc = app.exit(e);
     return rc == 0 ? 0 : 2;
+  }
+  // Bad addresses are usage errors (exit 2), before anything starts: a port
+  // out of 1..65535 would otherwise wrap silently to another port.
+  if (absl::Status st = dgca::CheckHostPort(opt.listen, 0, /*allow_empty_host=*/true); !st.ok()) {
+    std::fprintf(stderr, "dgca-coordinator: --listen %s\n", std::string(st.message()).c_str());
+    return 2;
+  }
+  if (!opt.metrics_listen.empty()) {
+    if (absl::Status st = dgca::CheckHostPort(opt.metrics_listen, 0, /*allow_empty_host=*/true);
+        !st.ok()) {
+      std::fprintf(stderr, "dgca-coordinator: --metrics-listen %s (or \"\" for no /metrics)\n",
+                   std::string(st.message()).c_str());
+      return 2;
+    }
   }
   opt.local_agent = !no_local_agent;
   opt.keep_jobs_on_shutdown = on_shutdown == "keep-jobs";

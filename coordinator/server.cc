@@ -37,6 +37,14 @@ constexpr size_t kMaxTrailerBytes = 3000;
     if (!IsAuthorized(*(ctx), token_)) return Unauthenticated();          \
   } while (0)
 
+// A job id that cannot name a job (CheckJobId): INVALID_ARGUMENT without
+// echoing it (an overlong id in the status message would overflow the
+// client's metadata limit and read as a transport failure).
+#define DGCA_JOB_ID(id)                                                   \
+  do {                                                                    \
+    if (absl::Status st_ = CheckJobId(id); !st_.ok()) return ToGrpc(st_); \
+  } while (0)
+
 bool IsTerminalState(v1::JobState s) {
   return s == v1::SUCCEEDED || s == v1::FAILED || s == v1::CANCELLED;
 }
@@ -95,6 +103,7 @@ class CoordinatorServiceImpl final : public v1::Coordinator::Service {
   Status GetJob(ServerContext* ctx, const v1::GetJobRequest* req,
                 v1::GetJobResponse* resp) override {
     DGCA_AUTH(ctx);
+    DGCA_JOB_ID(req->job_id());
     auto r = s_->GetJob(req->job_id());
     if (!r.ok()) return ToGrpc(r.status());
     *resp = std::move(*r);
@@ -117,6 +126,7 @@ class CoordinatorServiceImpl final : public v1::Coordinator::Service {
   Status CancelJob(ServerContext* ctx, const v1::CancelJobRequest* req,
                    v1::CancelJobResponse* resp) override {
     DGCA_AUTH(ctx);
+    DGCA_JOB_ID(req->job_id());
     auto r = s_->Cancel(req->job_id(), UntilDeadline(ctx, std::chrono::milliseconds(8000)));
     if (!r.ok()) return ToGrpc(r.status());
     *resp->mutable_job() = std::move(*r);
@@ -126,6 +136,7 @@ class CoordinatorServiceImpl final : public v1::Coordinator::Service {
   Status WatchJob(ServerContext* ctx, const v1::WatchJobRequest* req,
                   grpc::ServerWriter<v1::WatchJobResponse>* writer) override {
     DGCA_AUTH(ctx);
+    DGCA_JOB_ID(req->job_id());
     auto sub = s_->Watch(req->job_id(), req->after_event_seq());
     if (!sub.ok()) return ToGrpc(sub.status());
     int64_t last_seq = req->after_event_seq();
@@ -146,6 +157,7 @@ class CoordinatorServiceImpl final : public v1::Coordinator::Service {
   Status GetLogs(ServerContext* ctx, const v1::GetLogsRequest* req,
                  grpc::ServerWriter<v1::GetLogsResponse>* writer) override {
     DGCA_AUTH(ctx);
+    DGCA_JOB_ID(req->job_id());
     auto path = s_->LogPath(req->job_id(), req->rank());
     if (!path.ok()) return ToGrpc(path.status());
     if (req->offset() < 0) return Status(StatusCode::INVALID_ARGUMENT, "offset must be >= 0");
@@ -218,6 +230,7 @@ class CoordinatorServiceImpl final : public v1::Coordinator::Service {
     if (req->job_id().empty()) {
       return Status(StatusCode::INVALID_ARGUMENT, "DiagnoseJob: job_id is empty (a job from dgca list)");
     }
+    DGCA_JOB_ID(req->job_id());
     auto r = s_->DiagnoseJob(req->job_id());
     if (!r.ok()) return ToGrpc(r.status());
     *resp = std::move(r).value();
@@ -431,14 +444,40 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   std::unique_ptr<CoordinatorServer> s(new CoordinatorServer());
   s->opt_ = options;
   if (options.state_dir.empty()) return absl::InvalidArgumentError("--state-dir must not be empty");
+  if (absl::Status st = CheckHostPort(options.listen, 0, /*allow_empty_host=*/true); !st.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--listen ", st.message()));
+  }
+  if (!options.metrics_listen.empty()) {
+    if (absl::Status st = CheckHostPort(options.metrics_listen, 0, /*allow_empty_host=*/true);
+        !st.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--metrics-listen ", st.message()));
+    }
+  }
   if (absl::Status st = MakeDir(options.state_dir); !st.ok()) return st;
+  {
+    struct stat st;
+    if (stat(options.state_dir.c_str(), &st) != 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot use state dir ", options.state_dir, ": ", strerror(errno)));
+    }
+    if (!S_ISDIR(st.st_mode)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "--state-dir ", options.state_dir, " is not a directory; give a directory (it is "
+          "created when missing)"));
+    }
+  }
   char real[PATH_MAX];
   if (realpath(options.state_dir.c_str(), real) == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat("cannot resolve state dir ", options.state_dir));
   }
   s->state_dir_ = real;
-  s->lock_fd_ = open((s->state_dir_ + "/coordinator.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-  if (s->lock_fd_ < 0 || flock(s->lock_fd_, LOCK_EX | LOCK_NB) != 0) {
+  const std::string lock_path = s->state_dir_ + "/coordinator.lock";
+  s->lock_fd_ = open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (s->lock_fd_ < 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot open ", lock_path, ": ", strerror(errno)));
+  }
+  if (flock(s->lock_fd_, LOCK_EX | LOCK_NB) != 0) {
     return absl::FailedPreconditionError(absl::StrCat(
         "another dgca-coordinator is using state dir ", s->state_dir_,
         " (see its coordinator.json); stop it or use another --state-dir"));
@@ -481,6 +520,9 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   s->services_.push_back(std::make_unique<AgentServiceImpl>(s->scheduler_.get(), s->token_));
   s->services_.push_back(std::make_unique<RankServiceImpl>(s->scheduler_.get(), s->token_));
   grpc::ServerBuilder builder;
+  // gRPC sets SO_REUSEPORT by default: a second coordinator on the same
+  // port would start and take half the connections. One owner per port.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   int port = 0;
   builder.AddListeningPort(options.listen, creds, &port);
   std::string sock = s->state_dir_ + "/coordinator.sock";
@@ -493,8 +535,10 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   for (auto& svc : s->services_) builder.RegisterService(svc.get());
   s->server_ = builder.BuildAndStart();
   if (!s->server_ || port == 0) {
-    return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen,
-                                               " (address in use or invalid?)"));
+    return absl::UnavailableError(absl::StrCat(
+        "cannot listen on ", options.listen,
+        ": the address is in use (another dgca-coordinator or program on that port?) or not an "
+        "address of this machine; use another --listen"));
   }
   std::string host = options.listen.substr(0, options.listen.rfind(':'));
   s->address_ = absl::StrCat(host, ":", port);

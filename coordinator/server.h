@@ -35,6 +35,13 @@
 //    an unknown node: NOT_FOUND).
 //  - STATE_DIR/coordinator.json: {"listen": "HOST:PORT", "metrics":
 //    "HOST:PORT", "pid": N} with the actual bound ports (port 0 allowed).
+//  - Job ids on GetJob/CancelJob/WatchJob/GetLogs/DiagnoseJob that cannot
+//    name a job (CheckJobId in proto/rpc/rpc_util.h: over 128 bytes, or not
+//    [A-Za-z0-9._-]): INVALID_ARGUMENT, the id not echoed.
+//  - Start refuses a listen/metrics_listen that is not HOST:PORT with PORT
+//    0..65535 (INVALID_ARGUMENT) and a state_dir that is not a directory;
+//    the gRPC port is bound without SO_REUSEPORT, so a port another process
+//    holds fails Start ("cannot listen on ADDR: the address is in use ...").
 //  - One coordinator per state dir: STATE_DIR/coordinator.lock is flock()ed
 //    for the server's life (released by the kernel on kill -9); a second
 //    Start on the same dir fails with FAILED_PRECONDITION.

@@ -792,6 +792,84 @@ TEST_F(ServerTest, CancelPendingAndUnknownJobs) {
   EXPECT_EQ(coord_->GetJob(ctx3.get(), g, &gr).error_code(), grpc::StatusCode::NOT_FOUND);
 }
 
+// A job id that cannot name a job is INVALID_ARGUMENT, and an overlong one
+// is not echoed back: a 9 KB "no job <id>" status message overflowed the
+// client's metadata limit and read as a transport error.
+TEST_F(ServerTest, AnOverlongJobIdIsInvalidNotATransportError) {
+  StartServer();
+  const std::string long_id(9000, 'a');
+  v1::GetJobRequest g;
+  g.set_job_id(long_id);
+  v1::GetJobResponse gr;
+  auto ctx = Ctx();
+  grpc::Status s = coord_->GetJob(ctx.get(), g, &gr);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message().substr(0, 200);
+  EXPECT_NE(s.error_message().find("at most 128"), std::string::npos) << s.error_message().substr(0, 200);
+  EXPECT_LT(s.error_message().size(), 1000u);
+  v1::CancelJobRequest c;
+  c.set_job_id(long_id);
+  v1::CancelJobResponse cr;
+  auto ctx2 = Ctx();
+  EXPECT_EQ(coord_->CancelJob(ctx2.get(), c, &cr).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  v1::DiagnoseJobRequest d;
+  d.set_job_id("j-1\nx");
+  v1::DiagnoseJobResponse dr;
+  auto ctx3 = Ctx();
+  EXPECT_EQ(coord_->DiagnoseJob(ctx3.get(), d, &dr).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+// gRPC sets SO_REUSEPORT by default: a second coordinator (another state
+// dir) on a port in use started and took half the connections.
+TEST_F(ServerTest, ASecondServerOnTheSamePortFailsToStart) {
+  StartServer();
+  CoordinatorServerOptions o;
+  o.listen = server_->address();
+  o.metrics_listen = "";
+  o.state_dir = TempDir();
+  o.local_agent = false;
+  auto second = CoordinatorServer::Start(o);
+  ASSERT_FALSE(second.ok()) << "a second coordinator listens on " << (*second)->address();
+  EXPECT_NE(second.status().message().find("cannot listen on " + server_->address()),
+            std::string::npos)
+      << second.status();
+  EXPECT_NE(second.status().message().find("in use"), std::string::npos) << second.status();
+  // The first one still answers.
+  auto ctx = Ctx();
+  v1::ListJobsResponse resp;
+  EXPECT_TRUE(coord_->ListJobs(ctx.get(), v1::ListJobsRequest(), &resp).ok());
+}
+
+TEST(CoordinatorStart, RefusesBadAddressesAndAStateDirThatIsAFile) {
+  const std::string dir = TempDir();
+  CoordinatorServerOptions o;
+  o.metrics_listen = "";
+  o.state_dir = dir;
+  o.local_agent = false;
+  // Ports out of range wrapped silently (99999 -> 34463).
+  for (const std::string& bad : {"127.0.0.1:99999", "127.0.0.1", "127.0.0.1:-1", "127.0.0.1:x"}) {
+    o.listen = bad;
+    auto s = CoordinatorServer::Start(o);
+    ASSERT_FALSE(s.ok()) << bad << " listens on " << (*s)->address();
+    EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(s.status().message().find("--listen"), std::string::npos) << s.status();
+    EXPECT_NE(s.status().message().find("HOST:PORT"), std::string::npos) << s.status();
+  }
+  o.listen = "127.0.0.1:0";
+  o.metrics_listen = "127.0.0.1:70000";
+  auto m = CoordinatorServer::Start(o);
+  ASSERT_FALSE(m.ok()) << "metrics on " << (*m)->metrics_address();
+  EXPECT_NE(m.status().message().find("--metrics-listen"), std::string::npos) << m.status();
+  // A regular file as the state dir: it is not a directory (it said
+  // "another dgca-coordinator is using state dir").
+  o.metrics_listen = "";
+  o.state_dir = dir + "/a-file";
+  std::ofstream(o.state_dir) << "x";
+  auto f = CoordinatorServer::Start(o);
+  ASSERT_FALSE(f.ok());
+  EXPECT_NE(f.status().message().find("is not a directory"), std::string::npos) << f.status();
+  EXPECT_EQ(f.status().message().find("another dgca-coordinator"), std::string::npos) << f.status();
+}
+
 // ForgetNode: refused for unknown names, connected agents and nodes that
 // still hold an active job's ranks; then the node leaves ListNodes and its
 // dgca_worker_* series leave /metrics.
@@ -1968,6 +2046,45 @@ TEST(SchedulerStepKey, DropoutAsTrained) {
   v1::JobSpec half = legacy;
   half.mutable_model()->mutable_dropout()->set_attention(0.2);  // hidden unset: 0.1
   EXPECT_EQ(Scheduler::StepKey(half, plan, "n1"), key(0.1, 0.2, true));
+}
+
+// A --listen or --metrics-listen port out of range is a usage error
+// (exit 2) naming the flag, not a silently wrapped port.
+TEST(CoordinatorBinary, BadListenAddressesExit2) {
+  const char* build = getenv("DGCA_BUILD_DIR");
+  std::string bin = std::string(build ? build : "build") + "/coordinator/dgca-coordinator";
+  if (access(bin.c_str(), X_OK) != 0) GTEST_SKIP() << bin << " is not built";
+  const std::string dir = TempDir();
+  auto run = [&](const std::string& listen, const std::string& metrics, std::string* err) {
+    const std::string err_path = dir + "/stderr";
+    pid_t pid = fork();
+    if (pid == 0) {
+      int fd = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+      dup2(fd, 2);
+      int null = open("/dev/null", O_WRONLY);
+      dup2(null, 1);
+      execl(bin.c_str(), bin.c_str(), "--listen", listen.c_str(), "--metrics-listen",
+            metrics.c_str(), "--state-dir", (dir + "/state").c_str(), "--no-local-agent",
+            static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    int status = 0;
+    // A coordinator that did start is stopped after a moment.
+    if (!WaitUntil([&] { return waitpid(pid, &status, WNOHANG) == pid; }, milliseconds(5000))) {
+      kill(pid, SIGTERM);
+      waitpid(pid, &status, 0);
+      return -1;
+    }
+    std::ifstream in(err_path);
+    err->assign((std::istreambuf_iterator<char>(in)), {});
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  };
+  std::string err;
+  EXPECT_EQ(run("127.0.0.1:99999", "", &err), 2) << err;
+  EXPECT_NE(err.find("--listen '127.0.0.1:99999': port 99999 is out of range"), std::string::npos)
+      << err;
+  EXPECT_EQ(run("127.0.0.1:0", "127.0.0.1:65536", &err), 2) << err;
+  EXPECT_NE(err.find("--metrics-listen"), std::string::npos) << err;
 }
 
 TEST(CoordinatorBinary, Kill9RestartKeepsJobs) {

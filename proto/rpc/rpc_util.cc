@@ -4,6 +4,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -11,6 +14,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 
 namespace dgca {
 
@@ -32,11 +37,38 @@ absl::Status FromGrpc(const grpc::Status& s) {
 }
 
 absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read token file ", path));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  std::string token(absl::StripAsciiWhitespace(ss.str()));
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return absl::NotFoundError(absl::StrCat("cannot read token file ", path, ": ", strerror(errno)));
+  }
+  struct stat st;
+  if (fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+    close(fd);
+    return absl::FailedPreconditionError(
+        absl::StrCat("token file ", path, " is a directory; give the token file in it (STATE_DIR/token)"));
+  }
+  // Bounded: /dev/zero or a huge file must not be read into memory.
+  std::string data(kMaxTokenFileBytes + 1, '\0');
+  size_t got = 0;
+  while (got < data.size()) {
+    ssize_t n = read(fd, data.data() + got, data.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      int e = errno;
+      close(fd);
+      return absl::NotFoundError(absl::StrCat("cannot read token file ", path, ": ", strerror(e)));
+    }
+    if (n == 0) break;
+    got += static_cast<size_t>(n);
+  }
+  close(fd);
+  if (got > kMaxTokenFileBytes) {
+    return absl::FailedPreconditionError(absl::StrCat("token file ", path, " is larger than ",
+                                                      kMaxTokenFileBytes / 1024,
+                                                      " KiB; a token file holds one line"));
+  }
+  data.resize(got);
+  std::string token(absl::StripAsciiWhitespace(data));
   if (token.empty()) return absl::InvalidArgumentError(absl::StrCat("token file ", path, " is empty"));
   return token;
 }
@@ -76,6 +108,60 @@ bool IsAuthorized(const grpc::ServerContextBase& ctx, const std::string& token) 
 
 void AddAuth(grpc::ClientContext* ctx, const std::string& token) {
   ctx->AddMetadata("authorization", "Bearer " + token);
+}
+
+absl::Status CheckHostPort(const std::string& address, int min_port, bool allow_empty_host,
+                           bool allow_unix) {
+  if (allow_unix && (absl::StartsWith(address, "unix:") || absl::StartsWith(address, "unix-abstract:"))) {
+    return absl::OkStatus();
+  }
+  const std::string form = absl::StrCat("expected HOST:PORT (e.g. 127.0.0.1:7600 or [::1]:7600) with PORT ",
+                                        min_port, "..65535", min_port == 0 ? " (0 = any free port)" : "");
+  const std::string shown = address.size() > 100 ? address.substr(0, 100) + "..." : address;
+  size_t colon = address.rfind(':');
+  if (colon == std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat("'", shown, "' has no port; ", form));
+  }
+  std::string host = address.substr(0, colon);
+  std::string port = address.substr(colon + 1);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    if (host.size() == 2) {
+      return absl::InvalidArgumentError(absl::StrCat("'", shown, "' has an empty IPv6 host; ", form));
+    }
+  } else if (host.find(':') != std::string::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", shown, "': an IPv6 host goes in brackets ([::1]:7600); ", form));
+  } else if (host.empty() && !allow_empty_host) {
+    return absl::InvalidArgumentError(absl::StrCat("'", shown, "' has no host; ", form));
+  }
+  if (port.empty() || port.size() > 5 ||
+      !std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", shown, "': the port must be a number ", min_port, "..65535; ", form));
+  }
+  int p = std::stoi(port);
+  if (p < min_port || p > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("'", shown, "': port ", p, " is out of range ",
+                                                   min_port, "..65535; ", form));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckJobId(const std::string& id) {
+  if (id.empty()) return absl::InvalidArgumentError("the job id is empty (see dgca list)");
+  if (id.size() > kMaxJobIdBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("the job id is ", id.size(),
+                                                   " bytes long; job ids are at most ",
+                                                   kMaxJobIdBytes, " characters (see dgca list)"));
+  }
+  for (char c : id) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "'", absl::CHexEscape(id), "' is not a job id: job ids are letters, digits, '-', '_' "
+          "and '.' (like j-000001-ab12; see dgca list)"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,

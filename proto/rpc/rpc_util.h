@@ -25,6 +25,10 @@ grpc::Status ToGrpc(const absl::Status& s);
 absl::Status FromGrpc(const grpc::Status& s);
 
 // Reads the bearer token from `path` (surrounding whitespace stripped).
+// Reads at most kMaxTokenFileBytes + 1 bytes. Errors: NOT_FOUND when it
+// cannot be opened; FAILED_PRECONDITION when it is a directory or larger
+// than kMaxTokenFileBytes; INVALID_ARGUMENT when it holds only whitespace.
+inline constexpr size_t kMaxTokenFileBytes = 4096;
 absl::StatusOr<std::string> ReadTokenFile(const std::string& path);
 // Reads DIR/token, or creates it (32 random bytes, hex, mode 0600).
 absl::StatusOr<std::string> LoadOrCreateToken(const std::string& state_dir);
@@ -39,6 +43,21 @@ inline grpc::Status Unauthenticated() {
 
 // Client side: adds "authorization: Bearer <token>" to `ctx`.
 void AddAuth(grpc::ClientContext* ctx, const std::string& token);
+
+// Checks a "HOST:PORT" address: PORT all digits in [min_port, 65535]
+// (min_port 0 for a listen address, where 0 = any free port; 1 to
+// connect), HOST a name, an IPv4 address or a bracketed IPv6 address
+// ("[::1]:7600"); an empty HOST only with allow_empty_host. INVALID_ARGUMENT
+// saying what is wrong and the valid form. With allow_unix, "unix:PATH" and
+// "unix-abstract:NAME" targets are accepted as they are.
+absl::Status CheckHostPort(const std::string& address, int min_port, bool allow_empty_host = false,
+                           bool allow_unix = false);
+
+// Job ids: the coordinator names jobs "j-NNNNNN-hhhh". Anything that is not
+// 1..kMaxJobIdBytes characters of [A-Za-z0-9._-] cannot name a job;
+// INVALID_ARGUMENT saying so (without echoing an overlong id).
+inline constexpr size_t kMaxJobIdBytes = 128;
+absl::Status CheckJobId(const std::string& id);
 
 // Channel to `address` ("host:port") with the message size limit. When
 // `tls_ca_file` is non-empty, TLS with that root CA; else insecure.
