@@ -82,6 +82,9 @@ TEST(CliFormatTest, ProgressFromRankSamples) {
 
 TEST(CliFormatTest, TableAlignsColumns) {
   EXPECT_EQ(Table({{"A", "BB"}, {"ccc", "d"}}), "A    BB\nccc  d\n");
+  // A multi-line cell (a failed job's message in `dgca list`) stays on its row.
+  EXPECT_EQ(Table({{"JOB", "MESSAGE"}, {"j-1", "rank 0 failed:\r\nno TAB\n"}, {"j-2", "ok"}}),
+            "JOB  MESSAGE\nj-1  rank 0 failed: / no TAB\nj-2  ok\n");
 }
 
 TEST(CliFormatTest, LossPlotDrawsTheCurve) {

@@ -96,7 +96,24 @@ bool IsTerminal(v1::JobState s) {
   return s == v1::SUCCEEDED || s == v1::FAILED || s == v1::CANCELLED;
 }
 
-std::string Table(const std::vector<std::vector<std::string>>& rows) {
+std::string Table(const std::vector<std::vector<std::string>>& in) {
+  // One line per row: a cell's line breaks (a multi-line failure message in
+  // `dgca list`) become " / ", so no row spills into the next.
+  std::vector<std::vector<std::string>> rows = in;
+  for (auto& r : rows) {
+    for (auto& c : r) {
+      std::string one;
+      for (size_t i = 0; i < c.size(); ++i) {
+        if (c[i] == '\r') continue;
+        if (c[i] == '\n') {
+          if (i + 1 < c.size()) one += " / ";
+        } else {
+          one += c[i];
+        }
+      }
+      c = std::move(one);
+    }
+  }
   std::vector<size_t> w;
   for (const auto& r : rows) {
     if (w.size() < r.size()) w.resize(r.size(), 0);

@@ -45,7 +45,8 @@ std::string FormatDuration(double seconds);
 std::string StateName(v1::JobState s);
 bool IsTerminal(v1::JobState s);
 
-// Columns padded to the widest cell; the first row is the header.
+// Columns padded to the widest cell; the first row is the header. One
+// line per row: line breaks inside a cell are shown as " / ".
 std::string Table(const std::vector<std::vector<std::string>>& rows);
 
 // The tuning trials of a plan (tuning.mode trial) as a table: micro-batch,
