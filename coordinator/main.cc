@@ -13,12 +13,28 @@
 #include <signal.h>
 
 #include <CLI/CLI.hpp>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "coordinator/server.h"
 #include "proto/rpc/rpc_util.h"
 #include "spdlog/spdlog.h"
+
+// A number of seconds (> 0, or >= 0 with zero_ok), finite. CLI11's own
+// PositiveNumber printed its range as 0 to DBL_MAX written out in 300 digits.
+CLI::Validator Seconds(bool zero_ok) {
+  return CLI::Validator(
+      [zero_ok](std::string& s) -> std::string {
+        char* end = nullptr;
+        const double v = std::strtod(s.c_str(), &end);
+        if (end == s.c_str() || *end != '\0' || !std::isfinite(v) || v < 0 || (!zero_ok && v == 0))
+          return "expected a number of seconds " + std::string(zero_ok ? ">= 0" : "> 0") + ", got '" + s + "'";
+        return "";
+      },
+      zero_ok ? "SECONDS>=0" : "SECONDS>0");
+}
 
 int main(int argc, char** argv) {
   dgca::CoordinatorServerOptions opt;
@@ -37,12 +53,12 @@ int main(int argc, char** argv) {
   app.add_option("--heartbeat-timeout", opt.heartbeat_timeout_s,
                  "seconds without a heartbeat or step before a rank counts as stalled")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(Seconds(/*zero_ok=*/false));
   app.add_option("--restart-node-wait", opt.restart_node_wait_s,
                  "seconds a restart waits for a node of its plan to reconnect before the job "
                  "fails \"cannot restart\" (0 = fail at once)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(Seconds(/*zero_ok=*/true));
   app.add_option("--worker-binary", opt.worker_binary,
                  "dgca-worker used by the embedded agent (default: next to this program)");
   app.add_option("--node-name", opt.node_name, "node name of the embedded agent (default: hostname)");

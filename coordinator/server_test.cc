@@ -2055,17 +2055,22 @@ TEST(CoordinatorBinary, BadListenAddressesExit2) {
   std::string bin = std::string(build ? build : "build") + "/coordinator/dgca-coordinator";
   if (access(bin.c_str(), X_OK) != 0) GTEST_SKIP() << bin << " is not built";
   const std::string dir = TempDir();
-  auto run = [&](const std::string& listen, const std::string& metrics, std::string* err) {
+  auto run = [&](const std::string& listen, const std::string& metrics, std::string* err,
+                 std::vector<std::string> extra = {}) {
     const std::string err_path = dir + "/stderr";
+    std::vector<std::string> args = {bin, "--listen", listen, "--metrics-listen", metrics, "--state-dir",
+                                     dir + "/state", "--no-local-agent"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
     pid_t pid = fork();
     if (pid == 0) {
       int fd = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
       dup2(fd, 2);
       int null = open("/dev/null", O_WRONLY);
       dup2(null, 1);
-      execl(bin.c_str(), bin.c_str(), "--listen", listen.c_str(), "--metrics-listen",
-            metrics.c_str(), "--state-dir", (dir + "/state").c_str(), "--no-local-agent",
-            static_cast<char*>(nullptr));
+      execv(bin.c_str(), argv.data());
       _exit(127);
     }
     int status = 0;
@@ -2085,6 +2090,13 @@ TEST(CoordinatorBinary, BadListenAddressesExit2) {
       << err;
   EXPECT_EQ(run("127.0.0.1:0", "127.0.0.1:65536", &err), 2) << err;
   EXPECT_NE(err.find("--metrics-listen"), std::string::npos) << err;
+  // A bad number of seconds says what is valid in a line (CLI11's own
+  // check printed DBL_MAX written out in 300 digits).
+  EXPECT_NE(run("127.0.0.1:0", "", &err, {"--heartbeat-timeout", "-1"}), 0) << err;
+  EXPECT_NE(err.find("--heartbeat-timeout: expected a number of seconds > 0, got '-1'"), std::string::npos) << err;
+  EXPECT_LT(err.size(), 200u) << err;
+  EXPECT_NE(run("127.0.0.1:0", "", &err, {"--restart-node-wait", "x"}), 0) << err;
+  EXPECT_NE(err.find("--restart-node-wait: expected a number of seconds >= 0, got 'x'"), std::string::npos) << err;
 }
 
 TEST(CoordinatorBinary, Kill9RestartKeepsJobs) {

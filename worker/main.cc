@@ -21,6 +21,17 @@
 
 namespace {
 
+// --coordinator: HOST:PORT with a port in 1..65535 (or a unix: target), as
+// `dgca --coordinator` checks it (dgca::CheckHostPort): 99999 used to wrap.
+CLI::Validator CoordinatorAddress() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        const absl::Status st = dgca::CheckHostPort(s, 1, /*allow_empty_host=*/false, /*allow_unix=*/true);
+        return st.ok() ? "" : std::string(st.message());
+      },
+      "HOST:PORT");
+}
+
 std::string EnvOr(const char* name, const std::string& fallback) {
   const char* v = getenv(name);
   return v && *v ? v : fallback;
@@ -64,7 +75,8 @@ int main(int argc, char** argv) {
   agent_opt.state_dir = ".dgca";
   auto* agent = app.add_subcommand("agent", "run the node agent (one per node)");
   agent->add_option("--coordinator", agent_opt.coordinator_address, "coordinator HOST:PORT")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CoordinatorAddress());
   agent->add_option("--token-file", agent_token_file, "file holding the bearer token")
       ->capture_default_str();
   agent->add_option("--node-name", agent_opt.node_name, "name to register as (default: hostname)");
@@ -81,7 +93,9 @@ int main(int argc, char** argv) {
 
   dgca::RankArgs rank_args;
   auto* rank = app.add_subcommand("rank", "run one training rank (started by an agent)");
-  rank->add_option("--coordinator", rank_args.coordinator, "coordinator HOST:PORT")->required();
+  rank->add_option("--coordinator", rank_args.coordinator, "coordinator HOST:PORT")
+      ->required()
+      ->check(CoordinatorAddress());
   rank->add_option("--token-file", rank_args.token_file, "file holding the bearer token")
       ->required();
   rank->add_option("--job", rank_args.job_id, "job id")->required();
