@@ -1,5 +1,7 @@
 #include "model/core/data.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -29,6 +31,11 @@ StatusOr<std::vector<Example>> ReadEcspell(const std::string& path, const Vocab&
   ReadStats local;
   ReadStats& st = stats != nullptr ? *stats : local;
   st = ReadStats();
+  struct stat dir_st;
+  if (stat(path.c_str(), &dir_st) == 0 && S_ISDIR(dir_st.st_mode)) {
+    return InvalidArgumentError(path + ": is a directory, not a data file (expected a file of lines "
+                                "'src<TAB>trg')");
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) return NotFoundError(path + ": cannot open data file");
   std::ostringstream ss;

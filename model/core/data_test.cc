@@ -8,6 +8,7 @@
 #include <set>
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "model/core/confusion.h"
@@ -94,6 +95,19 @@ TEST(ReadEcspellTest, Errors) {
   r = ReadEcspell(path, v, nullptr);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find(path + ": empty"), std::string::npos) << r.status().message();
+
+  // A directory (data.train pointing at the data folder) is named as one,
+  // not read as an empty file; so is the vocabulary built from it.
+  const std::string dir = TempPath("a-dir");
+  mkdir(dir.c_str(), 0755);
+  r = ReadEcspell(dir, v, nullptr);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find(dir + ": is a directory, not a data file"), std::string::npos)
+      << r.status().message();
+  auto built = Vocab::BuildFromExamples({dir});
+  ASSERT_FALSE(built.ok());
+  EXPECT_NE(built.status().message().find(dir + ": is a directory, not a training data file"), std::string::npos)
+      << built.status().message();
 
   WriteFile(path, "甲 乙\t甲 乙\n甲 \xff\t甲 乙\n");
   r = ReadEcspell(path, v, nullptr);

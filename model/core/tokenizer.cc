@@ -1,5 +1,7 @@
 #include "model/core/tokenizer.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -13,6 +15,9 @@ namespace dgca {
 namespace {
 
 StatusOr<std::string> ReadWholeFile(const std::string& path, const char* what) {
+  struct stat st;
+  if (stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+    return InvalidArgumentError(path + ": is a directory, not a " + what + " file");
   std::ifstream in(path, std::ios::binary);
   if (!in) return NotFoundError(path + ": cannot open " + what + " file");
   std::ostringstream ss;
