@@ -1,13 +1,8 @@
 #include "cli/commands.h"
 
-#include <fcntl.h>
 #include <limits.h>
 #include <stdlib.h>
-#include <sys/stat.h>
 #include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
 
 #include <atomic>
 #include <chrono>
@@ -46,40 +41,21 @@ using Clock = std::chrono::steady_clock;
 // Reads a spec file, at most kMaxSpecBytes + 1 bytes of it: a bigger file
 // (or /dev/zero) is refused without reading it all into memory.
 absl::Status ReadFile(const std::string& path, std::string* out) {
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cannot read spec file ", path, ": ", strerror(errno)));
+  BoundedRead r = ReadFileAtMost(path, kMaxSpecBytes);
+  switch (r.kind) {
+    case BoundedRead::kOk:
+      *out = std::move(r.data);
+      return absl::OkStatus();
+    case BoundedRead::kCannotOpen:
+    case BoundedRead::kReadError:
+      return absl::InvalidArgumentError(absl::StrCat("cannot read spec file ", path, ": ", r.error));
+    case BoundedRead::kDirectory:
+      return absl::InvalidArgumentError(absl::StrCat(path, ": is a directory, not a job spec file (YAML)"));
+    case BoundedRead::kTooBig:
+      break;
   }
-  struct stat st;
-  if (fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
-    close(fd);
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": is a directory, not a job spec file (YAML)"));
-  }
-  out->assign(kMaxSpecBytes + 1, '\0');
-  size_t got = 0;
-  while (got < out->size()) {
-    ssize_t n = read(fd, out->data() + got, out->size() - got);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      int e = errno;
-      close(fd);
-      out->clear();
-      return absl::InvalidArgumentError(
-          absl::StrCat("cannot read spec file ", path, ": ", strerror(e)));
-    }
-    if (n == 0) break;
-    got += static_cast<size_t>(n);
-  }
-  close(fd);
-  if (got > kMaxSpecBytes) {
-    out->clear();
-    return absl::InvalidArgumentError(absl::StrCat(path, ": larger than ", kMaxSpecBytes >> 20,
-                                                   " MiB, the most a job spec may be"));
-  }
-  out->resize(got);
-  return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(path, ": larger than ", kMaxSpecBytes >> 20, " MiB, the most a job spec may be"));
 }
 
 // The absolute directory of `path` (relative paths in the spec resolve

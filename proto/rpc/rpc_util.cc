@@ -36,38 +36,58 @@ absl::Status FromGrpc(const grpc::Status& s) {
                       s.error_message());
 }
 
-absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
+BoundedRead ReadFileAtMost(const std::string& path, size_t max_bytes) {
+  BoundedRead r;
   int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
-    return absl::NotFoundError(absl::StrCat("cannot read token file ", path, ": ", strerror(errno)));
+    r.kind = BoundedRead::kCannotOpen;
+    r.error = strerror(errno);
+    return r;
   }
   struct stat st;
   if (fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
     close(fd);
-    return absl::FailedPreconditionError(
-        absl::StrCat("token file ", path, " is a directory; give the token file in it (STATE_DIR/token)"));
+    r.kind = BoundedRead::kDirectory;
+    return r;
   }
-  // Bounded: /dev/zero or a huge file must not be read into memory.
-  std::string data(kMaxTokenFileBytes + 1, '\0');
+  r.data.assign(max_bytes + 1, '\0');
   size_t got = 0;
-  while (got < data.size()) {
-    ssize_t n = read(fd, data.data() + got, data.size() - got);
+  while (got < r.data.size()) {
+    ssize_t n = read(fd, r.data.data() + got, r.data.size() - got);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
-      int e = errno;
+      r.kind = BoundedRead::kReadError;
+      r.error = strerror(errno);
+      r.data.clear();
       close(fd);
-      return absl::NotFoundError(absl::StrCat("cannot read token file ", path, ": ", strerror(e)));
+      return r;
     }
     if (n == 0) break;
     got += static_cast<size_t>(n);
   }
   close(fd);
-  if (got > kMaxTokenFileBytes) {
-    return absl::FailedPreconditionError(absl::StrCat("token file ", path, " is larger than ",
-                                                      kMaxTokenFileBytes / 1024,
-                                                      " KiB; a token file holds one line"));
+  r.data.resize(got);
+  if (got > max_bytes) r.kind = BoundedRead::kTooBig;
+  return r;
+}
+
+absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
+  const BoundedRead r = ReadFileAtMost(path, kMaxTokenFileBytes);
+  switch (r.kind) {
+    case BoundedRead::kOk:
+      break;
+    case BoundedRead::kCannotOpen:
+    case BoundedRead::kReadError:
+      return absl::NotFoundError(absl::StrCat("cannot read token file ", path, ": ", r.error));
+    case BoundedRead::kDirectory:
+      return absl::FailedPreconditionError(
+          absl::StrCat("token file ", path, " is a directory; give the token file in it (STATE_DIR/token)"));
+    case BoundedRead::kTooBig:
+      return absl::FailedPreconditionError(absl::StrCat("token file ", path, " is larger than ",
+                                                        kMaxTokenFileBytes / 1024,
+                                                        " KiB; a token file holds one line"));
   }
-  data.resize(got);
+  const std::string& data = r.data;
   std::string token(absl::StripAsciiWhitespace(data));
   if (token.empty()) return absl::InvalidArgumentError(absl::StrCat("token file ", path, " is empty"));
   return token;

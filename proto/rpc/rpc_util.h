@@ -24,6 +24,17 @@ absl::Status ToAbsl(const Status& s);
 grpc::Status ToGrpc(const absl::Status& s);
 absl::Status FromGrpc(const grpc::Status& s);
 
+// Reads at most max_bytes + 1 bytes of `path` (never more: /dev/zero or a
+// huge file is not read into memory). `kind` says what happened; on
+// kCannotOpen / kReadError `error` holds strerror's text. `data` holds what
+// was read (max_bytes + 1 bytes when kTooBig).
+struct BoundedRead {
+  enum Kind { kOk, kCannotOpen, kDirectory, kTooBig, kReadError } kind = kOk;
+  std::string data;
+  std::string error;
+};
+BoundedRead ReadFileAtMost(const std::string& path, size_t max_bytes);
+
 // Reads the bearer token from `path` (surrounding whitespace stripped).
 // Reads at most kMaxTokenFileBytes + 1 bytes. Errors: NOT_FOUND when it
 // cannot be opened; FAILED_PRECONDITION when it is a directory or larger
