@@ -22,10 +22,10 @@
 #include "absl/strings/ascii.h"
 #include "cli/format.h"
 #include "cli/watch_view.h"
-#include "coordinator/spec/spec.h"
+#include "spec/spec.h"
 #include "proto/rpc/rpc_util.h"
-#include "worker/topology/probe.h"
-#include "worker/topology/topo_matrix.h"
+#include "topology/probe.h"
+#include "topology/topo_matrix.h"
 
 #if __has_include("model/core/synth.h")
 #include "model/core/synth.h"

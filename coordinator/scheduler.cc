@@ -18,8 +18,8 @@
 #include "absl/time/time.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
-#include "coordinator/planner/planner.h"
-#include "coordinator/spec/spec.h"
+#include "planner/planner.h"
+#include "spec/spec.h"
 #include "spdlog/spdlog.h"
 
 namespace dgca {

@@ -116,8 +116,8 @@
 #include "coordinator/job_store.h"
 #include "coordinator/loss_curve.h"
 #include "coordinator/metrics_hub.h"
-#include "coordinator/planner/diagnosis.h"
-#include "coordinator/planner/planner.h"
+#include "planner/diagnosis.h"
+#include "planner/planner.h"
 #include "coordinator/rendezvous_store.h"
 #include "dgca/v1/agent.pb.h"
 #include "dgca/v1/coordinator.pb.h"
@@ -269,7 +269,7 @@ class Scheduler {
     int step_samples = 0;  // step metrics received from this rank (this attempt)
   };
   // One rank's step, kept for the plan check (predicted vs measured) and
-  // `dgca diagnose` (coordinator/planner/diagnosis.h).
+  // `dgca diagnose` (planner/diagnosis.h).
   using StepSample = ::dgca::StepSample;
   static StepSample SampleOf(const v1::StepMetrics& m);
   // Medians over rank-steps: seconds per optimizer step, exposed

@@ -17,7 +17,7 @@
 #include "dgca/v1/agent.grpc.pb.h"
 #include "dgca/v1/coordinator.grpc.pb.h"
 #include "dgca/v1/rank.grpc.pb.h"
-#include "coordinator/spec/spec.h"
+#include "spec/spec.h"
 #include "proto/rpc/rpc_util.h"
 #include "spdlog/spdlog.h"
 #include "worker/agent/agent.h"

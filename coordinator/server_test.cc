@@ -20,7 +20,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "coordinator/job_store.h"
-#include "coordinator/spec/spec.h"
+#include "spec/spec.h"
 #include "dgca/v1/agent.grpc.pb.h"
 #include "dgca/v1/coordinator.grpc.pb.h"
 #include "dgca/v1/rank.grpc.pb.h"

@@ -60,8 +60,8 @@ for t in "${TARGETS[@]}"; do
   extra=()
   case "$t" in spec | nvidia_smi_topo)
     [ -f build/proto/libdgca_proto.a ] || { echo "fuzz: $t needs 'make build' first"; exit 2; }
-    src=coordinator/spec/spec.cc
-    [ "$t" = nvidia_smi_topo ] && src=worker/topology/topo_matrix.cc
+    src=spec/spec.cc
+    [ "$t" = nvidia_smi_topo ] && src=topology/topo_matrix.cc
     "$CXX" "${FLAGS[@]}" -fsanitize=fuzzer-no-link -Ibuild/proto -c "$src" -o "$OUT/obj/$t.o"
     extra=("$OUT/obj/$t.o" build/proto/libdgca_proto.a -lprotobuf -lyaml-cpp
            $(pkg-config --libs absl_strings absl_str_format absl_status absl_statusor))

@@ -16,7 +16,7 @@
 # torch_bf16.json torch_fp32.json curve.log (+ build.log when it built).
 # CPU smoke test of the script (no GPU): DEVICE=cpu DGCA_PRECISION=fp32
 #   PRESET=tiny SEQ=64 BATCH=8 STEPS=5 LR=1e-3 BUILD_DIR=build PYTHON=<venv python>
-# Dry run of the GPU path on the CUDA emulator (model/cuda/emu):
+# Dry run of the GPU path on the CUDA emulator (model/cuda_emu):
 #   DGCA_TRAIN=build/model/dgca-train-emu TORCH_DEVICE=cpu PRESET=tiny SEQ=64
 #   BATCH=8 STEPS=5 LR=1e-3 PYTHON=<venv python>   (dgca bf16 on the emulated
 #   GPU, PyTorch on the CPU)

@@ -8,14 +8,14 @@ rows of dgca-model-check get their PyTorch error from torch_reference.py's
 op measurements; this module measures the rows built from the whole model,
 by building what those checks build:
 
-  bert check  (model/cuda/bert_check.cc): BERT alone at its config (vocab
+  bert check  (model/cuda_check/bert_check.cc): BERT alone at its config (vocab
               300, hidden 64, 2 layers, 4 heads, ffn 128, token types,
               prompt rows), its weight redraw, its two micro-steps
               (B, L, R) = (3, 24, 16), (2, 19, 11) with random dlogits and
               the extra gathered-row gradient, gradients ADDED over both;
-  heads check (model/cuda/heads_check.cc CheckHeads): the DGCA heads
+  heads check (model/cuda_check/heads_check.cc CheckHeads): the DGCA heads
               alone, heads_errors() says how;
-  model check (model/cuda/model_check.cc): the DGCA-ReLM model at
+  model check (model/cuda_check/model_check.cc): the DGCA-ReLM model at
               CheckConfig (prompt 2, LSTM prompt encoder, detector, top-4
               candidates, gated fusion, lambdas 0.7 / 0.4), its init
               (non-decayed tensors + U(-0.1, 0.1)), its batch layout with

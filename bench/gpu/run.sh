@@ -35,7 +35,7 @@
 # (default 90), SKIP_TORCH=1 to run only the checks, BUDGET_S.
 #
 # EMULATE=1: a dry run of this whole script on a machine without a GPU
-# (the development VM): builds the emulated programs (model/cuda/emu:
+# (the development VM): builds the emulated programs (model/cuda_emu:
 # dgca-model-check-emu, dgca-bench-emu, dgca-train-emu) instead of the CUDA
 # ones and runs every step at small sizes (tiny preset; PyTorch on the CPU
 # with --device cpu when torch is importable, else skipped). The numbers

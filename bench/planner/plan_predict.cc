@@ -14,9 +14,9 @@
 #include <sstream>
 #include <string>
 
-#include "coordinator/planner/planner.h"
-#include "coordinator/spec/spec.h"
-#include "worker/topology/probe.h"
+#include "planner/planner.h"
+#include "spec/spec.h"
+#include "topology/probe.h"
 
 int main(int argc, char** argv) {
   if (argc < 2) {

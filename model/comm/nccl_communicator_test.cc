@@ -1,7 +1,7 @@
 // NCCL communicator. On a machine without a GPU (this project's CI) the only
 // thing that can run is the clean failure; with a GPU a world of one
 // all-reduces, broadcasts and barriers for real. Built against the CUDA
-// emulator (nccl_communicator_test_emu: model/cuda/emu, whose NCCL connects
+// emulator (nccl_communicator_test_emu: model/cuda_emu, whose NCCL connects
 // rank processes of one machine) the world of one runs, and so do worlds
 // of several processes: all-reduce, broadcast and barrier across ranks, a
 // killed peer, ranks that issue different collectives, a peer that never
@@ -28,7 +28,7 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
-#include "model/cuda/emu/emulator.h"
+#include "model/cuda_emu/emulator.h"
 #endif
 
 namespace dgca {

@@ -1,5 +1,5 @@
 // Model and training configuration for libdgca_model: plain structs, no YAML.
-// The job spec (coordinator/spec) and the plan (coordinator/planner) are
+// The job spec (spec) and the plan (planner) are
 // turned into a TrainConfig by worker/rank/train_config.h.
 #ifndef DGCA_MODEL_CORE_CONFIG_H_
 #define DGCA_MODEL_CORE_CONFIG_H_

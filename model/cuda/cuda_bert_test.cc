@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "model/core/config.h"
-#include "model/cuda/bert_check.h"
-#include "model/cuda/check_test_util.h"
+#include "model/cuda_check/bert_check.h"
+#include "model/cuda_check/check_test_util.h"
 #include "model/cuda/cuda_bert.h"
 #include "model/cuda/cuda_context.h"
 #include "model/cuda/gemm.h"

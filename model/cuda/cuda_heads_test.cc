@@ -10,13 +10,13 @@
 #include <string>
 
 #include "model/core/config.h"
-#include "model/cuda/check_test_util.h"
+#include "model/cuda_check/check_test_util.h"
 #include "model/cuda/cuda_context.h"
 #include "model/cuda/cuda_heads.h"
 #include "model/cuda/cuda_prompt_encoder.h"
 #include "model/cuda/device_params.h"
 #include "model/cuda/gemm.h"
-#include "model/cuda/heads_check.h"
+#include "model/cuda_check/heads_check.h"
 #include "model/nn/heads.h"
 #include "model/nn/params.h"
 

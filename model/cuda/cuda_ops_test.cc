@@ -15,12 +15,12 @@
 
 #include "model/cuda/attention.h"
 #include "model/cuda/attention_tune.h"
-#include "model/cuda/check_test_util.h"
+#include "model/cuda_check/check_test_util.h"
 #include "model/cuda/cuda_context.h"
 #include "model/cuda/flash_attention.h"
 #include "model/cuda/gemm.h"
 #include "model/cuda/kernels.h"
-#include "model/cuda/op_check.h"
+#include "model/cuda_check/op_check.h"
 
 namespace dgca {
 namespace cuda {

@@ -15,7 +15,7 @@
 
 #include "model/comm/communicator.h"
 #include "model/core/config.h"
-#include "model/cuda/check_test_util.h"
+#include "model/cuda_check/check_test_util.h"
 #include "model/cuda/cuda_context.h"
 
 namespace dgca {

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "model/cuda/check_test_util.h"
+#include "model/cuda_check/check_test_util.h"
 #include "model/cuda/cuda_context.h"
 
 namespace dgca {

@@ -1,5 +1,5 @@
 // dgca-model-check: every CUDA op of the trainer against its CPU reference
-// (model/cuda/op_check.h) on one GPU, as a table:
+// (model/cuda_check/op_check.h) on one GPU, as a table:
 //   op | dtype | max rel err | tolerance | PASS/FAIL
 // Random inputs are drawn fresh each run (the seed is printed; --seed
 // repeats a run), GPU outputs are poisoned with NaN before each call.
@@ -36,12 +36,12 @@
 #include <string>
 #include <vector>
 
-#include "model/cuda/bert_check.h"
-#include "model/cuda/heads_check.h"
-#include "model/cuda/model_check.h"
+#include "model/cuda_check/bert_check.h"
+#include "model/cuda_check/heads_check.h"
+#include "model/cuda_check/model_check.h"
 #include "model/cuda/cuda_context.h"
 #include "model/cuda/gemm.h"
-#include "model/cuda/op_check.h"
+#include "model/cuda_check/op_check.h"
 
 namespace {
 

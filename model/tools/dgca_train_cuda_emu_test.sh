@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # ctest dgca_train_cuda_emu: the trainer on the CUDA device
 # (model/cuda/cuda_train_device.h) through dgca-train --device cuda, run by
-# the CUDA emulator (model/cuda/emu/emulator.h), against the CPU trainer:
+# the CUDA emulator (model/cuda_emu/emulator.h), against the CPU trainer:
 #   1. fp32, 4 steps of micro-batch 8 x accumulation 2 with clipping and
 #      weight decay: every step's loss and gradient norm within 1e-4
 #      relative of the CPU's (reduction order differs);

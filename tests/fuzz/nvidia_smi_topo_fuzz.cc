@@ -1,6 +1,6 @@
-// worker/topology/topo_matrix.h: `nvidia-smi topo -m` output, which the
+// topology/topo_matrix.h: `nvidia-smi topo -m` output, which the
 // node probe reads from the tool (or a fixture tree's copy of it).
-#include "worker/topology/topo_matrix.h"
+#include "topology/topo_matrix.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto m = dgca::ParseNvidiaSmiTopo(

@@ -1,6 +1,6 @@
 // A GPU job end to end without a GPU: the real coordinator (no embedded
 // agent), one real agent and its rank processes, all dgca-worker-emu — the
-// worker linked against the CUDA emulator (model/cuda/emu) and its emulated
+// worker linked against the CUDA emulator (model/cuda_emu) and its emulated
 // NCCL. The agent probes a fixture 8 x H100 NVLink node (tests/fixtures) and
 // DGCA_EMU_DEVICES=8 gives the ranks eight emulated devices, so a
 // `device: cuda, backend: nccl` job is planned, placed, launched and run

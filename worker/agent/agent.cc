@@ -31,7 +31,7 @@
 #include "dgca/v1/agent.grpc.pb.h"
 #include "proto/rpc/rpc_util.h"
 #include "worker/agent/rank_process.h"
-#include "worker/topology/probe.h"
+#include "topology/probe.h"
 
 extern char** environ;
 

@@ -1,7 +1,7 @@
 // GPU metrics of one rank (DESIGN.md "Metrics": dgca_gpu_utilization_ratio,
 // dgca_gpu_memory_used_bytes, dgca_gpu_power_watts): utilization, memory in
 // use and power draw of the rank's GPU, read through NVML loaded at run time
-// (dlopen, no link-time dependency; worker/topology/nvml.h does the same for
+// (dlopen, no link-time dependency; topology/nvml.h does the same for
 // the node probe).
 //
 // The device is the rank's node-local GPU index (DGCA_LOCAL_DEVICE, set by the
@@ -26,7 +26,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "worker/topology/nvml.h"
+#include "topology/nvml.h"
 
 namespace dgca {
 

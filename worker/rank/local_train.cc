@@ -8,14 +8,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "coordinator/planner/planner.h"
-#include "coordinator/spec/spec.h"
+#include "planner/planner.h"
+#include "spec/spec.h"
 #include "model/comm/communicator.h"
 #include "model/core/json.h"
 #include "model/train/trainer.h"
 #include "worker/rank/train_config.h"
 #include "worker/rank/trial_runner.h"
-#include "worker/topology/probe.h"
+#include "topology/probe.h"
 
 namespace dgca {
 namespace {

@@ -14,7 +14,7 @@
 #include <mutex>
 #include <thread>
 
-#include "coordinator/spec/spec.h"
+#include "spec/spec.h"
 #include "dgca/v1/rank.grpc.pb.h"
 #include "model/core/core_test_util.h"
 #include "proto/rpc/rpc_util.h"

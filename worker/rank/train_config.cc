@@ -4,7 +4,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
-#include "coordinator/spec/spec.h"
+#include "spec/spec.h"
 #include "model/core/dropout.h"
 
 namespace dgca {

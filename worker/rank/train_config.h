@@ -23,7 +23,7 @@ namespace dgca {
 // and where both are "auto" a safe default (see SimplePlan).
 // model.dropout.hidden/attention map to ModelConfig's hidden_dropout and
 // attention_dropout; each one unset is kDefaultDropout (0.1,
-// coordinator/spec/spec.h).
+// spec/spec.h).
 // Errors: INVALID_ARGUMENT naming the field (unknown preset, encoder,
 // precision; dropout outside [0, 1); no training data).
 absl::StatusOr<TrainConfig> TrainConfigFromSpec(const v1::JobSpec& spec, const v1::Plan& plan);

@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-#include "coordinator/spec/spec.h"
+#include "spec/spec.h"
 
 namespace dgca {
 namespace {

@@ -17,7 +17,7 @@
 
 #include <string>
 
-#include "coordinator/planner/planner.h"
+#include "planner/planner.h"
 #include "dgca/v1/job.pb.h"
 
 namespace dgca {

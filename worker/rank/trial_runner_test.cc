@@ -11,7 +11,7 @@
 #include <string>
 
 #include "worker/rank/train_config.h"
-#include "worker/topology/probe.h"
+#include "topology/probe.h"
 
 namespace dgca {
 namespace {

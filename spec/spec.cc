@@ -1,0 +1,951 @@
+#include "spec/spec.h"
+
+#include <yaml-cpp/eventhandler.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <exception>
+#include <functional>
+#include <limits>
+#include <set>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace dgca {
+namespace {
+
+constexpr int kMaxFlowNesting = 100;
+
+size_t EditDistance(const std::string& a, const std::string& b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t sub = prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1);
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, sub});
+    }
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+// Printable, bounded rendering of user text for messages.
+std::string Quote(const std::string& s) {
+  std::string out;
+  for (unsigned char c : s) {
+    if (out.size() >= 60) { out += "..."; break; }
+    if (c < 0x20 || c == 0x7f) {
+      out += absl::StrCat("\\x", absl::Hex(c, absl::kZeroPad2));
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return "'" + out + "'";
+}
+
+std::string Describe(const YAML::Node& n) {
+  switch (n.Type()) {
+    case YAML::NodeType::Null: return "null";
+    case YAML::NodeType::Sequence: return "a list";
+    case YAML::NodeType::Map: return "a mapping";
+    case YAML::NodeType::Scalar: return Quote(n.Scalar());
+    default: return "nothing";
+  }
+}
+
+class Parser {
+ public:
+  explicit Parser(std::string file) : file_(std::move(file)) {}
+
+  std::vector<v1::SpecProblem>& problems() { return problems_; }
+
+  void Problem(const YAML::Mark& m, const std::string& field, const std::string& msg) {
+    v1::SpecProblem p;
+    p.set_file(file_);
+    if (!m.is_null() && m.line >= 0) {
+      p.set_line(m.line + 1);
+      p.set_column(m.column + 1);
+    }
+    p.set_field(field);
+    p.set_message(msg);
+    problems_.push_back(std::move(p));
+  }
+  void Problem(const YAML::Node& n, const std::string& field, const std::string& msg) {
+    Problem(n.Mark(), field, msg);
+  }
+
+  using Handler = std::function<void(const YAML::Node& value, const std::string& field)>;
+  struct Field {
+    const char* key;
+    Handler handle;
+  };
+
+  // Walks mapping `node` (null = empty mapping) dispatching known keys;
+  // reports unknown and duplicate keys. Returns false when not a mapping.
+  bool Map(const YAML::Node& node, const std::string& field,
+           const std::vector<Field>& fields) {
+    if (node.IsNull()) return true;
+    if (!node.IsMap()) {
+      Problem(node, field, absl::StrCat("expected a mapping, got ", Describe(node)));
+      return false;
+    }
+    std::set<std::string> seen;
+    for (auto it = node.begin(); it != node.end(); ++it) {
+      const YAML::Node key = it->first;
+      const YAML::Node value = it->second;
+      if (!key.IsScalar()) {
+        Problem(key, field.empty() ? "(top level)" : field,
+                absl::StrCat("keys must be plain names, got ", Describe(key)));
+        continue;
+      }
+      const std::string name = key.Scalar();
+      const std::string path = field.empty() ? name : absl::StrCat(field, ".", name);
+      if (!seen.insert(name).second) {
+        Problem(key, path, "duplicate key; each field may appear once");
+        continue;
+      }
+      const Field* f = nullptr;
+      for (const Field& c : fields) {
+        if (name == c.key) f = &c;
+      }
+      if (f == nullptr) {
+        std::string best;
+        size_t best_d = 3;
+        std::vector<std::string> valid;
+        for (const Field& c : fields) {
+          valid.push_back(c.key);
+          size_t d = EditDistance(absl::AsciiStrToLower(name), c.key);
+          if (d < best_d) { best_d = d; best = c.key; }
+        }
+        std::string msg = absl::StrCat("unknown field ", Quote(name));
+        if (!best.empty()) absl::StrAppend(&msg, "; did you mean '", best, "'?");
+        absl::StrAppend(&msg, "; valid fields here: ", absl::StrJoin(valid, ", "));
+        Problem(key, path, msg);
+        continue;
+      }
+      f->handle(value, path);
+    }
+    return true;
+  }
+
+  bool IsAuto(const YAML::Node& n) {
+    return n.IsScalar() && absl::AsciiStrToLower(n.Scalar()) == "auto";
+  }
+
+  // Integer in [lo, hi]; `auto_ok`: "auto" gives 0.
+  template <typename T>
+  void Int(const YAML::Node& n, const std::string& field, int64_t lo, int64_t hi,
+           bool auto_ok, T* out) {
+    const char* want = auto_ok ? "an integer or 'auto'" : "an integer";
+    if (auto_ok && IsAuto(n)) { *out = 0; return; }
+    if (!n.IsScalar()) {
+      Problem(n, field, absl::StrCat("expected ", want, ", got ", Describe(n)));
+      return;
+    }
+    std::string s = std::string(absl::StripAsciiWhitespace(n.Scalar()));
+    std::string digits = s;
+    if (!digits.empty() && (digits[0] == '+' || digits[0] == '-')) digits = digits.substr(1);
+    bool all_digits = !digits.empty() &&
+        std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; });
+    if (!all_digits) {
+      // 1e3, 2.0: a whole number written as a float is still an integer.
+      char* end = nullptr;
+      errno = 0;
+      double d = std::strtod(s.c_str(), &end);
+      if (!s.empty() && end && *end == '\0' && errno == 0 && std::isfinite(d) &&
+          d == std::floor(d) && std::fabs(d) < 9e15) {
+        s = absl::StrCat(static_cast<int64_t>(d));
+      } else {
+        Problem(n, field, absl::StrCat("expected ", want, ", got ", Quote(n.Scalar())));
+        return;
+      }
+    }
+    errno = 0;
+    char* end = nullptr;
+    long long v = std::strtoll(s.c_str(), &end, 10);
+    if (errno == ERANGE || v < lo || v > hi) {
+      std::string range = hi == std::numeric_limits<int64_t>::max() ||
+                                  hi == std::numeric_limits<int32_t>::max()
+                              ? absl::StrCat("must be >= ", lo)
+                              : absl::StrCat("must be between ", lo, " and ", hi);
+      if (auto_ok) absl::StrAppend(&range, " (or 'auto')");
+      Problem(n, field, absl::StrCat(range, ", got ", Quote(n.Scalar())));
+      return;
+    }
+    *out = static_cast<T>(v);
+  }
+
+  // Finite number in [lo, hi] (hi may be infinity); `lo_open`: must be > lo;
+  // `hi_open`: must be < hi.
+  void Num(const YAML::Node& n, const std::string& field, double lo, double hi,
+           bool lo_open, bool auto_ok, double* out, bool hi_open = false) {
+    const char* want = auto_ok ? "a number or 'auto'" : "a number";
+    if (auto_ok && IsAuto(n)) { *out = 0; return; }
+    if (!n.IsScalar()) {
+      Problem(n, field, absl::StrCat("expected ", want, ", got ", Describe(n)));
+      return;
+    }
+    std::string s = std::string(absl::StripAsciiWhitespace(n.Scalar()));
+    char* end = nullptr;
+    errno = 0;
+    double d = s.empty() ? 0 : std::strtod(s.c_str(), &end);
+    std::string lower = absl::AsciiStrToLower(s);
+    bool hexish = lower.find("0x") != std::string::npos || lower.find("inf") != std::string::npos ||
+                  lower.find("nan") != std::string::npos;
+    if (s.empty() || end == nullptr || *end != '\0' || hexish) {
+      Problem(n, field, absl::StrCat("expected ", want, ", got ", Quote(n.Scalar())));
+      return;
+    }
+    if (errno == ERANGE || !std::isfinite(d)) {
+      Problem(n, field, absl::StrCat("number out of range, got ", Quote(n.Scalar())));
+      return;
+    }
+    bool bad = lo_open ? !(d > lo) : !(d >= lo);
+    if (bad || (hi_open ? !(d < hi) : d > hi)) {
+      std::string range = std::isinf(hi) ? absl::StrCat("must be ", lo_open ? "> " : ">= ", lo)
+                          : hi_open      ? absl::StrCat("must be ", lo_open ? "> " : ">= ", lo,
+                                                        " and < ", hi)
+                                         : absl::StrCat("must be between ", lo, " and ", hi);
+      if (auto_ok) absl::StrAppend(&range, " (or 'auto')");
+      Problem(n, field, absl::StrCat(range, ", got ", Quote(n.Scalar())));
+      return;
+    }
+    *out = d;
+  }
+
+  // Returns -1 when `n` is not a boolean scalar, else 0/1.
+  static int BoolValue(const YAML::Node& n) {
+    if (!n.IsScalar()) return -1;
+    std::string s = absl::AsciiStrToLower(n.Scalar());
+    if (s == "true" || s == "yes" || s == "on") return 1;
+    if (s == "false" || s == "no" || s == "off") return 0;
+    return -1;
+  }
+
+  void Bool(const YAML::Node& n, const std::string& field, bool* out) {
+    int b = BoolValue(n);
+    if (b < 0) {
+      Problem(n, field, absl::StrCat("expected true or false, got ", Describe(n)));
+      return;
+    }
+    *out = b == 1;
+  }
+
+  void Str(const YAML::Node& n, const std::string& field, bool null_ok, std::string* out) {
+    if (null_ok && n.IsNull()) { out->clear(); return; }
+    if (!n.IsScalar()) {
+      Problem(n, field, absl::StrCat("expected a string", null_ok ? " or null" : "",
+                                     ", got ", Describe(n)));
+      return;
+    }
+    if (n.Scalar().size() > 4096) {
+      Problem(n, field, "string too long (at most 4096 bytes)");
+      return;
+    }
+    *out = n.Scalar();
+  }
+
+  void Enum(const YAML::Node& n, const std::string& field,
+            const std::vector<std::string>& valid, std::string* out) {
+    if (n.IsScalar()) {
+      std::string s = absl::AsciiStrToLower(std::string(absl::StripAsciiWhitespace(n.Scalar())));
+      for (const auto& v : valid) {
+        if (s == v) { *out = v; return; }
+      }
+    }
+    Problem(n, field, absl::StrCat("expected one of ", absl::StrJoin(valid, " | "),
+                                   ", got ", Describe(n)));
+  }
+
+  void ParseTop(const YAML::Node& root, v1::JobSpec* spec);
+
+ private:
+  std::string file_;
+  std::vector<v1::SpecProblem> problems_;
+};
+
+void Parser::ParseTop(const YAML::Node& root, v1::JobSpec* spec) {
+  v1::ModelSpec* model = spec->mutable_model();
+  v1::DataSpec* data = spec->mutable_data();
+  v1::TrainSpec* train = spec->mutable_train();
+  v1::ResourcesSpec* res = spec->mutable_resources();
+  v1::CommSpec* comm = spec->mutable_comm();
+  v1::TuningSpec* tuning = spec->mutable_tuning();
+  constexpr int64_t kI32 = std::numeric_limits<int32_t>::max();
+  constexpr int64_t kI64 = std::numeric_limits<int64_t>::max();
+  const double kInf = std::numeric_limits<double>::infinity();
+  YAML::Mark train_mark, model_mark, hidden_mark;
+  // Which of a custom model's sizes the spec gives (valid or not: an
+  // invalid one has its own problem, and is not also reported missing).
+  bool layers_given = false, hidden_given = false, heads_given = false, ffn_given = false;
+
+  auto candidate = [&](const YAML::Node& n, const std::string& f) {
+    v1::CandidateSpec* c = model->mutable_heads_spec()->mutable_candidate();
+    int b = BoolValue(n);
+    if (b >= 0) { c->set_enabled(b == 1); return; }
+    if (!n.IsMap() && !n.IsNull()) {
+      Problem(n, f, absl::StrCat("expected a mapping {top_k, confusion, enabled} or false, got ",
+                                 Describe(n)));
+      return;
+    }
+    Map(n, f, {
+      {"top_k", [&](const YAML::Node& v, const std::string& p) {
+         int32_t k = c->top_k(); Int(v, p, 1, 256, false, &k); c->set_top_k(k); }},
+      {"confusion", [&](const YAML::Node& v, const std::string& p) {
+         Str(v, p, true, c->mutable_confusion()); }},
+      {"enabled", [&](const YAML::Node& v, const std::string& p) {
+         bool e = c->enabled(); Bool(v, p, &e); c->set_enabled(e); }},
+    });
+  };
+
+  auto heads = [&](const YAML::Node& n, const std::string& f) {
+    v1::HeadsSpec* h = model->mutable_heads_spec();
+    int b = BoolValue(n);
+    if (b == 0) {
+      h->set_detector(false);
+      h->mutable_candidate()->set_enabled(false);
+      h->set_fusion("none");
+      return;
+    }
+    if (b == 1) return;
+    Map(n, f, {
+      {"detector", [&](const YAML::Node& v, const std::string& p) {
+         bool d = h->detector(); Bool(v, p, &d); h->set_detector(d); }},
+      {"candidate", candidate},
+      {"fusion", [&](const YAML::Node& v, const std::string& p) {
+         Enum(v, p, {"gated", "none"}, h->mutable_fusion()); }},
+    });
+  };
+
+  auto model_fn = [&](const YAML::Node& n, const std::string& f) {
+    model_mark = n.Mark();
+    Map(n, f, {
+      {"preset", [&](const YAML::Node& v, const std::string& p) {
+         Enum(v, p, {"tiny", "small", "bert-base", "custom"}, model->mutable_preset()); }},
+      {"layers", [&](const YAML::Node& v, const std::string& p) {
+         layers_given = true;
+         int32_t x = 0; Int(v, p, 1, 96, false, &x); model->set_layers(x); }},
+      {"hidden", [&](const YAML::Node& v, const std::string& p) {
+         hidden_given = true;
+         hidden_mark = v.Mark();
+         int32_t x = 0; Int(v, p, 8, 16384, false, &x); model->set_hidden(x); }},
+      {"heads", [&](const YAML::Node& v, const std::string& p) {
+         // `model.heads` is the attention-head count when it is an integer and
+         // the heads spec (detector/candidate/fusion) otherwise.
+         if (v.IsScalar() && BoolValue(v) < 0) {
+           heads_given = true;
+           int32_t x = 0; Int(v, p, 1, 256, false, &x); model->set_heads(x);
+         } else {
+           heads(v, p);
+         }
+       }},
+      {"attention_heads", [&](const YAML::Node& v, const std::string& p) {
+         // The unambiguous spelling of the attention-head count, so a spec can
+         // give explicit sizes and a `heads:` mapping for the DGCA heads.
+         heads_given = true;
+         int32_t x = 0; Int(v, p, 1, 256, false, &x); model->set_heads(x); }},
+      {"ffn", [&](const YAML::Node& v, const std::string& p) {
+         ffn_given = true;
+         int32_t x = 0; Int(v, p, 8, 65536, false, &x); model->set_ffn(x); }},
+      {"vocab", [&](const YAML::Node& v, const std::string& p) {
+         Str(v, p, true, model->mutable_vocab()); }},
+      {"init_from", [&](const YAML::Node& v, const std::string& p) {
+         Str(v, p, true, model->mutable_init_from()); }},
+      {"prompt", [&](const YAML::Node& v, const std::string& p) {
+         v1::PromptSpec* ps = model->mutable_prompt();
+         Map(v, p, {
+           {"length", [&](const YAML::Node& x, const std::string& q) {
+              int32_t l = ps->length(); Int(x, q, 0, 64, false, &l); ps->set_length(l); }},
+           {"encoder", [&](const YAML::Node& x, const std::string& q) {
+              Enum(x, q, {"lstm", "mlp", "none"}, ps->mutable_encoder()); }},
+         });
+       }},
+      {"dropout", [&](const YAML::Node& v, const std::string& p) {
+         // Probabilities in [0, 1) (HF hidden_dropout_prob and
+         // attention_probs_dropout_prob); 0 turns one off.
+         v1::DropoutSpec* ds = model->mutable_dropout();
+         // The ranks train in float: a value that rounds to 1 is refused
+         // here, not when the ranks start.
+         auto prob = [&](const YAML::Node& x, const std::string& q, double* r) {
+           Num(x, q, 0, 1, false, false, r, /*hi_open=*/true);
+           if (*r < 1 && !(static_cast<float>(*r) < 1.0f))
+             Problem(x, q, absl::StrCat("must be < 1 in single precision (the trainer's), got ", Quote(x.Scalar())));
+         };
+         Map(v, p, {
+           {"hidden", [&](const YAML::Node& x, const std::string& q) {
+              double r = ds->hidden(); prob(x, q, &r); ds->set_hidden(r); }},
+           {"attention", [&](const YAML::Node& x, const std::string& q) {
+              double r = ds->attention(); prob(x, q, &r); ds->set_attention(r); }},
+         });
+       }},
+    });
+  };
+
+  auto data_fn = [&](const YAML::Node& n, const std::string& f) {
+    Map(n, f, {
+      {"train", [&](const YAML::Node& v, const std::string& p) { Str(v, p, true, data->mutable_train()); }},
+      {"eval", [&](const YAML::Node& v, const std::string& p) { Str(v, p, true, data->mutable_eval()); }},
+      {"max_seq_len", [&](const YAML::Node& v, const std::string& p) {
+         int32_t x = data->max_seq_len(); Int(v, p, 8, 512, false, &x); data->set_max_seq_len(x); }},
+      {"mft", [&](const YAML::Node& v, const std::string& p) {
+         v1::MftSpec* m = data->mutable_mft();
+         Map(v, p, {
+           {"mode", [&](const YAML::Node& x, const std::string& q) {
+              Enum(x, q, {"noerror", "none"}, m->mutable_mode()); }},
+           {"rate", [&](const YAML::Node& x, const std::string& q) {
+              double r = m->rate(); Num(x, q, 0, 1, false, false, &r); m->set_rate(r); }},
+         });
+       }},
+      {"loader", [&](const YAML::Node& v, const std::string& p) {
+         v1::LoaderSpec* l = data->mutable_loader();
+         Map(v, p, {
+           {"threads", [&](const YAML::Node& x, const std::string& q) {
+              int32_t t = l->threads(); Int(x, q, 0, 256, true, &t); l->set_threads(t); }},
+           {"prefetch", [&](const YAML::Node& x, const std::string& q) {
+              int32_t t = l->prefetch(); Int(x, q, 0, 1024, false, &t); l->set_prefetch(t); }},
+         });
+       }},
+    });
+  };
+
+  auto optimizer_fn = [&](const YAML::Node& n, const std::string& f) {
+    v1::OptimizerSpec* o = train->mutable_optimizer();
+    Map(n, f, {
+      {"lr", [&](const YAML::Node& v, const std::string& p) {
+         double x = o->lr(); Num(v, p, 0, 10, true, false, &x); o->set_lr(x); }},
+      {"weight_decay", [&](const YAML::Node& v, const std::string& p) {
+         double x = o->weight_decay(); Num(v, p, 0, 1, false, false, &x); o->set_weight_decay(x); }},
+      {"warmup_steps", [&](const YAML::Node& v, const std::string& p) {
+         int64_t x = o->warmup_steps(); Int(v, p, 0, kI64, false, &x); o->set_warmup_steps(x); }},
+      {"clip_norm", [&](const YAML::Node& v, const std::string& p) {
+         double x = o->clip_norm(); Num(v, p, 0, kInf, false, false, &x); o->set_clip_norm(x); }},
+      {"schedule", [&](const YAML::Node& v, const std::string& p) {
+         Enum(v, p, {"constant", "linear"}, o->mutable_schedule()); }},
+    });
+  };
+
+  auto train_fn = [&](const YAML::Node& n, const std::string& f) {
+    train_mark = n.Mark();
+    Map(n, f, {
+      {"steps", [&](const YAML::Node& v, const std::string& p) {
+         int64_t x = train->steps(); Int(v, p, 1, kI64, false, &x); train->set_steps(x); }},
+      {"global_batch", [&](const YAML::Node& v, const std::string& p) {
+         int32_t x = train->global_batch(); Int(v, p, 1, kI32, false, &x); train->set_global_batch(x); }},
+      {"micro_batch", [&](const YAML::Node& v, const std::string& p) {
+         int32_t x = 0; Int(v, p, 0, kI32, true, &x); train->set_micro_batch(x); }},
+      {"accumulation", [&](const YAML::Node& v, const std::string& p) {
+         int32_t x = 0; Int(v, p, 0, kI32, true, &x); train->set_accumulation(x); }},
+      {"precision", [&](const YAML::Node& v, const std::string& p) {
+         Enum(v, p, {"auto", "fp32", "fp16", "bf16"}, train->mutable_precision()); }},
+      {"attention", [&](const YAML::Node& v, const std::string& p) {
+         Enum(v, p, {"auto", "fused", "gemm"}, train->mutable_attention()); }},
+      {"optimizer", optimizer_fn},
+      {"eval_every", [&](const YAML::Node& v, const std::string& p) {
+         int64_t x = train->eval_every(); Int(v, p, 0, kI64, false, &x); train->set_eval_every(x); }},
+      {"checkpoint_every", [&](const YAML::Node& v, const std::string& p) {
+         int64_t x = train->checkpoint_every(); Int(v, p, 0, kI64, false, &x); train->set_checkpoint_every(x); }},
+      {"seed", [&](const YAML::Node& v, const std::string& p) {
+         int64_t x = static_cast<int64_t>(train->seed()); Int(v, p, 0, kI64, false, &x);
+         train->set_seed(static_cast<uint64_t>(x)); }},
+      {"max_restarts", [&](const YAML::Node& v, const std::string& p) {
+         int32_t x = train->max_restarts(); Int(v, p, 0, 1000, false, &x); train->set_max_restarts(x); }},
+    });
+  };
+
+  auto resources_fn = [&](const YAML::Node& n, const std::string& f) {
+    Map(n, f, {
+      {"ranks", [&](const YAML::Node& v, const std::string& p) {
+         int32_t x = 0; Int(v, p, 0, 4096, true, &x); res->set_ranks(x); }},
+      {"device", [&](const YAML::Node& v, const std::string& p) {
+         Enum(v, p, {"auto", "cuda", "cpu"}, res->mutable_device()); }},
+      {"threads_per_rank", [&](const YAML::Node& v, const std::string& p) {
+         int32_t x = 0; Int(v, p, 0, 1024, true, &x); res->set_threads_per_rank(x); }},
+    });
+  };
+
+  auto env_fn = [&](const YAML::Node& n, const std::string& f) {
+    if (n.IsNull()) return;
+    if (!n.IsMap()) {
+      Problem(n, f, absl::StrCat("expected a mapping of NCCL_*/CUDA_*/OMP_* variables, got ",
+                                 Describe(n)));
+      return;
+    }
+    std::set<std::string> seen;
+    for (auto it = n.begin(); it != n.end(); ++it) {
+      const YAML::Node k = it->first;
+      const YAML::Node v = it->second;
+      if (!k.IsScalar()) {
+        Problem(k, f, absl::StrCat("variable names must be strings, got ", Describe(k)));
+        continue;
+      }
+      const std::string name = k.Scalar();
+      const std::string path = absl::StrCat(f, ".", name);
+      bool ok = false;
+      for (const char* prefix : {"NCCL_", "CUDA_", "OMP_"}) {
+        if (name.rfind(prefix, 0) == 0 && name.size() > std::string(prefix).size()) ok = true;
+      }
+      ok = ok && std::all_of(name.begin(), name.end(), [](char c) {
+        return (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+      });
+      if (!ok) {
+        Problem(k, path, absl::StrCat("variable ", Quote(name),
+                                      " is not allowed; only NCCL_*, CUDA_* and OMP_* "
+                                      "(upper-case letters, digits, _) may be set"));
+        continue;
+      }
+      if (name == "NCCL_COMM_BLOCKING") {
+        Problem(k, path,
+                "NCCL_COMM_BLOCKING is not allowed (whatever its value): the ranks create their NCCL "
+                "communicators non-blocking so that a peer that never joins times out, and this variable "
+                "would override that");
+        continue;
+      }
+      if (!seen.insert(name).second) {
+        Problem(k, path, "duplicate variable");
+        continue;
+      }
+      if (!v.IsScalar()) {
+        Problem(v, path, absl::StrCat("expected a string value, got ", Describe(v)));
+        continue;
+      }
+      if (v.Scalar().size() > 4096 || v.Scalar().find('\0') != std::string::npos) {
+        Problem(v, path, "value too long or contains NUL");
+        continue;
+      }
+      (*comm->mutable_env())[name] = v.Scalar();
+    }
+  };
+
+  auto comm_fn = [&](const YAML::Node& n, const std::string& f) {
+    Map(n, f, {
+      {"backend", [&](const YAML::Node& v, const std::string& p) {
+         Enum(v, p, {"auto", "nccl", "gloo"}, comm->mutable_backend()); }},
+      {"bucket_mb", [&](const YAML::Node& v, const std::string& p) {
+         double x = 0; Num(v, p, 0, 4096, true, true, &x); comm->set_bucket_mb(x); }},
+      {"overlap", [&](const YAML::Node& v, const std::string& p) {
+         bool b = comm->overlap(); Bool(v, p, &b); comm->set_overlap(b); }},
+      {"env", env_fn},
+      {"timeout_s", [&](const YAML::Node& v, const std::string& p) {
+         double x = comm->timeout_s(); Num(v, p, 0, 86400, true, false, &x); comm->set_timeout_s(x); }},
+    });
+  };
+
+  auto tuning_fn = [&](const YAML::Node& n, const std::string& f) {
+    Map(n, f, {
+      {"mode", [&](const YAML::Node& v, const std::string& p) {
+         Enum(v, p, {"off", "model", "trial", "auto"}, tuning->mutable_mode()); }},
+      {"budget_s", [&](const YAML::Node& v, const std::string& p) {
+         double x = tuning->budget_s(); Num(v, p, 0, 86400, false, false, &x); tuning->set_budget_s(x); }},
+    });
+  };
+
+  YAML::Mark name_mark;
+  if (!root.IsMap()) {
+    if (root.IsNull()) {
+      Problem(root, "(top level)", "the spec is empty; expected a mapping with fields such as "
+                                   "name, model, data, train, resources, comm, tuning");
+    } else {
+      Problem(root, "(top level)",
+              absl::StrCat("the spec must be a mapping (name: ..., train: ...), got ", Describe(root)));
+    }
+    return;
+  }
+  Map(root, "", {
+    {"name", [&](const YAML::Node& v, const std::string& p) {
+       name_mark = v.Mark();
+       std::string s;
+       if (!v.IsScalar()) { Str(v, p, false, &s); return; }
+       s = v.Scalar();
+       bool ok = !s.empty() && s.size() <= 128 &&
+                 std::all_of(s.begin(), s.end(), [](char c) {
+                   unsigned char u = static_cast<unsigned char>(c);
+                   return u >= 0x80 || std::isalnum(u) || c == '-' || c == '_' || c == '.';
+                 });
+        if (!ok) {
+          Problem(v, p, absl::StrCat("must be 1-128 characters of letters, digits, '-', '_' or '.', got ",
+                                     Quote(s)));
+          return;
+        }
+        spec->set_name(s);
+     }},
+    {"model", model_fn},
+    {"data", data_fn},
+    {"train", train_fn},
+    {"resources", resources_fn},
+    {"comm", comm_fn},
+    {"tuning", tuning_fn},
+    // Added by R2-A: probe jobs (`dgca diagnose comm` writes these).
+    {"kind", [&](const YAML::Node& v, const std::string& p) {
+       Enum(v, p, {"train", "comm_probe"}, spec->mutable_kind()); }},
+    {"probe", [&](const YAML::Node& n, const std::string& f) {
+       Map(n, f, {
+         {"sizes", [&](const YAML::Node& v, const std::string& p) {
+            if (!v.IsSequence() || v.size() == 0 || v.size() > 64) {
+              Problem(v, p, absl::StrCat("expected a list of 1 to 64 sizes in bytes, got ",
+                                         Describe(v)));
+              return;
+            }
+            spec->mutable_probe()->clear_sizes_bytes();
+            for (size_t i = 0; i < v.size(); ++i) {
+              int64_t b = 0;
+              Int(v[i], absl::StrCat(p, "[", i, "]"), int64_t{4}, int64_t{1} << 31, false, &b);
+              if (b > 0 && b % 4 != 0) {
+                Problem(v[i], absl::StrCat(p, "[", i, "]"),
+                        absl::StrCat("must be a multiple of 4 bytes (whole floats), got ", b));
+                continue;
+              }
+              if (b > 0) spec->mutable_probe()->add_sizes_bytes(b);
+            }
+          }},
+       });
+     }},
+  });
+
+  // No name: the spec file's base name when it is a valid name, else "job".
+  if (!root["name"]) {
+    std::string base = file_.substr(file_.find_last_of('/') == std::string::npos ? 0 : file_.find_last_of('/') + 1);
+    base = base.substr(0, base.find('.'));
+    bool ok = !base.empty() && base.size() <= 128 &&
+              std::all_of(base.begin(), base.end(), [](char c) {
+                return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_';
+              });
+    if (ok) spec->set_name(base);
+  }
+
+  // Cross-field checks (only between values the user set explicitly).
+  const v1::TrainSpec& t = *train;
+  if (t.micro_batch() > 0 && t.micro_batch() > t.global_batch()) {
+    Problem(train_mark, "train.micro_batch",
+            absl::StrCat("micro_batch ", t.micro_batch(), " is larger than global_batch ",
+                         t.global_batch(), "; it must be <= global_batch"));
+  }
+  if (t.micro_batch() > 0 && t.accumulation() > 0 && res->ranks() > 0 &&
+      static_cast<int64_t>(t.micro_batch()) * t.accumulation() * res->ranks() != t.global_batch()) {
+    Problem(train_mark, "train.global_batch",
+            absl::StrCat("global_batch ", t.global_batch(), " must equal micro_batch x accumulation x ranks = ",
+                         t.micro_batch(), " x ", t.accumulation(), " x ", res->ranks(),
+                         "; set one of them to auto"));
+  }
+  if (res->device() == "cpu" && comm->backend() == "nccl") {
+    Problem(YAML::Mark::null_mark(), "comm.backend",
+            "nccl needs resources.device cuda (or auto); use gloo on cpu");
+  }
+  if (model->preset() == "custom" && !(layers_given && hidden_given && heads_given && ffn_given)) {
+    std::vector<std::string> missing;
+    if (!layers_given) missing.push_back("model.layers");
+    if (!hidden_given) missing.push_back("model.hidden");
+    if (!heads_given) missing.push_back("model.attention_heads (or an integer model.heads)");
+    if (!ffn_given) missing.push_back("model.ffn");
+    Problem(model_mark, "model.preset",
+            absl::StrCat("preset 'custom' needs model.layers, model.hidden, model.attention_heads (or an integer "
+                         "model.heads) and model.ffn; missing: ",
+                         absl::StrJoin(missing, ", ")));
+  }
+  if (model->hidden() > 0 && model->heads() > 0 && model->hidden() % model->heads() != 0) {
+    Problem(hidden_mark, "model.hidden",
+            absl::StrCat("hidden ", model->hidden(), " must be divisible by heads ", model->heads()));
+  }
+}
+
+// Where each YAML document starts; the node tree comes from YAML::Load.
+class DocumentStarts : public YAML::EventHandler {
+ public:
+  YAML::Mark start;
+  void OnDocumentStart(const YAML::Mark& mark) override { start = mark; }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+};
+
+// Whether `text` has a YAML document marker line ("---" or "...", alone or
+// followed by a space) after its first document began: what a real second
+// document starts with. The first document's own leading "---" (after
+// blank, comment and directive lines) does not count. A second "document"
+// without one is yaml-cpp's stuck state met later on.
+bool HasDocumentMarker(const std::string& text) {
+  bool in_first = false;  // past the first document's start
+  for (size_t at = 0; at < text.size();) {
+    const size_t end = std::min(text.find('\n', at), text.size());
+    std::string_view line(text.data() + at, end - at);
+    at = end + 1;
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    const bool marker = (line.substr(0, 3) == "---" || line.substr(0, 3) == "...") &&
+                        (line.size() == 3 || line[3] == ' ' || line[3] == '\t');
+    if (in_first) {
+      if (marker) return true;
+      continue;
+    }
+    const size_t first = line.find_first_not_of(" \t");
+    if (first == std::string_view::npos || line[first] == '#' || line[0] == '%') continue;
+    in_first = true;  // this line starts the first document (a leading "---" included)
+  }
+  return false;
+}
+
+// Whether `text` holds a second YAML document; *second gets where it starts.
+// Reads at most two documents: yaml-cpp 0.7 (Debian 12's) gets stuck on
+// some malformed input, returning the same empty document forever, and its
+// YAML::LoadAll then allocates until the process runs out of memory (found by
+// tools/fuzz.sh: a spec with a line indented under a comment, see
+// spec_parser_test; upstream jbeder/yaml-cpp#1319). A second document that
+// starts where the first did, or with no marker line to start it, is that
+// state (*stuck): a syntax error at that place.
+bool SecondDocument(const std::string& text, YAML::Mark* second, bool* stuck) {
+  std::stringstream in(text);
+  YAML::Parser parser(in);
+  DocumentStarts first, next;
+  if (!parser.HandleNextDocument(first)) return false;
+  if (!parser.HandleNextDocument(next)) return false;
+  *second = next.start;
+  *stuck = next.start.pos == first.start.pos || !HasDocumentMarker(text);
+  return true;
+}
+
+// Rejects deeply nested flow collections before yaml-cpp sees them.
+int MaxFlowNesting(const std::string& text) {
+  int depth = 0, max_depth = 0;
+  for (char c : text) {
+    if (c == '[' || c == '{') max_depth = std::max(max_depth, ++depth);
+    if ((c == ']' || c == '}') && depth > 0) --depth;
+  }
+  return max_depth;
+}
+
+// Returns the byte offset of the first invalid UTF-8 sequence, or npos.
+size_t FirstInvalidUtf8(const std::string& s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    unsigned char c = static_cast<unsigned char>(s[i]);
+    size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
+    if (n == 0 || i + n > s.size()) return i;
+    if (n == 2 && c < 0xc2) return i;  // overlong
+    for (size_t k = 1; k < n; ++k) {
+      if ((static_cast<unsigned char>(s[i + k]) >> 6) != 0x2) return i;
+    }
+    if (n == 3) {
+      unsigned char c1 = static_cast<unsigned char>(s[i + 1]);
+      if ((c == 0xe0 && c1 < 0xa0) || (c == 0xed && c1 >= 0xa0)) return i;  // overlong / surrogate
+    }
+    if (n == 4) {
+      unsigned char c1 = static_cast<unsigned char>(s[i + 1]);
+      if ((c == 0xf0 && c1 < 0x90) || c > 0xf4 || (c == 0xf4 && c1 >= 0x90)) return i;
+    }
+    i += n;
+  }
+  return std::string::npos;
+}
+
+// Quoted scalars (keys and values) must close on the line they open on.
+// YAML lets a quoted string run over line breaks (folded into spaces), and
+// yaml-cpp also takes an unclosed quote at the end of the text: either way
+// a missing closing quote would silently swallow the following fields into
+// one string (found: `train: '/data/train.txt` with no closing quote was
+// "valid", every later field inside the path and their defaults in use).
+// A job spec's strings are one line: say where the quote opens.
+void CheckQuotedScalars(const YAML::Node& n, const std::string& text, Parser* parser, int depth = 0) {
+  if (depth > 200) return;  // MaxFlowNesting bounds real specs far below this
+  if (n.IsMap()) {
+    for (const auto& kv : n) {
+      CheckQuotedScalars(kv.first, text, parser, depth + 1);
+      CheckQuotedScalars(kv.second, text, parser, depth + 1);
+    }
+    return;
+  }
+  if (n.IsSequence()) {
+    for (const auto& v : n) CheckQuotedScalars(v, text, parser, depth + 1);
+    return;
+  }
+  if (!n.IsScalar() || n.Tag() != "!") return;  // "!": a quoted (non-plain) scalar
+  const YAML::Mark m = n.Mark();
+  if (m.is_null() || m.line < 0 || m.column < 0) return;
+  size_t at = 0;
+  for (int line = 0; line < m.line && at != std::string::npos; ++line) {
+    at = text.find('\n', at);
+    if (at != std::string::npos) ++at;
+  }
+  if (at == std::string::npos || at + m.column >= text.size()) return;
+  at += m.column;
+  const char q = text[at];
+  if (q != '"' && q != '\'') return;  // not where it was expected: say nothing rather than guess
+  for (size_t i = at + 1; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == '\n' || c == '\r') break;
+    if (q == '"' && c == '\\') {
+      ++i;  // an escaped character
+      continue;
+    }
+    if (c == q) {
+      if (q == '\'' && i + 1 < text.size() && text[i + 1] == '\'') {
+        ++i;  // '' inside single quotes is a quote
+        continue;
+      }
+      return;  // closed on its line
+    }
+  }
+  parser->Problem(m, "(quoted string)",
+                  absl::StrCat("the ", q == '"' ? "double" : "single",
+                               " quote opened here is not closed on this line (is the closing quote missing?); "
+                               "strings in a job spec are one line"));
+}
+
+}  // namespace
+
+SpecDropout DropoutOf(const v1::ModelSpec& model) {
+  SpecDropout d;
+  if (model.dropout().has_hidden()) d.hidden = model.dropout().hidden();
+  if (model.dropout().has_attention()) d.attention = model.dropout().attention();
+  return d;
+}
+
+v1::JobSpec DefaultJobSpec() {
+  v1::JobSpec s;
+  s.set_name("job");
+  v1::ModelSpec* m = s.mutable_model();
+  m->set_preset("bert-base");
+  m->mutable_prompt()->set_length(3);
+  m->mutable_prompt()->set_encoder("lstm");
+  m->mutable_heads_spec()->set_detector(true);
+  m->mutable_heads_spec()->mutable_candidate()->set_top_k(8);
+  m->mutable_heads_spec()->mutable_candidate()->set_enabled(true);
+  m->mutable_heads_spec()->set_fusion("gated");
+  m->mutable_dropout()->set_hidden(kDefaultDropout);
+  m->mutable_dropout()->set_attention(kDefaultDropout);
+  v1::DataSpec* d = s.mutable_data();
+  d->set_max_seq_len(128);
+  d->mutable_mft()->set_mode("noerror");
+  d->mutable_mft()->set_rate(0.3);
+  d->mutable_loader()->set_threads(0);
+  d->mutable_loader()->set_prefetch(2);
+  v1::TrainSpec* t = s.mutable_train();
+  t->set_steps(5000);
+  t->set_global_batch(128);
+  t->set_micro_batch(0);
+  t->set_accumulation(0);
+  t->set_precision("auto");
+  t->set_attention("auto");
+  t->mutable_optimizer()->set_lr(5.0e-5);
+  t->mutable_optimizer()->set_weight_decay(0);
+  t->mutable_optimizer()->set_warmup_steps(0);
+  t->mutable_optimizer()->set_clip_norm(0);
+  t->mutable_optimizer()->set_schedule("linear");
+  t->set_eval_every(500);
+  t->set_checkpoint_every(500);
+  t->set_seed(42);
+  t->set_max_restarts(0);
+  s.mutable_resources()->set_ranks(0);
+  s.mutable_resources()->set_device("auto");
+  s.mutable_resources()->set_threads_per_rank(0);
+  s.mutable_comm()->set_backend("auto");
+  s.mutable_comm()->set_bucket_mb(0);
+  s.mutable_comm()->set_overlap(true);
+  s.mutable_comm()->set_timeout_s(60);
+  s.mutable_tuning()->set_mode("auto");
+  s.mutable_tuning()->set_budget_s(120);
+  return s;
+}
+
+absl::StatusOr<SpecParseResult> ParseJobSpec(const std::string& yaml_text,
+                                             const std::string& file_path) {
+  SpecParseResult result;
+  result.spec = DefaultJobSpec();
+  result.spec.set_source_path(file_path);
+  Parser parser(file_path);
+  auto fail = [&](int line, int col, const std::string& msg) {
+    v1::SpecProblem p;
+    p.set_file(file_path);
+    p.set_line(line);
+    p.set_column(col);
+    p.set_field("(syntax)");
+    p.set_message(msg);
+    result.problems.push_back(std::move(p));
+  };
+  if (yaml_text.size() > kMaxSpecBytes) {
+    fail(0, 0, absl::StrCat("the spec is ", yaml_text.size(), " bytes; at most ", kMaxSpecBytes,
+                            " are accepted"));
+    return result;
+  }
+  if (yaml_text.find('\0') != std::string::npos) {
+    fail(0, 0, "the spec contains a NUL byte; expected YAML text");
+    return result;
+  }
+  if (size_t bad = FirstInvalidUtf8(yaml_text); bad != std::string::npos) {
+    int line = 1, col = 1;
+    for (size_t i = 0; i < bad; ++i) {
+      if (yaml_text[i] == '\n') { ++line; col = 1; } else if ((static_cast<unsigned char>(yaml_text[i]) & 0xc0) != 0x80) { ++col; }
+    }
+    fail(line, col, absl::StrCat("invalid UTF-8 byte 0x",
+                                 absl::Hex(static_cast<unsigned char>(yaml_text[bad]), absl::kZeroPad2),
+                                 "; a job spec must be UTF-8 text"));
+    return result;
+  }
+  if (MaxFlowNesting(yaml_text) > kMaxFlowNesting) {
+    fail(0, 0, absl::StrCat("nesting deeper than ", kMaxFlowNesting, " levels; a job spec needs 4"));
+    return result;
+  }
+  try {
+    YAML::Mark second;
+    bool stuck = false;
+    if (SecondDocument(yaml_text, &second, &stuck)) {
+      if (stuck) {
+        fail(second.line + 1, second.column + 1,
+             "YAML syntax error: the parser cannot read on from here (check the indentation of "
+             "this line and the one above it)");
+        return result;
+      }
+      parser.Problem(second, "(top level)",
+                     "more than one YAML document ('---'); a spec file holds one job");
+    }
+    const YAML::Node root = YAML::Load(yaml_text);
+    CheckQuotedScalars(root, yaml_text, &parser);
+    parser.ParseTop(root, &result.spec);
+  } catch (const YAML::Exception& e) {
+    std::string msg = e.msg.empty() ? std::string(e.what()) : e.msg;
+    int line = e.mark.is_null() ? 0 : e.mark.line + 1;
+    int col = e.mark.is_null() ? 0 : e.mark.column + 1;
+    fail(line, col, absl::StrCat("YAML syntax error: ", msg));
+  } catch (const std::exception& e) {
+    fail(0, 0, absl::StrCat("cannot parse the spec: ", e.what()));
+  } catch (...) {
+    fail(0, 0, "cannot parse the spec: unknown error");
+  }
+  for (auto& p : parser.problems()) result.problems.push_back(std::move(p));
+  std::stable_sort(result.problems.begin(), result.problems.end(),
+                   [](const v1::SpecProblem& a, const v1::SpecProblem& b) {
+                     // Problems without a place go last.
+                     int al = a.line() == 0 ? INT32_MAX : a.line();
+                     int bl = b.line() == 0 ? INT32_MAX : b.line();
+                     if (al != bl) return al < bl;
+                     return a.column() < b.column();
+                   });
+  return result;
+}
+
+std::string FormatProblem(const v1::SpecProblem& p) {
+  std::string out;
+  if (!p.file().empty()) absl::StrAppend(&out, p.file(), ":");
+  if (p.line() > 0) absl::StrAppend(&out, p.line(), ":", p.column(), ":");
+  if (!out.empty()) out += " ";
+  absl::StrAppend(&out, p.field(), ": ", p.message(), "\n");
+  return out;
+}
+
+}  // namespace dgca
