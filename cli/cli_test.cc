@@ -80,13 +80,6 @@ TEST(CliFormatTest, ProgressFromRankSamples) {
   EXPECT_DOUBLE_EQ(p.eta_seconds, 91 * 2.0);
 }
 
-TEST(CliFormatTest, TableAlignsColumns) {
-  EXPECT_EQ(Table({{"A", "BB"}, {"ccc", "d"}}), "A    BB\nccc  d\n");
-  // A multi-line cell (a failed job's message in `dgca list`) stays on its row.
-  EXPECT_EQ(Table({{"JOB", "MESSAGE"}, {"j-1", "rank 0 failed:\r\nno TAB\n"}, {"j-2", "ok"}}),
-            "JOB  MESSAGE\nj-1  rank 0 failed: / no TAB\nj-2  ok\n");
-}
-
 TEST(CliFormatTest, LossPlotDrawsTheCurve) {
   v1::Job job;
   EXPECT_EQ(LossPlot(job), "");  // no points, no plot
@@ -117,34 +110,6 @@ TEST(CliFormatTest, LossPlotDrawsTheCurve) {
   EXPECT_NE(lines[9].find("step 10"), std::string::npos) << plot;
   EXPECT_NE(lines[9].find("1000"), std::string::npos) << plot;
   EXPECT_EQ(lines[10], "first 7.9000 (step 10), lowest 3.0000 (step 500), last 3.0000 (step 1000); 100 points");
-}
-
-TEST(CliFormatTest, TrialsTableOneLinePerTrial) {
-  v1::Plan plan;
-  EXPECT_EQ(TrialsTable(plan), "");
-  v1::Trial* a = plan.add_trials();
-  a->set_micro_batch(16);
-  a->set_accumulation(1);
-  a->set_bucket_mb(4);
-  a->set_note("failed: ABORTED: rank 1 on node n1 exited with code 1; last output:\nOOM");
-  v1::Trial* b = plan.add_trials();
-  b->set_micro_batch(8);
-  b->set_accumulation(2);
-  b->set_bucket_mb(2.5);
-  b->set_predicted_step_seconds(0.05);
-  b->set_measured_step_seconds(0.0421);
-  b->set_samples_per_second(760.1);
-  b->set_note("no prediction; kept (fastest)");
-  const std::string t = TrialsTable(plan);
-  EXPECT_EQ(std::count(t.begin(), t.end(), '\n'), 3) << t;  // header + 2 rows
-  EXPECT_NE(t.find("MICRO_BATCH"), std::string::npos) << t;
-  EXPECT_NE(t.find("exited with code 1; last output:"), std::string::npos) << t;
-  EXPECT_EQ(t.find("OOM"), std::string::npos) << t;
-  EXPECT_NE(t.find("0.0500"), std::string::npos) << t;
-  EXPECT_NE(t.find("0.0421"), std::string::npos) << t;
-  EXPECT_NE(t.find("760.1"), std::string::npos) << t;
-  EXPECT_NE(t.find("2.5"), std::string::npos) << t;
-  EXPECT_NE(t.find("kept (fastest)"), std::string::npos) << t;
 }
 
 TEST(CliFormatTest, JsonUsesProtoNamesAndEnumNames) {

@@ -22,6 +22,7 @@
 #include "absl/strings/ascii.h"
 #include "cli/format.h"
 #include "cli/watch_view.h"
+#include "planner/plan_format.h"
 #include "spec/spec.h"
 #include "proto/rpc/rpc_util.h"
 #include "topology/probe.h"
@@ -134,7 +135,7 @@ std::string RankRows(const v1::Job& job, const std::map<int, v1::StepMetrics>& l
                     exited ? "-" : absl::StrFormat("%.1fs", p.heartbeat_age_seconds()),
                     exited ? absl::StrCat(p.exit_code()) : "-", absl::StrCat(p.restarts())});
   }
-  return Table(rows);
+  return TextTable(rows);
 }
 
 std::string EventLine(const v1::JobEvent& e) {
@@ -200,36 +201,7 @@ int CmdPlan(const GlobalOptions& g, Io io, const std::string& spec_path, bool js
     io.out << ToJson(p);
     return kOk;
   }
-  io.out << absl::StrFormat("plan for %s: %d rank(s) on %s, backend %s, precision %s\n",
-                            resp.spec().name(), p.ranks(), p.device(), p.backend(), p.precision());
-  io.out << absl::StrFormat(
-      "micro_batch %d x accumulation %d x ranks %d = %d samples/step; bucket %.1f MB; %d "
-      "thread(s)/rank\n",
-      p.micro_batch(), p.accumulation(), p.ranks(),
-      p.micro_batch() * p.accumulation() * std::max(1, p.ranks()), p.bucket_mb(),
-      p.threads_per_rank());
-  if (p.predicted_step_seconds() > 0) {
-    io.out << absl::StrFormat(
-        "predicted: %.3f s/step, %.1f samples/s, comm share %.1f%%, %.2f GiB/rank\n",
-        p.predicted_step_seconds(), p.predicted_samples_per_second(),
-        100 * p.predicted_comm_share(), p.predicted_memory_bytes() / (1 << 30));
-  }
-  std::vector<std::vector<std::string>> rows = {{"SETTING", "VALUE", "SOURCE", "REASON"}};
-  for (const auto& d : p.decisions()) {
-    std::string src = d.source() == v1::USER      ? "user"
-                      : d.source() == v1::PLANNER ? "planner"
-                      : d.source() == v1::DEFAULT ? "default"
-                                                  : "-";
-    rows.push_back({d.name(), d.value(), src, d.reason()});
-  }
-  io.out << "\n" << Table(rows);
-  if (!p.env().empty()) {
-    io.out << "\nenvironment for every rank:\n";
-    for (const auto& [k, v] : std::map<std::string, std::string>(p.env().begin(), p.env().end()))
-      io.out << "  " << k << "=" << v << "\n";
-  }
-  if (p.trials_size() > 0) io.out << "\ntrials:\n" << TrialsTable(p);
-  for (const auto& w : p.warnings()) io.out << "warning: " << w << "\n";
+  io.out << FormatPlan(p, resp.spec().name());
   return kOk;
 }
 
@@ -258,7 +230,7 @@ int CmdList(const GlobalOptions& g, Io io, bool json) {
                                                : "-",
                     Age(j.created_unix_ms()), j.message()});
   }
-  io.out << Table(rows);
+  io.out << TextTable(rows);
   return kOk;
 }
 
@@ -290,7 +262,7 @@ int CmdStatus(const GlobalOptions& g, Io io, const std::string& job_id, bool jso
                               plan.ranks(), plan.device(), plan.backend(), plan.micro_batch(),
                               plan.accumulation(), plan.precision());
   }
-  if (plan.trials_size() > 0) io.out << "\ntuning trials:\n" << TrialsTable(plan);
+  if (plan.trials_size() > 0) io.out << "\ntuning trials:\n" << FormatTrials(plan);
   if (j.ranks_size() > 0) io.out << "\n" << RankRows(j, {});
   if (j.plan_check().samples() > 0) {
     const v1::PlanCheck& c = j.plan_check();
@@ -316,7 +288,7 @@ int CmdStatus(const GlobalOptions& g, Io io, const std::string& job_id, bool jso
                   "\nplan check (medians of %d rank-steps; compute %.4f s per micro-step "
                   "of %d):\n",
                   c.samples(), c.measured_compute_seconds(), c.micro_batch())
-           << Table(t);
+           << TextTable(t);
   }
   if (const std::string plot = LossPlot(j); !plot.empty()) io.out << "\nloss (mean over ranks):\n" << plot;
   if (!j.eval().empty()) io.out << "\nevaluation:\n" << EvalTable(EvalOf(j));
@@ -652,7 +624,7 @@ int CmdNodes(const GlobalOptions& g, Io io, bool json) {
                     gpus, t.wsl2() ? "yes" : "no",
                     n.running_jobs().empty() ? "-" : absl::StrJoin(n.running_jobs(), ",")});
   }
-  io.out << Table(rows);
+  io.out << TextTable(rows);
   return kOk;
 }
 
@@ -734,7 +706,7 @@ int CmdDiagnoseJob(const GlobalOptions& g, Io io, const std::string& job_id, boo
                       ? absl::StrFormat("(all-reduce %.4f s in total)", b.allreduce_seconds())
                       : ""});
   rows.push_back({"step", absl::StrFormat("%.4f", step), "100.0%", ""});
-  io.out << Table(rows);
+  io.out << TextTable(rows);
   if (b.ranks_size() > 1) {
     std::vector<std::vector<std::string>> rr = {
         {"RANK", "NODE", "STEPS", "STEP(s)", "DATA", "COMPUTE", "EXPOSED"}};
@@ -745,7 +717,7 @@ int CmdDiagnoseJob(const GlobalOptions& g, Io io, const std::string& job_id, boo
                     Pct(r.compute_seconds(), r.step_seconds()),
                     Pct(r.exposed_comm_seconds(), r.step_seconds())});
     }
-    io.out << "\n" << Table(rr);
+    io.out << "\n" << TextTable(rr);
   }
   io.out << "\n";
   for (const auto& f : resp.findings()) {

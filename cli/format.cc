@@ -96,59 +96,6 @@ bool IsTerminal(v1::JobState s) {
   return s == v1::SUCCEEDED || s == v1::FAILED || s == v1::CANCELLED;
 }
 
-std::string Table(const std::vector<std::vector<std::string>>& in) {
-  // One line per row: a cell's line breaks (a multi-line failure message in
-  // `dgca list`) become " / ", so no row spills into the next.
-  std::vector<std::vector<std::string>> rows = in;
-  for (auto& r : rows) {
-    for (auto& c : r) {
-      std::string one;
-      for (size_t i = 0; i < c.size(); ++i) {
-        if (c[i] == '\r') continue;
-        if (c[i] == '\n') {
-          if (i + 1 < c.size()) one += " / ";
-        } else {
-          one += c[i];
-        }
-      }
-      c = std::move(one);
-    }
-  }
-  std::vector<size_t> w;
-  for (const auto& r : rows) {
-    if (w.size() < r.size()) w.resize(r.size(), 0);
-    for (size_t i = 0; i < r.size(); ++i) w[i] = std::max(w[i], r[i].size());
-  }
-  std::string out;
-  for (const auto& r : rows) {
-    std::string line;
-    for (size_t i = 0; i < r.size(); ++i) {
-      line += r[i];
-      if (i + 1 < r.size()) line += std::string(w[i] - r[i].size() + 2, ' ');
-    }
-    while (!line.empty() && line.back() == ' ') line.pop_back();
-    out += line + "\n";
-  }
-  return out;
-}
-
-std::string TrialsTable(const v1::Plan& plan) {
-  if (plan.trials_size() == 0) return "";
-  auto secs = [](double v) { return v > 0 ? absl::StrFormat("%.4f", v) : std::string("-"); };
-  std::vector<std::vector<std::string>> t = {{"MICRO_BATCH", "ACCUMULATION", "BUCKET_MB",
-                                              "PREDICTED_S", "MEASURED_S", "SAMPLES/S", "NOTE"}};
-  for (const auto& tr : plan.trials()) {
-    t.push_back({absl::StrCat(tr.micro_batch()), absl::StrCat(tr.accumulation()),
-                 absl::StrFormat("%g", tr.bucket_mb()), secs(tr.predicted_step_seconds()),
-                 secs(tr.measured_step_seconds()),
-                 tr.samples_per_second() > 0 ? absl::StrFormat("%.1f", tr.samples_per_second())
-                                             : std::string("-"),
-                 // One line per trial: a failure's log tail is cut at its first line.
-                 tr.note().substr(0, tr.note().find('\n'))});
-  }
-  return Table(t);
-}
-
 std::string LossPlot(const v1::Job& job, int width, int height) {
   const auto& pts = job.loss_curve();
   if (pts.size() < 2 || width < 2 || height < 2) return "";
@@ -204,7 +151,7 @@ std::string EvalTable(const std::map<std::string, double>& eval) {
     bool count = v >= 2 && v == std::floor(v) && v < 1e15;
     rows.push_back({k, count ? absl::StrFormat("%.0f", v) : absl::StrFormat("%.4f", v)});
   }
-  return Table(rows);
+  return TextTable(rows);
 }
 
 std::string ToJson(const google::protobuf::Message& m) {

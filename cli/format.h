@@ -14,6 +14,7 @@
 #include "dgca/v1/job.pb.h"
 #include "dgca/v1/plan.pb.h"
 #include "dgca/v1/metrics.pb.h"
+#include "model/core/strings.h"
 
 namespace dgca {
 namespace cli {
@@ -44,15 +45,6 @@ std::string FormatDuration(double seconds);
 // Short state name: "RUNNING".
 std::string StateName(v1::JobState s);
 bool IsTerminal(v1::JobState s);
-
-// Columns padded to the widest cell; the first row is the header. One
-// line per row: line breaks inside a cell are shown as " / ".
-std::string Table(const std::vector<std::vector<std::string>>& rows);
-
-// The tuning trials of a plan (tuning.mode trial) as a table: micro-batch,
-// accumulation, bucket, predicted and measured seconds per step, samples/s,
-// the planner's note ("kept (fastest)", "failed: ..."). "" when none.
-std::string TrialsTable(const v1::Plan& plan);
 
 // The job's loss curve (Job.loss_curve: mean over ranks) as a text plot,
 // `height` rows by `width` columns of '*' (each column the mean of the

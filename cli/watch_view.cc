@@ -144,7 +144,7 @@ std::string RenderWatch(const WatchInput& in, int bar_width) {
                     exited ? absl::StrCat("exit ", rp.exit_code())
                            : absl::StrFormat("%.1fs", rp.heartbeat_age_seconds())});
   }
-  return out + "\n" + Table(rows);
+  return out + "\n" + TextTable(rows);
 }
 
 }  // namespace cli

@@ -1,10 +1,15 @@
-// FormatPlan: the text of `dgca plan`.
+#include "planner/plan_format.h"
+
 #include <algorithm>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "planner/planner.h"
+#include "absl/strings/str_join.h"
+#include "model/core/strings.h"
+#include "planner/units.h"
 
 namespace dgca {
 namespace {
@@ -18,30 +23,26 @@ const char* SourceName(v1::ValueSource s) {
     case v1::DEFAULT:
       return "default";
     default:
-      return "?";
+      return "-";
   }
 }
 
 }  // namespace
 
-std::string FormatPlan(const v1::Plan& p) {
+std::string FormatPlan(const v1::Plan& p, const std::string& job_name) {
+  const int samples = p.micro_batch() * p.accumulation() * std::max(1, p.ranks());
   std::string out = absl::StrFormat(
-      "Plan: %d %s rank(s), %s, micro_batch %d x accumulation %d, bucket %g MiB, "
-      "%s, %d loader thread(s), %d thread(s) per rank%s\n\n",
-      p.ranks(), p.device(), p.backend(), p.micro_batch(), p.accumulation(),
-      p.bucket_mb(), p.precision(), p.loader_threads(), p.threads_per_rank(),
-      p.tuning_mode().empty() ? "" : absl::StrCat(", tuning ", p.tuning_mode()));
-  size_t wn = 4, wv = 5;
-  for (const auto& d : p.decisions()) {
-    wn = std::max(wn, d.name().size());
-    wv = std::max(wv, d.value().size());
-  }
-  wv = std::min<size_t>(wv, 24);
-  out += absl::StrFormat("%-*s  %-*s  %-8s  %s\n", wn, "NAME", wv, "VALUE", "SOURCE",
-                         "REASON");
+      "plan%s: %d %s rank(s), backend %s, precision %s; micro_batch %d x accumulation %d x "
+      "ranks %d = %d samples/step, bucket %g MiB; %d loader thread(s), %d thread(s) per "
+      "rank%s\n\n",
+      job_name.empty() ? "" : absl::StrCat(" for ", job_name), p.ranks(), p.device(),
+      p.backend(), p.precision(), p.micro_batch(), p.accumulation(), p.ranks(), samples,
+      p.bucket_mb(), p.loader_threads(), p.threads_per_rank(),
+      p.tuning_mode().empty() ? "" : absl::StrCat("; tuning ", p.tuning_mode()));
+  std::vector<std::vector<std::string>> rows = {{"SETTING", "VALUE", "SOURCE", "REASON"}};
   for (const auto& d : p.decisions())
-    out += absl::StrFormat("%-*s  %-*s  %-8s  %s\n", wn, d.name(), wv, d.value(),
-                           SourceName(d.source()), d.reason());
+    rows.push_back({d.name(), d.value(), SourceName(d.source()), d.reason()});
+  out += TextTable(rows);
   out += "\nEnvironment (every rank):\n";
   if (p.env().empty()) out += "  (none)\n";
   // Sorted for stable output.
@@ -50,9 +51,7 @@ std::string FormatPlan(const v1::Plan& p) {
   for (const auto& [k, v] : env) out += absl::StrCat("  ", k, "=", v, "\n");
   out += "\nPredictions:\n";
   if (p.predicted_step_seconds() > 0) {
-    const double samples =
-        static_cast<double>(p.ranks()) * p.micro_batch() * p.accumulation();
-    out += absl::StrFormat("  step time        %.3f s per optimizer step (%.0f samples)\n",
+    out += absl::StrFormat("  step time        %.3f s per optimizer step (%d samples)\n",
                            p.predicted_step_seconds(), samples);
     out += absl::StrFormat("  comm share       %.1f%% of the step exposed\n",
                            100 * p.predicted_comm_share());
@@ -76,23 +75,37 @@ std::string FormatPlan(const v1::Plan& p) {
             ? absl::StrFormat(" (target %s of %s)", FormatBytes(p.memory_target_bytes()),
                               FormatBytes(p.device_memory_bytes()))
             : "");
-  if (p.trials_size() > 0) {
-    out += "\nTrials:\n";
-    for (const auto& t : p.trials())
-      out += absl::StrFormat(
-          "  ranks %d, micro_batch %d, accumulation %d, bucket %g MiB: %s%s\n", t.ranks(),
-          t.micro_batch(), t.accumulation(), t.bucket_mb(),
-          t.measured_step_seconds() > 0
-              ? absl::StrFormat("%.3f s/step, %.0f samples/s", t.measured_step_seconds(),
-                                t.samples_per_second())
-              : std::string("not measured"),
-          t.note().empty() ? "" : absl::StrCat(" (", t.note(), ")"));
-  }
+  if (p.trials_size() > 0) out += absl::StrCat("\nTrials:\n", FormatTrials(p));
   if (p.warnings_size() > 0) {
     out += "\nWarnings:\n";
     for (const auto& w : p.warnings()) out += absl::StrCat("  - ", w, "\n");
   }
   return out;
+}
+
+std::string PlanSummary(const v1::Plan& p) {
+  return absl::StrCat("ranks=", p.ranks(), " device=", p.device(), " backend=", p.backend(),
+                      " micro_batch=", p.micro_batch(), " accumulation=", p.accumulation(),
+                      " bucket_mb=", p.bucket_mb(), " precision=", p.precision(),
+                      p.warnings_size() ? absl::StrCat(" warnings: ", absl::StrJoin(p.warnings(), "; "))
+                                        : "");
+}
+
+std::string FormatTrials(const v1::Plan& plan) {
+  if (plan.trials_size() == 0) return "";
+  auto secs = [](double v) { return v > 0 ? absl::StrFormat("%.4f", v) : std::string("-"); };
+  std::vector<std::vector<std::string>> t = {{"MICRO_BATCH", "ACCUMULATION", "BUCKET_MB",
+                                              "PREDICTED_S", "MEASURED_S", "SAMPLES/S", "NOTE"}};
+  for (const auto& tr : plan.trials()) {
+    t.push_back({absl::StrCat(tr.micro_batch()), absl::StrCat(tr.accumulation()),
+                 absl::StrFormat("%g", tr.bucket_mb()), secs(tr.predicted_step_seconds()),
+                 secs(tr.measured_step_seconds()),
+                 tr.samples_per_second() > 0 ? absl::StrFormat("%.1f", tr.samples_per_second())
+                                             : std::string("-"),
+                 // One line per trial: a failure's log tail is cut at its first line.
+                 tr.note().substr(0, tr.note().find('\n'))});
+  }
+  return TextTable(t);
 }
 
 }  // namespace dgca

@@ -1,5 +1,7 @@
 #include "planner/planner.h"
 
+#include <algorithm>
+
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
@@ -12,6 +14,7 @@
 #include "spec/spec.h"
 #include "model/core/config.h"
 #include "gtest/gtest.h"
+#include "planner/plan_format.h"
 #include "topology/probe.h"
 
 namespace dgca {
@@ -853,7 +856,7 @@ TEST(FormatPlan, TableEnvPredictionsWarnings) {
                        Wsl2Measurements());
   ASSERT_TRUE(plan.ok());
   std::string text = FormatPlan(*plan);
-  EXPECT_TRUE(absl::StrContains(text, "NAME")) << text;
+  EXPECT_TRUE(absl::StrContains(text, "SETTING")) << text;
   EXPECT_TRUE(absl::StrContains(text, "SOURCE")) << text;
   EXPECT_TRUE(absl::StrContains(text, "comm.bucket_mb")) << text;
   EXPECT_TRUE(absl::StrContains(text, "NCCL_SHM_DISABLE=1")) << text;
@@ -1103,6 +1106,34 @@ TEST_F(PlannerMemory, TwoMicroBatchesFitTheSlope) {
   EXPECT_TRUE(absl::StrContains(Find(*f, "predicted.memory_bytes").reason(),
                                 "the peaks do not grow with the micro-batch"))
       << Find(*f, "predicted.memory_bytes").reason();
+}
+
+TEST(FormatPlan, TrialsOneLinePerTrial) {
+  v1::Plan plan;
+  EXPECT_EQ(FormatTrials(plan), "");
+  v1::Trial* a = plan.add_trials();
+  a->set_micro_batch(16);
+  a->set_accumulation(1);
+  a->set_bucket_mb(4);
+  a->set_note("failed: ABORTED: rank 1 on node n1 exited with code 1; last output:\nOOM");
+  v1::Trial* b = plan.add_trials();
+  b->set_micro_batch(8);
+  b->set_accumulation(2);
+  b->set_bucket_mb(2.5);
+  b->set_predicted_step_seconds(0.05);
+  b->set_measured_step_seconds(0.0421);
+  b->set_samples_per_second(760.1);
+  b->set_note("no prediction; kept (fastest)");
+  const std::string t = FormatTrials(plan);
+  EXPECT_EQ(std::count(t.begin(), t.end(), '\n'), 3) << t;  // header + 2 rows
+  EXPECT_NE(t.find("MICRO_BATCH"), std::string::npos) << t;
+  EXPECT_NE(t.find("exited with code 1; last output:"), std::string::npos) << t;
+  EXPECT_EQ(t.find("OOM"), std::string::npos) << t;
+  EXPECT_NE(t.find("0.0500"), std::string::npos) << t;
+  EXPECT_NE(t.find("0.0421"), std::string::npos) << t;
+  EXPECT_NE(t.find("760.1"), std::string::npos) << t;
+  EXPECT_NE(t.find("2.5"), std::string::npos) << t;
+  EXPECT_NE(t.find("kept (fastest)"), std::string::npos) << t;
 }
 
 }  // namespace

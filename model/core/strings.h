@@ -1,12 +1,13 @@
 // Small string helpers for libdgca_model, which builds without Abseil
 // (model/core/status.h says why): what absl::EndsWith and a shell quote
-// would be.
+// would be, and the text tables of the CLI and the plan.
 //
 // Thread-safety: pure functions.
 #ifndef DGCA_MODEL_CORE_STRINGS_H_
 #define DGCA_MODEL_CORE_STRINGS_H_
 
 #include <string>
+#include <vector>
 
 namespace dgca {
 
@@ -16,6 +17,12 @@ bool EndsWith(const std::string& s, const std::string& suffix);
 // s as one POSIX shell word: in single quotes, each ' written as '\''.
 // For the file names model/core hands to popen (bzcat, zcat).
 std::string ShellQuote(const std::string& s);
+
+// A text table: columns padded to the widest cell plus two spaces, the
+// first row the header, trailing spaces cut. One line per row: line breaks
+// inside a cell are shown as " / " (a multi-line failure message in
+// `dgca list` must not spill into the next rows).
+std::string TextTable(const std::vector<std::vector<std::string>>& rows);
 
 }  // namespace dgca
 

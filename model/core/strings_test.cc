@@ -28,5 +28,12 @@ TEST(Strings, ShellQuoteSurvivesTheShell) {
   EXPECT_EQ(std::string(buf, n), word);
 }
 
+TEST(Strings, TextTableAlignsColumns) {
+  EXPECT_EQ(TextTable({{"A", "BB"}, {"ccc", "d"}}), "A    BB\nccc  d\n");
+  // A multi-line cell (a failed job's message in `dgca list`) stays on its row.
+  EXPECT_EQ(TextTable({{"JOB", "MESSAGE"}, {"j-1", "rank 0 failed:\r\nno TAB\n"}, {"j-2", "ok"}}),
+            "JOB  MESSAGE\nj-1  rank 0 failed: / no TAB\nj-2  ok\n");
+}
+
 }  // namespace
 }  // namespace dgca
