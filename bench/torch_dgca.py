@@ -1,6 +1,6 @@
 """DGCA-ReLM in PyTorch: the peer our C++ trainer is measured against.
 
-The same model as DESIGN.md "DGCA-ReLM model" and model/nn: transformers'
+The same model as docs/model.md ("The DGCA-ReLM model") and model/nn: transformers'
 BertForMaskedLM (post-LN BERT, exact erf GELU, tied decoder), ReLM prompts
 (Embedding(2P,H) -> 2-layer BiLSTM -> Linear(2H,H) -> ReLU -> Linear(H,H),
 scattered into the prompt slots), the MLM head applied only at target slots

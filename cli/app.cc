@@ -122,10 +122,10 @@ int RunCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
     out << app.help();
-    return kOk;
+    return kExitOk;
   } catch (const CLI::CallForAllHelp& e) {
     out << app.help("", CLI::AppFormatMode::All);
-    return kOk;
+    return kExitOk;
   } catch (const CLI::ParseError& e) {
     // Help for a subcommand comes as CallForHelp too; everything else is usage.
     // A word that is no command makes CLI11 say "A subcommand is required":
@@ -141,12 +141,12 @@ int RunCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
       if (!known) {
         err << "error: unknown command '" << first << "'; the commands are: " << names << "\n";
         err << "run 'dgca --help' for what each does\n";
-        return kUsage;
+        return kExitUsage;
       }
     }
     err << "error: " << e.what() << "\n";
     err << "run 'dgca --help' for the commands\n";
-    return kUsage;
+    return kExitUsage;
   }
   Io io{out, err, err_is_tty};
   // Job ids are checked here, before any connection: an overlong one would
@@ -156,7 +156,7 @@ int RunCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
     if (!*sub || (sub == diagnose && (diag_job.empty() || *dcomm))) continue;
     if (absl::Status st = CheckJobId(id); !st.ok()) {
       err << "error: " << st.message() << "\n";
-      return kUsage;
+      return kExitUsage;
     }
   }
   if (*submit) return CmdSubmit(g, io, spec, wait);
@@ -175,7 +175,7 @@ int RunCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
   if (*diagnose) return CmdDiagnose(io);
   if (*synth) return CmdDataSynth(io, out_dir);
   err << "error: no command\n";
-  return kUsage;
+  return kExitUsage;
 }
 
 }  // namespace cli

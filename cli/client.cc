@@ -9,18 +9,18 @@ namespace cli {
 int ExitCodeFor(const absl::Status& s) {
   switch (s.code()) {
     case absl::StatusCode::kOk:
-      return kOk;
+      return kExitOk;
     case absl::StatusCode::kUnavailable:
     case absl::StatusCode::kDeadlineExceeded:
     case absl::StatusCode::kUnauthenticated:
-      return kUnreachable;
+      return kExitUnreachable;
     case absl::StatusCode::kInvalidArgument:
     case absl::StatusCode::kNotFound:
     case absl::StatusCode::kFailedPrecondition:
     case absl::StatusCode::kAlreadyExists:
-      return kUsage;
+      return kExitUsage;
     default:
-      return kJobFailed;
+      return kExitFailed;
   }
 }
 

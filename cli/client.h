@@ -1,6 +1,6 @@
 // The CLI's connection to the coordinator: channel, bearer token, deadlines,
-// and the mapping from RPC failures to the exit codes of DESIGN.md
-// "Command line" (0 ok, 1 job failed/cancelled, 2 bad usage or invalid spec,
+// and the mapping from RPC failures to the exit codes of
+// model/core/exit_codes.h (0 ok, 1 job failed/cancelled, 2 bad usage or invalid spec,
 // 3 cannot reach or authenticate).
 //
 // Thread-safety: Client is thread-safe after Connect (stubs are).
@@ -17,11 +17,10 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "dgca/v1/coordinator.grpc.pb.h"
+#include "model/core/exit_codes.h"
 
 namespace dgca {
 namespace cli {
-
-enum ExitCode { kOk = 0, kJobFailed = 1, kUsage = 2, kUnreachable = 3 };
 
 struct GlobalOptions {
   std::string coordinator;    // host:port

@@ -1,4 +1,4 @@
-// The `dgca` commands (DESIGN.md "Command line"). Each returns the process
+// The `dgca` commands (docs/cli.md). Each returns the process
 // exit code: 0 ok, 1 the job failed or was cancelled, 2 bad usage or invalid
 // spec, 3 cannot reach or authenticate. Results go to `io.out` (what scripts
 // read: job ids, tables, JSON), progress and errors to `io.err`.

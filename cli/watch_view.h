@@ -1,4 +1,4 @@
-// The `dgca watch JOB` screen (issue 7): a progress bar, throughput, the loss
+// The `dgca watch JOB` screen: a progress bar, throughput, the loss
 // with a sparkline of the last ~30 steps, the communication share and one row
 // per rank (step, loss, samples/s, comm share, heartbeat age). Rendering is a
 // pure function of the latest job snapshot, the latest step sample of each

@@ -200,7 +200,7 @@ absl::Status JobStore::Init() {
            " job_id TEXT NOT NULL, rank INTEGER NOT NULL, attempt INTEGER NOT NULL,"
            " node TEXT NOT NULL, pid INTEGER NOT NULL, pgid INTEGER NOT NULL,"
            " PRIMARY KEY (job_id, rank))",
-           // Added by R2-A: `dgca diagnose comm` results, one row per size.
+           // `dgca diagnose comm` results, one row per size.
            "CREATE TABLE IF NOT EXISTS comm_measurements ("
            " job_id TEXT NOT NULL, node_set TEXT NOT NULL, backend TEXT NOT NULL,"
            " ranks INTEGER NOT NULL, time_ms INTEGER NOT NULL, bytes INTEGER NOT NULL,"
@@ -229,8 +229,8 @@ absl::Status JobStore::Init() {
     if (!s.ok()) return s;
   }
   // Coordinators before 2026-11-26 stored failed jobs' peaks too; one that
-  // ran out of memory understates what its micro-batch needs (Scheduler::
-  // CheckPlan no longer stores them). Idempotent.
+  // ran out of memory understates what its micro-batch needs (the end-of-job
+  // review, coordinator/plan_checks.h, no longer stores them). Idempotent.
   const std::string forget_failed =
       absl::StrCat("DELETE FROM memory_measurements WHERE job_id IN (SELECT id FROM jobs WHERE state = ",
                    static_cast<int>(v1::FAILED), ")");
@@ -306,7 +306,7 @@ absl::StatusOr<v1::JobEvent> JobStore::AppendEventLocked(const std::string& id,
 
 absl::StatusOr<v1::Job> JobStore::CreateJob(const v1::JobSpec& spec,
                                             const std::string& spec_yaml) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   Txn txn(db_);
   if (!txn.ok()) return Error("begin");
   int64_t now = NowUnixMs();
@@ -344,7 +344,7 @@ absl::StatusOr<v1::JobEvent> JobStore::SetState(const std::string& id, v1::JobSt
                                                 const std::string& message,
                                                 const std::string& kind,
                                                 const std::string& event_message) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   Txn txn(db_);
   if (!txn.ok()) return Error("begin");
   int64_t now = NowUnixMs();
@@ -361,7 +361,7 @@ absl::StatusOr<v1::JobEvent> JobStore::SetState(const std::string& id, v1::JobSt
 
 absl::StatusOr<v1::JobEvent> JobStore::AppendEvent(const std::string& id, const std::string& kind,
                                                    const std::string& message) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   Txn txn(db_);
   if (!txn.ok()) return Error("begin");
   Stmt q(db_, "SELECT state FROM jobs WHERE id=?");
@@ -374,7 +374,7 @@ absl::StatusOr<v1::JobEvent> JobStore::AppendEvent(const std::string& id, const 
 }
 
 absl::Status JobStore::SetPlan(const std::string& id, const v1::Plan& plan) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   Stmt upd(db_, "UPDATE jobs SET plan=?, updated_ms=? WHERE id=?");
   upd.Bind(1, plan.SerializeAsString()).Bind(2, NowUnixMs()).BindText(3, id);
   if (upd.Step() != SQLITE_DONE) return Error("storing plan");
@@ -383,7 +383,7 @@ absl::Status JobStore::SetPlan(const std::string& id, const v1::Plan& plan) {
 }
 
 absl::Status JobStore::SetRestarts(const std::string& id, int32_t restarts) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   Stmt upd(db_, "UPDATE jobs SET restarts=?, updated_ms=? WHERE id=?");
   upd.Bind(1, static_cast<int64_t>(restarts)).Bind(2, NowUnixMs()).BindText(3, id);
   if (upd.Step() != SQLITE_DONE) return Error("storing restarts");
@@ -393,7 +393,7 @@ absl::Status JobStore::SetRestarts(const std::string& id, int32_t restarts) {
 
 absl::StatusOr<v1::JobEvent> JobStore::RecordRestart(const std::string& id, int32_t restarts,
                                                      const std::string& message) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   Txn txn(db_);
   if (!txn.ok()) return Error("begin");
   const int64_t now = NowUnixMs();
@@ -411,7 +411,7 @@ absl::StatusOr<v1::JobEvent> JobStore::RecordRestart(const std::string& id, int3
 }
 
 absl::Status JobStore::SetProgress(const std::string& id, const v1::Job& progress) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   v1::Job holder;
   *holder.mutable_eval() = progress.eval();
   *holder.mutable_ranks() = progress.ranks();
@@ -428,7 +428,7 @@ absl::Status JobStore::SetProgress(const std::string& id, const v1::Job& progres
 }
 
 absl::StatusOr<StoredJob> JobStore::GetJob(const std::string& id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   Stmt q(db_, absl::StrCat("SELECT ", kJobColumns, " FROM jobs WHERE id=?").c_str());
   if (!q.ok()) return Error("preparing query");
   q.BindText(1, id);
@@ -442,7 +442,7 @@ absl::StatusOr<StoredJob> JobStore::GetJob(const std::string& id) {
 
 absl::StatusOr<std::vector<v1::Job>> JobStore::ListJobs(const std::vector<v1::JobState>& states,
                                                         int limit) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   Stmt q(db_, absl::StrCat("SELECT ", kJobColumns, " FROM jobs ORDER BY seq DESC").c_str());
   if (!q.ok()) return Error("preparing query");
   std::vector<v1::Job> out;
@@ -461,7 +461,7 @@ absl::StatusOr<std::vector<v1::Job>> JobStore::ListJobs(const std::vector<v1::Jo
 }
 
 absl::StatusOr<std::map<v1::JobState, int>> JobStore::CountByState() {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   Stmt q(db_, "SELECT state, COUNT(*) FROM jobs GROUP BY state");
   std::map<v1::JobState, int> out;
   int rc;
@@ -474,7 +474,7 @@ absl::StatusOr<std::map<v1::JobState, int>> JobStore::CountByState() {
 
 absl::StatusOr<std::vector<v1::JobEvent>> JobStore::ListEvents(const std::string& id,
                                                                int64_t after_seq) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   Stmt q(db_, "SELECT seq, time_ms, state, kind, message FROM events "
               "WHERE job_id=? AND seq>? ORDER BY seq");
   q.BindText(1, id).Bind(2, after_seq);
@@ -495,7 +495,7 @@ absl::StatusOr<std::vector<v1::JobEvent>> JobStore::ListEvents(const std::string
 }
 
 absl::Status JobStore::RecordRank(const StoredRank& r) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   Stmt ins(db_, "INSERT OR REPLACE INTO ranks(job_id, rank, attempt, node, pid, pgid) "
                 "VALUES(?,?,?,?,?,?)");
   ins.BindText(1, r.job_id).Bind(2, static_cast<int64_t>(r.rank));
@@ -506,7 +506,7 @@ absl::Status JobStore::RecordRank(const StoredRank& r) {
 }
 
 absl::StatusOr<std::vector<StoredRank>> JobStore::ListRanks(const std::string& job_id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   Stmt q(db_, "SELECT rank, attempt, node, pid, pgid FROM ranks WHERE job_id=? ORDER BY rank");
   q.BindText(1, job_id);
   std::vector<StoredRank> out;
@@ -526,7 +526,7 @@ absl::StatusOr<std::vector<StoredRank>> JobStore::ListRanks(const std::string& j
 }
 
 absl::Status JobStore::ClearRanks(const std::string& job_id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   Stmt del(db_, "DELETE FROM ranks WHERE job_id=?");
   del.BindText(1, job_id);
   if (del.Step() != SQLITE_DONE) return Error("clearing ranks");
@@ -539,7 +539,7 @@ namespace dgca {
 
 absl::Status JobStore::AddCommProbeRow(const std::string& node_set, const std::string& backend,
                                        int32_t ranks, const v1::CommProbeRow& row) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   Stmt ins(db_, "INSERT OR REPLACE INTO comm_measurements(job_id, node_set, backend, ranks,"
                 " time_ms, bytes, row) VALUES(?, ?, ?, ?, ?, ?, ?)");
   ins.BindText(1, row.job_id()).BindText(2, node_set).BindText(3, backend);
@@ -551,7 +551,7 @@ absl::Status JobStore::AddCommProbeRow(const std::string& node_set, const std::s
 
 absl::StatusOr<std::vector<v1::CommProbeRow>> JobStore::CommProbeRows(
     const std::string& job_id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   Stmt rows(db_, "SELECT row FROM comm_measurements WHERE job_id=? ORDER BY bytes");
   rows.BindText(1, job_id);
   std::vector<v1::CommProbeRow> out;
@@ -567,7 +567,7 @@ absl::StatusOr<std::vector<v1::CommProbeRow>> JobStore::CommProbeRows(
 absl::StatusOr<CommMeasurement> JobStore::LatestCommMeasurement(const std::string& node_set,
                                                                 const std::string& backend,
                                                                 int32_t ranks) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   Stmt q(db_, "SELECT job_id, MAX(time_ms) FROM comm_measurements"
               " WHERE node_set=? AND backend=? AND ranks=?"
               " GROUP BY job_id ORDER BY MAX(time_ms) DESC LIMIT 1");
@@ -595,7 +595,7 @@ absl::StatusOr<CommMeasurement> JobStore::LatestCommMeasurement(const std::strin
 }
 
 absl::Status JobStore::AddStepMeasurement(const StepMeasurement& m) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   Stmt q(db_, "INSERT OR REPLACE INTO step_measurements"
               " (job_id, key, micro_batch, compute_s, samples, time_ms, comm_key,"
               " allreduce_probe_s, allreduce_measured_s) VALUES (?,?,?,?,?,?,?,?,?)");
@@ -610,7 +610,7 @@ absl::Status JobStore::AddStepMeasurement(const StepMeasurement& m) {
 absl::StatusOr<std::vector<StepMeasurement>> JobStore::StepMeasurements(const std::string& key,
                                                                         int limit,
                                                                         int per_micro_batch) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   Stmt q(db_, "SELECT job_id, micro_batch, compute_s, samples, time_ms FROM step_measurements"
               " WHERE key=? ORDER BY time_ms DESC, rowid DESC");
   if (!q.ok()) return Error("preparing step measurement query");
@@ -648,7 +648,7 @@ absl::StatusOr<std::vector<StepMeasurement>> JobStore::StepMeasurements(const st
 }
 
 absl::Status JobStore::AddMemoryMeasurement(const MemoryMeasurement& m) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   Stmt q(db_, "INSERT OR REPLACE INTO memory_measurements"
               " (job_id, key, micro_batch, peak_bytes, time_ms) VALUES (?,?,?,?,?)");
   q.BindText(1, m.job_id).BindText(2, m.key).Bind(3, int64_t{m.micro_batch});
@@ -659,7 +659,7 @@ absl::Status JobStore::AddMemoryMeasurement(const MemoryMeasurement& m) {
 
 absl::StatusOr<std::vector<MemoryMeasurement>> JobStore::MemoryMeasurements(
     const std::string& key, int limit) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   Stmt q(db_, "SELECT job_id, micro_batch, peak_bytes, time_ms"
               " FROM memory_measurements WHERE key=? ORDER BY time_ms DESC, rowid DESC");
   if (!q.ok()) return Error("preparing memory measurement query");
@@ -682,7 +682,7 @@ absl::StatusOr<std::vector<MemoryMeasurement>> JobStore::MemoryMeasurements(
 
 absl::StatusOr<std::vector<AllReduceSkew>> JobStore::AllReduceSkews(const std::string& comm_key,
                                                                     int limit) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   Stmt q(db_, "SELECT job_id, (allreduce_measured_s - allreduce_probe_s) / compute_s, time_ms"
               " FROM step_measurements WHERE comm_key=? AND allreduce_probe_s > 0"
               " AND allreduce_measured_s > 0 AND compute_s > 0"

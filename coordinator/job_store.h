@@ -23,13 +23,14 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <utility>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "dgca/v1/job.pb.h"
 #include "dgca/v1/metrics.pb.h"
 #include "dgca/v1/plan.pb.h"
@@ -53,11 +54,11 @@ struct StoredRank {
   int32_t pgid = 0;
 };
 
-// Added by R2-A: the all-reduce sweep of one `dgca diagnose comm` job, keyed by
+// The all-reduce sweep of one `dgca diagnose comm` job, keyed by
 // the node set (sorted node names joined by ","), backend and rank count.
 // A job's measured compute time per micro-step (table step_measurements),
 // the planner's c(m). `key` names everything the timing depends on besides
-// the micro-batch (Scheduler::StepKey: nodes, device, ranks, threads,
+// the micro-batch (StepKey in coordinator/measured_planning.h: nodes, device, ranks, threads,
 // precision, sequence length, model).
 struct StepMeasurement {
   std::string job_id;
@@ -157,7 +158,7 @@ class JobStore {
   absl::StatusOr<std::vector<StoredRank>> ListRanks(const std::string& job_id);
   absl::Status ClearRanks(const std::string& job_id);
 
-  // Comm probe results (table comm_measurements; added by R2-A). One row per
+  // Comm probe results (table comm_measurements). One row per
   // (job, size); a second row for the same size replaces the first.
   absl::Status AddCommProbeRow(const std::string& node_set, const std::string& backend,
                                int32_t ranks, const v1::CommProbeRow& row);
@@ -200,8 +201,8 @@ class JobStore {
                                                  const std::string& message, int64_t now);
   absl::Status Error(const char* what);
 
-  std::mutex mu_;
-  sqlite3* db_;
+  absl::Mutex mu_;
+  sqlite3* db_;  // used only with mu_ held (one connection, not shared)
   std::string path_;
 };
 

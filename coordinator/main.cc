@@ -1,4 +1,4 @@
-// dgca-coordinator: the control plane (DESIGN.md "Command line").
+// dgca-coordinator: the control plane (docs/cli.md).
 //   dgca-coordinator --listen HOST:PORT --metrics-listen HOST:PORT
 //                    --state-dir DIR [--no-local-agent] [--tls-cert F --tls-key F]
 //                    [--on-shutdown stop-jobs|keep-jobs]
@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "model/core/exit_codes.h"
 #include "coordinator/server.h"
 #include "proto/rpc/rpc_util.h"
 #include "spdlog/spdlog.h"
@@ -78,14 +79,14 @@ int main(int argc, char** argv) {
   // out of 1..65535 would otherwise wrap silently to another port.
   if (absl::Status st = dgca::CheckHostPort(opt.listen, 0, /*allow_empty_host=*/true); !st.ok()) {
     std::fprintf(stderr, "dgca-coordinator: --listen %s\n", std::string(st.message()).c_str());
-    return 2;
+    return dgca::kExitUsage;
   }
   if (!opt.metrics_listen.empty()) {
     if (absl::Status st = dgca::CheckHostPort(opt.metrics_listen, 0, /*allow_empty_host=*/true);
         !st.ok()) {
       std::fprintf(stderr, "dgca-coordinator: --metrics-listen %s (or \"\" for no /metrics)\n",
                    std::string(st.message()).c_str());
-      return 2;
+      return dgca::kExitUsage;
     }
   }
   opt.local_agent = !no_local_agent;
@@ -102,7 +103,7 @@ int main(int argc, char** argv) {
   auto server = dgca::CoordinatorServer::Start(opt);
   if (!server.ok()) {
     std::fprintf(stderr, "dgca-coordinator: %s\n", std::string(server.status().message()).c_str());
-    return 1;
+    return dgca::kExitFailed;
   }
   std::printf("dgca-coordinator listening on %s", (*server)->address().c_str());
   if (!(*server)->metrics_address().empty()) {
@@ -119,5 +120,5 @@ int main(int argc, char** argv) {
                                          : "ending active jobs: --on-shutdown stop-jobs");
   (*server)->Shutdown();
   server->reset();
-  return 0;
+  return dgca::kExitOk;
 }

@@ -147,7 +147,7 @@ MetricsHub::MetricsHub()
 MetricsHub::~MetricsHub() = default;
 
 absl::StatusOr<std::string> MetricsHub::StartExposer(const std::string& listen) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (exposer_) return absl::FailedPreconditionError("metrics exposer already started");
   try {
     exposer_ = std::make_unique<prometheus::Exposer>(listen);
@@ -203,7 +203,7 @@ MetricsHub::RankSeries* MetricsHub::Rank(const std::string& job, int rank,
 }
 
 void MetricsHub::IngestStep(const v1::StepMetrics& m, const std::string& node, int gpu) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   RankSeries* r = Rank(m.job_id(), m.rank(), node);
   r->step->Set(static_cast<double>(m.step()));
   r->sps->Set(m.samples_per_second());
@@ -252,7 +252,7 @@ void MetricsHub::IngestStep(const v1::StepMetrics& m, const std::string& node, i
 }
 
 void MetricsHub::IngestEval(const v1::EvalMetrics& m) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto& js = job_series_[m.job_id()];
   if (!js) js = std::make_unique<JobSeries>();
   int n = 0;
@@ -272,7 +272,7 @@ void MetricsHub::IngestEval(const v1::EvalMetrics& m) {
 }
 
 void MetricsHub::SetJobState(const std::string& job, v1::JobState state) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto& js = job_series_[job];
   if (!js) js = std::make_unique<JobSeries>();
   RemoveAll(f_->job_state, js->state);  // the series of the state it leaves
@@ -283,7 +283,7 @@ void MetricsHub::SetJobState(const std::string& job, v1::JobState state) {
 
 void MetricsHub::SetJobProgress(const std::string& job, double ratio, double eta_seconds,
                                 double samples_per_second, int64_t target_steps) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto& js = job_series_[job];
   if (!js) js = std::make_unique<JobSeries>();
   auto set = [&](Family<Gauge>& f, std::set<Gauge*>& track, double v) {
@@ -322,7 +322,7 @@ void MetricsHub::RemoveRankSeries(RankSeries* r) {
 }
 
 void MetricsHub::RemoveJob(const std::string& job) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   for (auto it = ranks_.begin(); it != ranks_.end();) {
     if (it->first.first != job) {
       ++it;
@@ -357,7 +357,7 @@ void MetricsHub::RemoveNode(const std::string& node) {
 }
 
 void MetricsHub::IncRankRestarts(const std::string& job) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto& js = job_series_[job];
   if (!js) js = std::make_unique<JobSeries>();
   Counter* c = &f_->restarts.Add({{"job", job}});

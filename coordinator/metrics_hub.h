@@ -1,4 +1,4 @@
-// Prometheus metrics of the coordinator (DESIGN.md "Metrics"): a
+// Prometheus metrics of the coordinator (docs/metrics.md): a
 // prometheus-cpp registry, optionally served on /metrics by one Exposer.
 //
 // Series (prefix dgca_, base units, _total on counters; labels job, rank,
@@ -35,11 +35,12 @@
 
 #include <map>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "dgca/v1/job.pb.h"
 #include "dgca/v1/metrics.pb.h"
 
@@ -89,16 +90,17 @@ class MetricsHub {
   struct Families;
   struct RankSeries;
   struct JobSeries;
-  RankSeries* Rank(const std::string& job, int rank, const std::string& node);
-  // Drops every series of `r` from the registry. mu_ held.
-  void RemoveRankSeries(RankSeries* r);
+  RankSeries* Rank(const std::string& job, int rank, const std::string& node)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops every series of `r` from the registry.
+  void RemoveRankSeries(RankSeries* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   std::shared_ptr<prometheus::Registry> registry_;
   std::unique_ptr<Families> f_;
   std::unique_ptr<prometheus::Exposer> exposer_;
-  mutable std::mutex mu_;
-  std::map<std::pair<std::string, int>, std::unique_ptr<RankSeries>> ranks_;
-  std::map<std::string, std::unique_ptr<JobSeries>> job_series_;
+  mutable absl::Mutex mu_;
+  std::map<std::pair<std::string, int>, std::unique_ptr<RankSeries>> ranks_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::unique_ptr<JobSeries>> job_series_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace dgca

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/time.h"
 
 namespace dgca {
 
@@ -34,7 +35,7 @@ absl::Status RendezvousStore::Set(const std::string& job, int32_t attempt, const
                                                    limits_.max_value_bytes));
   }
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     Space* sp = GetOrCreate({job, attempt});
     if (sp == nullptr) return absl::ResourceExhaustedError("too many rendezvous namespaces");
     auto it = sp->kv.find(key);
@@ -52,7 +53,7 @@ absl::Status RendezvousStore::Set(const std::string& job, int32_t attempt, const
     sp->bytes = sp->bytes - old + add;
     sp->kv[key] = std::move(value);
   }
-  cv_.notify_all();
+  cv_.SignalAll();
   return absl::OkStatus();
 }
 
@@ -61,7 +62,7 @@ absl::StatusOr<std::optional<std::string>> RendezvousStore::Get(const std::strin
                                                                 const std::string& key) {
   absl::Status s = CheckKey(key);
   if (!s.ok()) return s;
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto sp = spaces_.find({job, attempt});
   if (sp == spaces_.end()) return std::optional<std::string>();
   auto it = sp->second.kv.find(key);
@@ -75,7 +76,7 @@ absl::StatusOr<int64_t> RendezvousStore::Add(const std::string& job, int32_t att
   if (!s.ok()) return s;
   int64_t result;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     Space* sp = GetOrCreate({job, attempt});
     if (sp == nullptr) return absl::ResourceExhaustedError("too many rendezvous namespaces");
     auto it = sp->kv.find(key);
@@ -97,7 +98,7 @@ absl::StatusOr<int64_t> RendezvousStore::Add(const std::string& job, int32_t att
     sp->bytes = sp->bytes - old + key.size() + v.size();
     sp->kv[key] = std::move(v);
   }
-  cv_.notify_all();
+  cv_.SignalAll();
   return result;
 }
 
@@ -110,7 +111,7 @@ absl::Status RendezvousStore::Wait(const std::string& job, int32_t attempt,
     if (!s.ok()) return s;
   }
   auto deadline = std::chrono::steady_clock::now() + timeout;
-  std::unique_lock<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   const uint64_t start_gen = cleared_at_.count(job) ? cleared_at_[job] : 0;
   while (true) {
     std::vector<std::string> missing;
@@ -132,23 +133,23 @@ absl::Status RendezvousStore::Wait(const std::string& job, int32_t attempt,
     }
     auto slice = std::min<std::chrono::steady_clock::duration>(deadline - now,
                                                                std::chrono::milliseconds(200));
-    cv_.wait_for(lock, slice);
+    cv_.WaitWithTimeout(&mu_, absl::FromChrono(slice));
   }
 }
 
 void RendezvousStore::ClearJob(const std::string& job) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     for (auto it = spaces_.begin(); it != spaces_.end();) {
       it = it->first.first == job ? spaces_.erase(it) : std::next(it);
     }
     cleared_at_[job] = ++clear_generation_;
   }
-  cv_.notify_all();
+  cv_.SignalAll();
 }
 
 void RendezvousStore::ClearAttemptsBefore(const std::string& job, int32_t attempt) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   for (auto it = spaces_.begin(); it != spaces_.end();) {
     bool drop = it->first.first == job && it->first.second < attempt;
     it = drop ? spaces_.erase(it) : std::next(it);
@@ -156,7 +157,7 @@ void RendezvousStore::ClearAttemptsBefore(const std::string& job, int32_t attemp
 }
 
 size_t RendezvousStore::NamespaceCount() {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return spaces_.size();
 }
 

@@ -19,18 +19,18 @@
 #define DGCA_COORDINATOR_RENDEZVOUS_STORE_H_
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 
 namespace dgca {
 
@@ -70,14 +70,15 @@ class RendezvousStore {
   };
   absl::Status CheckKey(const std::string& key) const;
   // Returns the namespace, creating it; nullptr when there are too many.
-  Space* GetOrCreate(const Ns& ns);
+  Space* GetOrCreate(const Ns& ns) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   Limits limits_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::map<Ns, Space> spaces_;
-  uint64_t clear_generation_ = 0;
-  std::map<std::string, uint64_t> cleared_at_;  // job -> generation of its last clear
+  absl::Mutex mu_;
+  absl::CondVar cv_;  // a key was set or a job cleared
+  std::map<Ns, Space> spaces_ ABSL_GUARDED_BY(mu_);
+  uint64_t clear_generation_ ABSL_GUARDED_BY(mu_) = 0;
+  // job -> generation of its last clear
+  std::map<std::string, uint64_t> cleared_at_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace dgca

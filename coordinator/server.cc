@@ -380,11 +380,9 @@ class RankServiceImpl final : public v1::RankService::Service {
     DGCA_AUTH(ctx);
     v1::MetricSample m;
     std::string job;
-    int rank = -1;
     int64_t n = 0;
     while (reader->Read(&m)) {
-      if (m.has_step()) rank = m.step().rank();
-      job = s_->IngestSample(m, job, rank);
+      job = s_->IngestSample(m, job);
       ++n;
     }
     resp->set_received(n);
@@ -437,12 +435,8 @@ absl::StatusOr<std::string> ReadAll(const std::string& path) {
   return ss.str();
 }
 
-}  // namespace
-
-absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
-    CoordinatorServerOptions options) {
-  std::unique_ptr<CoordinatorServer> s(new CoordinatorServer());
-  s->opt_ = options;
+// --listen and --metrics-listen as HOST:PORT.
+absl::Status CheckListenAddresses(const CoordinatorServerOptions& options) {
   if (options.state_dir.empty()) return absl::InvalidArgumentError("--state-dir must not be empty");
   if (absl::Status st = CheckHostPort(options.listen, 0, /*allow_empty_host=*/true); !st.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--listen ", st.message()));
@@ -453,35 +447,84 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
       return absl::InvalidArgumentError(absl::StrCat("--metrics-listen ", st.message()));
     }
   }
-  if (absl::Status st = MakeDir(options.state_dir); !st.ok()) return st;
-  {
-    struct stat st;
-    if (stat(options.state_dir.c_str(), &st) != 0) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("cannot use state dir ", options.state_dir, ": ", strerror(errno)));
-    }
-    if (!S_ISDIR(st.st_mode)) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "--state-dir ", options.state_dir, " is not a directory; give a directory (it is "
-          "created when missing)"));
-    }
+  return absl::OkStatus();
+}
+
+// Creates the state dir when missing and returns its real path, locked for
+// this process (*lock_fd holds the flock on STATE_DIR/coordinator.lock).
+absl::StatusOr<std::string> OpenStateDir(const std::string& dir, int* lock_fd) {
+  if (absl::Status st = MakeDir(dir); !st.ok()) return st;
+  struct stat st;
+  if (stat(dir.c_str(), &st) != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot use state dir ", dir, ": ", strerror(errno)));
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--state-dir ", dir, " is not a directory; give a directory (it is created when "
+        "missing)"));
   }
   char real[PATH_MAX];
-  if (realpath(options.state_dir.c_str(), real) == nullptr) {
-    return absl::FailedPreconditionError(absl::StrCat("cannot resolve state dir ", options.state_dir));
+  if (realpath(dir.c_str(), real) == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat("cannot resolve state dir ", dir));
   }
-  s->state_dir_ = real;
-  const std::string lock_path = s->state_dir_ + "/coordinator.lock";
-  s->lock_fd_ = open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-  if (s->lock_fd_ < 0) {
+  const std::string lock_path = std::string(real) + "/coordinator.lock";
+  *lock_fd = open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (*lock_fd < 0) {
     return absl::FailedPreconditionError(
         absl::StrCat("cannot open ", lock_path, ": ", strerror(errno)));
   }
-  if (flock(s->lock_fd_, LOCK_EX | LOCK_NB) != 0) {
+  if (flock(*lock_fd, LOCK_EX | LOCK_NB) != 0) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "another dgca-coordinator is using state dir ", s->state_dir_,
+        "another dgca-coordinator is using state dir ", real,
         " (see its coordinator.json); stop it or use another --state-dir"));
   }
+  return std::string(real);
+}
+
+// Plaintext, or TLS from --tls-cert and --tls-key.
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentialsOf(
+    const CoordinatorServerOptions& options) {
+  if (options.tls_cert.empty() && options.tls_key.empty()) {
+    return grpc::InsecureServerCredentials();
+  }
+  if (options.tls_cert.empty() || options.tls_key.empty()) {
+    return absl::InvalidArgumentError("--tls-cert and --tls-key go together");
+  }
+  auto cert = ReadAll(options.tls_cert);
+  if (!cert.ok()) return cert.status();
+  auto key = ReadAll(options.tls_key);
+  if (!key.ok()) return key.status();
+  grpc::SslServerCredentialsOptions ssl;
+  ssl.pem_key_cert_pairs.push_back({*key, *cert});
+  return grpc::SslServerCredentials(ssl);
+}
+
+// STATE_DIR/coordinator.json, written atomically.
+absl::Status WriteCoordinatorJson(const std::string& state_dir, const std::string& address,
+                                  const std::string& metrics_address) {
+  const std::string tmp = state_dir + "/coordinator.json.tmp";
+  std::ofstream out(tmp, std::ios::trunc);
+  out << "{\"listen\": \"" << address << "\", \"metrics\": \"" << metrics_address
+      << "\", \"pid\": " << getpid() << "}\n";
+  out.close();
+  if (!out || rename(tmp.c_str(), (state_dir + "/coordinator.json").c_str()) != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot write ", state_dir, "/coordinator.json"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
+    CoordinatorServerOptions options) {
+  std::unique_ptr<CoordinatorServer> s(new CoordinatorServer());
+  s->opt_ = options;
+  if (absl::Status st = CheckListenAddresses(options); !st.ok()) return st;
+  auto dir = OpenStateDir(options.state_dir, &s->lock_fd_);
+  if (!dir.ok()) return dir.status();
+  s->state_dir_ = *dir;
   auto token = LoadOrCreateToken(s->state_dir_);
   if (!token.ok()) return token.status();
   s->token_ = *token;
@@ -501,102 +544,94 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     if (!m.ok()) return m.status();
     s->metrics_address_ = *m;
   }
-
-  std::shared_ptr<grpc::ServerCredentials> creds = grpc::InsecureServerCredentials();
-  bool tls = !options.tls_cert.empty() || !options.tls_key.empty();
-  if (tls) {
-    if (options.tls_cert.empty() || options.tls_key.empty()) {
-      return absl::InvalidArgumentError("--tls-cert and --tls-key go together");
-    }
-    auto cert = ReadAll(options.tls_cert);
-    if (!cert.ok()) return cert.status();
-    auto key = ReadAll(options.tls_key);
-    if (!key.ok()) return key.status();
-    grpc::SslServerCredentialsOptions so2;
-    so2.pem_key_cert_pairs.push_back({*key, *cert});
-    creds = grpc::SslServerCredentials(so2);
+  const bool tls = !options.tls_cert.empty() || !options.tls_key.empty();
+  auto creds = ServerCredentialsOf(options);
+  if (!creds.ok()) return creds.status();
+  const std::string sock = s->state_dir_ + "/coordinator.sock";
+  auto port = s->Serve(*creds, tls ? sock : "");
+  if (!port.ok()) return port.status();
+  const std::string host = options.listen.substr(0, options.listen.rfind(':'));
+  s->address_ = absl::StrCat(host, ":", *port);
+  s->scheduler_->Start();
+  if (absl::Status st = WriteCoordinatorJson(s->state_dir_, s->address_, s->metrics_address_);
+      !st.ok()) {
+    return st;
   }
-  s->services_.push_back(std::make_unique<CoordinatorServiceImpl>(s->scheduler_.get(), s->token_));
-  s->services_.push_back(std::make_unique<AgentServiceImpl>(s->scheduler_.get(), s->token_));
-  s->services_.push_back(std::make_unique<RankServiceImpl>(s->scheduler_.get(), s->token_));
+  if (options.local_agent) {
+    // The embedded agent reaches this server over the unix socket with TLS
+    // (it has no client certificate to show), else over the TCP port.
+    std::string local_host = host;
+    if (local_host.empty() || local_host == "0.0.0.0" || local_host == "[::]" || local_host == "::") {
+      local_host = "127.0.0.1";
+    }
+    absl::Status st = s->StartLocalAgent(tls ? "unix:" + sock : absl::StrCat(local_host, ":", *port));
+    if (!st.ok()) return st;
+  }
+  spdlog::info("dgca-coordinator state in {}", s->state_dir_);
+  s->started_ = true;
+  return s;
+}
+
+absl::StatusOr<int> CoordinatorServer::Serve(std::shared_ptr<grpc::ServerCredentials> creds,
+                                             const std::string& unix_socket) {
+  services_.push_back(std::make_unique<CoordinatorServiceImpl>(scheduler_.get(), token_));
+  services_.push_back(std::make_unique<AgentServiceImpl>(scheduler_.get(), token_));
+  services_.push_back(std::make_unique<RankServiceImpl>(scheduler_.get(), token_));
   grpc::ServerBuilder builder;
   // gRPC sets SO_REUSEPORT by default: a second coordinator on the same
   // port would start and take half the connections. One owner per port.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   int port = 0;
-  builder.AddListeningPort(options.listen, creds, &port);
-  std::string sock = s->state_dir_ + "/coordinator.sock";
-  if (tls) {
-    unlink(sock.c_str());
-    builder.AddListeningPort("unix:" + sock, grpc::InsecureServerCredentials());
+  builder.AddListeningPort(opt_.listen, std::move(creds), &port);
+  if (!unix_socket.empty()) {
+    unlink(unix_socket.c_str());
+    builder.AddListeningPort("unix:" + unix_socket, grpc::InsecureServerCredentials());
   }
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
-  for (auto& svc : s->services_) builder.RegisterService(svc.get());
-  s->server_ = builder.BuildAndStart();
-  if (!s->server_ || port == 0) {
+  for (auto& svc : services_) builder.RegisterService(svc.get());
+  server_ = builder.BuildAndStart();
+  if (!server_ || port == 0) {
     return absl::UnavailableError(absl::StrCat(
-        "cannot listen on ", options.listen,
+        "cannot listen on ", opt_.listen,
         ": the address is in use (another dgca-coordinator or program on that port?) or not an "
         "address of this machine; use another --listen"));
   }
-  std::string host = options.listen.substr(0, options.listen.rfind(':'));
-  s->address_ = absl::StrCat(host, ":", port);
-  s->scheduler_->Start();
+  return port;
+}
 
-  // coordinator.json, written atomically.
-  {
-    std::string tmp = s->state_dir_ + "/coordinator.json.tmp";
-    std::ofstream out(tmp, std::ios::trunc);
-    out << "{\"listen\": \"" << s->address_ << "\", \"metrics\": \"" << s->metrics_address_
-        << "\", \"pid\": " << getpid() << "}\n";
-    out.close();
-    if (!out || rename(tmp.c_str(), (s->state_dir_ + "/coordinator.json").c_str()) != 0) {
-      return absl::FailedPreconditionError(absl::StrCat("cannot write ", s->state_dir_,
-                                                        "/coordinator.json"));
-    }
+absl::Status CoordinatorServer::StartLocalAgent(const std::string& coordinator_address) {
+  AgentOptions ao;
+  ao.coordinator_address = coordinator_address;
+  ao.token = token_;
+  ao.token_file = state_dir_ + "/token";
+  ao.node_name = opt_.node_name;
+  ao.state_dir = state_dir_;
+  ao.worker_binary = opt_.worker_binary.empty() ? DefaultWorkerBinary() : opt_.worker_binary;
+  ao.rank_argv_override = opt_.rank_argv_override;
+  // Ranks the previous coordinator's embedded agent launched on this node
+  // (it died with that process): supervised again.
+  for (const StoredRank& r : scheduler_->RecoveredRanks()) {
+    AgentOptions::AdoptRank a;
+    a.node = r.node;
+    a.rank.set_job_id(r.job_id);
+    a.rank.set_rank(r.rank);
+    a.rank.set_attempt(r.attempt);
+    a.rank.set_pid(r.pid);
+    ao.adopt.push_back(std::move(a));
   }
-
-  if (options.local_agent) {
-    AgentOptions ao;
-    std::string local_host = host;
-    if (local_host.empty() || local_host == "0.0.0.0" || local_host == "[::]" || local_host == "::") {
-      local_host = "127.0.0.1";
+  agent_ = std::make_unique<Agent>(ao);
+  if (absl::Status st = agent_->Start(); !st.ok()) return st;
+  // The embedded agent's ranks' pids, as a remote agent's heartbeats carry them.
+  Agent* agent = agent_.get();
+  Scheduler* sch = scheduler_.get();
+  poller_ = std::thread([this, agent, sch] {
+    while (!stopping_.load()) {
+      sch->RecordRunning(agent->node_name(), agent->Running());
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
     }
-    ao.coordinator_address = tls ? "unix:" + sock : absl::StrCat(local_host, ":", port);
-    ao.token = s->token_;
-    ao.token_file = s->state_dir_ + "/token";
-    ao.node_name = options.node_name;
-    ao.state_dir = s->state_dir_;
-    ao.worker_binary = options.worker_binary.empty() ? DefaultWorkerBinary() : options.worker_binary;
-    ao.rank_argv_override = options.rank_argv_override;
-    // Ranks the previous coordinator's embedded agent launched on this node
-    // (it died with that process): supervised again.
-    for (const StoredRank& r : s->scheduler_->RecoveredRanks()) {
-      AgentOptions::AdoptRank a;
-      a.node = r.node;
-      a.rank.set_job_id(r.job_id);
-      a.rank.set_rank(r.rank);
-      a.rank.set_attempt(r.attempt);
-      a.rank.set_pid(r.pid);
-      ao.adopt.push_back(std::move(a));
-    }
-    s->agent_ = std::make_unique<Agent>(ao);
-    absl::Status st = s->agent_->Start();
-    if (!st.ok()) return st;
-    Agent* agent = s->agent_.get();
-    Scheduler* sch = s->scheduler_.get();
-    CoordinatorServer* self = s.get();
-    s->poller_ = std::thread([agent, sch, self] {
-      while (!self->stopping_.load()) {
-        sch->RecordRunning(agent->node_name(), agent->Running());
-        std::this_thread::sleep_for(std::chrono::milliseconds(200));
-      }
-    });
-  }
-  spdlog::info("dgca-coordinator state in {}", s->state_dir_);
-  s->started_ = true;
-  return s;
+  });
+  return absl::OkStatus();
 }
 
 void CoordinatorServer::Shutdown() {

@@ -65,6 +65,7 @@
 
 namespace grpc {
 class Server;
+class ServerCredentials;
 class Service;
 }  // namespace grpc
 
@@ -115,6 +116,13 @@ class CoordinatorServer {
 
  private:
   CoordinatorServer() = default;
+  // Builds and starts the gRPC server (the three services) on opt_.listen,
+  // and on `unix_socket` too when not empty; returns the bound port.
+  absl::StatusOr<int> Serve(std::shared_ptr<grpc::ServerCredentials> creds,
+                            const std::string& unix_socket);
+  // The embedded agent, reaching this server at `coordinator_address`, and
+  // the thread that reports its ranks' pids.
+  absl::Status StartLocalAgent(const std::string& coordinator_address);
 
   CoordinatorServerOptions opt_;
   std::string state_dir_;

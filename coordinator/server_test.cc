@@ -2011,43 +2011,6 @@ TEST_F(ServerTest, ATrialIsStoppedAtTheBudget) {
   EXPECT_TRUE(warned);
 }
 
-// The real binary killed with SIGKILL and restarted on the same state dir.
-// Compute-time measurements are shared by jobs that train the same thing:
-// dropout counts as the ranks train it (unset = the default 0.1), and a
-// dropout-free spec keys as a spec from before model.dropout did, so the
-// measurements stored then still serve it.
-TEST(SchedulerStepKey, DropoutAsTrained) {
-  v1::JobSpec legacy;  // no dropout field: a spec stored before model.dropout
-  legacy.mutable_model()->set_preset("tiny");
-  v1::Plan plan;
-  plan.set_device("cpu");
-  plan.set_ranks(2);
-  auto key = [&](double hidden, double attention, bool set) {
-    v1::JobSpec s = legacy;
-    if (set) {
-      s.mutable_model()->mutable_dropout()->set_hidden(hidden);
-      s.mutable_model()->mutable_dropout()->set_attention(attention);
-    }
-    return Scheduler::StepKey(s, plan, "n1");
-  };
-  const std::string none = key(0, 0, true), tenth = key(0.1, 0.1, true);
-  const std::string before = [&] {  // the key as version 1 wrote it: the model without the field
-    v1::JobSpec s = legacy;
-    s.mutable_model()->clear_dropout();
-    v1::ModelSpec m = s.model();
-    return absl::StrCat("nodes=n1 device=cpu ranks=2 threads=", plan.threads_per_rank(), " precision=",
-                        plan.precision(), " seq=", s.data().max_seq_len(), " mft=",
-                        s.data().mft().ShortDebugString(), " model=", m.ShortDebugString());
-  }();
-  EXPECT_EQ(none, before) << "dropout 0 must key as specs did before model.dropout";
-  EXPECT_NE(none, tenth);
-  EXPECT_EQ(key(0, 0, false), tenth) << "an unset field trains the default 0.1";
-  EXPECT_NE(key(0.1, 0, true), tenth);
-  v1::JobSpec half = legacy;
-  half.mutable_model()->mutable_dropout()->set_attention(0.2);  // hidden unset: 0.1
-  EXPECT_EQ(Scheduler::StepKey(half, plan, "n1"), key(0.1, 0.2, true));
-}
-
 // A --listen or --metrics-listen port out of range is a usage error
 // (exit 2) naming the flag, not a silently wrapped port.
 TEST(CoordinatorBinary, BadListenAddressesExit2) {

@@ -66,7 +66,7 @@ void ExpectEveryDecisionHasAReason(const v1::Plan& p) {
   }
 }
 
-// The figures such a machine really showed (issue 5, Must show 2).
+// The figures such a machine really showed (a user's WSL2 report).
 PlannerMeasurements Wsl2Measurements() {
   PlannerMeasurements m;
   m.allreduce_bus_bandwidth = 1e9;
@@ -307,7 +307,7 @@ TEST(Planner, NoNodesIsAnError) {
   EXPECT_FALSE(MakePlan(DefaultJobSpec(), {}, PlannerMeasurements{}).ok());
 }
 
-// ---- Must show 2: WSL2, two RTX 4090 over SYS, 1 GB/s ------------------------
+// ---- WSL2, two RTX 4090 over SYS, 1 GB/s -------- ------------------------
 
 TEST(PlannerWsl2, SmallShmBigBucketAccumulationBeatsOneGpu) {
   v1::JobSpec spec = Config("wsl2-two-gpus-sys.yaml");
@@ -575,7 +575,7 @@ TEST(PlannerPcie, FittedBandwidthFromProbePoints) {
   EXPECT_TRUE(absl::StrContains(why, "1 ms")) << why;
 }
 
-// ---- Must show 4: degraded topology -------------------------------------------------
+// ---- Degraded topology ----------------------------------------------------------------
 
 TEST(PlannerDegraded, BrokenRootPlansWithStatedReasons) {
   ProbeOptions opt;

@@ -1,6 +1,5 @@
 #include "spec/spec.h"
 
-#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -20,6 +19,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "spec/yaml_text.h"
 
 namespace dgca {
 namespace {
@@ -585,7 +585,7 @@ void Parser::ParseTop(const YAML::Node& root, v1::JobSpec* spec) {
     {"resources", resources_fn},
     {"comm", comm_fn},
     {"tuning", tuning_fn},
-    // Added by R2-A: probe jobs (`dgca diagnose comm` writes these).
+    // Probe jobs (`dgca diagnose comm` writes these).
     {"kind", [&](const YAML::Node& v, const std::string& p) {
        Enum(v, p, {"train", "comm_probe"}, spec->mutable_kind()); }},
     {"probe", [&](const YAML::Node& n, const std::string& f) {
@@ -656,155 +656,6 @@ void Parser::ParseTop(const YAML::Node& root, v1::JobSpec* spec) {
     Problem(hidden_mark, "model.hidden",
             absl::StrCat("hidden ", model->hidden(), " must be divisible by heads ", model->heads()));
   }
-}
-
-// Where each YAML document starts; the node tree comes from YAML::Load.
-class DocumentStarts : public YAML::EventHandler {
- public:
-  YAML::Mark start;
-  void OnDocumentStart(const YAML::Mark& mark) override { start = mark; }
-  void OnDocumentEnd() override {}
-  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
-  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
-  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t,
-                const std::string&) override {}
-  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
-                       YAML::EmitterStyle::value) override {}
-  void OnSequenceEnd() override {}
-  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
-                  YAML::EmitterStyle::value) override {}
-  void OnMapEnd() override {}
-};
-
-// Whether `text` has a YAML document marker line ("---" or "...", alone or
-// followed by a space) after its first document began: what a real second
-// document starts with. The first document's own leading "---" (after
-// blank, comment and directive lines) does not count. A second "document"
-// without one is yaml-cpp's stuck state met later on.
-bool HasDocumentMarker(const std::string& text) {
-  bool in_first = false;  // past the first document's start
-  for (size_t at = 0; at < text.size();) {
-    const size_t end = std::min(text.find('\n', at), text.size());
-    std::string_view line(text.data() + at, end - at);
-    at = end + 1;
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    const bool marker = (line.substr(0, 3) == "---" || line.substr(0, 3) == "...") &&
-                        (line.size() == 3 || line[3] == ' ' || line[3] == '\t');
-    if (in_first) {
-      if (marker) return true;
-      continue;
-    }
-    const size_t first = line.find_first_not_of(" \t");
-    if (first == std::string_view::npos || line[first] == '#' || line[0] == '%') continue;
-    in_first = true;  // this line starts the first document (a leading "---" included)
-  }
-  return false;
-}
-
-// Whether `text` holds a second YAML document; *second gets where it starts.
-// Reads at most two documents: yaml-cpp 0.7 (Debian 12's) gets stuck on
-// some malformed input, returning the same empty document forever, and its
-// YAML::LoadAll then allocates until the process runs out of memory (found by
-// tools/fuzz.sh: a spec with a line indented under a comment, see
-// spec_parser_test; upstream jbeder/yaml-cpp#1319). A second document that
-// starts where the first did, or with no marker line to start it, is that
-// state (*stuck): a syntax error at that place.
-bool SecondDocument(const std::string& text, YAML::Mark* second, bool* stuck) {
-  std::stringstream in(text);
-  YAML::Parser parser(in);
-  DocumentStarts first, next;
-  if (!parser.HandleNextDocument(first)) return false;
-  if (!parser.HandleNextDocument(next)) return false;
-  *second = next.start;
-  *stuck = next.start.pos == first.start.pos || !HasDocumentMarker(text);
-  return true;
-}
-
-// Rejects deeply nested flow collections before yaml-cpp sees them.
-int MaxFlowNesting(const std::string& text) {
-  int depth = 0, max_depth = 0;
-  for (char c : text) {
-    if (c == '[' || c == '{') max_depth = std::max(max_depth, ++depth);
-    if ((c == ']' || c == '}') && depth > 0) --depth;
-  }
-  return max_depth;
-}
-
-// Returns the byte offset of the first invalid UTF-8 sequence, or npos.
-size_t FirstInvalidUtf8(const std::string& s) {
-  size_t i = 0;
-  while (i < s.size()) {
-    unsigned char c = static_cast<unsigned char>(s[i]);
-    size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
-    if (n == 0 || i + n > s.size()) return i;
-    if (n == 2 && c < 0xc2) return i;  // overlong
-    for (size_t k = 1; k < n; ++k) {
-      if ((static_cast<unsigned char>(s[i + k]) >> 6) != 0x2) return i;
-    }
-    if (n == 3) {
-      unsigned char c1 = static_cast<unsigned char>(s[i + 1]);
-      if ((c == 0xe0 && c1 < 0xa0) || (c == 0xed && c1 >= 0xa0)) return i;  // overlong / surrogate
-    }
-    if (n == 4) {
-      unsigned char c1 = static_cast<unsigned char>(s[i + 1]);
-      if ((c == 0xf0 && c1 < 0x90) || c > 0xf4 || (c == 0xf4 && c1 >= 0x90)) return i;
-    }
-    i += n;
-  }
-  return std::string::npos;
-}
-
-// Quoted scalars (keys and values) must close on the line they open on.
-// YAML lets a quoted string run over line breaks (folded into spaces), and
-// yaml-cpp also takes an unclosed quote at the end of the text: either way
-// a missing closing quote would silently swallow the following fields into
-// one string (found: `train: '/data/train.txt` with no closing quote was
-// "valid", every later field inside the path and their defaults in use).
-// A job spec's strings are one line: say where the quote opens.
-void CheckQuotedScalars(const YAML::Node& n, const std::string& text, Parser* parser, int depth = 0) {
-  if (depth > 200) return;  // MaxFlowNesting bounds real specs far below this
-  if (n.IsMap()) {
-    for (const auto& kv : n) {
-      CheckQuotedScalars(kv.first, text, parser, depth + 1);
-      CheckQuotedScalars(kv.second, text, parser, depth + 1);
-    }
-    return;
-  }
-  if (n.IsSequence()) {
-    for (const auto& v : n) CheckQuotedScalars(v, text, parser, depth + 1);
-    return;
-  }
-  if (!n.IsScalar() || n.Tag() != "!") return;  // "!": a quoted (non-plain) scalar
-  const YAML::Mark m = n.Mark();
-  if (m.is_null() || m.line < 0 || m.column < 0) return;
-  size_t at = 0;
-  for (int line = 0; line < m.line && at != std::string::npos; ++line) {
-    at = text.find('\n', at);
-    if (at != std::string::npos) ++at;
-  }
-  if (at == std::string::npos || at + m.column >= text.size()) return;
-  at += m.column;
-  const char q = text[at];
-  if (q != '"' && q != '\'') return;  // not where it was expected: say nothing rather than guess
-  for (size_t i = at + 1; i < text.size(); ++i) {
-    const char c = text[i];
-    if (c == '\n' || c == '\r') break;
-    if (q == '"' && c == '\\') {
-      ++i;  // an escaped character
-      continue;
-    }
-    if (c == q) {
-      if (q == '\'' && i + 1 < text.size() && text[i + 1] == '\'') {
-        ++i;  // '' inside single quotes is a quote
-        continue;
-      }
-      return;  // closed on its line
-    }
-  }
-  parser->Problem(m, "(quoted string)",
-                  absl::StrCat("the ", q == '"' ? "double" : "single",
-                               " quote opened here is not closed on this line (is the closing quote missing?); "
-                               "strings in a job spec are one line"));
 }
 
 }  // namespace
@@ -915,7 +766,12 @@ absl::StatusOr<SpecParseResult> ParseJobSpec(const std::string& yaml_text,
                      "more than one YAML document ('---'); a spec file holds one job");
     }
     const YAML::Node root = YAML::Load(yaml_text);
-    CheckQuotedScalars(root, yaml_text, &parser);
+    for (const UnclosedQuote& u : UnclosedQuotes(root, yaml_text)) {
+      parser.Problem(u.mark, "(quoted string)",
+                     absl::StrCat("the ", u.quote == '"' ? "double" : "single",
+                                  " quote opened here is not closed on this line (is the closing "
+                                  "quote missing?); strings in a job spec are one line"));
+    }
     parser.ParseTop(root, &result.spec);
   } catch (const YAML::Exception& e) {
     std::string msg = e.msg.empty() ? std::string(e.what()) : e.msg;

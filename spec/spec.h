@@ -1,4 +1,4 @@
-// Job spec parsing and validation: YAML text (DESIGN.md "Job spec") ->
+// Job spec parsing and validation: YAML text (docs/job-spec.md) ->
 // v1::JobSpec with every default filled in, or a list of problems.
 //
 // Contract:
@@ -7,7 +7,7 @@
 //    conditions outside the spec itself (none today); problems with the text
 //    come back in SpecParseResult::problems, ALL of them, in text order.
 //  - A result with an empty `problems` is a valid spec: `spec` then holds every
-//    default of DESIGN.md "Job spec" and the "auto" convention of job.proto
+//    default of docs/job-spec.md and the "auto" convention of job.proto
 //    (numeric auto = 0, string auto = "auto"). With problems, `spec` holds what
 //    could be parsed (defaults elsewhere) and must not be run.
 //  - Every problem has file (= file_path), 1-based line and column (0 when the

@@ -9,7 +9,7 @@
 namespace dgca {
 namespace {
 
-// The example of DESIGN.md "Job spec", plus every other field.
+// A spec that sets every field (docs/job-spec.md).
 const char kFullSpec[] = R"(name: relm-law
 model:
   preset: bert-base

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the build, the tests and the quickstart need,
-# only when one is missing. Safe to run again. See ../shared/BUILD-NOTES.md.
+# only when one is missing. Safe to run again. See docs/build.md.
 set -euo pipefail
 PKGS=(
   build-essential cmake ninja-build ccache pkg-config
+  # clang++ for the thread-safety analysis test (tools/thread_safety_check.py).
+  clang
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libyaml-cpp-dev libabsl-dev prometheus-cpp-dev libgloo-dev libsqlite3-dev
   libspdlog-dev libcli11-dev libopenblas-dev libgtest-dev

@@ -1,5 +1,5 @@
-// Node topology probe: what this machine offers a training job (DESIGN.md
-// "Planner", "Topology"). Every file the probe reads is read under
+// Node topology probe: what this machine offers a training job (docs/planner.md,
+// "Topology facts"). Every file the probe reads is read under
 // ProbeOptions.root, so tests run on fixture trees (tests/fixtures/<name>/root).
 //
 // Sources, in order:

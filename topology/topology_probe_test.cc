@@ -121,7 +121,7 @@ TEST(NvidiaSmiTopoParser, ErrorsNameTheLine) {
   EXPECT_FALSE(ParseNvidiaSmiTopo("").ok());
 }
 
-// ---- Must show 1: each fixture reproduces its nvidia-smi matrix ------------
+// ---- Each fixture reproduces its nvidia-smi matrix ------------
 
 void ExpectGpuMatrixMatches(const std::string& fixture) {
   SCOPED_TRACE(fixture);
@@ -322,7 +322,7 @@ TEST(PciHelpers, NormalizeBusId) {
   EXPECT_EQ(topo_internal::CountCpuList("banana"), -1);
 }
 
-// ---- Must show 4: broken roots never crash ----------------------------------------
+// ---- Broken roots never crash ----------------------------------------
 
 TEST(BrokenRoot, EveryGarbageFactIsReportedUnknown) {
   ProbeOptions opt;

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "model/core/exit_codes.h"
 #include "proto/rpc/rpc_util.h"
 #include "worker/agent/agent.h"
 #include "worker/agent/rank_process.h"
@@ -41,7 +42,7 @@ int RunAgent(dgca::AgentOptions opt, const std::string& token_file) {
   auto token = dgca::ReadTokenFile(token_file);
   if (!token.ok()) {
     std::fprintf(stderr, "error: %s\n", token.status().ToString().c_str());
-    return 3;
+    return dgca::kExitUnreachable;
   }
   opt.token = *token;
   opt.token_file = token_file;
@@ -54,13 +55,13 @@ int RunAgent(dgca::AgentOptions opt, const std::string& token_file) {
   dgca::Agent agent(opt);
   if (auto s = agent.Start(); !s.ok()) {
     std::fprintf(stderr, "error: %s\n", s.ToString().c_str());
-    return 2;
+    return dgca::kExitUsage;
   }
   int sig = 0;
   sigwait(&set, &sig);
   spdlog::info("agent: signal {}; stopping ranks", sig);
   agent.Stop();
-  return 0;
+  return dgca::kExitOk;
 }
 
 }  // namespace
@@ -147,5 +148,5 @@ int main(int argc, char** argv) {
     return rc;
   }
   if (*train) return dgca::RunLocalTrain(train_args);
-  return 2;
+  return dgca::kExitUsage;
 }

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Control-plane benchmarks (issue 2): (a) submit-to-first-step latency of a
+# Control-plane benchmarks: (a) submit-to-first-step latency of a
 # 2-rank CPU job, (b) coordinator CPU time per 1,000 metric samples ingested.
 # Starts its own coordinator (ports 0, state in a temp dir, embedded agent);
 # each measurement holds /tmp/dgca-build.lock so no build runs meanwhile.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 6, Must show 3: dgca's loss curve on the GPU against PyTorch's, from
+# dgca's loss curve on the GPU against PyTorch's, from
 # the same initial weights and the same data order. The second device call
 # of a GPU session, after bench/gpu/run.sh (it reuses run.sh's build dir
 # when the machine is still warm; else it builds dgca-train first):

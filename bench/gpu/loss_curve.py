@@ -1,4 +1,4 @@
-"""Issue 6, Must show 3: dgca's loss curve against PyTorch's, from the same
+"""dgca's loss curve against PyTorch's, from the same
 initial weights and the same data order.
 
   init     the PyTorch model (bench/torch_dgca.py) at a seed, saved under

@@ -1,6 +1,6 @@
 """PyTorch's own low-precision error on dgca-model-check's whole-model checks.
 
-Issue 6's rule: dgca's bf16/fp16 results must be within 2x the error that
+The accuracy rule (docs/benchmarks.md): dgca's bf16/fp16 results must be within 2x the error that
 PyTorch's own low-precision run has against fp32 (flash-attention's test
 rule: PyTorch computing in the low dtype, mode "pure"; mode "autocast", as
 bench/gpu/torch_reference.py trains, is measured for information). The op

@@ -114,7 +114,7 @@ fi
 # PyTorch's own low-precision errors first (seconds): the ops', and the
 # whole model's (BERT and the training step at the checks' configs,
 # bench/gpu/model_errors.py); dgca-model-check's bf16/fp16 tolerances are
-# 2x these where measured (issue 6's rule).
+# 2x these where measured (the accuracy rule, docs/benchmarks.md).
 TOL_ARGS=
 if [ "${SKIP_TORCH:-0}" != 1 ]; then
   echo "== op-errors" > "$OUT/torch.log"
@@ -319,7 +319,7 @@ try:
           f"{fmt(d.get('mfu'), '.3f')} |")
 except Exception as e:  # noqa: BLE001
     print(f"| pytorch eager, dropout 0.1 | failed: {e} (see torch.log) ||||||")
-print("Goal (issue 6): dgca / eager >= 1.3, dgca / compile >= 1.0.")
+print("Goal: dgca / eager >= 1.3, dgca / compile >= 1.0.")
 for m in ("eager", "compile"):
     if m not in torch_sps:
         print(f"  pytorch {m}: MISSING (see torch.log): that part of the goal is unverified")
@@ -348,7 +348,7 @@ try:
                   (f"   autocast {a:.3e}" if a is not None else ""))
 except Exception as ex:  # noqa: BLE001
     print(f"op errors: failed: {ex}")
-# Issue 6's Must show 1 in one line: the rows held to 2x PyTorch's error and
+# The accuracy check in one line: the rows held to 2x PyTorch's error and
 # the closest of them to its limit.
 try:
     peer = []

@@ -5,15 +5,15 @@ the DGCA heads) trained with bf16 autocast, in eager mode or torch.compile.
 Prints one JSON object on stdout: samples/s (global batch / median step
 time), the median and all step times, peak device memory, achieved TFLOP/s
 and MFU against the device's dense bf16 peak (flops_per_sample from
-torch_dgca.py, about 75 GFLOP per sample for bert-base at seq 128: the
-issue's "about 80" counted more), losses. Peak memory is measured as
+torch_dgca.py, about 75 GFLOP per sample for bert-base at seq 128),
+losses. Peak memory is measured as
 dgca-bench measures it (device memory in use after the timed steps less
 before the model was built), with max_memory_allocated/reserved beside it.
 
 Mode `op-errors` measures instead PyTorch's own bf16 and fp16 error against
 fp32 on the ops that dgca-model-check checks, with its metric
     max|out - ref| / max|ref|
-so that the bf16/fp16 tolerances can be set to 2x these (issue 6's rule),
+so that the bf16/fp16 tolerances can be set to 2x these (the accuracy rule, docs/benchmarks.md),
 and on its whole-model checks (bench/gpu/model_errors.py: BERT and the
 whole training step at the checks' configs, autocast against fp32).
 

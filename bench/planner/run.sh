@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 5, Must show 3: the coordinator's own plan (`dgca plan`) against what
+# The coordinator's own plan (`dgca plan`) against what
 # CPU Gloo jobs then measure, on this machine. Nothing here feeds the planner
 # by hand: every number comes through the product.
 #

@@ -128,7 +128,7 @@ def f1(p, r):
 
 
 def metrics(rows):
-    """rows: (src, trg, pred) id lists. Sentence-level as DESIGN.md."""
+    """rows: (src, trg, pred) id lists. Sentence-level as docs/model.md."""
     pos = sum(1 for s, t, p in rows if s != t)
     neg = len(rows) - pos
     pred_pos = sum(1 for s, t, p in rows if p != s)

@@ -13,7 +13,6 @@
 #include <exception>
 #include <fstream>
 #include <functional>
-#include <mutex>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -26,6 +25,7 @@
 #include "gloo/rendezvous/context.h"
 #include "gloo/rendezvous/store.h"
 #include "gloo/transport/tcp/device.h"
+#include "model/core/mutex.h"
 
 namespace dgca {
 namespace {
@@ -34,11 +34,12 @@ namespace {
 struct OpState {
   std::function<void()> run;  // may throw; runs on the worker thread
   std::string what;           // "allreduce", "broadcast", "barrier"
-  std::mutex mu;
+  Mutex mu;
   std::condition_variable cv;
-  bool done = false;
+  bool done DGCA_GUARDED_BY(mu) = false;
   std::atomic<bool> done_flag{false};  // lock-free mirror of `done` for spinning
-  Status status;
+  Status status DGCA_GUARDED_BY(mu);
+  // Written once under mu before done; read only after Wait() returned.
   double start = 0, end = 0;
 };
 
@@ -53,9 +54,10 @@ class GlooHandle : public CollectiveHandle {
            std::chrono::steady_clock::now() < until) {
       std::this_thread::yield();
     }
-    std::unique_lock<std::mutex> lock(op_->mu);
-    op_->cv.wait(lock, [&] { return op_->done; });
-    return op_->status;
+    OpState& op = *op_;
+    MutexLock lock(&op.mu);
+    op.mu.Wait(op.cv, [&op]() DGCA_REQUIRES(op.mu) { return op.done; });
+    return op.status;
   }
   double start_time() const override { return op_->start; }
   double end_time() const override { return op_->end; }
@@ -125,7 +127,7 @@ class GlooCommunicator : public Communicator {
 
   ~GlooCommunicator() override {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       stopping_ = true;
     }
     cv_.notify_all();
@@ -273,7 +275,7 @@ class GlooCommunicator : public Communicator {
     state->what = what;
     state->run = std::move(run);
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       queue_.push_back(state);
       queued_.fetch_add(1, std::memory_order_release);
     }
@@ -285,23 +287,27 @@ class GlooCommunicator : public Communicator {
     for (;;) {
       std::shared_ptr<OpState> op;
       {
-        std::unique_lock<std::mutex> lock(mu_);
+        mu_.Lock();
         if (queue_.empty() && !stopping_) {
           // Ops come in bursts (one per bucket): poll a little before sleeping.
-          lock.unlock();
+          mu_.Unlock();
           const auto until =
               std::chrono::steady_clock::now() + std::chrono::microseconds(options_.spin_us);
           while (queued_.load(std::memory_order_acquire) == 0 &&
                  std::chrono::steady_clock::now() < until) {
             std::this_thread::yield();
           }
-          lock.lock();
+          mu_.Lock();
         }
-        cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-        if (queue_.empty()) return;  // stopping and drained
+        mu_.Wait(cv_, [&]() DGCA_REQUIRES(mu_) { return stopping_ || !queue_.empty(); });
+        if (queue_.empty()) {  // stopping and drained
+          mu_.Unlock();
+          return;
+        }
         op = queue_.front();
         queue_.pop_front();
         queued_.fetch_sub(1, std::memory_order_release);
+        mu_.Unlock();
       }
       Status st;
       const double start = Now();
@@ -321,7 +327,7 @@ class GlooCommunicator : public Communicator {
       }
       const double end = Now();
       {
-        std::lock_guard<std::mutex> lock(op->mu);
+        MutexLock lock(&op->mu);
         op->status = st;
         op->start = start;
         op->end = end;
@@ -400,11 +406,11 @@ class GlooCommunicator : public Communicator {
   uint32_t next_tag_ = 1;  // same sequence on every rank: ops start in the same order
 
   std::thread worker_;
-  std::mutex mu_;
+  Mutex mu_;
   std::condition_variable cv_;
-  std::deque<std::shared_ptr<OpState>> queue_;
+  std::deque<std::shared_ptr<OpState>> queue_ DGCA_GUARDED_BY(mu_);
   std::atomic<int> queued_{0};
-  bool stopping_ = false;
+  bool stopping_ DGCA_GUARDED_BY(mu_) = false;
   Status broken_;  // touched by the worker thread only (and the destructor after join)
 };
 

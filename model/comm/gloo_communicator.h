@@ -22,7 +22,7 @@
 //
 // Teardown: the destructor waits for queued operations, then barriers on the
 // store (so no rank closes its sockets while a peer is still in a collective;
-// BUILD-NOTES gotcha 4), bounded by the timeout, and is skipped when broken.
+// docs/build.md, "Gloo's FileStore"), bounded by the timeout, and is skipped when broken.
 //
 // Thread-safety: as Communicator: Start*/Wait/Broadcast/Barrier from one
 // (the training) thread.

@@ -13,9 +13,9 @@
 #include <chrono>
 #include <condition_variable>
 #include <map>
-#include <mutex>
 #include <string>
 
+#include "model/core/mutex.h"
 #include "model/core/status.h"
 
 namespace dgca {
@@ -34,15 +34,15 @@ class KeyValueStore {
 class MemoryKeyValueStore : public KeyValueStore {
  public:
   Status Set(const std::string& key, const std::string& value) override {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     values_[key] = value;
     cv_.notify_all();
     return OkStatus();
   }
   StatusOr<std::string> Wait(const std::string& key,
                              std::chrono::milliseconds timeout) override {
-    std::unique_lock<std::mutex> l(mu_);
-    if (!cv_.wait_for(l, timeout, [&] { return values_.count(key) > 0; })) {
+    MutexLock l(&mu_);
+    if (!mu_.WaitFor(cv_, timeout, [&]() DGCA_REQUIRES(mu_) { return values_.count(key) > 0; })) {
       return DeadlineExceededError("key '" + key + "' did not appear in the store within " +
                                       std::to_string(timeout.count()) + " ms");
     }
@@ -50,9 +50,9 @@ class MemoryKeyValueStore : public KeyValueStore {
   }
 
  private:
-  std::mutex mu_;
+  Mutex mu_;
   std::condition_variable cv_;
-  std::map<std::string, std::string> values_;
+  std::map<std::string, std::string> values_ DGCA_GUARDED_BY(mu_);
 };
 
 }  // namespace dgca

@@ -1,9 +1,9 @@
 #include <chrono>
 #include <memory>
-#include <mutex>
 #include <vector>
 
 #include "model/comm/communicator.h"
+#include "model/core/mutex.h"
 
 namespace dgca {
 namespace {
@@ -46,9 +46,9 @@ std::unique_ptr<Communicator> MakeLocalCommunicator() {
 
 void AbandonUntilExit(std::unique_ptr<Communicator> comm) {
   if (!comm) return;
-  static std::mutex mu;
+  static Mutex mu;
   static auto* abandoned = new std::vector<std::unique_ptr<Communicator>>;  // never destroyed
-  std::lock_guard<std::mutex> lock(mu);
+  MutexLock lock(&mu);
   abandoned->push_back(std::move(comm));
 }
 

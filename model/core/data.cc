@@ -8,7 +8,6 @@
 #include <condition_variable>
 #include <fstream>
 #include <map>
-#include <mutex>
 #include <sstream>
 #include <thread>
 
@@ -16,6 +15,7 @@
 #include "model/core/rng.h"
 #include "model/core/tokenizer.h"
 #include "model/core/utf8.h"
+#include "model/core/mutex.h"
 
 namespace dgca {
 
@@ -357,7 +357,7 @@ class BackgroundLoader : public DataLoader {
 
   ~BackgroundLoader() override {
     {
-      std::lock_guard<std::mutex> l(mu_);
+      MutexLock l(&mu_);
       stop_ = true;
     }
     cv_work_.notify_all();
@@ -367,20 +367,22 @@ class BackgroundLoader : public DataLoader {
 
   StatusOr<Batch> Next(double* wait_seconds) override {
     const auto t0 = std::chrono::steady_clock::now();
-    std::unique_lock<std::mutex> l(mu_);
-    cv_ready_.wait(l, [this] { return ready_.count(next_out_) != 0; });
-    auto it = ready_.find(next_out_);
-    StatusOr<Batch> result = std::move(it->second);
-    ready_.erase(it);
-    if (result.ok()) {
-      ++next_out_;
-      returned_.store(next_out_, std::memory_order_release);
-    } else {
-      // Sticky: the failed micro-batch is never skipped; every later call
-      // reports the same error.
-      ready_.emplace(next_out_, result.status());
+    StatusOr<Batch> result = InternalError("data loader: no micro-batch");
+    {
+      MutexLock l(&mu_);
+      mu_.Wait(cv_ready_, [this]() DGCA_REQUIRES(mu_) { return ready_.count(next_out_) != 0; });
+      auto it = ready_.find(next_out_);
+      result = std::move(it->second);
+      ready_.erase(it);
+      if (result.ok()) {
+        ++next_out_;
+        returned_.store(next_out_, std::memory_order_release);
+      } else {
+        // Sticky: the failed micro-batch is never skipped; every later call
+        // reports the same error.
+        ready_.emplace(next_out_, result.status());
+      }
     }
-    l.unlock();
     cv_work_.notify_all();
     if (wait_seconds != nullptr) {
       *wait_seconds =
@@ -403,8 +405,9 @@ class BackgroundLoader : public DataLoader {
     while (true) {
       int64_t k;
       {
-        std::unique_lock<std::mutex> l(mu_);
-        cv_work_.wait(l, [this] { return stop_ || next_claim_ < next_out_ + window_; });
+        MutexLock l(&mu_);
+        mu_.Wait(cv_work_,
+                 [this]() DGCA_REQUIRES(mu_) { return stop_ || next_claim_ < next_out_ + window_; });
         if (stop_) return;
         k = next_claim_++;
       }
@@ -435,7 +438,7 @@ class BackgroundLoader : public DataLoader {
                                " failed: " + e.what());
       }
       {
-        std::lock_guard<std::mutex> l(mu_);
+        MutexLock l(&mu_);
         ready_.emplace(k, std::move(result));
       }
       cv_ready_.notify_all();
@@ -448,12 +451,12 @@ class BackgroundLoader : public DataLoader {
   const int64_t start_step_;
   const int64_t window_;  // micro-batches in flight or ready, at most
 
-  std::mutex mu_;
+  Mutex mu_;
   std::condition_variable cv_work_, cv_ready_;
-  bool stop_ = false;
-  int64_t next_claim_ = 0;  // next micro-batch (from start) a builder takes
-  int64_t next_out_ = 0;    // next micro-batch Next() returns
-  std::map<int64_t, StatusOr<Batch>> ready_;
+  bool stop_ DGCA_GUARDED_BY(mu_) = false;
+  int64_t next_claim_ DGCA_GUARDED_BY(mu_) = 0;  // next micro-batch (from start) a builder takes
+  int64_t next_out_ DGCA_GUARDED_BY(mu_) = 0;    // next micro-batch Next() returns
+  std::map<int64_t, StatusOr<Batch>> ready_ DGCA_GUARDED_BY(mu_);
   std::atomic<int64_t> returned_{0};
   std::vector<std::thread> threads_;
 };

@@ -1,5 +1,5 @@
 // The data pipeline: ECSpell-format reading, tokenization, ReLM batches with
-// MFT, and a background loader with prefetch. DESIGN.md "Trainer" / "Data".
+// MFT, and a background loader with prefetch. docs/model.md, "Trainer".
 //
 // Sharding: each optimizer step consumes global_batch consecutive samples of
 // the epoch's shuffled order; rank r of W takes, for micro-step a, the

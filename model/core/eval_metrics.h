@@ -1,4 +1,4 @@
-// Spelling-correction metrics on decoded sentences (DESIGN.md "Metrics").
+// Spelling-correction metrics on decoded sentences (docs/model.md, "Evaluation metrics").
 // Source s, target t, prediction p, same length (characters).
 //
 // Sentence level: a sentence is positive if s != t. Detection TP: positive

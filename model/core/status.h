@@ -3,7 +3,7 @@
 // model/ must build with the standard library alone (DGCA_MODEL_ONLY, for GPU
 // machines without Abseil), so it carries this small Status in the style of
 // absl::Status / leveldb::Status. Code outside model/ converts with
-// worker/status_convert.h (ToAbsl) at the boundary.
+// proto/rpc/rpc_util.h (ToAbsl) at the boundary.
 //
 // Thread-safety: values; safe to copy between threads.
 #ifndef DGCA_MODEL_CORE_STATUS_H_

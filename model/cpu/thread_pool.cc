@@ -24,7 +24,7 @@ ThreadPool::ThreadPool(int threads) : threads_(std::max(1, threads)) {
 
 ThreadPool::~ThreadPool() {
   {
-    std::lock_guard<std::mutex> lk(mu_);
+    MutexLock lk(&mu_);
     stop_ = true;
     generation_.fetch_add(1, std::memory_order_release);
   }
@@ -39,7 +39,7 @@ void ThreadPool::Run(const std::function<void(int part)>& fn) {
   }
   remaining_.store(threads_ - 1, std::memory_order_relaxed);
   {
-    std::lock_guard<std::mutex> lk(mu_);
+    MutexLock lk(&mu_);
     fn_ = &fn;
     generation_.fetch_add(1, std::memory_order_release);
   }
@@ -47,8 +47,8 @@ void ThreadPool::Run(const std::function<void(int part)>& fn) {
   fn(0);
   for (int i = 0; i < kSpin && remaining_.load(std::memory_order_acquire) != 0; ++i) CpuRelax();
   if (remaining_.load(std::memory_order_acquire) != 0) {
-    std::unique_lock<std::mutex> lk(mu_);
-    done_cv_.wait(lk, [&] { return remaining_.load(std::memory_order_acquire) == 0; });
+    MutexLock lk(&mu_);
+    mu_.Wait(done_cv_, [&] { return remaining_.load(std::memory_order_acquire) == 0; });
   }
 }
 
@@ -59,15 +59,15 @@ void ThreadPool::Worker(int part) {
       CpuRelax();
     const std::function<void(int)>* fn;
     {
-      std::unique_lock<std::mutex> lk(mu_);
-      start_cv_.wait(lk, [&] { return generation_.load(std::memory_order_acquire) != seen; });
+      MutexLock lk(&mu_);
+      mu_.Wait(start_cv_, [&] { return generation_.load(std::memory_order_acquire) != seen; });
       if (stop_) return;
       seen = generation_.load(std::memory_order_acquire);
       fn = fn_;
     }
     (*fn)(part);
     if (remaining_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-      std::lock_guard<std::mutex> lk(mu_);
+      MutexLock lk(&mu_);
       done_cv_.notify_one();
     }
   }

@@ -19,9 +19,10 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
-#include <mutex>
 #include <thread>
 #include <vector>
+
+#include "model/core/mutex.h"
 
 namespace dgca {
 namespace cpu {
@@ -42,11 +43,11 @@ class ThreadPool {
 
   const int threads_;
   std::vector<std::thread> workers_;
-  const std::function<void(int)>* fn_ = nullptr;
+  Mutex mu_;
+  const std::function<void(int)>* fn_ DGCA_GUARDED_BY(mu_) = nullptr;
   std::atomic<uint64_t> generation_{0};
   std::atomic<int> remaining_{0};
-  bool stop_ = false;
-  std::mutex mu_;
+  bool stop_ DGCA_GUARDED_BY(mu_) = false;
   std::condition_variable start_cv_;
   std::condition_variable done_cv_;
 };

@@ -38,7 +38,7 @@
 // NVTX: one range per embedding, per encoder layer (forward and backward)
 // and per MLM head call, when nvtx3 headers are available.
 //
-// Status: run by ctest on the CUDA emulator (model/cuda_emu); not yet on a GPU. Checked against dgca::Bert by
+// Status: run by ctest on the CUDA emulator (model/cuda_emu) and on an H200 (docs/benchmarks.md). Checked against dgca::Bert by
 // model/cuda_check/bert_check.{h,cc} (dgca-model-check) on the next GPU session.
 //
 // Thread-safety: not thread-safe; one CudaBert per model, used on one

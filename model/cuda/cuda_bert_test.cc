@@ -2,8 +2,8 @@
 // (bert_check.h: forward, backward, every parameter gradient) runs when a
 // device is visible and skips with the reason otherwise; the layout and
 // call-order validation runs everywhere (no CUDA call is reached).
-// The GPU test runs in ctest on the CUDA emulator (cuda_bert_test_emu);
-// not yet on a GPU.
+// The GPU test runs in ctest on the CUDA emulator (cuda_bert_test_emu)
+// and on an H200 (docs/benchmarks.md).
 #include <gtest/gtest.h>
 
 #include <random>

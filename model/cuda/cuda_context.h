@@ -4,7 +4,7 @@
 //
 // Without a GPU (or without a driver) Create fails cleanly with
 // FAILED_PRECONDITION "no CUDA device visible (cudaGetDeviceCount: <error>)"
-// (BUILD-NOTES gotcha 7: cudaGetDeviceCount returns error 35 and count 0
+// (docs/build.md, "Without a GPU": cudaGetDeviceCount returns error 35 and count 0
 // there, cublasLtCreate NOT_INITIALIZED); nothing aborts.
 //
 // Thread-safety: a CudaContext is used by one thread at a time (its stream

@@ -1,4 +1,4 @@
-// CudaHeads<T>: see cuda_heads.h. Checked on the CUDA emulator; not yet on a GPU.
+// CudaHeads<T>: see cuda_heads.h. Checked on the CUDA emulator and on an H200 (docs/benchmarks.md).
 //
 // Kernels (one block per slot unless noted), in call order:
 //   Forward:  [GEMM act = h W_c^T]  SlotForwardKernel (detector, candidate

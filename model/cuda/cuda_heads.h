@@ -5,7 +5,7 @@
 // for the maths; this header only states what differs.
 //
 // Checked against the CPU by heads_check.h on the CUDA emulator
-// (model/cuda_emu, ctest); not yet run on a GPU.
+// (model/cuda_emu, ctest) and on an H200 (docs/benchmarks.md).
 //
 // Precision: T (float, __nv_bfloat16 or __half) is the type of the activations the
 // model hands over: h [T,H], z [T,V], E [V,H] and the gradients dh, dz.

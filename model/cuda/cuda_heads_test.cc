@@ -1,7 +1,7 @@
 // Tests of CudaHeads and CudaPromptEncoder. The GPU-vs-CPU comparisons
 // (heads_check.h) run when a device is visible and skip with the reason
 // otherwise; the host-side argument checks run everywhere (they return
-// before any CUDA call). Runs on the CUDA emulator as cuda_heads_test_emu; not yet on a GPU.
+// before any CUDA call). Runs on the CUDA emulator as cuda_heads_test_emu and on an H200 (docs/benchmarks.md).
 #include <gtest/gtest.h>
 
 #include <memory>

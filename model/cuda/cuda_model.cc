@@ -1,6 +1,6 @@
 // CudaDgcaModel (cuda_model.h): the GPU assembly of the DGCA-ReLM model,
 // step for step the order of model/nn/model.cc. Checked on the CUDA
-// emulator (model/cuda_emu); not yet run on a GPU.
+// emulator (model/cuda_emu) and on an H200 (docs/benchmarks.md).
 #include "model/cuda/cuda_model.h"
 
 #include <cuda_bf16.h>

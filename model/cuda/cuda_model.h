@@ -2,7 +2,7 @@
 // assembly of CudaPromptEncoder, CudaBert<T> and CudaHeads<T> in exactly the
 // order of the CPU model (model/nn/model.cc), for T = float, bf16 or fp16.
 //
-// Status: run by ctest on the CUDA emulator (model/cuda_emu); not yet on a GPU. model/cuda_check/model_check.h
+// Status: run by ctest on the CUDA emulator (model/cuda_emu) and on an H200 (docs/benchmarks.md). model/cuda_check/model_check.h
 // (dgca-model-check "cuda_model") compares a whole training step against
 // the CPU model.
 //

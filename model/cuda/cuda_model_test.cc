@@ -1,7 +1,7 @@
 // Tests of CudaDgcaModel (cuda_model.h). Host-side checks run everywhere;
 // the whole-step GPU-vs-CPU comparison (model_check.h) and the batch
 // validation on a real model skip without a visible device, saying why.
-// Runs on the CUDA emulator as cuda_model_test_emu; not yet on a GPU.
+// Runs on the CUDA emulator as cuda_model_test_emu and on an H200 (docs/benchmarks.md).
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -263,7 +263,7 @@ TEST(OpCheckTest, EveryOpHasACheckInBothPrecisions) {
   }
 }
 
-// Issue 6's rule: low-precision tolerance = 2x PyTorch's own error on the op.
+// The accuracy rule (docs/benchmarks.md): low-precision tolerance = 2x PyTorch's own error on the op.
 TEST(OpCheckTest, PeerErrorsSetTolerancesByLongestOpPrefix) {
   auto peer = ParsePeerErrors(
       R"({"impl": "pytorch", "errors": {"bf16": {"gemm_nn_bias 128x96x64": 0.004, "layernorm_fwd.out": 0.003,

@@ -1,4 +1,4 @@
-// CudaPromptEncoder: see cuda_prompt_encoder.h. Checked on the CUDA emulator; not yet on a GPU.
+// CudaPromptEncoder: see cuda_prompt_encoder.h. Checked on the CUDA emulator and on an H200 (docs/benchmarks.md).
 // Mirrors model/nn/prompt_encoder.cc step by step (same loop structure, so
 // the two can be read side by side).
 #include "model/cuda/cuda_prompt_encoder.h"

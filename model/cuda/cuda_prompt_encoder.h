@@ -5,7 +5,7 @@
 // and maths as the CPU reference; read that header.
 //
 // Checked against the CPU by heads_check.h on the CUDA emulator
-// (model/cuda_emu, ctest); not yet run on a GPU.
+// (model/cuda_emu, ctest) and on an H200 (docs/benchmarks.md).
 //
 // Precision: fp32 throughout (the encoder is tiny: S = 2P rows, its cost is
 // launches, not FLOPs). It reads the fp32 master weights and ADDS into the

@@ -2,7 +2,7 @@
 // fp32 master weights, gradients and AdamW moments on one device, driven by
 // Train() through the same steps as the CPU.
 //
-// Status: run by ctest on the CUDA emulator (model/cuda_emu); not yet on a GPU.
+// Status: run by ctest on the CUDA emulator (model/cuda_emu) and on an H200 (docs/benchmarks.md).
 //
 // - Precision: fp32 (the CPU arithmetic, for checks), bf16 or fp16 (16-bit
 //   activations and weight copies, fp32 accumulation, master and moments).

@@ -1,4 +1,4 @@
-// DeviceParams (device_params.h). Checked on the CUDA emulator; not yet on a GPU.
+// DeviceParams (device_params.h). Checked on the CUDA emulator and on an H200 (docs/benchmarks.md).
 //
 // The synchronous transfers use cudaDeviceSynchronize around plain
 // cudaMemcpy: the model's stream is non-blocking (CudaContext), so the

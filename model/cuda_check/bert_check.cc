@@ -1,5 +1,5 @@
-// CudaBert<T> against dgca::Bert (bert_check.h). Run on the CUDA emulator;
-// not yet on a GPU.
+// CudaBert<T> against dgca::Bert (bert_check.h). Run on the CUDA emulator
+// and on an H200 (docs/benchmarks.md).
 #include "model/cuda_check/bert_check.h"
 
 #include <cuda_bf16.h>

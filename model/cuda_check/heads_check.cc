@@ -1,5 +1,5 @@
 // GPU-vs-CPU checks of CudaHeads and CudaPromptEncoder (heads_check.h).
-// Runs on the CUDA emulator in ctest (model/cuda_emu); not yet on a GPU.
+// Runs on the CUDA emulator in ctest (model/cuda_emu) and on an H200 (docs/benchmarks.md).
 //
 // Gradients that the modules ADD into (dh, dE, parameter grads) start from
 // the same random values on both sides, and the rows compare the

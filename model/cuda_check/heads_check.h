@@ -3,7 +3,7 @@
 // form of op_check.h: each check appends CheckRow's (op | dtype | max rel
 // err | tolerance) and dgca-model-check prints them in its table.
 //
-// Runs on the CUDA emulator in ctest (model/cuda_emu); not yet on a GPU.
+// Runs on the CUDA emulator in ctest (model/cuda_emu) and on an H200 (docs/benchmarks.md).
 //
 // Setup per check: a small config (hidden 32, vocab 200, top-k 4, 10 of at
 // most 16 slots; candidate padding (-1), a duplicated candidate, targets

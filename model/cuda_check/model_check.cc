@@ -1,5 +1,5 @@
 // The whole-training-step check (model_check.h): CudaDgcaModel against the
-// CPU DgcaModel + AdamW. Run on the CUDA emulator; not yet on a GPU.
+// CPU DgcaModel + AdamW. Run on the CUDA emulator and on an H200 (docs/benchmarks.md).
 #include "model/cuda_check/model_check.h"
 
 #include <cuda_bf16.h>

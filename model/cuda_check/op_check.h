@@ -3,7 +3,7 @@
 // NaN before each call (a skipped element fails), the error measured as
 //   max_i |gpu_i - ref_i| / max(max_i |ref_i|, 1e-30)   (NaN/inf -> inf)
 // and compared with a tolerance tied to the precision:
-//   fp32: 1e-4 (issue 6's bound).
+//   fp32: 1e-4 (the accuracy rule, docs/benchmarks.md).
 //   bf16/fp16: ops are fed the same rounded inputs as the reference, so the
 //   error is the output rounding (2^-9 relative) plus fp32-vs-fp32 noise;
 //   kBf16Tol = 1e-2, kF16Tol = 5e-3 (kAttnBf16Tol = 2e-2, kAttnF16Tol =
@@ -63,7 +63,7 @@ const std::vector<OpCheck>& AllOpChecks();
 // The error measure above; inf when sizes differ or any value is NaN/inf.
 double MaxRelErr(const std::vector<float>& got, const std::vector<float>& want);
 
-// Issue 6's tolerance rule for low precision: at most `factor` (2) times the
+// The accuracy rule for low precision (docs/benchmarks.md): at most `factor` (2) times the
 // error PyTorch's own low-precision op has against fp32 with the same
 // measure. PeerErrors holds those errors as bench/gpu/torch_reference.py
 // --mode op-errors prints them: {"errors": {"bf16": {"layernorm_fwd.out":

@@ -1,6 +1,6 @@
 // DgcaHeads: the DGCA-specific heads on the target slots of a ReLM batch —
 // detector, candidate head, detection-guided gated fusion — and their losses
-// (DESIGN.md "DGCA-ReLM model"). The MLM head (logits z) and the encoder
+// (docs/model.md, "The DGCA-ReLM model"). The MLM head (logits z) and the encoder
 // belong to the model; this class takes their outputs as raw pointers.
 //
 // Notation: T target slots, H hidden, V vocab, K = candidate_top_k.

@@ -1,5 +1,5 @@
 // Tests for DgcaHeads: forward losses against a dense double-precision
-// reference written straight from DESIGN.md, finite-difference gradient
+// reference written straight from docs/model.md, finite-difference gradient
 // checks of every input and parameter, Predict against a brute-force argmax
 // of the dense P, and input validation.
 //
@@ -133,7 +133,7 @@ struct Rig {
   float Get(const std::string& name, int j = 0) { return P(name)[j]; }
 };
 
-// Dense double-precision reference of DESIGN.md's heads.
+// Dense double-precision reference of the heads in docs/model.md.
 struct RefOut {
   double fusion = 0, detector = 0, candidate = 0, total = 0;
   int64_t n_cand = 0;

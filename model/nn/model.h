@@ -1,6 +1,6 @@
 // DgcaModel: the DGCA-ReLM network (BERT encoder + ReLM prompts + MLM head,
 // detector, candidate head, gated fusion) with explicit forward and backward.
-// DESIGN.md "DGCA-ReLM model" is the specification.
+// docs/model.md ("The DGCA-ReLM model") is the specification.
 //
 // Activation memory is allocated once in Create() for (max_batch, seq_len);
 // a batch may be smaller, never larger.

@@ -1,9 +1,9 @@
 // dgca-bench: training throughput and memory of the CUDA model
-// (model/cuda/cuda_model.h) on one GPU — the dgca row of issue 6's table,
+// (model/cuda/cuda_model.h) on one GPU — the dgca row of bench/gpu/run.sh's table,
 // next to bench/gpu/torch_reference.py's PyTorch eager / torch.compile rows.
 //
 // Status: runs end to end on the CUDA emulator (ctest dgca_bench_emu: its
-// timings mean nothing there); not yet run on a GPU.
+// timings mean nothing there) and on an H200 (docs/benchmarks.md).
 //
 // What a step is: ZeroGrads, then batch/micro-batch micro-steps of
 // ForwardBackward (grad_scale 1/accumulation), then one AdamW Step (lr
@@ -80,6 +80,7 @@
 #include <string>
 #include <vector>
 
+#include "model/core/exit_codes.h"
 #include "model/core/batch.h"
 #include "model/core/config.h"
 #include "model/core/dropout.h"
@@ -117,7 +118,7 @@ int Usage(const std::string& msg) {
                "[--device N] [--peak-tflops X] [--profile] [--no-cuda-graphs] [--gemm-attention] "
                "[--attention-only] [--dropout P] [--json]\n",
                msg.c_str());
-  return 3;
+  return dgca::kExitUsage;
 }
 
 bool ParseInt(const char* s, int* out) {

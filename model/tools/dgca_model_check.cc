@@ -6,7 +6,7 @@
 //
 // --torch-errors FILE: the low-precision tolerances of the ops PyTorch's
 // own error was measured on (bench/gpu/torch_reference.py --mode
-// op-errors) become 2x that error (issue 6's rule; such rows are marked
+// op-errors) become 2x that error (the accuracy rule of docs/benchmarks.md; such rows are marked
 // "2xPT"); the others keep the built-in, provisional ones.
 //
 // --draws N (default 1): every check runs N times on fresh inputs. A 2xPT
@@ -36,6 +36,7 @@
 #include <string>
 #include <vector>
 
+#include "model/core/exit_codes.h"
 #include "model/cuda_check/bert_check.h"
 #include "model/cuda_check/heads_check.h"
 #include "model/cuda_check/model_check.h"
@@ -50,7 +51,7 @@ int Usage(const char* msg) {
                "dgca-model-check: %s\nusage: dgca-model-check [--device N] [--seed S] [--only SUBSTRING] "
                "[--torch-errors FILE] [--draws N]\n",
                msg);
-  return 3;
+  return dgca::kExitUsage;
 }
 
 bool ParseInt(const char* s, long long* out) {
@@ -106,7 +107,7 @@ int main(int argc, char** argv) {
   auto ctx = CudaContext::Create(device);
   if (!ctx.ok()) {
     std::fprintf(stderr, "dgca-model-check: %s\n", ctx.status().ToString().c_str());
-    return 2;
+    return dgca::kExitFailed;
   }
   std::printf("device %d: %s\nseed %llu\n\n", device, (*ctx)->description().c_str(),
               static_cast<unsigned long long>(seed));
@@ -184,5 +185,5 @@ int main(int argc, char** argv) {
   if (!torch_errors.empty())
     std::printf("; %d tolerances are 2x PyTorch's own error (2xPT, from %s)", peer_rows, torch_errors.c_str());
   std::printf("\n");
-  return failures == 0 ? 0 : 1;
+  return failures == 0 ? dgca::kExitOk : dgca::kExitFailed;
 }

@@ -1,6 +1,6 @@
 // dgca-train: the trainer (model/train/trainer.h) on one device, from flags,
 // without the control plane — what `python train.py` is to a PyTorch user,
-// and the program issue 6's loss-curve comparison runs on the GPU machine
+// and the program the GPU loss-curve comparison (bench/gpu/curve.sh) runs on the GPU machine
 // (which has none of the control plane's packages: this builds with
 // -DDGCA_MODEL_ONLY=ON).
 //
@@ -43,6 +43,7 @@
 #include <string>
 #include <vector>
 
+#include "model/core/exit_codes.h"
 #include "model/core/batch_io.h"
 #include "model/core/config.h"
 #include "model/core/dropout.h"
@@ -75,7 +76,7 @@ int Usage(const std::string& msg) {
                "directory; step directories without it are an error, not a fresh start); without\n"
                "--checkpoint-every the run writes one checkpoint there at the end.\n",
                msg.c_str());
-  return 2;
+  return dgca::kExitUsage;
 }
 
 // Logs to stderr, records batches and step reports.
@@ -220,7 +221,7 @@ int main(int argc, char** argv) {
     auto ctx = cuda::CudaContext::Create(gpu);
     if (!ctx.ok()) {
       std::fprintf(stderr, "dgca-train: --device cuda: %s\n", ctx.status().ToString().c_str());
-      return 2;
+      return dgca::kExitUsage;
     }
     factory = cuda::CudaTrainDeviceFactory(std::shared_ptr<const cuda::CudaContext>(std::move(*ctx)));
 #else
@@ -236,7 +237,7 @@ int main(int argc, char** argv) {
     auto w = BatchRecordWriter::Open(dump);
     if (!w.ok()) {
       std::fprintf(stderr, "dgca-train: %s\n", w.status().ToString().c_str());
-      return 1;
+      return dgca::kExitFailed;
     }
     writer = std::move(*w);
   }
@@ -245,15 +246,15 @@ int main(int argc, char** argv) {
   Status closed = writer ? writer->Close() : OkStatus();
   if (!obs.dump_error().ok()) {
     std::fprintf(stderr, "dgca-train: --dump-batches: %s\n", obs.dump_error().ToString().c_str());
-    return 1;
+    return dgca::kExitFailed;
   }
   if (!result.ok()) {
     std::fprintf(stderr, "dgca-train: %s\n", result.status().ToString().c_str());
-    return 1;
+    return dgca::kExitFailed;
   }
   if (!closed.ok()) {
     std::fprintf(stderr, "dgca-train: --dump-batches: %s\n", closed.ToString().c_str());
-    return 1;
+    return dgca::kExitFailed;
   }
   if (!json.empty()) {
     std::string out = "{\"impl\": \"dgca\", \"device\": ";
@@ -299,8 +300,8 @@ int main(int argc, char** argv) {
     f << out;
     if (!f) {
       std::fprintf(stderr, "dgca-train: cannot write %s\n", json.c_str());
-      return 1;
+      return dgca::kExitFailed;
     }
   }
-  return 0;
+  return dgca::kExitOk;
 }

@@ -1,5 +1,5 @@
-// Data-parallel equivalence and overlap with the real model (issue 4, Must
-// show 1 and 2). Every training run happens in a fork()ed child (the parent
+// Data-parallel equivalence and overlap with the real model (docs/model.md,
+// "Trainer"). Every training run happens in a fork()ed child (the parent
 // never starts compute threads, so forking is safe); results come back via
 // checkpoint files and small text files.
 //
@@ -301,7 +301,7 @@ TEST(DpEquivalenceTest, OverlapOnAndOffGiveIdenticalWeights) {
   EXPECT_EQ(d.max_abs, 0.0);
 }
 
-// Must show 2: with buckets smaller than the model, bucket all-reduces start
+// With buckets smaller than the model, bucket all-reduces start
 // running before backward ends, and the exposed (blocking) communication is
 // smaller than the total all-reduce time.
 TEST(DpOverlapTest, BucketsStartBeforeBackwardEndsAndExposedBelowTotal) {
@@ -348,7 +348,7 @@ TEST(DpOverlapTest, BucketsStartBeforeBackwardEndsAndExposedBelowTotal) {
   EXPECT_LT(sum_exposed / sum_step, sum_total / sum_step);
 }
 
-// Issue 4, Must show 3 at the trainer level: rank 1 is SIGKILLed in the
+// A dead peer at the trainer level: rank 1 is SIGKILLed in the
 // middle of training; rank 0's Train() returns an error naming the lost
 // rank, within the communicator timeout, instead of hanging.
 class KillAtStep : public TrainObserver {

@@ -1,4 +1,4 @@
-// Issue 3, Must show 3 (F1 part): a small model trained on train_law for a
+// A small model trained on train_law for a
 // stated number of CPU steps beats the copy-the-source baseline on test_law.
 // Kept apart from trainer_test.cc because it runs for about 50 s.
 #include "model/train/trainer.h"

@@ -1,5 +1,5 @@
-// Train() on the real ECSpell law data with a tiny model (issue 3, Must
-// show 3): the loss falls, and stop + resume reproduces the uninterrupted
+// Train() on the real ECSpell law data with a tiny model: the loss
+// falls, and stop + resume reproduces the uninterrupted
 // losses bit for bit (same thread count). The F1 check is the longer
 // trainer_f1_test.cc.
 #include "model/train/trainer.h"

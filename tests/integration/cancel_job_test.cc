@@ -1,5 +1,5 @@
 // `dgca cancel` stops every rank process of a running job within 5 s and the
-// job ends CANCELLED (issue 2, must show 6). Real programs on loopback.
+// job ends CANCELLED (docs/operations.md). Real programs on loopback.
 #include <gtest/gtest.h>
 
 #include "tests/integration/harness.h"

@@ -1,8 +1,7 @@
 // kill -9 of the coordinator while a job runs, then a restart on the same
 // state dir and address: no job is lost or listed twice, and the running
-// job's ranks, which trained on meanwhile, are re-adopted (DESIGN.md
-// "Reliability and security"; coordinator/scheduler.h "Coordinator
-// restart"). Real programs on loopback:
+// job's ranks, which trained on meanwhile, are re-adopted (docs/operations.md,
+// "When the coordinator dies"; coordinator/recovery.h). Real programs on loopback:
 //  - the embedded agent died with the coordinator; the new one adopts the
 //    ranks from the store and their exit records, and `dgca watch`, started
 //    before the crash, follows the job to SUCCEEDED without a restart;

@@ -1,6 +1,6 @@
 // End to end on loopback with the real programs: a 2-rank job of the real CPU
 // trainer goes from `dgca submit --wait` to SUCCEEDED; status, logs, list,
-// validate and authentication behave as DESIGN.md "Command line" says.
+// validate and authentication behave as docs/cli.md says.
 #include <gtest/gtest.h>
 
 #include "tests/integration/harness.h"

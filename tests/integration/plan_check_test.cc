@@ -1,5 +1,5 @@
-// The planner learns step times from the jobs it ran (issue 5, Must show 3's
-// machinery), with the real programs over loopback gRPC and a real SQLite
+// The planner learns step times from the jobs it ran (docs/planner.md,
+// "Measurements and learning"), with the real programs over loopback gRPC and a real SQLite
 // file: a finished 2-rank CPU job stores its plan check (medians over every
 // rank's steady-state steps from the streamed step metrics) and its compute
 // per micro-step; the next `dgca plan` of the same model cites that job and

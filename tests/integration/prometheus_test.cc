@@ -1,4 +1,4 @@
-// Issue 7, "Must show" 1 and 2, with the real programs and the real Debian
+// Metrics through the real programs and the real Debian
 // Prometheus server:
 //   - a coordinator (port 0) runs a 2-rank CPU job while Prometheus scrapes
 //     its /metrics every second (honor_labels, the repository's recording
@@ -314,7 +314,7 @@ TEST(PrometheusTest, EveryDashboardExpressionAndRecordingRuleHasSeries) {
   ASSERT_EQ(sub.code, 0) << sub.out << sub.err;
   std::string job = Trim(sub.out);
 
-  // Must show 2: promtool accepts /metrics while the job runs.
+  // promtool accepts /metrics while the job runs.
   std::string metrics;
   bool running = WaitUntil(
       [&] {

@@ -1,6 +1,6 @@
 // A rank killed with SIGKILL mid-run: the job restarts from its last
 // checkpoint (max_restarts: 1), every rank resumes, and it still SUCCEEDS
-// (DESIGN.md "Reliability and security"). Real programs on loopback.
+// (docs/operations.md). Real programs on loopback.
 #include <gtest/gtest.h>
 
 #include "tests/integration/harness.h"

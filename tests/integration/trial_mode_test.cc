@@ -1,5 +1,5 @@
-// tuning.mode trial through the coordinator (DESIGN.md "Planner": trial
-// mode): the planner's best candidates run as short attempts of the job on
+// tuning.mode trial through the coordinator (docs/planner.md,
+// "Trial mode"): the planner's best candidates run as short attempts of the job on
 // its real rank processes (Gloo over loopback), the measured fastest is kept,
 // the job trains with it and succeeds, and `dgca status` shows the trials.
 // Real programs on loopback.

@@ -1,4 +1,4 @@
-// GPU metrics of one rank (DESIGN.md "Metrics": dgca_gpu_utilization_ratio,
+// GPU metrics of one rank (docs/metrics.md: dgca_gpu_utilization_ratio,
 // dgca_gpu_memory_used_bytes, dgca_gpu_power_watts): utilization, memory in
 // use and power draw of the rank's GPU, read through NVML loaded at run time
 // (dlopen, no link-time dependency; topology/nvml.h does the same for

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "model/core/exit_codes.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "planner/planner.h"
@@ -70,20 +71,20 @@ int RunLocalTrain(const LocalTrainArgs& args) {
   std::ifstream in(args.spec_path);
   if (!in) {
     std::fprintf(stderr, "error: cannot read spec %s\n", args.spec_path.c_str());
-    return 2;
+    return kExitUsage;
   }
   std::stringstream ss;
   ss << in.rdbuf();
   auto parsed = ParseJobSpec(ss.str(), args.spec_path);
   if (!parsed.ok()) {
     std::fprintf(stderr, "error: %s\n", parsed.status().ToString().c_str());
-    return 2;
+    return kExitUsage;
   }
   if (!parsed->ok()) {
     std::fputs(FormatProblems(parsed->problems).c_str(), stderr);
     std::fprintf(stderr, "%s: %zu problem(s); nothing was run\n", args.spec_path.c_str(),
                  parsed->problems.size());
-    return 2;
+    return kExitUsage;
   }
   v1::JobSpec spec = parsed->spec;
   spec.set_base_dir(DirName(args.spec_path));
@@ -127,7 +128,7 @@ int RunLocalTrain(const LocalTrainArgs& args) {
   if (!cfg.ok()) {
     std::fprintf(stderr, "%s: %s\n", args.spec_path.c_str(),
                  std::string(cfg.status().message()).c_str());
-    return 2;
+    return kExitUsage;
   }
   if (!args.checkpoint_dir.empty()) cfg->checkpoint_dir = args.checkpoint_dir;
   if (cfg->checkpoint_dir.empty()) cfg->checkpoint_every = 0;
@@ -144,7 +145,7 @@ int RunLocalTrain(const LocalTrainArgs& args) {
   double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   if (!result.ok()) {
     std::fprintf(stderr, "error: training failed: %s\n", result.status().ToString().c_str());
-    return 1;
+    return kExitFailed;
   }
   if (args.json) {
     std::fputs(TrainResultJson(result->final_loss, result->steps, result->samples_per_second,
@@ -155,7 +156,7 @@ int RunLocalTrain(const LocalTrainArgs& args) {
     for (const auto& [k, v] : result->eval) std::printf("%-36s %.4f\n", k.c_str(), v);
   }
   std::fflush(stdout);
-  return 0;
+  return kExitOk;
 }
 
 }  // namespace dgca

@@ -7,16 +7,17 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "dgca/v1/rank.grpc.pb.h"
 #include "model/comm/comm_probe.h"
 #include "model/comm/communicator.h"
@@ -85,7 +86,7 @@ class MetricsSender {
   ~MetricsSender() { Close(std::chrono::seconds(0)); }
 
   void Push(v1::MetricSample s, bool droppable) {
-    std::lock_guard<std::mutex> l(mu_);
+    absl::MutexLock l(&mu_);
     if (queue_.size() >= kMaxQueue) {
       for (auto it = queue_.begin(); it != queue_.end(); ++it) {
         if (it->droppable) {
@@ -100,32 +101,29 @@ class MetricsSender {
       return;
     }
     queue_.push_back({std::move(s), droppable});
-    cv_.notify_all();
   }
 
   // Sends what is queued (at most `timeout`), then closes the stream.
   void Close(std::chrono::milliseconds timeout) {
+    int dropped = 0;
     {
-      std::unique_lock<std::mutex> l(mu_);
+      absl::MutexLock l(&mu_);
       if (closed_) return;
       closing_ = true;
-      cv_.notify_all();
-      bool drained =
-          cv_.wait_for(l, timeout, [this] { return queue_.empty() && !sending_; });
+      auto sent = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return queue_.empty() && !sending_; };
+      const bool drained = mu_.AwaitWithTimeout(absl::Condition(&sent), absl::FromChrono(timeout));
       closed_ = true;
-      cv_.notify_all();
       // Drained: let the sender thread end the stream itself (WritesDone +
       // Finish returns once the coordinator has read, and so ingested, every
       // sample; cancelling here could drop the last ones, e.g. a probe's
       // rows). Bounded: cancelled after 2 s more.
-      if (drained && ctx_) {
-        cv_.wait_for(l, std::chrono::seconds(2), [this] { return finished_; });
-      }
+      if (drained && ctx_) mu_.AwaitWithTimeout(absl::Condition(&finished_), absl::Seconds(2));
       if (ctx_ && !finished_) ctx_->TryCancel();
+      dropped = dropped_;
     }
     thread_.join();
-    if (dropped_ > 0) Log(rank_, "metrics: %d samples dropped (queue full or coordinator away)",
-                          dropped_);
+    if (dropped > 0) Log(rank_, "metrics: %d samples dropped (queue full or coordinator away)",
+                         dropped);
   }
 
  private:
@@ -139,11 +137,14 @@ class MetricsSender {
     std::unique_ptr<grpc::ClientWriter<v1::MetricSample>> writer;
     v1::StreamMetricsResponse resp;
     double backoff = 0.2;
+    auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return closed_ || !queue_.empty() || closing_;
+    };
     while (true) {
       Item item;
       {
-        std::unique_lock<std::mutex> l(mu_);
-        cv_.wait(l, [this] { return closed_ || !queue_.empty() || closing_; });
+        absl::MutexLock l(&mu_);
+        mu_.Await(absl::Condition(&ready));
         if (closed_ || (closing_ && queue_.empty())) break;
         if (queue_.empty()) continue;
         item = queue_.front();
@@ -154,7 +155,7 @@ class MetricsSender {
         auto ctx = std::make_shared<grpc::ClientContext>();
         AddAuth(ctx.get(), token_);
         {
-          std::lock_guard<std::mutex> l(mu_);
+          absl::MutexLock l(&mu_);
           ctx_ = ctx;
         }
         writer = stub_->StreamMetrics(ctx.get(), &resp);
@@ -162,7 +163,7 @@ class MetricsSender {
       if (!writer->Write(item.sample)) {
         grpc::Status s = writer->Finish();
         writer.reset();
-        std::unique_lock<std::mutex> l(mu_);
+        absl::MutexLock l(&mu_);
         ctx_.reset();
         queue_.push_front(item);
         sending_ = false;
@@ -170,34 +171,37 @@ class MetricsSender {
           Log(rank_, "metrics stream closed (%s); retrying", s.error_message());
           warned_ = true;
         }
-        cv_.wait_for(l, std::chrono::duration<double>(backoff), [this] { return closed_; });
+        mu_.AwaitWithTimeout(absl::Condition(&closed_), absl::Seconds(backoff));
         backoff = std::min(backoff * 2, 5.0);
         continue;
       }
       backoff = 0.2;
-      std::lock_guard<std::mutex> l(mu_);
+      absl::MutexLock l(&mu_);
       sending_ = false;
-      cv_.notify_all();
     }
     if (writer) {
       writer->WritesDone();
       writer->Finish();
     }
-    std::lock_guard<std::mutex> l(mu_);
+    absl::MutexLock l(&mu_);
     finished_ = true;
-    cv_.notify_all();
     ctx_.reset();
   }
 
   std::unique_ptr<v1::RankService::Stub> stub_;
   std::string token_;
   int rank_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Item> queue_;
-  std::shared_ptr<grpc::ClientContext> ctx_;
-  bool closing_ = false, closed_ = false, sending_ = false, warned_ = false, finished_ = false;
-  int dropped_ = 0;
+  // Waits are absl::Condition awaits: the mutex re-checks them on every
+  // release, so no condition variable is signalled.
+  absl::Mutex mu_;
+  std::deque<Item> queue_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<grpc::ClientContext> ctx_ ABSL_GUARDED_BY(mu_);
+  bool closing_ ABSL_GUARDED_BY(mu_) = false;
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  bool sending_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  bool warned_ = false;  // the sender thread's own
+  int dropped_ ABSL_GUARDED_BY(mu_) = 0;
   std::thread thread_;
 };
 
@@ -325,7 +329,7 @@ int RunProbe(const RankArgs& a, const v1::JobSpec& spec, Communicator* comm,
     auto d = AllocateDeviceFloats(cap);
     if (!d.ok()) {
       Log(a.rank, "error: comm probe: %s", d.status().ToString());
-      return 1;
+      return kExitFailed;
     }
     device = std::move(*d);
     buf = device.get();
@@ -345,7 +349,7 @@ int RunProbe(const RankArgs& a, const v1::JobSpec& spec, Communicator* comm,
     auto rows = AllReduceSweep(comm, buf, cap, po);
     if (!rows.ok()) {
       Log(a.rank, "error: comm probe at %d bytes: %s", bytes, rows.status().ToString());
-      return 1;
+      return kExitFailed;
     }
     for (const BusBwRow& r : *rows) {
       v1::MetricSample s;
@@ -367,7 +371,7 @@ int RunProbe(const RankArgs& a, const v1::JobSpec& spec, Communicator* comm,
     }
   }
   Log(a.rank, "comm probe finished: %d sizes", sizes.size());
-  return 0;
+  return kExitOk;
 }
 
 }  // namespace
@@ -386,7 +390,7 @@ int RunRank(const RankArgs& a) {
   auto token = ReadTokenFile(a.token_file);
   if (!token.ok()) {
     Log(a.rank, "error: %s", token.status().ToString());
-    return 3;
+    return kExitUnreachable;
   }
   auto channel = MakeChannel(a.coordinator, a.tls_ca_file);
   auto stub = v1::RankService::NewStub(channel);
@@ -412,7 +416,7 @@ int RunRank(const RankArgs& a) {
       if (!retry) {
         Log(a.rank, "error: GetAssignment failed: %s (code %d)", s.error_message(),
             static_cast<int>(s.error_code()));
-        return IsAuthOrNetwork(s.error_code()) ? 3 : 2;
+        return IsAuthOrNetwork(s.error_code()) ? kExitUnreachable : kExitUsage;
       }
       std::this_thread::sleep_for(std::chrono::duration<double>(backoff));
       backoff = std::min(backoff * 2, 2.0);
@@ -427,7 +431,7 @@ int RunRank(const RankArgs& a) {
                                     : TrainConfigFromSpec(asg.spec(), asg.plan());
   if (!cfg.ok()) {
     Log(a.rank, "error: bad job configuration: %s", cfg.status().message());
-    return 2;
+    return kExitUsage;
   }
   cfg->checkpoint_dir = asg.checkpoint_dir();
   cfg->resume_from = asg.resume_from();
@@ -449,19 +453,20 @@ int RunRank(const RankArgs& a) {
   std::atomic<bool> unreachable{false};
   std::atomic<bool> rejected{false};
   std::atomic<int64_t> step{0};
-  std::mutex reason_mu;
-  std::string stop_reason;
+  struct StopReason {
+    absl::Mutex mu;
+    std::string text ABSL_GUARDED_BY(mu);
+  } stop_reason;
 
   // Heartbeats.
-  std::mutex hb_mu;
-  std::condition_variable hb_cv;
+  absl::Mutex hb_mu;  // for its waits only: `done` is atomic
   std::thread heartbeat([&] {
     auto last_ok = Clock::now();
+    auto finished = [&] { return done.load(); };
     while (true) {
       {
-        std::unique_lock<std::mutex> l(hb_mu);
-        hb_cv.wait_for(l, std::chrono::duration<double>(a.heartbeat_interval_s),
-                       [&] { return done.load(); });
+        absl::MutexLock l(&hb_mu);
+        hb_mu.AwaitWithTimeout(absl::Condition(&finished), absl::Seconds(a.heartbeat_interval_s));
         if (done.load()) return;
       }
       grpc::ClientContext ctx;
@@ -477,25 +482,25 @@ int RunRank(const RankArgs& a) {
       if (s.ok()) {
         last_ok = Clock::now();
         if (resp.stop() && !stop.load()) {
-          std::lock_guard<std::mutex> l(reason_mu);
-          stop_reason = resp.reason().empty() ? "the coordinator asked this rank to stop"
+          absl::MutexLock l(&stop_reason.mu);
+          stop_reason.text = resp.reason().empty() ? "the coordinator asked this rank to stop"
                                               : resp.reason();
-          Log(a.rank, "stop requested by the coordinator: %s", stop_reason);
+          Log(a.rank, "stop requested by the coordinator: %s", stop_reason.text);
           stop = true;
         }
       } else if (s.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
                  s.error_code() == grpc::StatusCode::NOT_FOUND) {
-        std::lock_guard<std::mutex> l(reason_mu);
-        stop_reason = absl::StrCat("heartbeat rejected: ", s.error_message());
-        Log(a.rank, "%s", stop_reason);
+        absl::MutexLock l(&stop_reason.mu);
+        stop_reason.text = absl::StrCat("heartbeat rejected: ", s.error_message());
+        Log(a.rank, "%s", stop_reason.text);
         rejected = true;  // not a stop request: exit 1
         stop = true;
       } else if (Clock::now() - last_ok > std::chrono::duration<double>(a.heartbeat_timeout_s)) {
         if (!unreachable.load()) {
-          std::lock_guard<std::mutex> l(reason_mu);
-          stop_reason = absl::StrFormat("coordinator %s unreachable for more than %.0f s (%s)",
+          absl::MutexLock l(&stop_reason.mu);
+          stop_reason.text = absl::StrFormat("coordinator %s unreachable for more than %.0f s (%s)",
                                         a.coordinator, a.heartbeat_timeout_s, s.error_message());
-          Log(a.rank, "%s; stopping", stop_reason);
+          Log(a.rank, "%s; stopping", stop_reason.text);
           unreachable = true;
           stop = true;
         }
@@ -504,10 +509,9 @@ int RunRank(const RankArgs& a) {
   });
   auto finish_heartbeat = [&] {
     {
-      std::lock_guard<std::mutex> l(hb_mu);
+      absl::MutexLock l(&hb_mu);
       done = true;
     }
-    hb_cv.notify_all();
     if (heartbeat.joinable()) heartbeat.join();
   };
 
@@ -666,7 +670,7 @@ int RunRank(const RankArgs& a) {
     finish_heartbeat();
     AbandonUntilExit(std::move(comm));
     sender.Close(std::chrono::seconds(5));
-    return 1;
+    return kExitFailed;
   }
 #else
   if (nccl && !cuda) {
@@ -675,7 +679,7 @@ int RunRank(const RankArgs& a) {
     finish_heartbeat();
     AbandonUntilExit(std::move(comm));
     sender.Close(std::chrono::seconds(5));
-    return 1;
+    return kExitFailed;
   }
 #endif
 
@@ -693,8 +697,8 @@ int RunRank(const RankArgs& a) {
   } else {
     std::string reason;
     {
-      std::lock_guard<std::mutex> l(reason_mu);
-      reason = stop_reason;
+      absl::MutexLock l(&stop_reason.mu);
+      reason = stop_reason.text;
     }
     if (g_signalled && reason.empty()) reason = absl::StrCat("signal ", int(g_signalled));
     if (!reason.empty()) {
@@ -705,7 +709,7 @@ int RunRank(const RankArgs& a) {
     // Stopped on request (the coordinator's stop, SIGTERM) is not a
     // failure of this rank: exit kExitStopped, so the coordinator does not
     // list it among the ranks that failed.
-    code = unreachable.load() ? 3 : !reason.empty() && !rejected.load() ? kExitStopped : 1;
+    code = unreachable.load() ? kExitUnreachable : !reason.empty() && !rejected.load() ? kExitStopped : kExitFailed;
   }
   finish_heartbeat();
   if (code == 0) {

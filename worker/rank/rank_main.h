@@ -14,9 +14,10 @@
 //     heartbeat_timeout_s.
 // Heartbeats go every heartbeat_interval_s on their own thread.
 //
-// Exit codes: 0 trained to the end; 1 training failed; 2 bad assignment or
-// configuration; 3 cannot reach or authenticate with the coordinator;
-// kExitStopped (5) stopped on request (a heartbeat's stop, SIGTERM/SIGINT).
+// Exit codes (model/core/exit_codes.h): kExitOk trained to the end;
+// kExitFailed training failed; kExitUsage bad assignment or configuration;
+// kExitUnreachable cannot reach or authenticate with the coordinator;
+// kExitStopped stopped on request (a heartbeat's stop, SIGTERM/SIGINT).
 // `dgca-worker rank` writes the code to DGCA_EXIT_FILE as it exits
 // (worker/agent/rank_process.h), for an agent that adopted the rank and so
 // gets no wait status.
@@ -27,9 +28,9 @@
 
 #include <string>
 
-namespace dgca {
+#include "model/core/exit_codes.h"
 
-inline constexpr int kExitStopped = 5;
+namespace dgca {
 
 struct RankArgs {
   std::string coordinator;   // host:port

@@ -6,13 +6,14 @@
 #include <chrono>
 #include <filesystem>
 #include <memory>
-#include <mutex>
 #include <system_error>
 #include <thread>
 #include <vector>
 
 #include <gloo/rendezvous/file_store.h>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "model/comm/communicator.h"
@@ -32,7 +33,7 @@ class TrialObserver : public TrainObserver {
   TrialObserver(int warmup, Clock::time_point deadline, std::atomic<bool>* over)
       : warmup_(warmup), deadline_(deadline), over_(over) {}
   void OnStep(const StepReport& r) override {
-    std::lock_guard<std::mutex> l(mu_);
+    absl::MutexLock l(&mu_);
     if (r.step > warmup_) times_.push_back(r.step_seconds);
   }
   bool StopRequested() override {
@@ -40,7 +41,7 @@ class TrialObserver : public TrainObserver {
     return over_->load();
   }
   std::vector<double> times() {
-    std::lock_guard<std::mutex> l(mu_);
+    absl::MutexLock l(&mu_);
     return times_;
   }
 
@@ -48,8 +49,8 @@ class TrialObserver : public TrainObserver {
   int warmup_;
   Clock::time_point deadline_;
   std::atomic<bool>* over_;
-  std::mutex mu_;
-  std::vector<double> times_;
+  absl::Mutex mu_;
+  std::vector<double> times_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace

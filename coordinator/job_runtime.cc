@@ -1,0 +1,122 @@
+#include "coordinator/job_runtime.h"
+
+#include <algorithm>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace dgca {
+
+const char* StopActionName(StopAction a) {
+  switch (a) {
+    case StopAction::kCancel:
+      return "cancel";
+    case StopAction::kRestart:
+      return "restart";
+    default:
+      return "failure";
+  }
+}
+
+void StepStats::Add(const StepSample& s, double step_seconds, const std::string& kernels) {
+  if (samples.size() < kMaxStepSamples) {
+    samples.push_back(s);
+  } else {
+    samples[seen % kMaxStepSamples] = s;
+  }
+  ++seen;
+  seconds_seen += step_seconds;
+  if (!kernels.empty()) {
+    if (!attention_kernels.empty() && attention_kernels != kernels) attention_mixed = true;
+    attention_kernels = kernels;
+  }
+}
+
+int PlannedDevice(const v1::Plan& plan, int r) {
+  if (plan.device() != "cuda" || r >= plan.rank_local_devices_size()) return -1;
+  return plan.rank_local_devices(r);
+}
+
+v1::RunningRank RunningRankOf(const JobRt& rt, int rank) {
+  v1::RunningRank out;
+  out.set_job_id(rt.id);
+  out.set_rank(rank);
+  out.set_attempt(rt.attempt);
+  out.set_pid(rt.ranks[rank].progress.pid());
+  return out;
+}
+
+bool TrialRunning(const JobRt& rt) { return rt.trials && rt.trials->active; }
+
+bool RanksWelcome(const JobRt& rt) { return rt.state == v1::RUNNING || TrialRunning(rt); }
+
+bool AllRanksExited(const JobRt& rt) {
+  return std::all_of(rt.ranks.begin(), rt.ranks.end(), [](const RankRt& r) { return r.exited; });
+}
+
+std::string NodeSetKey(const JobRt& rt) {
+  std::set<std::string> nodes;
+  for (const auto& r : rt.ranks) nodes.insert(r.node);
+  return absl::StrJoin(nodes, ",");
+}
+
+std::string FailureMessage(const JobRt& rt, const std::string& reason) {
+  std::string msg = reason;
+  if (rt.spec.train().max_restarts() > 0) {
+    absl::StrAppend(&msg, " (after ", rt.restarts, " restarts; train.max_restarts is ",
+                    rt.spec.train().max_restarts(), ")");
+  }
+  return msg;
+}
+
+std::string StallOf(const JobRt& rt, Clock::TimePoint now, double timeout_s) {
+  for (size_t r = 0; r < rt.ranks.size(); ++r) {
+    const RankRt& rr = rt.ranks[r];
+    const double idle = SecondsBetween(rr.last_progress, now);
+    if (!rr.exited && idle > timeout_s) {
+      return absl::StrCat("rank ", r, " on node ", rr.node, " made no progress for ",
+                          static_cast<int>(idle), " s (no heartbeat or step; timeout ", timeout_s,
+                          " s)");
+    }
+  }
+  return "";
+}
+
+void FillProgress(const JobRt& rt, Clock::TimePoint now, v1::Job* job) {
+  job->clear_ranks();
+  int64_t min_step = -1;
+  double sps = 0, loss = 0, step_s = 0;
+  int n_loss = 0, n_step_s = 0;
+  for (const RankRt& r : rt.ranks) {
+    v1::RankProgress p = r.progress;
+    p.set_restarts(rt.restarts);
+    if (!r.exited) p.set_heartbeat_age_seconds(SecondsBetween(r.last_progress, now));
+    *job->add_ranks() = p;
+    min_step = min_step < 0 ? p.step() : std::min(min_step, p.step());
+    if (!r.exited) sps += p.samples_per_second();
+    if (p.step() > 0) {
+      loss += p.loss();
+      ++n_loss;
+    }
+    if (p.step_seconds() > 0) {
+      step_s += p.step_seconds();
+      ++n_step_s;
+    }
+  }
+  int64_t total = rt.spec.train().steps();
+  job->set_step(std::max<int64_t>(0, min_step));
+  job->set_total_steps(total);
+  job->set_samples_per_second(sps);
+  job->set_loss(n_loss ? loss / n_loss : 0);
+  double eta = 0;
+  if (n_step_s && job->step() < total) eta = (total - job->step()) * (step_s / n_step_s);
+  job->set_eta_seconds(eta);
+  job->set_restarts(rt.restarts);
+  job->clear_eval();
+  for (const auto& [k, v] : rt.eval) (*job->mutable_eval())[k] = v;
+  if (rt.plan_check.samples() > 0) *job->mutable_plan_check() = rt.plan_check;
+  job->mutable_loss_curve()->Assign(rt.loss_curve.points().begin(), rt.loss_curve.points().end());
+}
+
+}  // namespace dgca

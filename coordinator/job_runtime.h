@@ -1,0 +1,146 @@
+// The runtime state of an active job as the scheduler keeps it in memory
+// (what the job store does not hold: where each rank runs, when it was last
+// heard from, the stop under way, the step samples of the plan check), and
+// pure functions over it.
+//
+// Thread-safety: plain data. The scheduler guards every JobRt with its
+// mutex (coordinator/scheduler.h); the functions here take no locks.
+#ifndef DGCA_COORDINATOR_JOB_RUNTIME_H_
+#define DGCA_COORDINATOR_JOB_RUNTIME_H_
+
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "coordinator/clock.h"
+#include "coordinator/loss_curve.h"
+#include "dgca/v1/agent.pb.h"
+#include "dgca/v1/job.pb.h"
+#include "dgca/v1/plan.pb.h"
+#include "planner/diagnosis.h"
+
+namespace dgca {
+
+enum class StopAction { kNone, kRestart, kFail, kCancel };
+// "cancel", "restart", "failure" (the word in "stop" events).
+const char* StopActionName(StopAction a);
+
+struct RankRt {
+  std::string node;
+  int local_device = -1;  // GPU on its node; -1 for CPU ranks
+  v1::RankProgress progress;
+  bool exited = false;
+  Clock::TimePoint last_progress;  // last heartbeat, step or assignment
+  int step_samples = 0;            // step metrics received from this rank (this attempt)
+};
+
+// A stop of the job's ranks under way (cancel, failure, restart).
+struct StopState {
+  StopAction action = StopAction::kNone;
+  std::string message;
+  Clock::TimePoint started;
+  Clock::TimePoint deadline;  // complete the stop by then even if ranks are silent
+  // Abnormal exits of other ranks that arrived while stopping and were not
+  // caused by our StopRanks (e.g. the rank whose death made the reported
+  // one fail): named in the final message.
+  std::vector<std::string> other_failures;
+};
+
+// Steady-state steps of every rank, for the plan check and `dgca diagnose`:
+// the latest kMaxStepSamples (a ring once full).
+struct StepStats {
+  static constexpr size_t kMaxStepSamples = 20000;
+  std::vector<StepSample> samples;
+  size_t seen = 0;            // every sample ever added
+  double seconds_seen = 0;    // their step times, summed
+  // What the ranks report running (StepMetrics.attention_kernels: "fused"
+  // or "gemm"; every rank takes rank 0's choice): an "auto" plan's peak
+  // memory is stored under the kernels that ran. "" = not reported.
+  std::string attention_kernels;
+  // The ranks reported both over the job (a restarted attempt timed the
+  // attention again and kept the other): its peak is filed under neither.
+  bool attention_mixed = false;
+
+  void Add(const StepSample& s, double step_seconds, const std::string& kernels);
+};
+
+// tuning.mode trial: the planner's candidates, each timed as a short run of
+// the job on its ranks (attempt = the job's attempt then), from a planning
+// thread of its own (coordinator/scheduler_trials.cc). Shared between that
+// thread and the scheduler; every field is read and written under the
+// scheduler's mutex.
+struct TrialState {
+  bool active = false;     // a trial's ranks run now
+  bool done = false;       // the planning thread has finished
+  bool cancelled = false;  // the job ended (cancel, shutdown): no more trials
+  int index = 0;           // trials started
+  v1::Plan plan;           // the candidate being timed
+  std::vector<StepSample> steps;  // its timed steps (after the warmup), every rank
+  std::string failure;     // why it failed ("" while none)
+  // Measured exposed-communication share (median) per timed candidate, by
+  // CandidateLabel: the kept one's becomes the plan's prediction.
+  std::map<std::string, double> comm_share;
+  Clock::TimePoint wall_deadline;  // spec.tuning.budget_s from the first trial
+  // Node and GPU (-1: none) of each rank, held from the first trial to the
+  // job's launch.
+  std::vector<std::pair<std::string, int>> placement;
+};
+
+struct JobRt {
+  std::string id;
+  v1::JobSpec spec;
+  v1::Plan plan;
+  bool planned = false;
+  v1::JobState state = v1::PENDING;
+  std::string message;
+  int attempt = 0;
+  int restarts = 0;
+  std::vector<RankRt> ranks;
+  StopState stop;
+  StepStats steps;
+  std::map<std::string, double> eval;
+  LossCurve loss_curve;     // Job.loss_curve
+  v1::PlanCheck plan_check;
+  bool live_checked = false;  // the live plan check ran
+  // A restart waiting for capacity (a node of the plan not connected when
+  // the stop completed): its "restart" event, recorded at the launch.
+  std::string restart_pending;
+  Clock::TimePoint restart_wait_deadline;
+  Clock::TimePoint launched;
+  Clock::TimePoint last_persist;
+  Clock::TimePoint last_snapshot;
+  bool dirty = false;                   // progress not persisted yet
+  std::shared_ptr<TrialState> trials;   // tuning.mode trial, while planning
+};
+
+// The GPU (on its node) the plan gives rank r; -1 for CPU ranks.
+int PlannedDevice(const v1::Plan& plan, int r);
+// Rank `rank` of rt's current attempt, as an agent lists or adopts it.
+v1::RunningRank RunningRankOf(const JobRt& rt, int rank);
+// True while a trial of rt runs its ranks (they are then welcome though the
+// job is PLANNING).
+bool TrialRunning(const JobRt& rt);
+// True while rt's ranks may call in (assignment, heartbeats, exits): the
+// job runs, or one of its tuning trials does.
+bool RanksWelcome(const JobRt& rt);
+bool AllRanksExited(const JobRt& rt);
+// Sorted unique node names of rt's ranks, ","-joined.
+std::string NodeSetKey(const JobRt& rt);
+// `reason` plus "(after K restarts; train.max_restarts is M)" when restarts
+// are allowed: the message of a job that failed for good.
+std::string FailureMessage(const JobRt& rt, const std::string& reason);
+// "rank R on node N made no progress for T s ..." for the first rank of rt
+// that has not exited and was last heard from more than `timeout_s` before
+// `now`; "" when none.
+std::string StallOf(const JobRt& rt, Clock::TimePoint now, double timeout_s);
+// The job's progress as Job carries it: step = min over ranks,
+// samples_per_second = sum over running ranks, loss = mean,
+// eta = (steps - step) x mean step_seconds, and every rank's progress
+// (heartbeat age against `now`), eval, plan check and loss curve.
+void FillProgress(const JobRt& rt, Clock::TimePoint now, v1::Job* job);
+
+}  // namespace dgca
+
+#endif  // DGCA_COORDINATOR_JOB_RUNTIME_H_

@@ -1,0 +1,83 @@
+// The node agents the coordinator knows: each registered node's address,
+// topology report, command stream and last heartbeat, connected or not (a
+// node stays listed after its agent disconnects, until `dgca nodes forget`).
+// Also the ranks of stopped attempts that never reported their end because
+// their node was away ("orphans"): its agent adopts and stops them when it
+// registers again.
+//
+// Thread-safety: AgentConnection is thread-safe. NodeRegistry is plain data:
+// the scheduler guards it with its mutex.
+#ifndef DGCA_COORDINATOR_NODE_REGISTRY_H_
+#define DGCA_COORDINATOR_NODE_REGISTRY_H_
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "coordinator/clock.h"
+#include "dgca/v1/agent.pb.h"
+#include "dgca/v1/topology.pb.h"
+
+namespace dgca {
+
+// One agent's command stream. Send() is safe from any thread until Close().
+class AgentConnection {
+ public:
+  using Writer = std::function<bool(const v1::CoordinatorCommand&)>;
+  explicit AgentConnection(Writer w) : write_(std::move(w)) {}
+  // False when the stream is closed or the write failed.
+  bool Send(const v1::CoordinatorCommand& cmd);
+  void Close();
+
+ private:
+  absl::Mutex mu_;
+  Writer write_ ABSL_GUARDED_BY(mu_);
+  bool open_ ABSL_GUARDED_BY(mu_) = true;
+};
+
+struct Node {
+  std::string name;
+  std::string address;
+  v1::Topology topology;
+  std::shared_ptr<AgentConnection> conn;  // null while disconnected
+  Clock::TimePoint last_heartbeat;
+};
+
+class NodeRegistry {
+ public:
+  // Records a registration; a reconnect replaces (and closes) the node's
+  // older stream.
+  void Register(const v1::RegisterAgent& reg, const std::string& peer,
+                std::shared_ptr<AgentConnection> conn, Clock::TimePoint now);
+  void Heartbeat(const std::string& node, Clock::TimePoint now);
+  // Forgets `conn` as the node's stream; true when it was the current one (a
+  // replaced stream's end changes nothing).
+  bool Disconnect(const std::string& node, const std::shared_ptr<AgentConnection>& conn);
+
+  const Node* Find(const std::string& node) const;
+  // The node's stream, null when unknown or disconnected.
+  std::shared_ptr<AgentConnection> ConnectionOf(const std::string& node) const;
+  bool Connected(const std::string& node) const { return ConnectionOf(node) != nullptr; }
+  // The first connected node by name ("" when none).
+  std::string FirstConnected() const;
+  // Topologies of the connected nodes, each named as the node registered.
+  std::vector<v1::Topology> ConnectedTopologies() const;
+  const std::map<std::string, Node>& nodes() const { return nodes_; }
+  // Removes a node and its orphans.
+  void Erase(const std::string& node);
+
+  void AddOrphan(const std::string& node, const v1::RunningRank& rank);
+  std::vector<v1::RunningRank> TakeOrphans(const std::string& node);
+
+ private:
+  std::map<std::string, Node> nodes_;
+  std::map<std::string, std::vector<v1::RunningRank>> orphans_;
+};
+
+}  // namespace dgca
+
+#endif  // DGCA_COORDINATOR_NODE_REGISTRY_H_

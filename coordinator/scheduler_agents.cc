@@ -1,0 +1,160 @@
+// Scheduler: what node agents report (coordinator/scheduler.h,
+// AgentService): registrations (with the ranks they still run), heartbeats,
+// rank exits, disconnects.
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "coordinator/rank_calls.h"
+#include "coordinator/scheduler.h"
+#include "spdlog/spdlog.h"
+
+namespace dgca {
+
+absl::Status Scheduler::AgentRegistered(const v1::RegisterAgent& reg, const std::string& peer,
+                                        std::shared_ptr<AgentConnection> conn) {
+  if (reg.node().empty() || reg.node().size() > 256) {
+    return absl::InvalidArgumentError("RegisterAgent.node must be 1-256 characters");
+  }
+  Outbox out;
+  {
+    absl::MutexLock l(&mu_);
+    if (shutting_down_) return absl::UnavailableError("the coordinator is shutting down");
+    nodes_.Register(reg, peer, conn, Now());
+    // Job -> the attempts of its ranks to stop there (only those: a new
+    // attempt the tick launches on this node before the stop is sent must
+    // not be stopped with them).
+    std::map<std::string, std::set<int>> stop_jobs;
+    for (const auto& r : reg.running()) {
+      const JobRt* rt = FindJob(r.job_id());
+      if (rt == nullptr || rt->attempt != r.attempt() || !RanksWelcome(*rt) ||
+          rt->stop.action != StopAction::kNone) {
+        stop_jobs[r.job_id()].insert(r.attempt());
+      }
+    }
+    // Ranks of running jobs placed here that the agent did not list: it
+    // restarted while they trained on (a killed or crashed agent). It
+    // supervises them again, or reports how they ended (AdoptRanks).
+    v1::CoordinatorCommand adopt;
+    for (const auto& entry : jobs_) {
+      const std::string& id = entry.first;
+      const JobRt* rt = entry.second.get();
+      if (rt->state != v1::RUNNING || rt->stop.action != StopAction::kNone || TrialRunning(*rt)) {
+        continue;
+      }
+      for (size_t r = 0; r < rt->ranks.size(); ++r) {
+        const RankRt& rr = rt->ranks[r];
+        if (rr.node != reg.node() || rr.exited) continue;
+        const bool listed = std::any_of(
+            reg.running().begin(), reg.running().end(), [&](const v1::RunningRank& x) {
+              return x.job_id() == id && x.rank() == static_cast<int>(r) &&
+                     x.attempt() == rt->attempt;
+            });
+        if (listed) continue;
+        *adopt.mutable_adopt()->add_ranks() = RunningRankOf(*rt, static_cast<int>(r));
+      }
+    }
+    // Ranks of stopped attempts that never reported while this node was
+    // away: adopted, then stopped (StopRanks of their attempt, below).
+    for (const v1::RunningRank& r : nodes_.TakeOrphans(reg.node())) {
+      *adopt.mutable_adopt()->add_ranks() = r;
+      stop_jobs[r.job_id()].insert(r.attempt());
+    }
+    if (adopt.adopt().ranks_size() > 0) {
+      out.emplace_back(conn, adopt);
+      spdlog::warn("node {} registered without {} rank(s) placed there; asking it to adopt them",
+                   reg.node(), adopt.adopt().ranks_size());
+    }
+    for (const auto& [j, attempts] : stop_jobs) {
+      QueueStopOn(j, {reg.node()}, &out, attempts);  // the node's stream is this one now
+      spdlog::warn("node {} still runs ranks of job {}, which is not running here or is being "
+                   "stopped; stopping them", reg.node(), j);
+    }
+    Wake();
+  }
+  spdlog::info("node {} registered from {}", reg.node(), peer);
+  RecordRunning(reg.node(), {reg.running().begin(), reg.running().end()});
+  Flush(&out);
+  return absl::OkStatus();
+}
+
+void Scheduler::AgentHeartbeat(const std::string& node, const v1::AgentHeartbeat& hb) {
+  {
+    absl::MutexLock l(&mu_);
+    nodes_.Heartbeat(node, Now());
+  }
+  RecordRunning(node, {hb.running().begin(), hb.running().end()});
+}
+
+void Scheduler::RecordRunning(const std::string& node,
+                              const std::vector<v1::RunningRank>& running) {
+  absl::MutexLock l(&mu_);
+  for (const auto& r : running) {
+    JobRt* rt = FindJob(r.job_id());
+    if (rt == nullptr) continue;
+    if (r.attempt() != rt->attempt || r.rank() < 0 ||
+        r.rank() >= static_cast<int>(rt->ranks.size()))
+      continue;
+    RankRt& rr = rt->ranks[r.rank()];
+    if (rr.node != node || rr.progress.pid() == r.pid()) continue;
+    rr.progress.set_pid(r.pid());
+    absl::Status s = store_->RecordRank({rt->id, r.rank(), r.attempt(), node, r.pid(), r.pid()});
+    if (!s.ok()) spdlog::warn("job {}: cannot record rank pid: {}", rt->id, s.ToString());
+  }
+}
+
+void Scheduler::RankExited(const std::string& node, const v1::RankExited& e) {
+  Outbox out;
+  {
+    absl::MutexLock l(&mu_);
+    if (shutting_down_) return;
+    JobRt* rt = FindJob(e.job_id());
+    if (rt == nullptr) return;
+    if (!RanksWelcome(*rt) || e.attempt() != rt->attempt || e.rank() < 0 ||
+        e.rank() >= static_cast<int>(rt->ranks.size())) {
+      return;
+    }
+    RankRt& rr = rt->ranks[e.rank()];
+    if (rr.exited) return;
+    rr.exited = true;
+    const bool clean = e.exit_code() == 0 && e.signal() == 0 && !e.status_unknown();
+    rr.progress.set_exit_code(e.exit_code());
+    rr.progress.set_state(clean ? "exited" : "failed");
+    const std::string how = DescribeRankExit(node, e);
+    // `how` and the agent's last lines of the rank's log.
+    auto with_output = [&](size_t limit) {
+      return e.message().empty() ? how
+                                 : absl::StrCat(how, "; last output:\n", e.message().substr(0, limit));
+    };
+    if (TrialRunning(*rt)) {
+      // A trial's rank: its end is the trial's business (RunTrial).
+      if (!clean && rt->trials->failure.empty()) rt->trials->failure = with_output(2000);
+      trial_cv_.SignalAll();
+      return;
+    }
+    // Stored at once, before what it leads to: a coordinator restarted from
+    // here on neither waits for this rank again nor reports its end twice.
+    Persist(rt);
+    if (rt->stop.action != StopAction::kNone) {
+      const bool ours = EndedByOurStop(e, rt->stop.started, Now(), opt_.stop_grace_s);
+      if (!clean && !ours && rt->stop.action != StopAction::kCancel &&
+          rt->stop.other_failures.size() < 16) {
+        rt->stop.other_failures.push_back(how);
+      }
+      Wake();
+    } else if (!clean) {
+      RankFailed(rt, with_output(4000), &out);
+    } else if (AllRanksExited(*rt)) {
+      Finish(rt, v1::SUCCEEDED, absl::StrCat("all ", rt->ranks.size(), " ranks exited 0"));
+    }
+  }
+  Flush(&out);
+}
+
+void Scheduler::AgentDisconnected(const std::string& node,
+                                  const std::shared_ptr<AgentConnection>& conn) {
+  conn->Close();
+  absl::MutexLock l(&mu_);
+  if (nodes_.Disconnect(node, conn)) spdlog::warn("node {} disconnected", node);
+}
+
+}  // namespace dgca

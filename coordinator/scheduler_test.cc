@@ -1,0 +1,386 @@
+// The scheduler's lifecycle without gRPC and without sleeping: the test is
+// the node agent (an AgentConnection that records the commands it is sent)
+// and the ranks (it calls RankExited, RankHeartbeat, IngestSample), and it
+// moves a FakeClock and calls Tick() where the tick thread would run.
+#include "coordinator/scheduler.h"
+
+#include <signal.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "coordinator/clock.h"
+#include "coordinator/metrics_hub.h"
+#include "gtest/gtest.h"
+#include "model/core/exit_codes.h"
+
+namespace dgca {
+namespace {
+
+std::string Spec(int max_restarts = 0, int ranks = 2) {
+  return absl::StrCat("name: t\ntrain: {steps: 10, max_restarts: ", max_restarts,
+                      "}\nresources: {ranks: ", ranks, ", device: cpu}\n");
+}
+
+class SchedulerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/dgca-scheduler-test-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    Open();
+  }
+  void TearDown() override {
+    sched_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+
+  void Open() {
+    SchedulerOptions o;
+    o.state_dir = dir_;
+    o.clock = &clock_;
+    o.heartbeat_timeout_s = 30;
+    o.stop_grace_s = 3;
+    o.restart_node_wait_s = 60;
+    auto s = Scheduler::Create(o, &hub_);
+    ASSERT_TRUE(s.ok()) << s.status();
+    sched_ = std::move(*s);
+  }
+
+  // Registers node `node` (2 CPUs, 8 GiB) as an agent whose commands land
+  // in commands_.
+  void Connect(const std::string& node = "n1") {
+    conn_ = std::make_shared<AgentConnection>([this](const v1::CoordinatorCommand& c) {
+      commands_.push_back(c);
+      return true;
+    });
+    v1::RegisterAgent reg;
+    reg.set_node(node);
+    reg.mutable_topology()->set_node(node);
+    reg.mutable_topology()->set_cpu_count(2);
+    reg.mutable_topology()->set_memory_bytes(8ull << 30);
+    ASSERT_TRUE(sched_->AgentRegistered(reg, "test", conn_).ok());
+  }
+
+  std::string Submit(const std::string& yaml) {
+    v1::SubmitJobRequest req;
+    req.set_spec_yaml(yaml);
+    req.set_spec_path("t.yaml");
+    auto r = sched_->Submit(req);
+    EXPECT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->problems_size(), 0) << r->problems(0).message();
+    return r->job_id();
+  }
+
+  v1::Job Job(const std::string& id) {
+    auto j = sched_->GetJob(id);
+    EXPECT_TRUE(j.ok()) << j.status();
+    return j->job();
+  }
+  std::vector<v1::JobEvent> Events(const std::string& id) {
+    auto j = sched_->GetJob(id);
+    return {j->events().begin(), j->events().end()};
+  }
+  bool HasEvent(const std::string& id, const std::string& kind, const std::string& text) {
+    for (const auto& e : Events(id))
+      if (e.kind() == kind && absl::StrContains(e.message(), text)) return true;
+    return false;
+  }
+
+  // The launches and stops sent since the last call.
+  std::vector<v1::LaunchRank> TakeLaunches() {
+    std::vector<v1::LaunchRank> out;
+    for (const auto& c : commands_)
+      if (c.has_launch()) out.push_back(c.launch());
+    commands_.clear();
+    return out;
+  }
+  int CountStops() {
+    int n = 0;
+    for (const auto& c : commands_) n += c.has_stop();
+    return n;
+  }
+
+  void Exit(const std::string& id, int rank, int attempt, int code, int signal = 0,
+            const std::string& last_output = "") {
+    v1::RankExited e;
+    e.set_job_id(id);
+    e.set_rank(rank);
+    e.set_attempt(attempt);
+    e.set_exit_code(code);
+    e.set_signal(signal);
+    e.set_message(last_output);
+    sched_->RankExited("n1", e);
+  }
+  v1::RankHeartbeatResponse Heartbeat(const std::string& id, int rank, int attempt,
+                                      int64_t step = 1) {
+    v1::RankHeartbeatRequest hb;
+    hb.set_job_id(id);
+    hb.set_rank(rank);
+    hb.set_attempt(attempt);
+    hb.set_step(step);
+    return sched_->RankHeartbeat(hb);
+  }
+  void Step(const std::string& id, int rank, int attempt, int64_t step) {
+    v1::MetricSample s;
+    v1::StepMetrics* m = s.mutable_step();
+    m->set_job_id(id);
+    m->set_rank(rank);
+    m->set_attempt(attempt);
+    m->set_step(step);
+    m->set_total_steps(10);
+    m->set_loss(2.0);
+    m->set_step_seconds(0.1);
+    m->set_samples_per_second(100);
+    sched_->IngestSample(s, "");
+  }
+
+  std::string dir_;
+  FakeClock clock_;
+  MetricsHub hub_;
+  std::unique_ptr<Scheduler> sched_;
+  std::shared_ptr<AgentConnection> conn_;
+  std::vector<v1::CoordinatorCommand> commands_;
+};
+
+TEST_F(SchedulerTest, WaitsForAnAgentThenRunsToSuccess) {
+  const std::string id = Submit(Spec());
+  sched_->Tick();
+  EXPECT_EQ(Job(id).state(), v1::PENDING);
+  EXPECT_EQ(Job(id).message(), "waiting for a node agent");
+
+  Connect();
+  sched_->Tick();
+  v1::Job j = Job(id);
+  ASSERT_EQ(j.state(), v1::RUNNING) << j.message();
+  std::vector<v1::LaunchRank> launches = TakeLaunches();
+  ASSERT_EQ(launches.size(), 2u);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(launches[r].job_id(), id);
+    EXPECT_EQ(launches[r].rank(), r);
+    EXPECT_EQ(launches[r].world_size(), 2);
+    EXPECT_EQ(launches[r].attempt(), 0);
+  }
+  EXPECT_TRUE(HasEvent(id, "plan", "ranks=2 device=cpu backend=gloo"));
+
+  v1::GetAssignmentRequest a;
+  a.set_job_id(id);
+  a.set_rank(1);
+  auto assignment = sched_->GetAssignment(a);
+  ASSERT_TRUE(assignment.ok()) << assignment.status();
+  EXPECT_EQ(assignment->world_size(), 2);
+  EXPECT_EQ(assignment->plan().ranks(), 2);
+  EXPECT_EQ(assignment->checkpoint_dir(), dir_ + "/jobs/" + id + "/checkpoints");
+
+  for (int step = 1; step <= 10; ++step) {
+    Step(id, 0, 0, step);
+    Step(id, 1, 0, step);
+  }
+  j = Job(id);
+  EXPECT_EQ(j.step(), 10);
+  EXPECT_EQ(j.ranks_size(), 2);
+  EXPECT_DOUBLE_EQ(j.samples_per_second(), 200);
+
+  Exit(id, 0, 0, 0);
+  EXPECT_EQ(Job(id).state(), v1::RUNNING);  // rank 1 still runs
+  Exit(id, 1, 0, 0);
+  j = Job(id);
+  EXPECT_EQ(j.state(), v1::SUCCEEDED);
+  EXPECT_EQ(j.message(), "all 2 ranks exited 0");
+  EXPECT_TRUE(sched_->IsTerminal(id));
+  // The review of the plan against the 8 steady-state steps of each rank.
+  EXPECT_EQ(j.plan_check().samples(), 16);
+}
+
+TEST_F(SchedulerTest, AFailedRankRestartsTheJobThenFailsItWhenRestartsRunOut) {
+  Connect();
+  const std::string id = Submit(Spec(/*max_restarts=*/1));
+  sched_->Tick();
+  ASSERT_EQ(TakeLaunches().size(), 2u);
+
+  Exit(id, 1, 0, 1);
+  // The other rank is told to stop; the job is still running until it has.
+  EXPECT_EQ(CountStops(), 1);
+  EXPECT_TRUE(HasEvent(id, "rank_exit", "rank 1 on node n1 exited with code 1"));
+  EXPECT_TRUE(HasEvent(id, "stop", "(restart)"));
+  EXPECT_TRUE(Heartbeat(id, 0, 0).stop());
+  Exit(id, 0, 0, 0, SIGTERM);
+  sched_->Tick();
+  std::vector<v1::LaunchRank> again = TakeLaunches();
+  ASSERT_EQ(again.size(), 2u);
+  EXPECT_EQ(again[0].attempt(), 1);
+  v1::Job j = Job(id);
+  EXPECT_EQ(j.state(), v1::RUNNING);
+  EXPECT_EQ(j.restarts(), 1);
+  EXPECT_TRUE(HasEvent(id, "restart", "restart 1 of 1 (attempt 1) after: rank 1 on node n1"));
+  // The old attempt is stale now.
+  EXPECT_TRUE(Heartbeat(id, 0, 0).stop());
+  EXPECT_FALSE(Heartbeat(id, 0, 1).stop());
+
+  Exit(id, 0, 1, kExitFailed);
+  Exit(id, 1, 1, 0, SIGTERM);
+  sched_->Tick();
+  j = Job(id);
+  EXPECT_EQ(j.state(), v1::FAILED);
+  EXPECT_TRUE(absl::StartsWith(j.message(), "rank 0 on node n1 exited with code 1 (after 1 "
+                                            "restarts; train.max_restarts is 1)"))
+      << j.message();
+  EXPECT_TRUE(TakeLaunches().empty());
+}
+
+TEST_F(SchedulerTest, ARankThatGoesSilentIsStalledAfterTheHeartbeatTimeout) {
+  Connect();
+  const std::string id = Submit(Spec());
+  sched_->Tick();
+  ASSERT_EQ(TakeLaunches().size(), 2u);
+  // Rank 0 keeps calling in; rank 1 says nothing.
+  for (int i = 0; i < 3; ++i) {
+    clock_.Advance(9.9);
+    EXPECT_FALSE(Heartbeat(id, 0, 0).stop());
+    sched_->Tick();
+  }
+  EXPECT_EQ(Job(id).state(), v1::RUNNING);
+  EXPECT_EQ(CountStops(), 0);
+  clock_.Advance(0.5);  // rank 1: 30.2 s of silence
+  sched_->Tick();
+  EXPECT_TRUE(HasEvent(id, "rank_exit", "rank 1 on node n1 made no progress for 30 s"));
+  EXPECT_EQ(CountStops(), 1);
+  // Neither rank reports its end: the stop completes at its deadline
+  // (grace 3 s + 5 s).
+  clock_.Advance(7.9);
+  sched_->Tick();
+  EXPECT_EQ(Job(id).state(), v1::RUNNING);
+  clock_.Advance(0.2);
+  sched_->Tick();
+  v1::Job j = Job(id);
+  EXPECT_EQ(j.state(), v1::FAILED);
+  EXPECT_TRUE(absl::StrContains(j.message(), "made no progress")) << j.message();
+  for (const auto& r : j.ranks()) EXPECT_NE(r.state(), "running") << r.rank();
+}
+
+TEST_F(SchedulerTest, CancelStopsTheRanksAndEndsCancelled) {
+  Connect();
+  const std::string id = Submit(Spec());
+  sched_->Tick();
+  ASSERT_EQ(TakeLaunches().size(), 2u);
+  auto c = sched_->Cancel(id, std::chrono::milliseconds(0));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->state(), v1::RUNNING);  // stopping
+  EXPECT_EQ(CountStops(), 1);
+  EXPECT_TRUE(Heartbeat(id, 0, 0).stop());
+  Exit(id, 0, 0, kExitStopped);
+  Exit(id, 1, 0, 0, SIGTERM);
+  sched_->Tick();
+  v1::Job j = Job(id);
+  EXPECT_EQ(j.state(), v1::CANCELLED);
+  EXPECT_EQ(j.message(), "cancelled by user");
+  auto again = sched_->Cancel(id, std::chrono::milliseconds(0));
+  EXPECT_EQ(again.status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(SchedulerTest, CancelOfAQueuedJobIsImmediate) {
+  const std::string id = Submit(Spec());
+  auto c = sched_->Cancel(id, std::chrono::milliseconds(0));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->state(), v1::CANCELLED);
+  Connect();
+  sched_->Tick();
+  EXPECT_TRUE(TakeLaunches().empty());
+}
+
+TEST_F(SchedulerTest, ARestartWaitsForItsNodeThenGivesUp) {
+  Connect();
+  const std::string id = Submit(Spec(/*max_restarts=*/2));
+  sched_->Tick();
+  ASSERT_EQ(TakeLaunches().size(), 2u);
+  Exit(id, 0, 0, 1);
+  // The node's agent goes away before the other rank reports.
+  sched_->AgentDisconnected("n1", conn_);
+  clock_.Advance(8.1);
+  sched_->Tick();
+  v1::Job j = Job(id);
+  EXPECT_EQ(j.state(), v1::PLANNING);
+  EXPECT_TRUE(absl::StrContains(j.message(), "node n1 (rank 0) is not connected")) << j.message();
+  EXPECT_TRUE(absl::StrContains(j.message(), "restart 1 of 2 waits for it (up to 60 s)"))
+      << j.message();
+  clock_.Advance(59);
+  sched_->Tick();
+  EXPECT_EQ(Job(id).state(), v1::PLANNING);
+  clock_.Advance(2);
+  sched_->Tick();
+  j = Job(id);
+  EXPECT_EQ(j.state(), v1::FAILED);
+  EXPECT_TRUE(absl::StartsWith(j.message(), "cannot restart after: rank 0 on node n1 exited with "
+                                            "code 1"))
+      << j.message();
+}
+
+TEST_F(SchedulerTest, ARestartLaunchesWhenItsNodeComesBack) {
+  Connect();
+  const std::string id = Submit(Spec(/*max_restarts=*/1));
+  sched_->Tick();
+  ASSERT_EQ(TakeLaunches().size(), 2u);
+  Exit(id, 0, 0, 1);
+  sched_->AgentDisconnected("n1", conn_);
+  clock_.Advance(8.1);
+  sched_->Tick();
+  ASSERT_EQ(Job(id).state(), v1::PLANNING);
+  Connect();  // the agent is back
+  // It is asked to adopt and stop rank 1 of attempt 0, which never reported.
+  bool adopted = false, stopped_old = false;
+  for (const auto& c : commands_) {
+    if (c.has_adopt())
+      for (const auto& r : c.adopt().ranks()) adopted |= r.rank() == 1 && r.attempt() == 0;
+    if (c.has_stop())
+      for (int a : c.stop().attempts()) stopped_old |= a == 0;
+  }
+  EXPECT_TRUE(adopted);
+  EXPECT_TRUE(stopped_old);
+  sched_->Tick();
+  std::vector<v1::LaunchRank> again = TakeLaunches();
+  ASSERT_EQ(again.size(), 2u);
+  EXPECT_EQ(again[0].attempt(), 1);
+  EXPECT_EQ(Job(id).state(), v1::RUNNING);
+  EXPECT_TRUE(HasEvent(id, "restart", "restart 1 of 1 (attempt 1)"));
+}
+
+TEST_F(SchedulerTest, ARestartedSchedulerReadoptsARunningJob) {
+  Connect();
+  const std::string id = Submit(Spec());
+  sched_->Tick();
+  ASSERT_EQ(TakeLaunches().size(), 2u);
+  v1::RunningRank r0, r1;
+  for (auto* r : {&r0, &r1}) {
+    r->set_job_id(id);
+    r->set_attempt(0);
+  }
+  r0.set_rank(0);
+  r0.set_pid(1000001);
+  r1.set_rank(1);
+  r1.set_pid(1000002);
+  sched_->RecordRunning("n1", {r0, r1});
+  sched_->Detach();
+  sched_.reset();
+
+  Open();  // a new coordinator on the same state dir
+  EXPECT_EQ(Job(id).state(), v1::RUNNING);
+  std::vector<StoredRank> recovered = sched_->RecoveredRanks();
+  ASSERT_EQ(recovered.size(), 2u);
+  EXPECT_EQ(recovered[1].pid, 1000002);
+  EXPECT_TRUE(HasEvent(id, "info", "re-adopting attempt 0 (rank@node:pid 0@n1:1000001 "
+                                   "1@n1:1000002)"));
+  // The ranks call in again and finish.
+  Connect();
+  EXPECT_FALSE(Heartbeat(id, 0, 0).stop());
+  Exit(id, 0, 0, 0);
+  Exit(id, 1, 0, 0);
+  EXPECT_EQ(Job(id).state(), v1::SUCCEEDED);
+}
+
+}  // namespace
+}  // namespace dgca
