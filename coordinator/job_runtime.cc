@@ -62,12 +62,14 @@ std::string NodeSetKey(const JobRt& rt) {
 }
 
 std::string FailureMessage(const JobRt& rt, const std::string& reason) {
-  std::string msg = reason;
-  if (rt.spec.train().max_restarts() > 0) {
-    absl::StrAppend(&msg, " (after ", rt.restarts, " restarts; train.max_restarts is ",
-                    rt.spec.train().max_restarts(), ")");
-  }
-  return msg;
+  if (rt.spec.train().max_restarts() <= 0) return reason;
+  // The count goes with the headline, before the rank's last output lines.
+  const std::string count = absl::StrCat(" (after ", rt.restarts,
+                                         " restarts; train.max_restarts is ",
+                                         rt.spec.train().max_restarts(), ")");
+  const size_t cut = reason.find("; last output:");
+  if (cut == std::string::npos) return reason + count;
+  return absl::StrCat(reason.substr(0, cut), count, reason.substr(cut));
 }
 
 std::string StallOf(const JobRt& rt, Clock::TimePoint now, double timeout_s) {

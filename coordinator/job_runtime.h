@@ -128,8 +128,9 @@ bool RanksWelcome(const JobRt& rt);
 bool AllRanksExited(const JobRt& rt);
 // Sorted unique node names of rt's ranks, ","-joined.
 std::string NodeSetKey(const JobRt& rt);
-// `reason` plus "(after K restarts; train.max_restarts is M)" when restarts
-// are allowed: the message of a job that failed for good.
+// `reason` with "(after K restarts; train.max_restarts is M)" when restarts
+// are allowed, after its headline and before any "; last output:" lines:
+// the message of a job that failed for good.
 std::string FailureMessage(const JobRt& rt, const std::string& reason);
 // "rank R on node N made no progress for T s ..." for the first rank of rt
 // that has not exited and was last heard from more than `timeout_s` before

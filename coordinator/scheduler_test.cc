@@ -233,6 +233,27 @@ TEST_F(SchedulerTest, AFailedRankRestartsTheJobThenFailsItWhenRestartsRunOut) {
   EXPECT_TRUE(TakeLaunches().empty());
 }
 
+// The restart count belongs to the headline, not after the rank's last
+// output lines (it used to come at the very end of the message).
+TEST_F(SchedulerTest, AFailureMessageCountsRestartsBeforeTheRanksOutput) {
+  Connect();
+  const std::string id = Submit(Spec(/*max_restarts=*/1));
+  sched_->Tick();
+  ASSERT_EQ(TakeLaunches().size(), 2u);
+  Exit(id, 1, 0, 1, 0, "loading data\nerror: out of memory");
+  Exit(id, 0, 0, 0, SIGTERM);
+  sched_->Tick();
+  ASSERT_EQ(TakeLaunches().size(), 2u);
+  Exit(id, 1, 1, 1, 0, "loading data\nerror: out of memory");
+  Exit(id, 0, 1, 0, SIGTERM);
+  sched_->Tick();
+  const v1::Job j = Job(id);
+  ASSERT_EQ(j.state(), v1::FAILED);
+  EXPECT_EQ(j.message(),
+            "rank 1 on node n1 exited with code 1 (after 1 restarts; train.max_restarts is 1); "
+            "last output:\nloading data\nerror: out of memory");
+}
+
 TEST_F(SchedulerTest, ARankThatGoesSilentIsStalledAfterTheHeartbeatTimeout) {
   Connect();
   const std::string id = Submit(Spec());
