@@ -203,7 +203,12 @@ int CmdPlan(const GlobalOptions& g, Io io, const std::string& spec_path, bool js
     io.out << ToJson(p);
     return kExitOk;
   }
-  io.out << FormatPlan(p, resp.spec().name());
+  if (p.ranks() > 0) io.out << FormatPlan(p, resp.spec().name());
+  if (!resp.launcher_script().empty()) {
+    io.out << (p.ranks() > 0 ? "\n" : "") << "sbatch script (resources.launcher: slurm; JOB is "
+           << "the job's id):\n" << resp.launcher_script();
+  }
+  for (const auto& n : resp.launcher_notes()) io.out << "note: " << n << "\n";
   return kExitOk;
 }
 
@@ -263,6 +268,16 @@ int CmdStatus(const GlobalOptions& g, Io io, const std::string& job_id, bool jso
     io.out << absl::StrFormat("plan     %d rank(s) %s/%s, micro_batch %d x accumulation %d, %s\n",
                               plan.ranks(), plan.device(), plan.backend(), plan.micro_batch(),
                               plan.accumulation(), plan.precision());
+  }
+  if (!j.launcher().kind().empty()) {
+    const v1::LauncherStatus& l = j.launcher();
+    io.out << "slurm    "
+           << (l.job_id().empty() ? std::string("not submitted yet")
+                                  : absl::StrCat("job ", l.job_id(), " ",
+                                                 l.state().empty() ? "(not seen yet)" : l.state(),
+                                                 l.reason().empty() ? "" : " (" + l.reason() + ")",
+                                                 l.nodes().empty() ? "" : " on " + l.nodes()))
+           << (l.script().empty() ? "" : "; script " + l.script()) << "\n";
   }
   if (plan.trials_size() > 0) io.out << "\ntuning trials:\n" << FormatTrials(plan);
   if (j.ranks_size() > 0) io.out << "\n" << RankRows(j, {});

@@ -61,6 +61,18 @@ std::string NodeSetKey(const JobRt& rt) {
   return absl::StrJoin(nodes, ",");
 }
 
+bool UsesSlurm(const v1::JobSpec& spec) { return spec.resources().launcher() == "slurm"; }
+
+std::string SlurmNodeSet(const v1::JobSpec& spec) {
+  const v1::SlurmSpec& s = spec.resources().slurm();
+  return absl::StrCat("slurm:", s.partition().empty() ? "(default)" : s.partition(), ":",
+                      s.nodes() > 0 ? s.nodes() : 1);
+}
+
+std::string MeasurementNodeSet(const JobRt& rt) {
+  return UsesSlurm(rt.spec) ? SlurmNodeSet(rt.spec) : NodeSetKey(rt);
+}
+
 std::string FailureMessage(const JobRt& rt, const std::string& reason) {
   if (rt.spec.train().max_restarts() <= 0) return reason;
   // The count goes with the headline, before the rank's last output lines.
@@ -119,6 +131,7 @@ void FillProgress(const JobRt& rt, Clock::TimePoint now, v1::Job* job) {
   for (const auto& [k, v] : rt.eval) (*job->mutable_eval())[k] = v;
   if (rt.plan_check.samples() > 0) *job->mutable_plan_check() = rt.plan_check;
   job->mutable_loss_curve()->Assign(rt.loss_curve.points().begin(), rt.loss_curve.points().end());
+  if (!rt.launcher.kind().empty()) *job->mutable_launcher() = rt.launcher;
 }
 
 }  // namespace dgca

@@ -113,7 +113,21 @@ struct JobRt {
   Clock::TimePoint last_snapshot;
   bool dirty = false;                   // progress not persisted yet
   std::shared_ptr<TrialState> trials;   // tuning.mode trial, while planning
+  // launcher: slurm (docs/slurm.md): the attempt whose allocation the job
+  // uses now (-1 before its first), and what Slurm last said of it.
+  int allocation_attempt = -1;
+  v1::LauncherStatus launcher;
+  // A step every rank checkpoints after (a time limit's warning); 0 = none.
+  int64_t checkpoint_at = 0;
 };
+
+// Whether the job's ranks run in a Slurm allocation (resources.launcher).
+bool UsesSlurm(const v1::JobSpec& spec);
+// The node set its measurements are filed under: the ranks' nodes for local
+// jobs; for Slurm jobs "slurm:PARTITION:N" (allocations land on different
+// nodes of one partition, whose measurements carry over).
+std::string MeasurementNodeSet(const JobRt& rt);
+std::string SlurmNodeSet(const v1::JobSpec& spec);
 
 // The GPU (on its node) the plan gives rank r; -1 for CPU ranks.
 int PlannedDevice(const v1::Plan& plan, int r);

@@ -107,6 +107,7 @@ void ReadJobRow(Stmt& s, StoredJob* out) {
   j.set_eta_seconds(eval_holder.eta_seconds());
   if (eval_holder.has_plan_check()) *j.mutable_plan_check() = eval_holder.plan_check();
   *j.mutable_loss_curve() = eval_holder.loss_curve();
+  if (eval_holder.has_launcher()) *j.mutable_launcher() = eval_holder.launcher();
   j.set_step(s.Int(10));
   j.set_total_steps(j.spec().train().steps());
   std::string plan = s.Str(11);
@@ -224,6 +225,14 @@ absl::Status JobStore::Init() {
            " peak_bytes REAL NOT NULL, time_ms INTEGER NOT NULL)",
            "CREATE INDEX IF NOT EXISTS memory_measurements_key"
            " ON memory_measurements(key, time_ms)",
+           // Allocations of launcher: slurm jobs, one per attempt (tables of
+           // their own: older databases get them without a migration).
+           "CREATE TABLE IF NOT EXISTS allocations ("
+           " job_id TEXT NOT NULL, attempt INTEGER NOT NULL, kind TEXT NOT NULL,"
+           " allocation_id TEXT NOT NULL, script TEXT NOT NULL, time_ms INTEGER NOT NULL,"
+           " PRIMARY KEY (job_id, attempt))",
+           "CREATE TABLE IF NOT EXISTS launcher_topologies ("
+           " key TEXT PRIMARY KEY, topology BLOB NOT NULL, time_ms INTEGER NOT NULL)",
        }) {
     s = Exec(sql);
     if (!s.ok()) return s;
@@ -420,6 +429,7 @@ absl::Status JobStore::SetProgress(const std::string& id, const v1::Job& progres
   holder.set_eta_seconds(progress.eta_seconds());
   if (progress.has_plan_check()) *holder.mutable_plan_check() = progress.plan_check();
   *holder.mutable_loss_curve() = progress.loss_curve();
+  if (progress.has_launcher()) *holder.mutable_launcher() = progress.launcher();
   Stmt upd(db_, "UPDATE jobs SET last_step=?, eval=?, updated_ms=? WHERE id=?");
   upd.Bind(1, progress.step()).Bind(2, holder.SerializeAsString()).Bind(3, NowUnixMs()).BindText(4, id);
   if (upd.Step() != SQLITE_DONE) return Error("storing progress");
@@ -678,6 +688,63 @@ absl::StatusOr<std::vector<MemoryMeasurement>> JobStore::MemoryMeasurements(
   }
   if (rc != SQLITE_ROW && rc != SQLITE_DONE) return Error("reading memory measurements");
   return out;
+}
+
+absl::Status JobStore::RecordAllocation(const AllocationRecord& a) {
+  absl::MutexLock lock(&mu_);
+  Stmt q(db_, "INSERT OR REPLACE INTO allocations (job_id, attempt, kind, allocation_id, script,"
+              " time_ms) VALUES (?, ?, ?, ?, ?, ?)");
+  if (!q.ok()) return Error("preparing allocation insert");
+  q.BindText(1, a.job_id).Bind(2, int64_t{a.attempt}).BindText(3, a.kind).BindText(4, a.allocation_id)
+      .BindText(5, a.script).Bind(6, a.time_unix_ms);
+  if (q.Step() != SQLITE_DONE) return Error("storing an allocation");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<AllocationRecord>> JobStore::Allocations(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  Stmt q(db_, "SELECT attempt, kind, allocation_id, script, time_ms FROM allocations"
+              " WHERE job_id=? ORDER BY attempt");
+  if (!q.ok()) return Error("preparing allocation query");
+  q.BindText(1, job_id);
+  std::vector<AllocationRecord> out;
+  int rc;
+  while ((rc = q.Step()) == SQLITE_ROW) {
+    AllocationRecord a;
+    a.job_id = job_id;
+    a.attempt = static_cast<int32_t>(q.Int(0));
+    a.kind = q.Str(1);
+    a.allocation_id = q.Str(2);
+    a.script = q.Str(3);
+    a.time_unix_ms = q.Int(4);
+    out.push_back(std::move(a));
+  }
+  if (rc != SQLITE_DONE) return Error("reading allocations");
+  return out;
+}
+
+absl::Status JobStore::SetLauncherTopology(const std::string& key, const v1::Topology& topology) {
+  absl::MutexLock lock(&mu_);
+  Stmt q(db_, "INSERT OR REPLACE INTO launcher_topologies (key, topology, time_ms) VALUES (?, ?, ?)");
+  if (!q.ok()) return Error("preparing launcher topology insert");
+  q.BindText(1, key).Bind(2, topology.SerializeAsString()).Bind(3, NowUnixMs());
+  if (q.Step() != SQLITE_DONE) return Error("storing a launcher topology");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::Topology> JobStore::LauncherTopology(const std::string& key) {
+  absl::MutexLock lock(&mu_);
+  Stmt q(db_, "SELECT topology FROM launcher_topologies WHERE key=?");
+  if (!q.ok()) return Error("preparing launcher topology query");
+  q.BindText(1, key);
+  const int rc = q.Step();
+  if (rc == SQLITE_DONE) return absl::NotFoundError(absl::StrCat("no topology recorded for ", key));
+  if (rc != SQLITE_ROW) return Error("reading a launcher topology");
+  v1::Topology t;
+  if (!t.ParseFromString(q.Str(0))) {
+    return absl::DataLossError(absl::StrCat("the stored topology of ", key, " does not parse"));
+  }
+  return t;
 }
 
 absl::StatusOr<std::vector<AllReduceSkew>> JobStore::AllReduceSkews(const std::string& comm_key,

@@ -32,6 +32,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "dgca/v1/job.pb.h"
+#include "dgca/v1/topology.pb.h"
 #include "dgca/v1/metrics.pb.h"
 #include "dgca/v1/plan.pb.h"
 
@@ -86,6 +87,18 @@ struct MemoryMeasurement {
   std::string key;
   int32_t micro_batch = 0;
   double peak_bytes = 0;  // the rank that held the most
+  int64_t time_unix_ms = 0;
+};
+
+// A job's allocation in a cluster scheduler (table allocations): the
+// attempt it serves and the scheduler's id of it, so that a restarted
+// coordinator finds it again instead of asking for another.
+struct AllocationRecord {
+  std::string job_id;
+  int32_t attempt = 0;
+  std::string kind;           // "slurm"
+  std::string allocation_id;  // Slurm's job id
+  std::string script;         // the sbatch script's path
   int64_t time_unix_ms = 0;
 };
 
@@ -187,6 +200,17 @@ class JobStore {
   absl::StatusOr<std::vector<MemoryMeasurement>> MemoryMeasurements(const std::string& key,
                                                                     int limit);
   // The newest jobs' all-reduce skews for comm_key, newest first.
+  // Allocations (a launcher: slurm job's, one per attempt; a second record
+  // of the same attempt replaces the first).
+  absl::Status RecordAllocation(const AllocationRecord& a);
+  // Every allocation of `job_id`, by attempt.
+  absl::StatusOr<std::vector<AllocationRecord>> Allocations(const std::string& job_id);
+  // The topology a launcher's nodes last reported under `key` (e.g.
+  // "slurm:gpu": what the next plan of a job on that partition assumes
+  // before Slurm allocates its nodes). NOT_FOUND when none.
+  absl::Status SetLauncherTopology(const std::string& key, const v1::Topology& topology);
+  absl::StatusOr<v1::Topology> LauncherTopology(const std::string& key);
+
   absl::StatusOr<std::vector<AllReduceSkew>> AllReduceSkews(const std::string& comm_key,
                                                             int limit);
 

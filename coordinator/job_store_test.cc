@@ -136,6 +136,52 @@ TEST(JobStore, ReopenFindsEverything) {
   EXPECT_GT(j2->id(), id);
 }
 
+// A launcher's allocations, its last-known topology and the job's launcher
+// status survive a reopen: a restarted coordinator finds its Slurm job
+// instead of asking for another.
+TEST(JobStore, AllocationsAndLauncherStateSurviveAReopen) {
+  const std::string dir = TempDir(), path = dir + "/dgca.db";
+  std::string id;
+  {
+    auto store = JobStore::Open(path);
+    ASSERT_TRUE(store.ok()) << store.status();
+    auto j = (*store)->CreateJob(Spec("slurm"), "");
+    ASSERT_TRUE(j.ok());
+    id = j->id();
+    ASSERT_TRUE((*store)->RecordAllocation({id, 0, "slurm", "41", "/s/a0.sbatch", 1000}).ok());
+    ASSERT_TRUE((*store)->RecordAllocation({id, 1, "slurm", "42", "/s/a1.sbatch", 2000}).ok());
+    // A second record of attempt 1 (resubmitted) replaces the first.
+    ASSERT_TRUE((*store)->RecordAllocation({id, 1, "slurm", "43", "/s/a1.sbatch", 3000}).ok());
+    v1::Topology topo;
+    topo.set_hostname("gpu01");
+    ASSERT_TRUE((*store)->SetLauncherTopology("slurm:gpu:1", topo).ok());
+    v1::Job progress;
+    progress.mutable_launcher()->set_kind("slurm");
+    progress.mutable_launcher()->set_job_id("43");
+    progress.mutable_launcher()->set_state("RUNNING");
+    ASSERT_TRUE((*store)->SetProgress(id, progress).ok());
+  }
+  auto store = JobStore::Open(path);
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto allocs = (*store)->Allocations(id);
+  ASSERT_TRUE(allocs.ok()) << allocs.status();
+  ASSERT_EQ(allocs->size(), 2u);
+  EXPECT_EQ((*allocs)[0].attempt, 0);
+  EXPECT_EQ((*allocs)[0].allocation_id, "41");
+  EXPECT_EQ((*allocs)[1].attempt, 1);
+  EXPECT_EQ((*allocs)[1].allocation_id, "43");
+  EXPECT_EQ((*allocs)[1].script, "/s/a1.sbatch");
+  EXPECT_TRUE((*store)->Allocations("j-nope")->empty());
+  auto topo = (*store)->LauncherTopology("slurm:gpu:1");
+  ASSERT_TRUE(topo.ok()) << topo.status();
+  EXPECT_EQ(topo->hostname(), "gpu01");
+  EXPECT_TRUE(absl::IsNotFound((*store)->LauncherTopology("slurm:cpu:1").status()));
+  auto got = (*store)->GetJob(id);
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->job.launcher().job_id(), "43");
+  EXPECT_EQ(got->job.launcher().state(), "RUNNING");
+}
+
 // A version-1 store (before model.dropout: its jobs trained without
 // dropout) opened by this coordinator: specs without the field get dropout
 // 0 / 0 (an unset field now means 0.1), a spec that has it keeps it, and

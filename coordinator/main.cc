@@ -63,6 +63,14 @@ int main(int argc, char** argv) {
   app.add_option("--worker-binary", opt.worker_binary,
                  "dgca-worker used by the embedded agent (default: next to this program)");
   app.add_option("--node-name", opt.node_name, "node name of the embedded agent (default: hostname)");
+  app.add_option("--advertise", opt.advertise,
+                 "HOST:PORT that agents started by Slurm call back on (resources.launcher: slurm; "
+                 "default: the --listen address, its host this machine's name when it listens "
+                 "on every address)");
+  app.add_option("--slurm-bin-dir", opt.slurm_bin_dir,
+                 "directory of sbatch, squeue, scancel and sinfo (default: PATH)");
+  app.add_option("--slurm-tls-ca", opt.slurm_tls_ca,
+                 "PEM CA that agents started by Slurm trust when --tls-cert is set");
   std::string on_shutdown = "stop-jobs";
   app.add_option("--on-shutdown", on_shutdown,
                  "on SIGTERM/SIGINT: stop-jobs (stop their ranks, mark them FAILED) or keep-jobs "
@@ -74,6 +82,13 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     int rc = app.exit(e);
     return rc == 0 ? 0 : 2;
+  }
+  if (!opt.advertise.empty()) {
+    if (absl::Status st = dgca::CheckHostPort(opt.advertise, 1, /*allow_empty_host=*/false);
+        !st.ok()) {
+      std::fprintf(stderr, "dgca-coordinator: --advertise %s\n", std::string(st.message()).c_str());
+      return dgca::kExitUsage;
+    }
   }
   // Bad addresses are usage errors (exit 2), before anything starts: a port
   // out of 1..65535 would otherwise wrap silently to another port.

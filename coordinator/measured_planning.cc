@@ -152,20 +152,23 @@ std::string CommKey(const std::string& node_set, const v1::Plan& plan) {
 
 absl::StatusOr<v1::Plan> PlanMeasured(JobStore* store, const v1::JobSpec& spec,
                                       const std::vector<v1::Topology>& topo,
-                                      TrialRunner* trials) {
+                                      TrialRunner* trials, const std::string& node_set_key,
+                                      bool* step_measured) {
+  if (step_measured != nullptr) *step_measured = false;
   auto plan = MakePlan(spec, topo, PlannerMeasurements{});
   if (!plan.ok() || spec.kind() == "comm_probe") return plan;
   std::set<std::string> nodes(plan->rank_nodes().begin(), plan->rank_nodes().end());
   nodes.erase("");
   if (nodes.empty() && !topo.empty()) nodes.insert(topo[0].node());
-  const std::string node_set = absl::StrJoin(nodes, ",");
+  const std::string node_set = node_set_key.empty() ? absl::StrJoin(nodes, ",") : node_set_key;
   PlannerMeasurements meas;
   bool measured = false;
   if (plan->ranks() >= 2 && AddCommMeasurement(store, node_set, *plan, &meas)) {
     measured = true;
     AddSkew(store, CommKey(node_set, *plan), &meas);
   }
-  measured |= AddStepPoints(store, StepKey(spec, *plan, node_set), &meas);
+  const bool steps = AddStepPoints(store, StepKey(spec, *plan, node_set), &meas);
+  measured |= steps;
   measured |= AddMemoryPoints(store, MemoryKey(spec, *plan, node_set), "", &meas.memory_points,
                               &meas.memory_source);
   // The GEMM attention's, for a plan that may keep it ("auto", or the
@@ -182,7 +185,9 @@ absl::StatusOr<v1::Plan> PlanMeasured(JobStore* store, const v1::JobSpec& spec,
   }
   if (!measured && trials == nullptr) return plan;
   auto again = MakePlan(spec, topo, meas, trials);
-  return again.ok() ? again : plan;
+  if (!again.ok()) return plan;
+  if (step_measured != nullptr) *step_measured = steps;
+  return again;
 }
 
 }  // namespace dgca

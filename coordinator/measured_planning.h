@@ -46,10 +46,16 @@ std::string CommKey(const std::string& node_set, const v1::Plan& plan);
 // plan's node set (all-reduce sweeps and skews for its backend and ranks,
 // compute and memory of the same StepKey), plans again with them. With
 // `trials` (tuning.mode trial) the final plan times its candidates through
-// it. A failing second plan leaves the first.
+// it. A failing second plan leaves the first. `node_set` names the node set
+// the measurements are filed under; "" = the plan's own nodes (a Slurm job
+// files them under its partition: coordinator/job_runtime.h SlurmNodeSet).
+// `step_measured` (optional) is set to whether the plan's step time comes
+// from earlier jobs' measured compute rather than the cost model alone.
 absl::StatusOr<v1::Plan> PlanMeasured(JobStore* store, const v1::JobSpec& spec,
                                       const std::vector<v1::Topology>& topo,
-                                      TrialRunner* trials = nullptr);
+                                      TrialRunner* trials = nullptr,
+                                      const std::string& node_set = "",
+                                      bool* step_measured = nullptr);
 
 }  // namespace dgca
 

@@ -24,6 +24,8 @@ void NodeRegistry::Register(const v1::RegisterAgent& reg, const std::string& pee
   n.topology = reg.topology();
   n.conn = std::move(conn);
   n.last_heartbeat = now;
+  n.bound_job = reg.bound_job();
+  n.allocation_id = reg.allocation_id();
 }
 
 void NodeRegistry::Heartbeat(const std::string& node, Clock::TimePoint now) {
@@ -51,7 +53,7 @@ std::shared_ptr<AgentConnection> NodeRegistry::ConnectionOf(const std::string& n
 
 std::string NodeRegistry::FirstConnected() const {
   for (const auto& [name, n] : nodes_) {
-    if (n.conn) return name;
+    if (n.conn && n.bound_job.empty()) return name;
   }
   return "";
 }
@@ -59,10 +61,30 @@ std::string NodeRegistry::FirstConnected() const {
 std::vector<v1::Topology> NodeRegistry::ConnectedTopologies() const {
   std::vector<v1::Topology> out;
   for (const auto& [name, n] : nodes_) {
-    if (!n.conn) continue;
+    if (!n.conn || !n.bound_job.empty()) continue;
     v1::Topology t = n.topology;
     t.set_node(name);  // placement (plan.rank_nodes) uses registered names
     out.push_back(std::move(t));
+  }
+  return out;
+}
+
+std::vector<v1::Topology> NodeRegistry::BoundTopologies(const std::string& job,
+                                                        const std::string& allocation_id) const {
+  std::vector<v1::Topology> out;
+  for (const auto& [name, n] : nodes_) {
+    if (!n.conn || n.bound_job != job || n.allocation_id != allocation_id) continue;
+    v1::Topology t = n.topology;
+    t.set_node(name);
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+std::vector<std::string> NodeRegistry::BoundNodes(const std::string& job) const {
+  std::vector<std::string> out;
+  for (const auto& [name, n] : nodes_) {
+    if (n.conn && n.bound_job == job) out.push_back(name);
   }
   return out;
 }

@@ -45,6 +45,10 @@ struct Node {
   v1::Topology topology;
   std::shared_ptr<AgentConnection> conn;  // null while disconnected
   Clock::TimePoint last_heartbeat;
+  // An agent a cluster scheduler started for one job (RegisterAgent
+  // .bound_job), in the allocation `allocation_id`; "" for shared agents.
+  std::string bound_job;
+  std::string allocation_id;
 };
 
 class NodeRegistry {
@@ -62,10 +66,16 @@ class NodeRegistry {
   // The node's stream, null when unknown or disconnected.
   std::shared_ptr<AgentConnection> ConnectionOf(const std::string& node) const;
   bool Connected(const std::string& node) const { return ConnectionOf(node) != nullptr; }
-  // The first connected node by name ("" when none).
+  // The first connected shared node by name ("" when none).
   std::string FirstConnected() const;
-  // Topologies of the connected nodes, each named as the node registered.
+  // Topologies of the connected shared nodes (not bound to a job), each
+  // named as the node registered.
   std::vector<v1::Topology> ConnectedTopologies() const;
+  // Topologies of the connected agents bound to `job` in `allocation_id`.
+  std::vector<v1::Topology> BoundTopologies(const std::string& job,
+                                            const std::string& allocation_id) const;
+  // Connected agents bound to `job` (any allocation).
+  std::vector<std::string> BoundNodes(const std::string& job) const;
   const std::map<std::string, Node>& nodes() const { return nodes_; }
   // Removes a node and its orphans.
   void Erase(const std::string& node);

@@ -3,6 +3,23 @@
 #include "absl/strings/str_cat.h"
 
 namespace dgca {
+namespace {
+
+// Rank `r` on `node` with GPU `dev` (-1 = CPU), unless another job holds
+// that GPU.
+bool TakeSlot(const std::string& node, int dev, int r, const DeviceSet& busy,
+              std::vector<RankSlot>* slots, std::string* why) {
+  if (dev >= 0 && busy.count({node, dev})) {
+    *why = absl::StrCat("waiting for capacity: GPU ", dev, " on node ", node,
+                        " is used by another job");
+    return false;
+  }
+  (*slots)[r].node = node;
+  (*slots)[r].local_device = dev;
+  return true;
+}
+
+}  // namespace
 
 bool AgentPlacement::Place(const v1::Plan& plan, const DeviceSet& busy,
                            std::vector<RankSlot>* slots, std::string* why) const {
@@ -12,18 +29,28 @@ bool AgentPlacement::Place(const v1::Plan& plan, const DeviceSet& busy,
   for (int r = 0; r < world; ++r) {
     const std::string node =
         r < plan.rank_nodes_size() && !plan.rank_nodes(r).empty() ? plan.rank_nodes(r) : first;
-    const int dev = PlannedDevice(plan, r);
     if (!nodes_->Connected(node)) {
       *why = absl::StrCat("waiting for capacity: node ", node, " (rank ", r, ") is not connected");
       return false;
     }
-    if (dev >= 0 && busy.count({node, dev})) {
-      *why = absl::StrCat("waiting for capacity: GPU ", dev, " on node ", node,
-                          " is used by another job");
+    if (!TakeSlot(node, PlannedDevice(plan, r), r, busy, slots, why)) return false;
+  }
+  return true;
+}
+
+bool BoundAgentPlacement::Place(const v1::Plan& plan, const DeviceSet& busy,
+                                std::vector<RankSlot>* slots, std::string* why) const {
+  slots->assign(plan.ranks(), RankSlot());
+  for (int r = 0; r < plan.ranks(); ++r) {
+    const std::string node = r < plan.rank_nodes_size() ? plan.rank_nodes(r) : "";
+    const Node* n = nodes_->Find(node);
+    if (n == nullptr || !n->conn || n->bound_job != job_ || n->allocation_id != allocation_id_) {
+      *why = absl::StrCat("waiting for capacity: the agent on node ", node.empty() ? "?" : node,
+                          " (rank ", r, ") of Slurm job ", allocation_id_,
+                          " is not connected");
       return false;
     }
-    (*slots)[r].node = node;
-    (*slots)[r].local_device = dev;
+    if (!TakeSlot(node, PlannedDevice(plan, r), r, busy, slots, why)) return false;
   }
   return true;
 }

@@ -56,6 +56,23 @@ class AgentPlacement : public Placement {
   const NodeRegistry* nodes_;
 };
 
+// The Slurm launcher's (docs/slurm.md): rank r on plan.rank_nodes(r),
+// which must be an agent bound to `job` in the allocation `allocation_id`
+// (the plan is made on those agents' topologies). Waits while one is not
+// connected.
+class BoundAgentPlacement : public Placement {
+ public:
+  BoundAgentPlacement(const NodeRegistry* nodes, std::string job, std::string allocation_id)
+      : nodes_(nodes), job_(std::move(job)), allocation_id_(std::move(allocation_id)) {}
+  bool Place(const v1::Plan& plan, const DeviceSet& busy, std::vector<RankSlot>* slots,
+             std::string* why) const override;
+
+ private:
+  const NodeRegistry* nodes_;
+  std::string job_;
+  std::string allocation_id_;
+};
+
 // GPUs held by the jobs in `jobs` other than `except`: by running jobs, and
 // by jobs timing tuning trials (from their first trial to their launch, so
 // no other job takes them in between).

@@ -96,6 +96,7 @@ v1::RankHeartbeatResponse HeartbeatRank(JobRt* rt, const v1::RankHeartbeatReques
     resp.set_reason(absl::StrCat("attempt ", req.attempt(), " is stale (now ", rt->attempt, ")"));
     return resp;
   }
+  if (rt->checkpoint_at > 0) resp.set_checkpoint_at_step(rt->checkpoint_at);
   if (req.rank() >= 0 && req.rank() < static_cast<int>(rt->ranks.size())) {
     RankRt& rr = rt->ranks[req.rank()];
     rr.last_progress = now;

@@ -33,6 +33,18 @@ Scheduler::Scheduler(SchedulerOptions options, MetricsHub* hub, std::unique_ptr<
       store_(std::move(store)) {
   absl::MutexLock l(&mu_);
   placement_ = std::make_unique<AgentPlacement>(&nodes_);
+  slurm_ = std::make_unique<SlurmLauncher>(
+      Slurm(opt_.slurm), store_.get(),
+      [this] {
+        absl::MutexLock wake(&mu_);
+        Wake();
+      },
+      opt_.slurm_poll_s);
+}
+
+void Scheduler::ConfigureLaunchers(LauncherOptions options) {
+  absl::MutexLock l(&mu_);
+  launchers_ = std::move(options);
 }
 
 absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(SchedulerOptions options,
@@ -46,6 +58,7 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(SchedulerOptions op
 }
 
 Scheduler::~Scheduler() {
+  slurm_.reset();  // its thread first: it calls back into the scheduler
   {
     absl::MutexLock l(&mu_);
     stop_thread_ = true;
@@ -74,6 +87,20 @@ absl::Status Scheduler::Recover() {
     }
     JobRt* rt = r.rt.get();
     jobs_[rt->id] = std::move(r.rt);
+    if (UsesSlurm(rt->spec)) {
+      // Its allocations are in the store: the newest is polled again, never
+      // asked for twice (docs/slurm.md).
+      auto allocations = store_->Allocations(rt->id);
+      if (allocations.ok() && !allocations->empty()) {
+        const AllocationRecord& last = allocations->back();
+        rt->allocation_attempt = last.attempt;
+        rt->attempt = std::max(rt->attempt, last.attempt);
+        slurm_->Track(rt->id, last.attempt, last.allocation_id, last.script);
+        rt->launcher.set_kind("slurm");
+        rt->launcher.set_job_id(last.allocation_id);
+        rt->launcher.set_script(last.script);
+      }
+    }
     if (r.kind == RecoveredJob::kRequeue) {
       Event(rt, v1::PENDING, r.stored_state == v1::PLANNING ? "state" : "info",
             "coordinator restarted; queued again", true);
@@ -120,6 +147,7 @@ std::vector<StoredRank> Scheduler::RecoveredRanks() {
 }
 
 void Scheduler::Start() {
+  slurm_->Start();
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -134,9 +162,12 @@ void Scheduler::Shutdown() {
       QueueStop(*rt, /*live_only=*/false, &out);
       Finish(rt, v1::FAILED, "coordinator shut down");
     }
+    out.insert(out.end(), deferred_.begin(), deferred_.end());
+    deferred_.clear();
     stop_thread_ = true;
   }
   StopThreads(&out);
+  slurm_->CancelAll();  // the ended jobs' allocations, now rather than later
 }
 
 void Scheduler::Detach() {
@@ -269,7 +300,7 @@ void Scheduler::Finish(JobRt* rt, v1::JobState state, const std::string& message
   }
   if (rt->planned && rt->spec.kind() != "comm_probe") {
     const PlanReview review =
-        ReviewPlan(rt->id, rt->spec, rt->plan, rt->steps.samples, NodeSetKey(*rt), state,
+        ReviewPlan(rt->id, rt->spec, rt->plan, rt->steps.samples, MeasurementNodeSet(*rt), state,
                    rt->steps.attention_kernels, rt->steps.attention_mixed, NowUnixMs());
     if (review.check.samples() > 0) {
       rt->plan_check = review.check;
@@ -284,6 +315,12 @@ void Scheduler::Finish(JobRt* rt, v1::JobState state, const std::string& message
     r.exited = true;
     r.progress.set_state("stopped");
   }
+  // Its allocation is given back below (ReleaseAllocation): what Slurm said
+  // last is history from here on.
+  if (UsesSlurm(rt->spec) && rt->launcher.kind() == "slurm") {
+    rt->launcher.set_state("RELEASED");
+    rt->launcher.clear_reason();
+  }
   Persist(rt);
   Event(rt, state, "state", message, true);
   rendezvous_.ClearJob(rt->id);
@@ -296,6 +333,9 @@ void Scheduler::Finish(JobRt* rt, v1::JobState state, const std::string& message
   // full disk): the job has ended here either way, and a RUNNING series
   // whose steps stopped would read as a stalled job.
   hub_->SetJobState(rt->id, state);
+  if (UsesSlurm(rt->spec)) {
+    ReleaseAllocation(rt, absl::StrCat("job ", rt->id, " is ", v1::JobState_Name(state)));
+  }
   RememberFinished(snap);
   const std::string id = rt->id;
   jobs_.erase(id);  // rt is gone from here on
@@ -314,7 +354,13 @@ absl::StatusOr<v1::SubmitJobResponse> Scheduler::Submit(const v1::SubmitJobReque
     return resp;
   }
   if (req.validate_only()) return resp;
-  if (req.dry_run()) {
+  if (UsesSlurm(parsed->spec)) {
+    if (req.dry_run()) {
+      if (absl::Status st = DryRunSlurm(parsed->spec, &resp); !st.ok()) return st;
+      return resp;
+    }
+    if (absl::Status st = CheckSlurmSpec(parsed->spec); !st.ok()) return st;
+  } else if (req.dry_run()) {
     std::vector<v1::Topology> topo;
     {
       absl::MutexLock l(&mu_);
@@ -362,6 +408,8 @@ absl::StatusOr<v1::PlanJobResponse> Scheduler::PlanJob(const v1::PlanJobRequest&
   *out.mutable_plan() = r->plan();
   *out.mutable_problems() = r->problems();
   *out.mutable_spec() = r->spec();
+  out.set_launcher_script(r->launcher_script());
+  *out.mutable_launcher_notes() = r->launcher_notes();
   return out;
 }
 
@@ -406,6 +454,7 @@ void Scheduler::Tick() {
   {
     absl::MutexLock l(&mu_);
     if (shutting_down_) return;
+    out.swap(deferred_);
     const auto now = Now();
     std::vector<std::string> ids;
     for (auto& [id, rt] : jobs_) ids.push_back(id);
@@ -423,6 +472,19 @@ void Scheduler::Tick() {
       }
       if (std::string stall = StallOf(*rt, now, opt_.heartbeat_timeout_s); !stall.empty()) {
         RankFailed(rt, stall, &out);
+      } else if (UsesSlurm(rt->spec)) {
+        // Slurm took the allocation back (a node failed, an agent was
+        // killed, the time limit): its ranks went with it.
+        const auto a = slurm_->Get(rt->id, rt->allocation_attempt);
+        if (a.has_value()) SyncLauncher(rt, *a);
+        if (a.has_value() && a->submitted && a->gone) {
+          RankFailed(rt,
+                     absl::StrCat("Slurm job ", a->id, " ended (", a->state.empty() ? "gone" : a->state,
+                                  ") while the job ran: its agents and ranks are gone (Slurm's "
+                                  "output: ", launchers_.state_dir, "/jobs/", rt->id, "/slurm-",
+                                  a->id, ".out)"),
+                     &out);
+        }
       }
       rt = FindJob(id);
       if (rt == nullptr) continue;
@@ -450,6 +512,10 @@ void Scheduler::Tick() {
 }
 
 void Scheduler::Schedule(JobRt* rt, Outbox* out) {
+  if (UsesSlurm(rt->spec)) {
+    ScheduleSlurm(rt, out);
+    return;
+  }
   if (!rt->restart_pending.empty()) {
     // A restart waiting for a node of its plan (CompleteStop).
     std::string why;
@@ -516,6 +582,15 @@ void Scheduler::Schedule(JobRt* rt, Outbox* out) {
 
 bool Scheduler::Place(const JobRt* rt, const v1::Plan& plan, std::vector<RankSlot>* slots,
                       std::string* why) {
+  if (UsesSlurm(rt->spec)) {
+    const auto a = slurm_->Get(rt->id, rt->allocation_attempt);
+    if (!a.has_value() || a->id.empty()) {
+      *why = "waiting for capacity: no Slurm allocation yet";
+      return false;
+    }
+    return BoundAgentPlacement(&nodes_, rt->id, a->id).Place(plan, BusyDevices(jobs_, rt), slots,
+                                                            why);
+  }
   return placement_->Place(plan, BusyDevices(jobs_, rt), slots, why);
 }
 
@@ -645,6 +720,10 @@ void Scheduler::CompleteStop(JobRt* rt, Outbox* out) {
   const std::string restart =
       absl::StrCat("restart ", rt->restarts, " of ", rt->spec.train().max_restarts(),
                    " (attempt ", rt->attempt, ") after: ", rt->stop.message);
+  if (UsesSlurm(rt->spec)) {
+    RestartSlurm(rt, restart, out);
+    return;
+  }
   if (!Launch(rt, rt->plan, out, &why)) {
     if (absl::StartsWith(why, "waiting for capacity") && opt_.restart_node_wait_s > 0) {
       // A node of the plan is away for now (its agent restarting, the host

@@ -59,6 +59,8 @@
 #include "coordinator/node_registry.h"
 #include "coordinator/placement.h"
 #include "coordinator/rendezvous_store.h"
+#include "coordinator/slurm.h"
+#include "coordinator/slurm_launcher.h"
 #include "coordinator/watch_fanout.h"
 #include "dgca/v1/agent.pb.h"
 #include "dgca/v1/coordinator.pb.h"
@@ -78,6 +80,22 @@ struct SchedulerOptions {
   // The clock of every timeout; null = the steady clock. Tests pass a
   // FakeClock and call Tick() themselves instead of Start().
   const Clock* clock = nullptr;
+  // resources.launcher: slurm (docs/slurm.md): Slurm's tools, how often the
+  // allocations are polled, and how long released agents get to end on
+  // their own before their allocation is cancelled.
+  SlurmOptions slurm;
+  double slurm_poll_s = 2;
+  double release_delay_s = 10;
+};
+
+// What the agents a cluster scheduler starts on other machines need to call
+// this coordinator back (Scheduler::ConfigureLaunchers).
+struct LauncherOptions {
+  std::string advertise_address;  // HOST:PORT reachable from the compute nodes
+  std::string token_file;         // the token they present (a shared filesystem's path)
+  std::string tls_ca_file;        // "" = plaintext
+  std::string worker_binary;      // dgca-worker on the compute nodes
+  std::string state_dir;          // where scripts, Slurm's output and rank logs go
 };
 
 class Scheduler {
@@ -88,7 +106,10 @@ class Scheduler {
                                                            MetricsHub* hub);
   ~Scheduler();
 
-  void Start();  // the tick thread
+  // Where launcher: slurm jobs' agents call back; before Start(). Without
+  // it such jobs fail, saying so.
+  void ConfigureLaunchers(LauncherOptions options);
+  void Start();  // the tick thread (and the Slurm launcher's)
   // Marks active jobs FAILED "coordinator shut down", stops their ranks, and
   // stops the tick thread; later agent reports are ignored.
   void Shutdown();
@@ -136,6 +157,9 @@ class Scheduler {
   // Pids of the ranks an agent supervises (from its heartbeats; the server
   // polls the embedded agent's).
   void RecordRunning(const std::string& node, const std::vector<v1::RunningRank>& running);
+  // A bound agent's warning from its cluster scheduler (a time limit near):
+  // every rank of the job checkpoints at a step far enough ahead.
+  void CheckpointRequested(const std::string& node, const v1::CheckpointRequest& request);
 
   // --- RankService.
   absl::StatusOr<v1::GetAssignmentResponse> GetAssignment(const v1::GetAssignmentRequest& req);
@@ -213,6 +237,46 @@ class Scheduler {
   // The live plan check, once (coordinator/plan_checks.h).
   void LiveCheck(JobRt* rt) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // launcher: slurm (scheduler_slurm.cc, docs/slurm.md).
+  // Schedule's path for a Slurm job: an allocation, its agents, the plan on
+  // their topologies, the launch (or a restart's).
+  void ScheduleSlurm(JobRt* rt, Outbox* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Writes the sbatch script of rt's current attempt and asks for it.
+  // resources.slurm.time auto for `spec`: the steps left after
+  // `steps_done` at `step_seconds` each, plus the margin, as a Slurm time
+  // ("" when step_seconds is 0: nothing measured); *note says how.
+  static std::string AutoTimeLimit(const v1::JobSpec& spec, double step_seconds,
+                                   int64_t steps_done, std::string* note);
+  // Copies what the launcher last saw of the job's allocation into
+  // rt->launcher (what `dgca status` shows), never back from RUNNING.
+  void SyncLauncher(JobRt* rt, const SlurmLauncher::Allocation& a)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RequestAllocation(JobRt* rt) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // resources.slurm.time as sbatch gets it ("auto" resolved; "" = none);
+  // *note says how "auto" was resolved.
+  std::string SlurmTimeFor(const JobRt& rt, std::string* note) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A restart of a Slurm job: in its allocation while every agent of it is
+  // connected; otherwise the old allocation goes and a new one is asked for.
+  void RestartSlurm(JobRt* rt, const std::string& restart, Outbox* out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The job is over: its bound agents are released (they exit, ending the
+  // allocation) and what Slurm still holds is cancelled a little later.
+  void ReleaseAllocation(JobRt* rt, const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Queues ReleaseAgent to every connected agent bound to `job` (only those
+  // of `allocation_id` when not empty).
+  void ReleaseAgents(const std::string& job, const std::string& allocation_id,
+                     const std::string& reason, Outbox* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The sbatch script of `spec` for (job, attempt) with --time `time`.
+  std::string SbatchFor(const v1::JobSpec& spec, const std::string& job_id, int attempt,
+                        const std::string& time) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Before a Slurm job is accepted: the launcher is configured, the
+  // partition exists and has the nodes asked for (sinfo). Without mu_.
+  absl::Status CheckSlurmSpec(const v1::JobSpec& spec) ABSL_LOCKS_EXCLUDED(mu_);
+  // A dry run of a Slurm spec: its script, and a plan against the topology
+  // its partition's last allocation reported when there is one.
+  absl::Status DryRunSlurm(const v1::JobSpec& spec, v1::SubmitJobResponse* resp)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
   // Tuning trials (scheduler_trials.cc).
   class JobTrialRunner;
   // Starts the planning thread of a tuning.mode trial job.
@@ -248,6 +312,12 @@ class Scheduler {
   NodeRegistry nodes_ ABSL_GUARDED_BY(mu_);
   // Where ranks go. Reads nodes_: call with mu_ held.
   std::unique_ptr<Placement> placement_;
+  LauncherOptions launchers_ ABSL_GUARDED_BY(mu_);
+  // Slurm allocations (thread-safe; its lock is taken inside mu_).
+  std::unique_ptr<SlurmLauncher> slurm_;
+  // Agent commands queued where no Outbox is at hand (Finish's releases);
+  // the next Tick sends them.
+  Outbox deferred_ ABSL_GUARDED_BY(mu_);
   std::vector<StoredRank> recovered_ranks_ ABSL_GUARDED_BY(mu_);
   // Trial planning threads; joined once done (Tick) or at shutdown.
   std::vector<std::pair<std::shared_ptr<TrialState>, std::thread>> trial_threads_

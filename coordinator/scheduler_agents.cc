@@ -19,6 +19,20 @@ absl::Status Scheduler::AgentRegistered(const v1::RegisterAgent& reg, const std:
   {
     absl::MutexLock l(&mu_);
     if (shutting_down_) return absl::UnavailableError("the coordinator is shutting down");
+    if (!reg.bound_job().empty()) {
+      // An agent a cluster scheduler started for one job: welcome only while
+      // that job is active here; otherwise it is told to go, which ends its
+      // allocation (a job cancelled while its allocation was starting).
+      const JobRt* job = FindJob(reg.bound_job());
+      if (job == nullptr || !UsesSlurm(job->spec)) {
+        v1::CoordinatorCommand c;
+        c.mutable_release()->set_reason(
+            absl::StrCat("job ", reg.bound_job(), " is not active on this coordinator"));
+        out.emplace_back(conn, c);
+        spdlog::warn("node {} registered for job {}, which is not active; releasing it",
+                     reg.node(), reg.bound_job());
+      }
+    }
     nodes_.Register(reg, peer, conn, Now());
     // Job -> the attempts of its ranks to stop there (only those: a new
     // attempt the tick launches on this node before the stop is sent must
@@ -154,7 +168,16 @@ void Scheduler::AgentDisconnected(const std::string& node,
                                   const std::shared_ptr<AgentConnection>& conn) {
   conn->Close();
   absl::MutexLock l(&mu_);
-  if (nodes_.Disconnect(node, conn)) spdlog::warn("node {} disconnected", node);
+  if (!nodes_.Disconnect(node, conn)) return;
+  const Node* n = nodes_.Find(node);
+  if (n != nullptr && !n->bound_job.empty() && FindJob(n->bound_job) == nullptr) {
+    // A released agent of a finished job: its allocation is over.
+    spdlog::info("node {} (bound to job {}) left", node, n->bound_job);
+    nodes_.Erase(node);
+    hub_->RemoveNode(node);
+    return;
+  }
+  spdlog::warn("node {} disconnected", node);
 }
 
 }  // namespace dgca

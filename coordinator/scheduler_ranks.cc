@@ -59,7 +59,7 @@ std::string Scheduler::IngestSample(const v1::MetricSample& s, const std::string
     if (row.rank() < 0 || row.rank() >= static_cast<int>(rt->ranks.size())) return job;
     rt->ranks[row.rank()].last_progress = Now();
     if (row.rank() == 0) {
-      absl::Status st = store_->AddCommProbeRow(NodeSetKey(*rt), row.backend(),
+      absl::Status st = store_->AddCommProbeRow(MeasurementNodeSet(*rt), row.backend(),
                                                 static_cast<int32_t>(rt->ranks.size()), row);
       if (!st.ok()) {
         Event(rt, rt->state, "info",

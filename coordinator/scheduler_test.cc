@@ -77,6 +77,17 @@ class SchedulerTest : public ::testing::Test {
     return r->job_id();
   }
 
+  // Connects node n1, submits a 2-rank job and runs it: its two launches
+  // are taken. Returns the job id.
+  std::string RunningJob(int max_restarts = 0) {
+    Connect();
+    const std::string id = Submit(Spec(max_restarts));
+    sched_->Tick();
+    EXPECT_EQ(TakeLaunches().size(), 2u);
+    EXPECT_EQ(Job(id).state(), v1::RUNNING);
+    return id;
+  }
+
   v1::Job Job(const std::string& id) {
     auto j = sched_->GetJob(id);
     EXPECT_TRUE(j.ok()) << j.status();
@@ -198,10 +209,7 @@ TEST_F(SchedulerTest, WaitsForAnAgentThenRunsToSuccess) {
 }
 
 TEST_F(SchedulerTest, AFailedRankRestartsTheJobThenFailsItWhenRestartsRunOut) {
-  Connect();
-  const std::string id = Submit(Spec(/*max_restarts=*/1));
-  sched_->Tick();
-  ASSERT_EQ(TakeLaunches().size(), 2u);
+  const std::string id = RunningJob(/*max_restarts=*/1);
 
   Exit(id, 1, 0, 1);
   // The other rank is told to stop; the job is still running until it has.
@@ -236,10 +244,7 @@ TEST_F(SchedulerTest, AFailedRankRestartsTheJobThenFailsItWhenRestartsRunOut) {
 // The restart count belongs to the headline, not after the rank's last
 // output lines (it used to come at the very end of the message).
 TEST_F(SchedulerTest, AFailureMessageCountsRestartsBeforeTheRanksOutput) {
-  Connect();
-  const std::string id = Submit(Spec(/*max_restarts=*/1));
-  sched_->Tick();
-  ASSERT_EQ(TakeLaunches().size(), 2u);
+  const std::string id = RunningJob(/*max_restarts=*/1);
   Exit(id, 1, 0, 1, 0, "loading data\nerror: out of memory");
   Exit(id, 0, 0, 0, SIGTERM);
   sched_->Tick();
@@ -255,10 +260,7 @@ TEST_F(SchedulerTest, AFailureMessageCountsRestartsBeforeTheRanksOutput) {
 }
 
 TEST_F(SchedulerTest, ARankThatGoesSilentIsStalledAfterTheHeartbeatTimeout) {
-  Connect();
-  const std::string id = Submit(Spec());
-  sched_->Tick();
-  ASSERT_EQ(TakeLaunches().size(), 2u);
+  const std::string id = RunningJob();
   // Rank 0 keeps calling in; rank 1 says nothing.
   for (int i = 0; i < 3; ++i) {
     clock_.Advance(9.9);
@@ -285,10 +287,7 @@ TEST_F(SchedulerTest, ARankThatGoesSilentIsStalledAfterTheHeartbeatTimeout) {
 }
 
 TEST_F(SchedulerTest, CancelStopsTheRanksAndEndsCancelled) {
-  Connect();
-  const std::string id = Submit(Spec());
-  sched_->Tick();
-  ASSERT_EQ(TakeLaunches().size(), 2u);
+  const std::string id = RunningJob();
   auto c = sched_->Cancel(id, std::chrono::milliseconds(0));
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->state(), v1::RUNNING);  // stopping
@@ -315,10 +314,7 @@ TEST_F(SchedulerTest, CancelOfAQueuedJobIsImmediate) {
 }
 
 TEST_F(SchedulerTest, ARestartWaitsForItsNodeThenGivesUp) {
-  Connect();
-  const std::string id = Submit(Spec(/*max_restarts=*/2));
-  sched_->Tick();
-  ASSERT_EQ(TakeLaunches().size(), 2u);
+  const std::string id = RunningJob(/*max_restarts=*/2);
   Exit(id, 0, 0, 1);
   // The node's agent goes away before the other rank reports.
   sched_->AgentDisconnected("n1", conn_);
@@ -342,10 +338,7 @@ TEST_F(SchedulerTest, ARestartWaitsForItsNodeThenGivesUp) {
 }
 
 TEST_F(SchedulerTest, ARestartLaunchesWhenItsNodeComesBack) {
-  Connect();
-  const std::string id = Submit(Spec(/*max_restarts=*/1));
-  sched_->Tick();
-  ASSERT_EQ(TakeLaunches().size(), 2u);
+  const std::string id = RunningJob(/*max_restarts=*/1);
   Exit(id, 0, 0, 1);
   sched_->AgentDisconnected("n1", conn_);
   clock_.Advance(8.1);
@@ -371,10 +364,7 @@ TEST_F(SchedulerTest, ARestartLaunchesWhenItsNodeComesBack) {
 }
 
 TEST_F(SchedulerTest, ARestartedSchedulerReadoptsARunningJob) {
-  Connect();
-  const std::string id = Submit(Spec());
-  sched_->Tick();
-  ASSERT_EQ(TakeLaunches().size(), 2u);
+  const std::string id = RunningJob();
   v1::RunningRank r0, r1;
   for (auto* r : {&r0, &r1}) {
     r->set_job_id(id);

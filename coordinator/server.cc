@@ -18,6 +18,7 @@
 #include "dgca/v1/coordinator.grpc.pb.h"
 #include "dgca/v1/rank.grpc.pb.h"
 #include "spec/spec.h"
+#include "model/core/files.h"
 #include "proto/rpc/rpc_util.h"
 #include "spdlog/spdlog.h"
 #include "worker/agent/agent.h"
@@ -298,6 +299,9 @@ class AgentServiceImpl final : public v1::AgentService::Service {
         case v1::AgentMessage::kRankExited:
           s_->RankExited(node, m.rank_exited());
           break;
+        case v1::AgentMessage::kCheckpoint:
+          s_->CheckpointRequested(node, m.checkpoint());
+          break;
         case v1::AgentMessage::kRegister:
           if (m.register_().node() == node) {
             (void)s_->AgentRegistered(m.register_(), ctx->peer(), conn);
@@ -401,20 +405,6 @@ class RankServiceImpl final : public v1::RankService::Service {
   std::string token_;
 };
 
-absl::Status MakeDir(const std::string& dir) {
-  std::string cur;
-  for (size_t i = 0; i <= dir.size(); ++i) {
-    if (i == dir.size() || (dir[i] == '/' && i > 0)) {
-      cur = dir.substr(0, i);
-      if (mkdir(cur.c_str(), 0700) != 0 && errno != EEXIST) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("cannot create state dir ", cur, ": ", strerror(errno)));
-      }
-    }
-  }
-  return absl::OkStatus();
-}
-
 std::string DefaultWorkerBinary() {
   char buf[PATH_MAX];
   ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
@@ -453,7 +443,9 @@ absl::Status CheckListenAddresses(const CoordinatorServerOptions& options) {
 // Creates the state dir when missing and returns its real path, locked for
 // this process (*lock_fd holds the flock on STATE_DIR/coordinator.lock).
 absl::StatusOr<std::string> OpenStateDir(const std::string& dir, int* lock_fd) {
-  if (absl::Status st = MakeDir(dir); !st.ok()) return st;
+  if (dgca::Status st = MakeDirectories(dir, 0700); !st.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat("state dir: ", st.message()));
+  }
   struct stat st;
   if (stat(dir.c_str(), &st) != 0) {
     return absl::FailedPreconditionError(
@@ -500,6 +492,17 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentialsOf(
   return grpc::SslServerCredentials(ssl);
 }
 
+// HOST:PORT for agents on other machines: the listen host, or this
+// machine's hostname when it listens on every address.
+std::string AdvertisedAddress(const std::string& host, int port) {
+  std::string h = host;
+  if (h.empty() || h == "0.0.0.0" || h == "[::]" || h == "::") {
+    char buf[256] = {0};
+    h = gethostname(buf, sizeof(buf) - 1) == 0 && buf[0] ? buf : "127.0.0.1";
+  }
+  return absl::StrCat(h, ":", port);
+}
+
 // STATE_DIR/coordinator.json, written atomically.
 absl::Status WriteCoordinatorJson(const std::string& state_dir, const std::string& address,
                                   const std::string& metrics_address) {
@@ -535,6 +538,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   so.heartbeat_timeout_s = options.heartbeat_timeout_s;
   so.stop_grace_s = options.stop_grace_s;
   so.restart_node_wait_s = options.restart_node_wait_s;
+  so.slurm.bin_dir = options.slurm_bin_dir;
   auto sched = Scheduler::Create(so, s->hub_.get());
   if (!sched.ok()) return sched.status();
   s->scheduler_ = std::move(*sched);
@@ -552,6 +556,18 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   if (!port.ok()) return port.status();
   const std::string host = options.listen.substr(0, options.listen.rfind(':'));
   s->address_ = absl::StrCat(host, ":", *port);
+  {
+    // What a cluster scheduler's agents need to call back (docs/slurm.md).
+    LauncherOptions lo;
+    lo.advertise_address = options.advertise.empty() ? AdvertisedAddress(host, *port)
+                                                     : options.advertise;
+    lo.token_file = s->state_dir_ + "/token";
+    lo.tls_ca_file = options.slurm_tls_ca;
+    lo.worker_binary =
+        options.worker_binary.empty() ? DefaultWorkerBinary() : options.worker_binary;
+    lo.state_dir = s->state_dir_;
+    s->scheduler_->ConfigureLaunchers(lo);
+  }
   s->scheduler_->Start();
   if (absl::Status st = WriteCoordinatorJson(s->state_dir_, s->address_, s->metrics_address_);
       !st.ok()) {

@@ -95,6 +95,13 @@ struct CoordinatorServerOptions {
   bool keep_jobs_on_shutdown = false;
   // Test hook passed to the embedded agent (AgentOptions::rank_argv_override).
   std::vector<std::string> rank_argv_override;
+  // resources.launcher: slurm (docs/slurm.md): the HOST:PORT Slurm's agents
+  // call back on ("" = the listen address, its host replaced by this
+  // machine's name when it listens on every address), the PEM CA they trust
+  // with TLS, and the directory of sbatch & co ("" = PATH).
+  std::string advertise;
+  std::string slurm_tls_ca;
+  std::string slurm_bin_dir;
 };
 
 class CoordinatorServer {

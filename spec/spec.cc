@@ -19,6 +19,10 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "spec/slurm_values.h"
+#include "spec/yaml_fields.h"
 #include "spec/yaml_text.h"
 
 namespace dgca {
@@ -26,253 +30,11 @@ namespace {
 
 constexpr int kMaxFlowNesting = 100;
 
-size_t EditDistance(const std::string& a, const std::string& b) {
-  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    cur[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      size_t sub = prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1);
-      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, sub});
-    }
-    std::swap(prev, cur);
-  }
-  return prev[b.size()];
-}
-
-// Printable, bounded rendering of user text for messages.
-std::string Quote(const std::string& s) {
-  std::string out;
-  for (unsigned char c : s) {
-    if (out.size() >= 60) { out += "..."; break; }
-    if (c < 0x20 || c == 0x7f) {
-      out += absl::StrCat("\\x", absl::Hex(c, absl::kZeroPad2));
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  return "'" + out + "'";
-}
-
-std::string Describe(const YAML::Node& n) {
-  switch (n.Type()) {
-    case YAML::NodeType::Null: return "null";
-    case YAML::NodeType::Sequence: return "a list";
-    case YAML::NodeType::Map: return "a mapping";
-    case YAML::NodeType::Scalar: return Quote(n.Scalar());
-    default: return "nothing";
-  }
-}
-
-class Parser {
+class Parser : public YamlFields {
  public:
-  explicit Parser(std::string file) : file_(std::move(file)) {}
-
-  std::vector<v1::SpecProblem>& problems() { return problems_; }
-
-  void Problem(const YAML::Mark& m, const std::string& field, const std::string& msg) {
-    v1::SpecProblem p;
-    p.set_file(file_);
-    if (!m.is_null() && m.line >= 0) {
-      p.set_line(m.line + 1);
-      p.set_column(m.column + 1);
-    }
-    p.set_field(field);
-    p.set_message(msg);
-    problems_.push_back(std::move(p));
-  }
-  void Problem(const YAML::Node& n, const std::string& field, const std::string& msg) {
-    Problem(n.Mark(), field, msg);
-  }
-
-  using Handler = std::function<void(const YAML::Node& value, const std::string& field)>;
-  struct Field {
-    const char* key;
-    Handler handle;
-  };
-
-  // Walks mapping `node` (null = empty mapping) dispatching known keys;
-  // reports unknown and duplicate keys. Returns false when not a mapping.
-  bool Map(const YAML::Node& node, const std::string& field,
-           const std::vector<Field>& fields) {
-    if (node.IsNull()) return true;
-    if (!node.IsMap()) {
-      Problem(node, field, absl::StrCat("expected a mapping, got ", Describe(node)));
-      return false;
-    }
-    std::set<std::string> seen;
-    for (auto it = node.begin(); it != node.end(); ++it) {
-      const YAML::Node key = it->first;
-      const YAML::Node value = it->second;
-      if (!key.IsScalar()) {
-        Problem(key, field.empty() ? "(top level)" : field,
-                absl::StrCat("keys must be plain names, got ", Describe(key)));
-        continue;
-      }
-      const std::string name = key.Scalar();
-      const std::string path = field.empty() ? name : absl::StrCat(field, ".", name);
-      if (!seen.insert(name).second) {
-        Problem(key, path, "duplicate key; each field may appear once");
-        continue;
-      }
-      const Field* f = nullptr;
-      for (const Field& c : fields) {
-        if (name == c.key) f = &c;
-      }
-      if (f == nullptr) {
-        std::string best;
-        size_t best_d = 3;
-        std::vector<std::string> valid;
-        for (const Field& c : fields) {
-          valid.push_back(c.key);
-          size_t d = EditDistance(absl::AsciiStrToLower(name), c.key);
-          if (d < best_d) { best_d = d; best = c.key; }
-        }
-        std::string msg = absl::StrCat("unknown field ", Quote(name));
-        if (!best.empty()) absl::StrAppend(&msg, "; did you mean '", best, "'?");
-        absl::StrAppend(&msg, "; valid fields here: ", absl::StrJoin(valid, ", "));
-        Problem(key, path, msg);
-        continue;
-      }
-      f->handle(value, path);
-    }
-    return true;
-  }
-
-  bool IsAuto(const YAML::Node& n) {
-    return n.IsScalar() && absl::AsciiStrToLower(n.Scalar()) == "auto";
-  }
-
-  // Integer in [lo, hi]; `auto_ok`: "auto" gives 0.
-  template <typename T>
-  void Int(const YAML::Node& n, const std::string& field, int64_t lo, int64_t hi,
-           bool auto_ok, T* out) {
-    const char* want = auto_ok ? "an integer or 'auto'" : "an integer";
-    if (auto_ok && IsAuto(n)) { *out = 0; return; }
-    if (!n.IsScalar()) {
-      Problem(n, field, absl::StrCat("expected ", want, ", got ", Describe(n)));
-      return;
-    }
-    std::string s = std::string(absl::StripAsciiWhitespace(n.Scalar()));
-    std::string digits = s;
-    if (!digits.empty() && (digits[0] == '+' || digits[0] == '-')) digits = digits.substr(1);
-    bool all_digits = !digits.empty() &&
-        std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; });
-    if (!all_digits) {
-      // 1e3, 2.0: a whole number written as a float is still an integer.
-      char* end = nullptr;
-      errno = 0;
-      double d = std::strtod(s.c_str(), &end);
-      if (!s.empty() && end && *end == '\0' && errno == 0 && std::isfinite(d) &&
-          d == std::floor(d) && std::fabs(d) < 9e15) {
-        s = absl::StrCat(static_cast<int64_t>(d));
-      } else {
-        Problem(n, field, absl::StrCat("expected ", want, ", got ", Quote(n.Scalar())));
-        return;
-      }
-    }
-    errno = 0;
-    char* end = nullptr;
-    long long v = std::strtoll(s.c_str(), &end, 10);
-    if (errno == ERANGE || v < lo || v > hi) {
-      std::string range = hi == std::numeric_limits<int64_t>::max() ||
-                                  hi == std::numeric_limits<int32_t>::max()
-                              ? absl::StrCat("must be >= ", lo)
-                              : absl::StrCat("must be between ", lo, " and ", hi);
-      if (auto_ok) absl::StrAppend(&range, " (or 'auto')");
-      Problem(n, field, absl::StrCat(range, ", got ", Quote(n.Scalar())));
-      return;
-    }
-    *out = static_cast<T>(v);
-  }
-
-  // Finite number in [lo, hi] (hi may be infinity); `lo_open`: must be > lo;
-  // `hi_open`: must be < hi.
-  void Num(const YAML::Node& n, const std::string& field, double lo, double hi,
-           bool lo_open, bool auto_ok, double* out, bool hi_open = false) {
-    const char* want = auto_ok ? "a number or 'auto'" : "a number";
-    if (auto_ok && IsAuto(n)) { *out = 0; return; }
-    if (!n.IsScalar()) {
-      Problem(n, field, absl::StrCat("expected ", want, ", got ", Describe(n)));
-      return;
-    }
-    std::string s = std::string(absl::StripAsciiWhitespace(n.Scalar()));
-    char* end = nullptr;
-    errno = 0;
-    double d = s.empty() ? 0 : std::strtod(s.c_str(), &end);
-    std::string lower = absl::AsciiStrToLower(s);
-    bool hexish = lower.find("0x") != std::string::npos || lower.find("inf") != std::string::npos ||
-                  lower.find("nan") != std::string::npos;
-    if (s.empty() || end == nullptr || *end != '\0' || hexish) {
-      Problem(n, field, absl::StrCat("expected ", want, ", got ", Quote(n.Scalar())));
-      return;
-    }
-    if (errno == ERANGE || !std::isfinite(d)) {
-      Problem(n, field, absl::StrCat("number out of range, got ", Quote(n.Scalar())));
-      return;
-    }
-    bool bad = lo_open ? !(d > lo) : !(d >= lo);
-    if (bad || (hi_open ? !(d < hi) : d > hi)) {
-      std::string range = std::isinf(hi) ? absl::StrCat("must be ", lo_open ? "> " : ">= ", lo)
-                          : hi_open      ? absl::StrCat("must be ", lo_open ? "> " : ">= ", lo,
-                                                        " and < ", hi)
-                                         : absl::StrCat("must be between ", lo, " and ", hi);
-      if (auto_ok) absl::StrAppend(&range, " (or 'auto')");
-      Problem(n, field, absl::StrCat(range, ", got ", Quote(n.Scalar())));
-      return;
-    }
-    *out = d;
-  }
-
-  // Returns -1 when `n` is not a boolean scalar, else 0/1.
-  static int BoolValue(const YAML::Node& n) {
-    if (!n.IsScalar()) return -1;
-    std::string s = absl::AsciiStrToLower(n.Scalar());
-    if (s == "true" || s == "yes" || s == "on") return 1;
-    if (s == "false" || s == "no" || s == "off") return 0;
-    return -1;
-  }
-
-  void Bool(const YAML::Node& n, const std::string& field, bool* out) {
-    int b = BoolValue(n);
-    if (b < 0) {
-      Problem(n, field, absl::StrCat("expected true or false, got ", Describe(n)));
-      return;
-    }
-    *out = b == 1;
-  }
-
-  void Str(const YAML::Node& n, const std::string& field, bool null_ok, std::string* out) {
-    if (null_ok && n.IsNull()) { out->clear(); return; }
-    if (!n.IsScalar()) {
-      Problem(n, field, absl::StrCat("expected a string", null_ok ? " or null" : "",
-                                     ", got ", Describe(n)));
-      return;
-    }
-    if (n.Scalar().size() > 4096) {
-      Problem(n, field, "string too long (at most 4096 bytes)");
-      return;
-    }
-    *out = n.Scalar();
-  }
-
-  void Enum(const YAML::Node& n, const std::string& field,
-            const std::vector<std::string>& valid, std::string* out) {
-    if (n.IsScalar()) {
-      std::string s = absl::AsciiStrToLower(std::string(absl::StripAsciiWhitespace(n.Scalar())));
-      for (const auto& v : valid) {
-        if (s == v) { *out = v; return; }
-      }
-    }
-    Problem(n, field, absl::StrCat("expected one of ", absl::StrJoin(valid, " | "),
-                                   ", got ", Describe(n)));
-  }
+  using YamlFields::YamlFields;
 
   void ParseTop(const YAML::Node& root, v1::JobSpec* spec);
-
- private:
-  std::string file_;
-  std::vector<v1::SpecProblem> problems_;
 };
 
 void Parser::ParseTop(const YAML::Node& root, v1::JobSpec* spec) {
@@ -285,7 +47,7 @@ void Parser::ParseTop(const YAML::Node& root, v1::JobSpec* spec) {
   constexpr int64_t kI32 = std::numeric_limits<int32_t>::max();
   constexpr int64_t kI64 = std::numeric_limits<int64_t>::max();
   const double kInf = std::numeric_limits<double>::infinity();
-  YAML::Mark train_mark, model_mark, hidden_mark;
+  YAML::Mark train_mark, model_mark, hidden_mark, slurm_mark;
   // Which of a custom model's sizes the spec gives (valid or not: an
   // invalid one has its own problem, and is not also reported missing).
   bool layers_given = false, hidden_given = false, heads_given = false, ffn_given = false;
@@ -463,6 +225,71 @@ void Parser::ParseTop(const YAML::Node& root, v1::JobSpec* spec) {
     });
   };
 
+  // A Slurm name (partition, account, qos): it goes into an #SBATCH line.
+  auto slurm_name = [&](const YAML::Node& v, const std::string& p, std::string* out) {
+    std::string x;
+    Str(v, p, false, &x);
+    if (x.empty() && v.IsScalar()) {
+      Problem(v, p, "expected a name; leave the field out for Slurm's default");
+      return;
+    }
+    if (!SlurmName(x)) {
+      if (!x.empty())
+        Problem(v, p, absl::StrCat("expected 1-64 of A-Z a-z 0-9 . _ -, got ", Quote(x)));
+      return;
+    }
+    *out = x;
+  };
+  auto slurm_fn = [&](const YAML::Node& n, const std::string& f) {
+    slurm_mark = n.Mark();
+    v1::SlurmSpec* sl = res->mutable_slurm();
+    Map(n, f, {
+      {"partition", [&](const YAML::Node& v, const std::string& p) {
+         slurm_name(v, p, sl->mutable_partition()); }},
+      {"account", [&](const YAML::Node& v, const std::string& p) {
+         slurm_name(v, p, sl->mutable_account()); }},
+      {"qos", [&](const YAML::Node& v, const std::string& p) {
+         slurm_name(v, p, sl->mutable_qos()); }},
+      {"nodes", [&](const YAML::Node& v, const std::string& p) {
+         int32_t x = sl->nodes(); Int(v, p, 1, 4096, false, &x); sl->set_nodes(x); }},
+      {"gpus_per_node", [&](const YAML::Node& v, const std::string& p) {
+         int32_t x = 0; Int(v, p, 0, 64, false, &x); sl->set_gpus_per_node(x); }},
+      {"time", [&](const YAML::Node& v, const std::string& p) {
+         std::string x;
+         Str(v, p, false, &x);
+         if (!v.IsScalar()) return;
+         const std::string t(absl::StripAsciiWhitespace(x));
+         if (absl::AsciiStrToLower(t) == "auto") {
+           sl->set_time("auto");
+         } else if (SlurmTime(t)) {
+           sl->set_time(t);
+         } else {
+           Problem(v, p, absl::StrCat("expected 'auto' or a Slurm time limit (MM, MM:SS, HH:MM:SS, "
+                                      "D-HH, D-HH:MM or D-HH:MM:SS), got ", Quote(x)));
+         }
+       }},
+      {"extra_args", [&](const YAML::Node& v, const std::string& p) {
+         if (!v.IsSequence() || v.size() > 32) {
+           Problem(v, p, absl::StrCat("expected a list of at most 32 sbatch options such as "
+                                      "'--exclusive' or '--constraint=a100', got ", Describe(v)));
+           return;
+         }
+         sl->clear_extra_args();
+         for (size_t i = 0; i < v.size(); ++i) {
+           const std::string at = absl::StrCat(p, "[", i, "]");
+           std::string a;
+           Str(v[i], at, false, &a);
+           if (!v[i].IsScalar()) continue;
+           if (std::string why = SbatchArgProblem(a); !why.empty()) {
+             Problem(v[i], at, why);
+             continue;
+           }
+           sl->add_extra_args(a);
+         }
+       }},
+    });
+  };
+
   auto resources_fn = [&](const YAML::Node& n, const std::string& f) {
     Map(n, f, {
       {"ranks", [&](const YAML::Node& v, const std::string& p) {
@@ -471,6 +298,9 @@ void Parser::ParseTop(const YAML::Node& root, v1::JobSpec* spec) {
          Enum(v, p, {"auto", "cuda", "cpu"}, res->mutable_device()); }},
       {"threads_per_rank", [&](const YAML::Node& v, const std::string& p) {
          int32_t x = 0; Int(v, p, 0, 1024, true, &x); res->set_threads_per_rank(x); }},
+      {"launcher", [&](const YAML::Node& v, const std::string& p) {
+         Enum(v, p, {"local", "slurm"}, res->mutable_launcher()); }},
+      {"slurm", slurm_fn},
     });
   };
 
@@ -614,7 +444,8 @@ void Parser::ParseTop(const YAML::Node& root, v1::JobSpec* spec) {
 
   // No name: the spec file's base name when it is a valid name, else "job".
   if (!root["name"]) {
-    std::string base = file_.substr(file_.find_last_of('/') == std::string::npos ? 0 : file_.find_last_of('/') + 1);
+    const size_t slash = file().find_last_of('/');
+    std::string base = file().substr(slash == std::string::npos ? 0 : slash + 1);
     base = base.substr(0, base.find('.'));
     bool ok = !base.empty() && base.size() <= 128 &&
               std::all_of(base.begin(), base.end(), [](char c) {
@@ -636,6 +467,11 @@ void Parser::ParseTop(const YAML::Node& root, v1::JobSpec* spec) {
             absl::StrCat("global_batch ", t.global_batch(), " must equal micro_batch x accumulation x ranks = ",
                          t.micro_batch(), " x ", t.accumulation(), " x ", res->ranks(),
                          "; set one of them to auto"));
+  }
+  if (res->has_slurm() && res->launcher() != "slurm") {
+    Problem(slurm_mark, "resources.slurm",
+            "is used only with resources.launcher: slurm (the launcher is " + res->launcher() +
+                "); set the launcher or drop this section");
   }
   if (res->device() == "cpu" && comm->backend() == "nccl") {
     Problem(YAML::Mark::null_mark(), "comm.backend",
@@ -705,6 +541,7 @@ v1::JobSpec DefaultJobSpec() {
   s.mutable_resources()->set_ranks(0);
   s.mutable_resources()->set_device("auto");
   s.mutable_resources()->set_threads_per_rank(0);
+  s.mutable_resources()->set_launcher("local");
   s.mutable_comm()->set_backend("auto");
   s.mutable_comm()->set_bucket_mb(0);
   s.mutable_comm()->set_overlap(true);

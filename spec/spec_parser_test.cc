@@ -461,6 +461,96 @@ TEST(SpecParser, DuplicateKeyAndCrossField) {
   EXPECT_TRUE(r4.ok()) << FormatProblems(r4.problems);
 }
 
+// resources.launcher: slurm with every slurm field set parses to the proto;
+// the default launcher is local and a spec without it has no slurm section.
+TEST(SpecParser, SlurmSectionParses) {
+  SpecParseResult r = Parse(
+      "resources:\n"
+      "  launcher: slurm\n"
+      "  slurm:\n"
+      "    partition: gpu-a100\n"
+      "    account: lab.nlp\n"
+      "    qos: normal\n"
+      "    nodes: 2\n"
+      "    gpus_per_node: 4\n"
+      "    time: 1-12:00\n"
+      "    extra_args: ['--exclusive', '--constraint=a100']\n");
+  ASSERT_TRUE(r.ok()) << FormatProblems(r.problems);
+  const auto& res = r.spec.resources();
+  EXPECT_EQ(res.launcher(), "slurm");
+  EXPECT_EQ(res.slurm().partition(), "gpu-a100");
+  EXPECT_EQ(res.slurm().account(), "lab.nlp");
+  EXPECT_EQ(res.slurm().qos(), "normal");
+  EXPECT_EQ(res.slurm().nodes(), 2);
+  EXPECT_EQ(res.slurm().gpus_per_node(), 4);
+  EXPECT_EQ(res.slurm().time(), "1-12:00");
+  ASSERT_EQ(res.slurm().extra_args_size(), 2);
+  EXPECT_EQ(res.slurm().extra_args(1), "--constraint=a100");
+
+  SpecParseResult a = Parse("resources: {launcher: slurm, slurm: {time: AUTO}}\n");
+  ASSERT_TRUE(a.ok()) << FormatProblems(a.problems);
+  EXPECT_EQ(a.spec.resources().slurm().time(), "auto");
+
+  SpecParseResult d = Parse("name: x\n");
+  ASSERT_TRUE(d.ok()) << FormatProblems(d.problems);
+  EXPECT_EQ(d.spec.resources().launcher(), "local");
+  EXPECT_FALSE(d.spec.resources().has_slurm());
+}
+
+// Every bad Slurm value is named at its line and column with what is valid,
+// and all of them are reported in one pass.
+TEST(SpecParser, SlurmProblemsAreNamedWhereTheyAre) {
+  SpecParseResult r = Parse(
+      "resources:\n"
+      "  launcher: slurm\n"
+      "  slurm:\n"
+      "    partition: 'gpu; rm -rf /'\n"
+      "    nodes: 0\n"
+      "    time: soon\n"
+      "    extra_args: ['--output=/tmp/x', 'exclusive', '--partition=gpu', '--comment=$(id)']\n");
+  ASSERT_EQ(r.problems.size(), 7u) << FormatProblems(r.problems);
+  const v1::SpecProblem* partition = Find(r, "resources.slurm.partition");
+  ASSERT_NE(partition, nullptr);
+  EXPECT_EQ(partition->line(), 4);
+  EXPECT_EQ(partition->column(), 16);
+  EXPECT_NE(partition->message().find("expected 1-64 of A-Z a-z 0-9 . _ -"), std::string::npos);
+  const v1::SpecProblem* nodes = Find(r, "resources.slurm.nodes");
+  ASSERT_NE(nodes, nullptr);
+  EXPECT_EQ(nodes->line(), 5);
+  const v1::SpecProblem* time = Find(r, "resources.slurm.time");
+  ASSERT_NE(time, nullptr);
+  EXPECT_EQ(time->line(), 6);
+  EXPECT_NE(time->message().find("D-HH:MM:SS"), std::string::npos) << time->message();
+  const v1::SpecProblem* own = Find(r, "resources.slurm.extra_args[0]");
+  ASSERT_NE(own, nullptr);
+  EXPECT_EQ(own->line(), 7);
+  EXPECT_NE(own->message().find("--output is set by the coordinator"), std::string::npos)
+      << own->message();
+  const v1::SpecProblem* bare = Find(r, "resources.slurm.extra_args[1]");
+  ASSERT_NE(bare, nullptr);
+  EXPECT_NE(bare->message().find("expected a long option"), std::string::npos);
+  const v1::SpecProblem* field = Find(r, "resources.slurm.extra_args[2]");
+  ASSERT_NE(field, nullptr);
+  EXPECT_NE(field->message().find("use resources.slurm.partition instead"), std::string::npos);
+  const v1::SpecProblem* shell = Find(r, "resources.slurm.extra_args[3]");
+  ASSERT_NE(shell, nullptr);
+  EXPECT_NE(shell->message().find("without quotes, $"), std::string::npos) << shell->message();
+  EXPECT_EQ(r.spec.resources().slurm().extra_args_size(), 0);
+}
+
+// A slurm section under the local launcher is a mistake, not ignored.
+TEST(SpecParser, SlurmSectionNeedsTheSlurmLauncher) {
+  SpecParseResult r = Parse("resources:\n  slurm: {partition: gpu}\n");
+  ASSERT_EQ(r.problems.size(), 1u) << FormatProblems(r.problems);
+  EXPECT_EQ(r.problems[0].field(), "resources.slurm");
+  EXPECT_EQ(r.problems[0].line(), 2);
+  EXPECT_NE(r.problems[0].message().find("only with resources.launcher: slurm"), std::string::npos)
+      << r.problems[0].message();
+  SpecParseResult l = Parse("resources: {launcher: pbs}\n");
+  ASSERT_EQ(l.problems.size(), 1u);
+  EXPECT_EQ(l.problems[0].message(), "expected one of local | slurm, got 'pbs'");
+}
+
 // Seeded random mutations of the full spec: the parser never crashes or
 // throws, and returns either a valid spec or at least one problem.
 TEST(SpecParser, MutationFuzz) {

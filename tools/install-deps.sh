@@ -12,6 +12,9 @@ PKGS=(
   prometheus docker-compose bzip2 gzip
   # systemd-analyze, for the deploy check of deploy/systemd (not run as init here).
   systemd
+  # A real one-node Slurm cluster for the Slurm tests and benchmark
+  # (tools/slurm-local.sh, docs/slurm.md; iproute2 for its second node).
+  slurm-wlm munge iproute2
   # Source text and readings for `dgca data synth` (the quickstart corpus).
   unicode-data debian-reference-zh-cn manpages-zh
 )

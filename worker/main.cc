@@ -46,19 +46,31 @@ int RunAgent(dgca::AgentOptions opt, const std::string& token_file) {
   }
   opt.token = *token;
   opt.token_file = token_file;
-  // Block the stop signals in every thread; this one waits for them.
+  // Block the stop signals in every thread; this one waits for them. A
+  // bound agent also takes SIGUSR1 (Slurm's warning before the time limit,
+  // docs/slurm.md) and asks for a checkpoint; released, it stops as on
+  // SIGTERM.
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGTERM);
   sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGUSR1);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  if (!opt.bound_job.empty()) {
+    opt.on_release = [](const std::string&) { kill(getpid(), SIGTERM); };
+  }
   dgca::Agent agent(opt);
   if (auto s = agent.Start(); !s.ok()) {
     std::fprintf(stderr, "error: %s\n", s.ToString().c_str());
     return dgca::kExitUsage;
   }
   int sig = 0;
-  sigwait(&set, &sig);
+  while (true) {
+    sigwait(&set, &sig);
+    if (sig != SIGUSR1) break;
+    spdlog::info("agent: signal {} (a time limit near); asking for a checkpoint", sig);
+    agent.RequestCheckpoint(sig);
+  }
   spdlog::info("agent: signal {}; stopping ranks", sig);
   agent.Stop();
   return dgca::kExitOk;
@@ -88,6 +100,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   agent->add_option("--heartbeat-interval", agent_opt.heartbeat_interval_s, "seconds")
       ->capture_default_str();
+  agent->add_option("--bound-job", agent_opt.bound_job,
+                    "serve only this job and exit when it releases the agent (started by a "
+                    "cluster scheduler: docs/slurm.md); the allocation is SLURM_JOB_ID");
+  agent_opt.allocation_id = EnvOr("SLURM_JOB_ID", "");
   agent_opt.tls_ca_file = EnvOr("DGCA_TLS_CA", "");
   agent->add_option("--tls-ca", agent_opt.tls_ca_file,
                     "PEM root CA: TLS to the coordinator (env DGCA_TLS_CA)");

@@ -26,33 +26,15 @@ field() { sed -n "s/.*\"$1\": *\"\{0,1\}\([^\",}]*\)\"\{0,1\}.*/\1/p" "$DIR/stat
 ADDR=$(field listen)
 TOK="$DIR/state/token"
 echo "coordinator pid $CPID at $ADDR"
-spec() {  # spec NAME STEPS -> path (the integration tests' tiny 2-rank job)
-  cat > "$DIR/$1.yaml" <<YAML
-name: $1
-model: {preset: tiny}
-data:
-  train: $DATA/ecspell/train_law.txt
-  eval: $DATA/ecspell/test_law.txt
-  max_seq_len: 32
-train:
-  steps: $2
-  global_batch: 8
-  eval_every: 0
-  checkpoint_every: 0
-  optimizer: {lr: 1.0e-3}
-resources: {ranks: 2, device: cpu, threads_per_rank: 1}
-tuning: {mode: off}
-YAML
-  echo "$DIR/$1.yaml"
-}
+. bench/control_plane/tiny_spec.sh
 if [ "${SKIP_LATENCY:-0}" != 1 ]; then
 echo "== (a) submit-to-first-step latency, load $(cut -d' ' -f1-3 /proc/loadavg)"
 flock "$LOCK" "$PY" bench/control_plane/latency.py "$B/cli/dgca" "$ADDR" "$TOK" \
-  "$(spec lat 100000)" "$RUNS" | tee "$DIR/latency.jsonl"
+  "$(tiny_spec "$DIR" lat 100000)" "$RUNS" | tee "$DIR/latency.jsonl"
 echo "   load after $(cut -d' ' -f1-3 /proc/loadavg)"
 fi
 echo "== (b) coordinator CPU per 1,000 metric samples"
-JOB=$("$B/cli/dgca" --coordinator "$ADDR" --token-file "$TOK" submit "$(spec ingest 1000000)" | awk '{print $NF}')
+JOB=$("$B/cli/dgca" --coordinator "$ADDR" --token-file "$TOK" submit "$(tiny_spec "$DIR" ingest 1000000)" | awk '{print $NF}')
 for _ in $(seq 1 300); do
   "$B/cli/dgca" --coordinator "$ADDR" --token-file "$TOK" status --json "$JOB" 2>/dev/null |
     grep -q '"state": *"[A-Z_]*RUNNING' && break

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "model/core/confusion.h"
+#include "model/core/files.h"
 #include "model/core/rng.h"
 #include "model/core/strings.h"
 #include "model/core/tokenizer.h"
@@ -28,25 +29,6 @@ constexpr uint64_t kErrorKey = 0x53594E5448455252ull;    // "SYNTHERR"
 // then by frequency in the corpus): realistic and varied enough.
 constexpr int kSubstituteFrom = 8;
 
-Status MakeDirs(const std::string& dir) {
-  if (dir.empty()) return InvalidArgumentError("synth: out_dir is empty");
-  std::string cur;
-  size_t pos = 0;
-  while (pos <= dir.size()) {
-    size_t next = dir.find('/', pos);
-    if (next == std::string::npos) next = dir.size();
-    cur = dir.substr(0, next);
-    if (!cur.empty() && mkdir(cur.c_str(), 0755) != 0 && errno != EEXIST) {
-      return UnavailableError("synth: cannot create directory " + cur + ": " + std::strerror(errno));
-    }
-    pos = next + 1;
-  }
-  struct stat st;
-  if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-    return UnavailableError("synth: " + dir + " is not a directory");
-  }
-  return OkStatus();
-}
 
 // Reads and decompresses `files` (zcat -f passes plain files through).
 Status ReadSources(const std::vector<std::string>& files, std::string* text) {
@@ -314,7 +296,10 @@ Status SynthesizeCorpus(const SynthOptions& o, SynthStats* stats) {
   const Vocab vocab = Vocab::BuildFromLines(used);
   DGCA_ASSIGN_OR_RETURN(ConfusionSet confusion, ConfusionSet::BuildFromUnihan(vocab, o.unihan_path));
 
-  DGCA_RETURN_IF_ERROR(MakeDirs(o.out_dir));
+  if (o.out_dir.empty()) return InvalidArgumentError("synth: out_dir is empty");
+  if (Status st = MakeDirectories(o.out_dir, 0755); !st.ok()) {
+    return UnavailableError("synth: " + st.message());
+  }
   DGCA_RETURN_IF_ERROR(WriteSplit(o.out_dir + "/train.txt", train, 1, o, vocab, confusion,
                                   &st.train_with_errors, &st.substitutions));
   DGCA_RETURN_IF_ERROR(WriteSplit(o.out_dir + "/test.txt", test, 2, o, vocab, confusion,

@@ -495,7 +495,9 @@ StatusOr<TrainResult> Train(const TrainConfig& config, Communicator* comm,
       log(buf);
       last_log = Clock::now();
     }
-    if (config.checkpoint_every > 0 && rep.step % config.checkpoint_every == 0) {
+    const bool asked = observer && observer->CheckpointAtStep() == rep.step;
+    if ((config.checkpoint_every > 0 && rep.step % config.checkpoint_every == 0) || asked) {
+      if (asked) log("checkpoint asked for at step " + std::to_string(rep.step));
       DGCA_RETURN_IF_ERROR(save(rep.step));
     }
     if (config.eval_every > 0 && rep.step % config.eval_every == 0 && rep.step != config.steps) {

@@ -70,6 +70,10 @@ class TrainObserver {
   virtual void OnCheckpoint(const std::string& /*dir*/, int64_t /*step*/) {}
   // Polled once per step; true stops training with CANCELLED.
   virtual bool StopRequested() { return false; }
+  // Polled once per step: save a checkpoint after this step besides those
+  // of checkpoint_every (0 = none). Every rank must return the same step
+  // before reaching it (the coordinator picks it far enough ahead).
+  virtual int64_t CheckpointAtStep() { return 0; }
 };
 
 struct TrainResult {

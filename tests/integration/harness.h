@@ -301,6 +301,9 @@ struct TinySpecOptions {
   std::string eval_file;  // data.eval; empty: ECSpell test_law.txt
   std::string precision;  // train.precision; empty: the default
   int micro_batch = 0;    // with accumulation 1; 0: the planner's choice
+  int checkpoint_every = 0;
+  int max_restarts = 0;
+  std::string resources_extra;  // more resources fields, e.g. "launcher: slurm"
 };
 
 // A tiny job on the shared ECSpell law data: `steps` steps of global batch
@@ -316,7 +319,8 @@ inline std::string WriteTinySpec(const std::string& dir, const std::string& name
     train += "  micro_batch: " + std::to_string(o.micro_batch) + "\n  accumulation: 1\n";
   if (!o.precision.empty()) train += "  precision: " + o.precision + "\n";
   train += "  eval_every: 0\n"
-           "  checkpoint_every: 0\n"
+           "  checkpoint_every: " + std::to_string(o.checkpoint_every) + "\n"
+           "  max_restarts: " + std::to_string(o.max_restarts) + "\n"
            "  optimizer: {lr: 1.0e-3}\n";
   WriteFile(path,
             "name: " + name + "\n"
@@ -328,7 +332,8 @@ inline std::string WriteTinySpec(const std::string& dir, const std::string& name
             "  max_seq_len: 32\n" +
             train +
             "resources: {ranks: " + std::to_string(o.ranks) + ", device: " + o.device +
-            ", threads_per_rank: 1}\n" +
+            ", threads_per_rank: 1" +
+            (o.resources_extra.empty() ? std::string() : ", " + o.resources_extra) + "}\n" +
             (o.backend.empty() ? std::string() : "comm: {backend: " + o.backend + "}\n") +
             "tuning: {mode: off}\n");
   return path;

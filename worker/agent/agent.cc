@@ -30,6 +30,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "dgca/v1/agent.grpc.pb.h"
+#include "model/core/files.h"
 #include "proto/rpc/rpc_util.h"
 #include "worker/agent/rank_process.h"
 #include "topology/probe.h"
@@ -73,22 +74,8 @@ std::string ResolveWorkerBinary(const std::string& given) {
 
 }  // namespace
 
-// mkdir -p.
 absl::Status MakeDirs(const std::string& path) {
-  if (path.empty()) return absl::OkStatus();
-  std::string cur;
-  size_t i = 0;
-  while (i <= path.size()) {
-    size_t j = path.find('/', i);
-    if (j == std::string::npos) j = path.size();
-    cur = path.substr(0, j);
-    if (!cur.empty() && mkdir(cur.c_str(), 0755) != 0 && errno != EEXIST) {
-      return absl::PermissionDeniedError(
-          absl::StrCat("cannot create directory ", cur, ": ", strerror(errno)));
-    }
-    i = j + 1;
-  }
-  return absl::OkStatus();
+  return ToAbsl(MakeDirectories(path, 0755));
 }
 
 absl::Status Agent::Impl::Start() {
@@ -103,7 +90,11 @@ absl::Status Agent::Impl::Start() {
   if (opt_.heartbeat_interval_s <= 0) opt_.heartbeat_interval_s = 2;
   if (auto s = MakeDirs(opt_.state_dir); !s.ok()) return s;
 
-  node_ = opt_.node_name.empty() ? Hostname() : opt_.node_name;
+  node_ = !opt_.node_name.empty() ? opt_.node_name
+          : opt_.bound_job.empty() ? Hostname()
+                                   : absl::StrCat(Hostname(), "-slurm",
+                                                  opt_.allocation_id.empty() ? opt_.bound_job
+                                                                             : opt_.allocation_id);
   worker_binary_ = ResolveWorkerBinary(opt_.worker_binary);
   rank_token_file_ = opt_.token_file;
   if (rank_token_file_.empty()) {
@@ -286,6 +277,8 @@ void Agent::Impl::ConnectLoop() {
     }
     v1::AgentMessage reg;
     reg.mutable_register_()->set_node(node_);
+    reg.mutable_register_()->set_bound_job(opt_.bound_job);
+    reg.mutable_register_()->set_allocation_id(opt_.allocation_id);
     *reg.mutable_register_()->mutable_topology() = topology_;
     for (const auto& r : Running()) *reg.mutable_register_()->add_running() = r;
     bool ok;
@@ -348,6 +341,18 @@ void Agent::Impl::HeartbeatLoop() {
   }
 }
 
+void Agent::Impl::RequestCheckpoint(int sig) {
+  // The ranks got the signal too (Slurm signals every process of the step)
+  // and only note it: one rank saving on its own would not make a whole
+  // checkpoint. The coordinator picks one step for all of them.
+  if (opt_.bound_job.empty()) return;
+  v1::AgentMessage m;
+  m.mutable_checkpoint()->set_job_id(opt_.bound_job);
+  m.mutable_checkpoint()->set_reason(absl::StrCat("signal ", sig, " from the cluster scheduler to ",
+                                                  node_, " (its time limit is near)"));
+  if (!Send(m)) spdlog::warn("agent {}: could not ask for a checkpoint (not connected)", node_);
+}
+
 std::vector<v1::RunningRank> Agent::Impl::Running() const {
   absl::MutexLock l(&mu_);
   std::vector<v1::RunningRank> out;
@@ -393,6 +398,14 @@ void Agent::Impl::Execute(const v1::CoordinatorCommand& cmd) {
       StopJob(cmd.stop().job_id(), cmd.stop().grace_seconds(),
               std::set<int>(cmd.stop().attempts().begin(), cmd.stop().attempts().end()));
       break;
+    case v1::CoordinatorCommand::kRelease: {
+      // A bound agent's job is done with this allocation: its ranks go, then
+      // the program exits, which ends the Slurm step.
+      spdlog::info("agent {}: released by the coordinator: {}", node_, cmd.release().reason());
+      if (!opt_.bound_job.empty()) StopJob(opt_.bound_job, 3.0);
+      if (opt_.on_release) opt_.on_release(cmd.release().reason());
+      break;
+    }
     default:
       spdlog::warn("agent {}: ignoring an empty or unknown command", node_);
   }
@@ -407,5 +420,6 @@ std::string Agent::node_name() const { return impl_->node_name(); }
 bool Agent::connected() const { return impl_->connected(); }
 std::vector<v1::RunningRank> Agent::Running() const { return impl_->Running(); }
 void Agent::Execute(const v1::CoordinatorCommand& cmd) { impl_->Execute(cmd); }
+void Agent::RequestCheckpoint(int sig) { impl_->RequestCheckpoint(sig); }
 
 }  // namespace dgca

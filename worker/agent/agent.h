@@ -42,6 +42,7 @@
 
 #include <sys/types.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -76,6 +77,18 @@ struct AgentOptions {
   };
   std::vector<AdoptRank> adopt;
 
+  // An agent a cluster scheduler started for one job (`--bound-job`,
+  // docs/slurm.md): it registers with the job and `allocation_id` (Slurm's
+  // job id of its allocation, SLURM_JOB_ID), refuses other jobs' ranks, and
+  // is released by the coordinator when the job is done with it. Its node
+  // name defaults to HOSTNAME-slurmALLOCATION, unique per allocation.
+  std::string bound_job;
+  std::string allocation_id;
+  // Called (from the stream's thread) when the coordinator releases this
+  // agent, after its ranks were told to stop; the program then stops the
+  // agent and exits. Unset: the agent stops taking commands and waits.
+  std::function<void(const std::string& reason)> on_release;
+
   // Test hook: when non-empty, replaces the argv built for a rank. The
   // strings may contain {job}, {rank}, {attempt}, {coordinator},
   // {token_file}, which are substituted.
@@ -106,6 +119,11 @@ class Agent {
   // say how they ended), for an agent started with `adopt` listing them to
   // supervise again. Stop() after Detach() (or the reverse) does nothing.
   void Detach();
+
+  // A bound agent's answer to the cluster scheduler's time-limit warning
+  // (SIGUSR1 `sig`): asks the coordinator to pick a step at which every rank
+  // of the job saves a checkpoint (docs/slurm.md). Unbound agents do nothing.
+  void RequestCheckpoint(int sig);
 
   // The name this agent registers under.
   std::string node_name() const;

@@ -40,6 +40,7 @@ class Agent::Impl {
   // stop_ranks = false: Detach (agent.h).
   void Stop(bool stop_ranks = true);
   void Execute(const v1::CoordinatorCommand& cmd);
+  void RequestCheckpoint(int sig);
   std::vector<v1::RunningRank> Running() const;
   bool connected() const { return connected_.load(); }
   std::string node_name() const { return node_; }
@@ -119,7 +120,7 @@ class Agent::Impl {
   std::thread connect_thread_, heartbeat_thread_, reaper_thread_;
 };
 
-// mkdir -p.
+// mkdir -p (model/core/files.h), mode 0755.
 absl::Status MakeDirs(const std::string& path);
 
 }  // namespace dgca

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -114,6 +115,10 @@ void Agent::Impl::Launch(const v1::LaunchRank& l) {
     ReportExit(e);
   };
   if (!SafeName(l.job_id())) return fail("job id must be [A-Za-z0-9._-], 1-128 characters");
+  if (!opt_.bound_job.empty() && l.job_id() != opt_.bound_job) {
+    return fail(absl::StrCat("this agent is bound to job ", opt_.bound_job,
+                             " (started for its allocation); it runs no other job's ranks"));
+  }
   if (l.rank() < 0) return fail("rank must be >= 0");
   std::string refusal;  // reported after mu_ is released (ReportExit takes stream_mu_)
   {
@@ -224,9 +229,18 @@ void Agent::Impl::Launch(const v1::LaunchRank& l) {
   int fork_errno = 0;
   {
     absl::MutexLock g(&mu_);  // the reaper must not see the pid first
+    const pid_t agent_pid = getpid();
+    const bool bound = !opt_.bound_job.empty();
     pid = fork();
     if (pid == 0) {
       setpgid(0, 0);
+      // A bound agent's ranks belong to its allocation: they end with the
+      // agent (SIGTERM), as the rest of a Slurm step does, rather than train
+      // on unsupervised once Slurm has taken the allocation back.
+      if (bound) {
+        prctl(PR_SET_PDEATHSIG, SIGTERM);
+        if (getppid() != agent_pid) _exit(127);  // the agent died before prctl
+      }
       // Default signal handling and an empty mask in the rank.
       sigset_t none;
       sigemptyset(&none);

@@ -41,6 +41,13 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 volatile sig_atomic_t g_signalled = 0;
+// SIGUSR1: the cluster scheduler's warning that the time limit is near
+// (Slurm sends it to every process of the step, docs/slurm.md). The agent
+// asks the coordinator for a checkpoint step all ranks agree on; a rank on
+// its own only notes it (its default action would end the rank).
+volatile sig_atomic_t g_time_limit_warned = 0;
+
+void OnTimeLimitWarning(int) { g_time_limit_warned = 1; }
 
 void OnSignal(int sig) {
   if (g_signalled) {
@@ -208,8 +215,8 @@ class MetricsSender {
 class RankObserver : public TrainObserver {
  public:
   RankObserver(const RankArgs& a, MetricsSender* sender, std::atomic<bool>* stop,
-               std::atomic<int64_t>* step, GpuMetrics* gpu)
-      : a_(a), sender_(sender), stop_(stop), step_(step), gpu_(gpu) {}
+               std::atomic<int64_t>* step, std::atomic<int64_t>* checkpoint_at, GpuMetrics* gpu)
+      : a_(a), sender_(sender), stop_(stop), step_(step), checkpoint_at_(checkpoint_at), gpu_(gpu) {}
 
   void OnStep(const StepReport& r) override {
     step_->store(r.step);
@@ -279,6 +286,7 @@ class RankObserver : public TrainObserver {
     Log(a_.rank, "checkpoint at step %d: %s", step, dir);
   }
   bool StopRequested() override { return stop_->load() || g_signalled != 0; }
+  int64_t CheckpointAtStep() override { return checkpoint_at_->load(); }
   // Device memory in use (bytes, -1 = unknown) for when NVML has no reading.
   void set_device_memory_reader(std::function<double()> f) { device_memory_ = std::move(f); }
 
@@ -287,6 +295,7 @@ class RankObserver : public TrainObserver {
   MetricsSender* sender_;
   std::atomic<bool>* stop_;
   std::atomic<int64_t>* step_;
+  std::atomic<int64_t>* checkpoint_at_;  // from the heartbeats (0 = none)
   GpuMetrics* gpu_;
   // A value read at most once per second (the first call always reads; a
   // reading of -1, unknown, is kept as any other).
@@ -382,6 +391,11 @@ void InstallRankSignalHandlers() {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGINT, &sa, nullptr);
+  struct sigaction usr1 {};
+  usr1.sa_handler = OnTimeLimitWarning;
+  sigemptyset(&usr1.sa_mask);
+  usr1.sa_flags = SA_RESTART;
+  sigaction(SIGUSR1, &usr1, nullptr);
 }
 
 int RunRank(const RankArgs& a) {
@@ -453,6 +467,7 @@ int RunRank(const RankArgs& a) {
   std::atomic<bool> unreachable{false};
   std::atomic<bool> rejected{false};
   std::atomic<int64_t> step{0};
+  std::atomic<int64_t> checkpoint_at{0};  // RankHeartbeatResponse.checkpoint_at_step
   struct StopReason {
     absl::Mutex mu;
     std::string text ABSL_GUARDED_BY(mu);
@@ -469,6 +484,11 @@ int RunRank(const RankArgs& a) {
         hb_mu.AwaitWithTimeout(absl::Condition(&finished), absl::Seconds(a.heartbeat_interval_s));
         if (done.load()) return;
       }
+      if (g_time_limit_warned) {
+        g_time_limit_warned = 0;
+        Log(a.rank, "SIGUSR1: the time limit is near; checkpointing at the step the coordinator "
+                    "picks for all ranks");
+      }
       grpc::ClientContext ctx;
       AddAuth(&ctx, *token);
       ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
@@ -481,6 +501,10 @@ int RunRank(const RankArgs& a) {
       grpc::Status s = stub->Heartbeat(&ctx, req, &resp);
       if (s.ok()) {
         last_ok = Clock::now();
+        if (resp.checkpoint_at_step() > 0 && resp.checkpoint_at_step() != checkpoint_at.load()) {
+          Log(a.rank, "checkpoint asked for after step %d", resp.checkpoint_at_step());
+          checkpoint_at = resp.checkpoint_at_step();
+        }
         if (resp.stop() && !stop.load()) {
           absl::MutexLock l(&stop_reason.mu);
           stop_reason.text = resp.reason().empty() ? "the coordinator asked this rank to stop"
@@ -526,7 +550,7 @@ int RunRank(const RankArgs& a) {
   if (gpu->device() >= 0 && !gpu->available()) {
     Log(a.rank, "GPU %d metrics unavailable: %s", gpu->device(), gpu->error());
   }
-  RankObserver observer(a, &sender, &stop, &step, gpu.get());
+  RankObserver observer(a, &sender, &stop, &step, &checkpoint_at, gpu.get());
 
   // The CUDA trainer's context comes first: NCCL orders its collectives
   // after the model's stream (NcclOptions::compute_stream).

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Submit-to-first-step of one 2-rank CPU job on a local agent and through
+# Slurm (resources.launcher: slurm, one node), side by side on one
+# coordinator in one run (docs/slurm.md, bench/control_plane/README.md).
+#
+# Starts a real Slurm (tools/slurm-local.sh, needs root), a coordinator
+# without its embedded agent, and one `dgca-worker agent` joined to it (the
+# local case, already running as local agents are). Runs are interleaved
+# local, slurm, local, slurm, ... so that load drifts hit both alike.
+# Usage: bench/control_plane/slurm_vs_local.sh [runs=5]
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+RUNS=${1:-5}
+PY=${PYTHON:-python3}
+DATA=${DGCA_SHARED_DATA:-/work/shared/data}
+tools/build.sh dgca dgca-coordinator dgca-worker >/dev/null
+B=$PWD/build
+DIR=$(mktemp -d /tmp/dgca-slurm-bench.XXXXXX)
+chmod 755 "$DIR"  # munged runs as user munge (tools/slurm-local.sh)
+cleanup() {
+  [ -z "${APID:-}" ] || kill "$APID" 2>/dev/null || true
+  [ -z "${CPID:-}" ] || kill "$CPID" 2>/dev/null || true
+  wait 2>/dev/null || true
+  tools/slurm-local.sh stop "$DIR/slurm" >/dev/null 2>&1 || true
+  rm -rf "$DIR"
+}
+trap cleanup EXIT
+out=$(tools/slurm-local.sh start "$DIR/slurm")
+eval "export $(grep -E '^(SLURM_CONF|SLURM_NODES|DGCA_ADVERTISE_HOST|DGCA_GLOO_IFACE)=' <<<"$out" | tr '\n' ' ')"
+echo "slurm: $SLURM_NODES node(s), $(sinfo -h -N -o '%N %T' | tr '\n' ' ')"
+PORT=$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+ADDR="$DGCA_ADVERTISE_HOST:$PORT"
+mkdir -p "$DIR/state"
+"$B/coordinator/dgca-coordinator" --listen "$ADDR" --metrics-listen 127.0.0.1:0 \
+  --state-dir "$DIR/state" --no-local-agent --worker-binary "$B/worker/dgca-worker" \
+  > "$DIR/coordinator.log" 2>&1 &
+CPID=$!
+for _ in $(seq 1 300); do [ -f "$DIR/state/coordinator.json" ] && break; sleep 0.1; done
+TOK="$DIR/state/token"
+"$B/worker/dgca-worker" agent --coordinator "$ADDR" --token-file "$TOK" --node-name local \
+  --state-dir "$DIR/agent" > "$DIR/agent.log" 2>&1 &
+APID=$!
+for _ in $(seq 1 100); do
+  "$B/cli/dgca" --coordinator "$ADDR" --token-file "$TOK" nodes 2>/dev/null | grep -q '^local ' && break
+  sleep 0.1
+done
+. bench/control_plane/tiny_spec.sh
+LOCAL=$(tiny_spec "$DIR" local 100000)
+SLURM=$(tiny_spec "$DIR" slurm 100000 ", launcher: slurm, slurm: {nodes: 1}")
+echo "== submit-to-first-step, $RUNS runs each, load $(cut -d' ' -f1-3 /proc/loadavg)"
+: > "$DIR/runs.jsonl"
+for i in $(seq 1 "$RUNS"); do
+  "$PY" bench/control_plane/latency.py "$B/cli/dgca" "$ADDR" "$TOK" "$LOCAL" 1 local |
+    grep -v summary | tee -a "$DIR/runs.jsonl"
+  "$PY" bench/control_plane/latency.py "$B/cli/dgca" "$ADDR" "$TOK" "$SLURM" 1 slurm |
+    grep -v summary | tee -a "$DIR/runs.jsonl"
+done
+echo "   load after $(cut -d' ' -f1-3 /proc/loadavg)"
+"$PY" - "$DIR/runs.jsonl" <<'PYEOF'
+import json, statistics, sys
+runs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+def med(label, key):
+    xs = [r[key] for r in runs if r["label"] == label and r.get(key) is not None]
+    return statistics.median(xs) if xs else None
+def first_all(r):
+    v = list(r["first_step_s"].values())
+    return max(v) if len(v) == 2 else None
+for r in runs:
+    r["first_all"] = first_all(r)
+fmt = lambda x: "-" if x is None else f"{x:.2f}"
+print("| launcher | runs | submit returned (s) | Slurm job id seen (s) | Slurm RUNNING seen (s) | dgca RUNNING (s) | both ranks' first step (s) |")
+print("|---|---|---|---|---|---|---|")
+for label in ("local", "slurm"):
+    n = sum(1 for r in runs if r["label"] == label and r["first_all"] is not None)
+    print(f"| {label} | {n} | {fmt(med(label, 'submit_returned_s'))} | {fmt(med(label, 'slurm_job_seen_s'))} "
+          f"| {fmt(med(label, 'slurm_running_seen_s'))} | {fmt(med(label, 'running_s'))} | {fmt(med(label, 'first_all'))} |")
+l, s = med("local", "first_all"), med("slurm", "first_all")
+if l and s:
+    print(f"\nSlurm / local first step: {s / l:.2f}x; the Slurm overhead is {s - l:.2f} s (median)")
+PYEOF
