@@ -56,8 +56,8 @@ for i in $(seq 1 "$RUNS"); do
     grep -v summary | tee -a "$DIR/runs.jsonl"
 done
 echo "   load after $(cut -d' ' -f1-3 /proc/loadavg)"
-"$PY" - "$DIR/runs.jsonl" <<'PYEOF'
-import json, statistics, sys
+"$PY" - "$DIR/runs.jsonl" "$DIR/coordinator.log" "$DIR/slurm/log/slurmctld.log" <<'PYEOF'
+import datetime, json, re, statistics, sys
 runs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 def med(label, key):
     xs = [r[key] for r in runs if r["label"] == label and r.get(key) is not None]
@@ -77,4 +77,45 @@ for label in ("local", "slurm"):
 l, s = med("local", "first_all"), med("slurm", "first_all")
 if l and s:
     print(f"\nSlurm / local first step: {s / l:.2f}x; the Slurm overhead is {s - l:.2f} s (median)")
+
+# Where the Slurm jobs' time went, from the coordinator's and slurmctld's
+# logs (one clock): sbatch -> slurmctld allocates -> the agent registers ->
+# the ranks are launched.
+def ts(text):
+    return datetime.datetime.fromisoformat(text.replace("T", " ")).timestamp()
+submitted, allocated, registered, running, slurm_of = {}, {}, {}, {}, {}
+for line in open(sys.argv[2], errors="replace"):
+    m = re.match(r"\[([\d-]+ [\d:.]+)\] \[info\] job (\S+): attempt \d+ submitted to Slurm as job (\d+)", line)
+    if m:
+        slurm_of[m.group(2)] = m.group(3)
+        continue
+    m = re.match(r"\[([\d-]+ [\d:.]+)\] \[info\] node \S+-slurm(\d+) registered", line)
+    if m:
+        registered.setdefault(m.group(2), ts(m.group(1)))
+        continue
+    m = re.match(r"\[([\d-]+ [\d:.]+)\] \[info\] job (\S+): \[state\] RUNNING running", line)
+    if m:
+        running.setdefault(m.group(2), ts(m.group(1)))
+for line in open(sys.argv[3], errors="replace"):
+    m = re.match(r"\[([\dT:.-]+)\] _slurm_rpc_submit_batch_job: JobId=(\d+)", line)
+    if m:
+        submitted[m.group(2)] = ts(m.group(1))
+        continue
+    m = re.match(r"\[([\dT:.-]+)\] (?:sched: Allocate|backfill: Started) JobId=(\d+)", line)
+    if m:
+        allocated.setdefault(m.group(2), ts(m.group(1)))
+queue, launch, dgca = [], [], []
+for job, sid in slurm_of.items():
+    if sid in submitted and sid in allocated:
+        queue.append(allocated[sid] - submitted[sid])
+    if sid in allocated and sid in registered:
+        launch.append(registered[sid] - allocated[sid])
+    if sid in registered and job in running:
+        dgca.append(running[job] - registered[sid])
+if queue and launch and dgca:
+    print("\n| Slurm job's stage (median of %d) | seconds |" % len(queue))
+    print("|---|---|")
+    print(f"| sbatch accepted -> slurmctld allocates the node | {statistics.median(queue):.3f} |")
+    print(f"| allocated -> batch script, srun, agent started and registered | {statistics.median(launch):.3f} |")
+    print(f"| agent registered -> plan made and ranks launched (dgca) | {statistics.median(dgca):.3f} |")
 PYEOF
