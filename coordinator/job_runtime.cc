@@ -14,6 +14,8 @@ const char* StopActionName(StopAction a) {
       return "cancel";
     case StopAction::kRestart:
       return "restart";
+    case StopAction::kReplan:
+      return "re-plan";
     default:
       return "failure";
   }

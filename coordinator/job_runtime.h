@@ -10,6 +10,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -23,8 +24,10 @@
 
 namespace dgca {
 
-enum class StopAction { kNone, kRestart, kFail, kCancel };
-// "cancel", "restart", "failure" (the word in "stop" events).
+// kReplan: a stop at a checkpoint to move the job to a new plan
+// (coordinator/replan.h); not a failure, not counted against max_restarts.
+enum class StopAction { kNone, kRestart, kFail, kCancel, kReplan };
+// "cancel", "restart", "failure", "re-plan" (the word in "stop" events).
 const char* StopActionName(StopAction a);
 
 struct RankRt {
@@ -117,8 +120,13 @@ struct JobRt {
   // uses now (-1 before its first), and what Slurm last said of it.
   int allocation_attempt = -1;
   v1::LauncherStatus launcher;
-  // A step every rank checkpoints after (a time limit's warning); 0 = none.
+  // A step every rank checkpoints after (a time limit's warning, a
+  // re-plan); 0 = none.
   int64_t checkpoint_at = 0;
+  // The plan the job moves to once the checkpoint at checkpoint_at is
+  // written (coordinator/replan.h); at most once per job (replanned).
+  std::optional<v1::Plan> replan;
+  bool replanned = false;
 };
 
 // Whether the job's ranks run in a Slurm allocation (resources.launcher).

@@ -225,6 +225,13 @@ absl::Status JobStore::Init() {
            " peak_bytes REAL NOT NULL, time_ms INTEGER NOT NULL)",
            "CREATE INDEX IF NOT EXISTS memory_measurements_key"
            " ON memory_measurements(key, time_ms)",
+           // What finished jobs reached of the compute prior's ideal time,
+           // per device class (planner/compute_prior.h).
+           "CREATE TABLE IF NOT EXISTS efficiency_measurements ("
+           " job_id TEXT PRIMARY KEY, device_class TEXT NOT NULL, micro_batch INTEGER NOT NULL,"
+           " efficiency REAL NOT NULL, time_ms INTEGER NOT NULL)",
+           "CREATE INDEX IF NOT EXISTS efficiency_measurements_class"
+           " ON efficiency_measurements(device_class, time_ms)",
            // Allocations of launcher: slurm jobs, one per attempt (tables of
            // their own: older databases get them without a migration).
            "CREATE TABLE IF NOT EXISTS allocations ("
@@ -687,6 +694,38 @@ absl::StatusOr<std::vector<MemoryMeasurement>> JobStore::MemoryMeasurements(
     if (seen.insert(m.micro_batch).second) out.push_back(std::move(m));
   }
   if (rc != SQLITE_ROW && rc != SQLITE_DONE) return Error("reading memory measurements");
+  return out;
+}
+
+absl::Status JobStore::AddEfficiencyMeasurement(const EfficiencyMeasurement& m) {
+  absl::MutexLock lock(&mu_);
+  Stmt q(db_, "INSERT OR REPLACE INTO efficiency_measurements"
+              " (job_id, device_class, micro_batch, efficiency, time_ms) VALUES (?,?,?,?,?)");
+  q.BindText(1, m.job_id).BindText(2, m.device_class).Bind(3, int64_t{m.micro_batch});
+  q.BindDouble(4, m.efficiency).Bind(5, m.time_unix_ms > 0 ? m.time_unix_ms : NowUnixMs());
+  if (q.Step() != SQLITE_DONE) return Error("storing an efficiency measurement");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<EfficiencyMeasurement>> JobStore::EfficiencyMeasurements(
+    const std::string& device_class, int limit) {
+  absl::MutexLock lock(&mu_);
+  Stmt q(db_, "SELECT job_id, micro_batch, efficiency, time_ms FROM efficiency_measurements"
+              " WHERE device_class=? ORDER BY time_ms DESC, rowid DESC LIMIT ?");
+  if (!q.ok()) return Error("preparing efficiency measurement query");
+  q.BindText(1, device_class).Bind(2, int64_t{limit});
+  std::vector<EfficiencyMeasurement> out;
+  int rc = SQLITE_DONE;
+  while ((rc = q.Step()) == SQLITE_ROW) {
+    EfficiencyMeasurement m;
+    m.job_id = q.Str(0);
+    m.device_class = device_class;
+    m.micro_batch = static_cast<int32_t>(q.Int(1));
+    m.efficiency = q.Double(2);
+    m.time_unix_ms = q.Int(3);
+    out.push_back(std::move(m));
+  }
+  if (rc != SQLITE_DONE) return Error("reading efficiency measurements");
   return out;
 }
 

@@ -90,6 +90,18 @@ struct MemoryMeasurement {
   int64_t time_unix_ms = 0;
 };
 
+// What a finished job's compute reached of the compute prior's ideal time
+// on its device class (table efficiency_measurements; planner/
+// compute_prior.h): the efficiency the next plan on that class, of any
+// model, predicts with.
+struct EfficiencyMeasurement {
+  std::string job_id;
+  std::string device_class;  // Plan.compute_device_class
+  int32_t micro_batch = 0;
+  double efficiency = 0;     // ideal c(m) / measured c(m)
+  int64_t time_unix_ms = 0;
+};
+
 // A job's allocation in a cluster scheduler (table allocations): the
 // attempt it serves and the scheduler's id of it, so that a restarted
 // coordinator finds it again instead of asking for another.
@@ -199,6 +211,12 @@ class JobStore {
   absl::Status AddMemoryMeasurement(const MemoryMeasurement& m);
   absl::StatusOr<std::vector<MemoryMeasurement>> MemoryMeasurements(const std::string& key,
                                                                     int limit);
+  // Efficiency measurements: one row per job (a second replaces the first);
+  // EfficiencyMeasurements gives the newest `limit` of `device_class`,
+  // newest first (empty when there is none).
+  absl::Status AddEfficiencyMeasurement(const EfficiencyMeasurement& m);
+  absl::StatusOr<std::vector<EfficiencyMeasurement>> EfficiencyMeasurements(
+      const std::string& device_class, int limit);
   // The newest jobs' all-reduce skews for comm_key, newest first.
   // Allocations (a launcher: slurm job's, one per attempt; a second record
   // of the same attempt replaces the first).

@@ -60,6 +60,10 @@ int main(int argc, char** argv) {
                  "fails \"cannot restart\" (0 = fail at once)")
       ->capture_default_str()
       ->check(Seconds(/*zero_ok=*/true));
+  app.add_option("--link-prior-busbw", opt.link_prior_busbw,
+                 "all-reduce bus bandwidth (bytes/s) the planner assumes where nothing was "
+                 "measured, instead of the topology's prior (what-if planning; tests)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--worker-binary", opt.worker_binary,
                  "dgca-worker used by the embedded agent (default: next to this program)");
   app.add_option("--node-name", opt.node_name, "node name of the embedded agent (default: hostname)");

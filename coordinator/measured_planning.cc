@@ -20,6 +20,7 @@ constexpr int kMaxStepPoints = 6;
 constexpr int kMaxMemoryPoints = 4;
 // Jobs whose all-reduce skew is taken into a plan (median).
 constexpr int kMaxSkewJobs = 5;
+constexpr int kMaxEfficiencyJobs = 5;
 
 std::string UtcTime(int64_t unix_ms) {
   return absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", absl::FromUnixMillis(unix_ms),
@@ -118,6 +119,28 @@ bool AddMemoryPoints(JobStore* store, const std::string& memory_key, const std::
   return true;
 }
 
+// The compute prior's efficiency on `device_class`: the median of the
+// newest kMaxEfficiencyJobs jobs' there (one disturbed job moves it less).
+bool AddEfficiency(JobStore* store, const std::string& device_class, PlannerMeasurements* meas) {
+  if (device_class.empty()) return false;
+  auto rows = store->EfficiencyMeasurements(device_class, kMaxEfficiencyJobs);
+  if (!rows.ok() || rows->empty()) return false;
+  std::vector<double> e;
+  std::vector<std::string> from;
+  for (const EfficiencyMeasurement& r : *rows) {
+    e.push_back(r.efficiency);
+    from.push_back(absl::StrFormat("%s %.3f at micro-batch %d", r.job_id, r.efficiency,
+                                   r.micro_batch));
+  }
+  std::sort(e.begin(), e.end());
+  meas->compute_efficiency =
+      e.size() % 2 ? e[e.size() / 2] : 0.5 * (e[e.size() / 2 - 1] + e[e.size() / 2]);
+  meas->compute_efficiency_source =
+      absl::StrFormat("the median of the newest %d job(s) on %s (%s)", static_cast<int>(e.size()),
+                      device_class, absl::StrJoin(from, ", "));
+  return true;
+}
+
 }  // namespace
 
 std::string StepKey(const v1::JobSpec& spec, const v1::Plan& plan, const std::string& node_set) {
@@ -153,20 +176,21 @@ std::string CommKey(const std::string& node_set, const v1::Plan& plan) {
 absl::StatusOr<v1::Plan> PlanMeasured(JobStore* store, const v1::JobSpec& spec,
                                       const std::vector<v1::Topology>& topo,
                                       TrialRunner* trials, const std::string& node_set_key,
-                                      bool* step_measured) {
+                                      bool* step_measured, const PlannerMeasurements& base) {
   if (step_measured != nullptr) *step_measured = false;
-  auto plan = MakePlan(spec, topo, PlannerMeasurements{});
+  auto plan = MakePlan(spec, topo, base);
   if (!plan.ok() || spec.kind() == "comm_probe") return plan;
   std::set<std::string> nodes(plan->rank_nodes().begin(), plan->rank_nodes().end());
   nodes.erase("");
   if (nodes.empty() && !topo.empty()) nodes.insert(topo[0].node());
   const std::string node_set = node_set_key.empty() ? absl::StrJoin(nodes, ",") : node_set_key;
-  PlannerMeasurements meas;
+  PlannerMeasurements meas = base;
   bool measured = false;
   if (plan->ranks() >= 2 && AddCommMeasurement(store, node_set, *plan, &meas)) {
     measured = true;
     AddSkew(store, CommKey(node_set, *plan), &meas);
   }
+  measured |= AddEfficiency(store, plan->compute_device_class(), &meas);
   const bool steps = AddStepPoints(store, StepKey(spec, *plan, node_set), &meas);
   measured |= steps;
   measured |= AddMemoryPoints(store, MemoryKey(spec, *plan, node_set), "", &meas.memory_points,

@@ -51,11 +51,14 @@ std::string CommKey(const std::string& node_set, const v1::Plan& plan);
 // files them under its partition: coordinator/job_runtime.h SlurmNodeSet).
 // `step_measured` (optional) is set to whether the plan's step time comes
 // from earlier jobs' measured compute rather than the cost model alone.
+// `base`: what both plans start from (the operator's overrides,
+// PlannerMeasurements.link_prior_busbw).
 absl::StatusOr<v1::Plan> PlanMeasured(JobStore* store, const v1::JobSpec& spec,
                                       const std::vector<v1::Topology>& topo,
                                       TrialRunner* trials = nullptr,
                                       const std::string& node_set = "",
-                                      bool* step_measured = nullptr);
+                                      bool* step_measured = nullptr,
+                                      const PlannerMeasurements& base = {});
 
 }  // namespace dgca
 

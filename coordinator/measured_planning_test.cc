@@ -7,6 +7,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "coordinator/plan_checks.h"
+#include "planner/compute_prior.h"
 #include "gtest/gtest.h"
 
 namespace dgca {
@@ -96,6 +98,65 @@ TEST(PlanMeasured, PredictsFromAStoredComputeMeasurement) {
     cited |= absl::StrContains(d.reason(), "measured by earlier jobs of this model on these nodes") &&
              absl::StrContains(d.reason(), "j-earlier");
   EXPECT_TRUE(cited);
+  store->reset();
+  std::filesystem::remove_all(dir);
+}
+
+// The efficiency one finished job reached on a device class (the review
+// stores it) serves the first plan of another model on that class: its
+// prediction scales with it and cites the job.
+TEST(PlanMeasured, EfficiencyLearnedOnADeviceClassServesAnotherModel) {
+  char tmpl[] = "/tmp/dgca-measured-planning-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  auto store = JobStore::Open(dir + "/dgca.db");
+  ASSERT_TRUE(store.ok()) << store.status();
+  v1::Topology node;
+  node.set_node("n1");
+  node.set_cpu_count(2);
+  node.set_memory_bytes(8ull << 30);
+  node.set_cpu_model("Test CPU");
+  node.set_cpu_gemm_flops_one_thread(30e9);
+  node.set_cpu_gemm_flops_all_threads(34e9);
+  v1::JobSpec tiny;
+  tiny.mutable_model()->set_preset("tiny");
+  tiny.mutable_data()->set_max_seq_len(40);
+  tiny.mutable_train()->set_global_batch(8);
+  tiny.mutable_resources()->set_ranks(1);
+  tiny.mutable_resources()->set_device("cpu");
+  auto job_plan = PlanMeasured(store->get(), tiny, {node});
+  ASSERT_TRUE(job_plan.ok()) << job_plan.status();
+  EXPECT_EQ(job_plan->compute_source(), "prior");
+  EXPECT_EQ(job_plan->compute_device_class(), "cpu Test CPU x2");
+  // The job ran at half the prior's speed: its review stores the efficiency.
+  const double predicted = job_plan->predicted_step_seconds();
+  std::vector<StepSample> samples(30);
+  for (auto& x : samples) x.step_seconds = 2 * predicted;
+  PlanReview review = ReviewPlan("j-tiny", tiny, *job_plan, samples, "n1", v1::SUCCEEDED, "",
+                                 false, NowUnixMs());
+  ASSERT_TRUE(review.efficiency.has_value());
+  EXPECT_NEAR(review.efficiency->efficiency, kCpuEfficiencyOfRecord / 2, 1e-3);
+  const std::string text = RecordReview(store->get(), review);
+  EXPECT_TRUE(absl::StrContains(text, "efficiency 0.350 of the ideal on cpu Test CPU x2")) << text;
+
+  // Another model on the same class: planned with the learned efficiency.
+  v1::JobSpec small = tiny;
+  small.mutable_model()->set_preset("small");
+  auto record = MakePlan(small, {node}, PlannerMeasurements{});
+  auto learned = PlanMeasured(store->get(), small, {node});
+  ASSERT_TRUE(record.ok() && learned.ok());
+  EXPECT_EQ(learned->compute_source(), "prior");
+  EXPECT_NEAR(learned->predicted_step_seconds() / record->predicted_step_seconds(), 2, 1e-3);
+  bool cited = false;
+  for (const auto& d : learned->decisions())
+    cited |= absl::StrContains(d.reason(), "the median of the newest 1 job(s) on cpu Test CPU x2") &&
+             absl::StrContains(d.reason(), "j-tiny 0.350");
+  EXPECT_TRUE(cited);
+  // An implausible efficiency (more than 10x the ideal) is not stored.
+  for (auto& x : samples) x.step_seconds = predicted / 100;
+  EXPECT_FALSE(ReviewPlan("j-odd", tiny, *job_plan, samples, "n1", v1::SUCCEEDED, "", false,
+                          NowUnixMs())
+                   .efficiency.has_value());
   store->reset();
   std::filesystem::remove_all(dir);
 }

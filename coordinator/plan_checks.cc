@@ -18,6 +18,12 @@ double RelativeError(double predicted, double measured) {
 }
 
 constexpr double kLiveCheckSecondsPerRank = 10;
+// An efficiency above this (the job 10x faster than the ideal at the
+// device's peak) is a broken measurement, not a correction: not stored.
+// Above 1 is possible and kept: the prior's inputs can be off (a CPU GEMM
+// rate measured under load; on the build VM small models ran at up to
+// 2.7x the ideal of their measured GEMM rate).
+constexpr double kMaxPlausibleEfficiency = 10;
 
 size_t LiveCheckSamples(int ranks) {
   return std::min(StepStats::kMaxStepSamples, std::max<size_t>(40, 10 * std::max(1, ranks)));
@@ -155,6 +161,19 @@ PlanReview ReviewPlan(const std::string& job_id, const v1::JobSpec& spec, const 
     m.allreduce_measured_seconds = c.measured_allreduce_seconds();
   }
   r.step = m;
+  // The efficiency on the device class, for later plans of any model there.
+  const double ideal = plan.compute_ideal_fixed_seconds() +
+                       plan.micro_batch() * plan.compute_ideal_seconds_per_sample();
+  const double eff = m.compute_seconds > 0 ? ideal / m.compute_seconds : 0;
+  if (!plan.compute_device_class().empty() && eff > 0 && eff <= kMaxPlausibleEfficiency) {
+    EfficiencyMeasurement e;
+    e.job_id = job_id;
+    e.device_class = plan.compute_device_class();
+    e.micro_batch = plan.micro_batch();
+    e.efficiency = eff;
+    e.time_unix_ms = now_unix_ms;
+    r.efficiency = e;
+  }
   // The most memory a rank held: the point the next plan's memory line goes
   // through (planner/fits.h FitMemoryLine).
   double peak = 0;
@@ -192,6 +211,15 @@ std::string RecordReview(JobStore* store, const PlanReview& r) {
                             r.step->compute_seconds, r.step->micro_batch);
   } else {
     text += absl::StrCat("; cannot store the measurement: ", st.message());
+  }
+  if (r.efficiency.has_value()) {
+    absl::Status es = store->AddEfficiencyMeasurement(*r.efficiency);
+    if (es.ok()) {
+      absl::StrAppendFormat(&text, ", efficiency %.3f of the ideal on %s", r.efficiency->efficiency,
+                            r.efficiency->device_class);
+    } else {
+      absl::StrAppend(&text, "; cannot store the efficiency: ", es.message());
+    }
   }
   text += r.memory_not_stored;
   if (r.memory.has_value()) {

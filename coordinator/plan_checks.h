@@ -66,6 +66,9 @@ struct PlanReview {
   // before its peak was reported) or its ranks ran both attention kernels.
   std::optional<MemoryMeasurement> memory;
   std::string memory_not_stored;  // why a peak was seen but is not stored
+  // What the compute reached of the compute prior's ideal on the plan's
+  // device class (when the plan had a prior to compare with).
+  std::optional<EfficiencyMeasurement> efficiency;
   std::string kept_attention;     // "fused"/"gemm" an "auto" plan's ranks kept
 };
 PlanReview ReviewPlan(const std::string& job_id, const v1::JobSpec& spec, const v1::Plan& plan,

@@ -23,7 +23,10 @@ std::optional<InterruptedStop> InterruptedStopOf(const std::vector<v1::JobEvent>
       stop.message = "cancelled by user";
       return stop;
     }
-    stop.action = absl::EndsWith(m, "(restart)") ? StopAction::kRestart : StopAction::kFail;
+    // A re-plan cut short is carried on as a restart with the stored plan.
+    stop.action = absl::EndsWith(m, "(restart)") || absl::EndsWith(m, "(re-plan)")
+                      ? StopAction::kRestart
+                      : StopAction::kFail;
     for (auto r = it + 1; r != events.rend(); ++r) {
       if (r->kind() == "rank_exit") {
         stop.message = r->message();

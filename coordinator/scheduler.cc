@@ -371,7 +371,7 @@ absl::StatusOr<v1::SubmitJobResponse> Scheduler::Submit(const v1::SubmitJobReque
           "no node agent is connected, so there is nothing to plan against; start dgca-worker "
           "agent or the local agent");
     }
-    auto plan = PlanMeasured(store_.get(), parsed->spec, topo);
+    auto plan = PlanMeasured(store_.get(), parsed->spec, topo, nullptr, "", nullptr, BaseMeasurements());
     if (!plan.ok()) return plan.status();
     *resp.mutable_plan() = *plan;
     return resp;
@@ -472,6 +472,9 @@ void Scheduler::Tick() {
       }
       if (std::string stall = StallOf(*rt, now, opt_.heartbeat_timeout_s); !stall.empty()) {
         RankFailed(rt, stall, &out);
+      } else if (ReplanCheckpointWritten(*rt)) {
+        BeginStop(rt, StopAction::kReplan,
+                  absl::StrCat("re-plan at the checkpoint of step ", rt->checkpoint_at), &out);
       } else if (UsesSlurm(rt->spec)) {
         // Slurm took the allocation back (a node failed, an agent was
         // killed, the time limit): its ranks went with it.
@@ -542,7 +545,7 @@ void Scheduler::Schedule(JobRt* rt, Outbox* out) {
   if (!rt->planned) {
     absl::StatusOr<v1::Plan> plan;
     try {
-      plan = PlanMeasured(store_.get(), rt->spec, topo);
+      plan = PlanMeasured(store_.get(), rt->spec, topo, nullptr, "", nullptr, BaseMeasurements());
     } catch (const std::exception& e) {
       plan = absl::InternalError(absl::StrCat("planner threw: ", e.what()));
     }
@@ -711,15 +714,29 @@ void Scheduler::CompleteStop(JobRt* rt, Outbox* out) {
   // Restart from the last checkpoint. The new attempt's ranks are stored
   // (Launch) before the restart count and its event, which go together: a
   // coordinator that dies in between carries the stop on (recovery) and
-  // counts this restart once.
-  rt->restarts++;
+  // counts this restart once. A re-plan is no failure: the count stays, the
+  // job moves to its new plan, and the plan check reviews the new plan's
+  // steps alone.
+  const bool replan = a == StopAction::kReplan && rt->replan.has_value();
+  if (!replan) {
+    rt->restarts++;
+    hub_->IncRankRestarts(rt->id);
+  }
   rt->attempt++;
-  hub_->IncRankRestarts(rt->id);
   rendezvous_.ClearAttemptsBefore(rt->id, rt->attempt);
-  std::string why;
-  const std::string restart =
+  std::string restart =
       absl::StrCat("restart ", rt->restarts, " of ", rt->spec.train().max_restarts(),
                    " (attempt ", rt->attempt, ") after: ", rt->stop.message);
+  if (replan) {
+    rt->plan = *rt->replan;
+    rt->replan.reset();
+    rt->checkpoint_at = 0;
+    rt->steps = StepStats();
+    (void)store_->SetPlan(rt->id, rt->plan);
+    restart = absl::StrCat("attempt ", rt->attempt, " on the new plan (", PlanSummary(rt->plan),
+                           "), resuming from its checkpoint (", rt->stop.message, ")");
+  }
+  std::string why;
   if (UsesSlurm(rt->spec)) {
     RestartSlurm(rt, restart, out);
     return;
@@ -753,12 +770,6 @@ void Scheduler::RankFailed(JobRt* rt, const std::string& reason, Outbox* out) {
   } else {
     BeginStop(rt, StopAction::kFail, FailureMessage(*rt, reason), out);
   }
-}
-
-void Scheduler::LiveCheck(JobRt* rt) {
-  rt->live_checked = true;
-  const std::string text = LiveCheckText(rt->id, rt->spec, rt->plan, rt->steps.samples);
-  if (!text.empty()) Event(rt, rt->state, "plan", text, false);
 }
 
 }  // namespace dgca

@@ -77,6 +77,9 @@ struct SchedulerOptions {
   // A restart whose node is not connected waits this long for it (an agent
   // restarting, a host rebooting), then the job fails "cannot restart".
   double restart_node_wait_s = 300;
+  // PlannerMeasurements.link_prior_busbw for every plan (0 = the topology's
+  // prior): dgca-coordinator --link-prior-busbw.
+  double link_prior_busbw = 0;
   // The clock of every timeout; null = the steady clock. Tests pass a
   // FakeClock and call Tick() themselves instead of Start().
   const Clock* clock = nullptr;
@@ -236,6 +239,17 @@ class Scheduler {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The live plan check, once (coordinator/plan_checks.h).
   void LiveCheck(JobRt* rt) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // After the live check: re-plan from the job's measurements when they
+  // disagree with the plan (coordinator/replan.h); coordinator/
+  // scheduler_replan.cc.
+  void MaybeReplan(JobRt* rt) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether the checkpoint a pending re-plan waits for is written.
+  bool ReplanCheckpointWritten(const JobRt& rt) const;
+  // The step every rank can still learn of before reaching it (heartbeats
+  // every 2 s), past the ranks' latest.
+  int64_t CheckpointStepAhead(const JobRt& rt) const;
+  // What every plan starts from: the operator's overrides.
+  PlannerMeasurements BaseMeasurements() const;
 
   // launcher: slurm (scheduler_slurm.cc, docs/slurm.md).
   // Schedule's path for a Slurm job: an allocation, its agents, the plan on

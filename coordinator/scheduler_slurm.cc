@@ -120,7 +120,7 @@ absl::Status Scheduler::DryRunSlurm(const v1::JobSpec& spec, v1::SubmitJobRespon
   } else {
     bool step_measured = false;
     auto plan = PlanMeasured(store_.get(), spec, NodesLike(spec, *topology), nullptr,
-                             SlurmNodeSet(spec), &step_measured);
+                             SlurmNodeSet(spec), &step_measured, BaseMeasurements());
     if (!plan.ok()) return plan.status();
     *resp->mutable_plan() = *plan;
     resp->add_launcher_notes(absl::StrCat(
@@ -165,7 +165,7 @@ std::string Scheduler::SlurmTimeFor(const JobRt& rt, std::string* note) {
   if (topology.ok()) {
     bool step_measured = false;
     auto plan = PlanMeasured(store_.get(), rt.spec, NodesLike(rt.spec, *topology), nullptr,
-                             SlurmNodeSet(rt.spec), &step_measured);
+                             SlurmNodeSet(rt.spec), &step_measured, BaseMeasurements());
     if (plan.ok() && step_measured) step_seconds = plan->predicted_step_seconds();
   }
   int64_t done = -1;
@@ -286,7 +286,8 @@ void Scheduler::ScheduleSlurm(JobRt* rt, Outbox* out) {
   if (!rt->planned) {
     absl::StatusOr<v1::Plan> plan;
     try {
-      plan = PlanMeasured(store_.get(), rt->spec, topo, nullptr, SlurmNodeSet(rt->spec));
+      plan = PlanMeasured(store_.get(), rt->spec, topo, nullptr, SlurmNodeSet(rt->spec), nullptr,
+                          BaseMeasurements());
     } catch (const std::exception& e) {
       plan = absl::InternalError(absl::StrCat("planner threw: ", e.what()));
     }
@@ -366,21 +367,7 @@ void Scheduler::CheckpointRequested(const std::string& node, const v1::Checkpoin
   absl::MutexLock l(&mu_);
   JobRt* rt = FindJob(request.job_id());
   if (rt == nullptr || rt->state != v1::RUNNING || rt->stop.action != StopAction::kNone) return;
-  int64_t latest = 0;
-  double step_seconds = 0;
-  int n = 0;
-  for (const RankRt& r : rt->ranks) {
-    latest = std::max(latest, r.progress.step());
-    if (r.progress.step_seconds() > 0) {
-      step_seconds += r.progress.step_seconds();
-      ++n;
-    }
-  }
-  step_seconds = n > 0 ? step_seconds / n : 1;
-  // Far enough ahead that every rank learns it from a heartbeat (every 2 s)
-  // before getting there.
-  const int64_t ahead = 2 + static_cast<int64_t>(std::ceil(10.0 / std::max(1e-3, step_seconds)));
-  const int64_t at = std::min<int64_t>(latest + ahead, rt->spec.train().steps());
+  const int64_t at = CheckpointStepAhead(*rt);
   if (rt->checkpoint_at >= at) return;
   rt->checkpoint_at = at;
   Event(rt, rt->state, "info",

@@ -53,7 +53,7 @@ void Scheduler::TrialPlanning(std::string id, v1::JobSpec spec, std::vector<v1::
   JobTrialRunner runner(this, id, st);
   absl::StatusOr<v1::Plan> plan;
   try {
-    plan = PlanMeasured(store_.get(), spec, topo, &runner);
+    plan = PlanMeasured(store_.get(), spec, topo, &runner, "", nullptr, BaseMeasurements());
   } catch (const std::exception& e) {
     plan = absl::InternalError(absl::StrCat("planner threw: ", e.what()));
   }

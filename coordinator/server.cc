@@ -538,6 +538,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   so.heartbeat_timeout_s = options.heartbeat_timeout_s;
   so.stop_grace_s = options.stop_grace_s;
   so.restart_node_wait_s = options.restart_node_wait_s;
+  so.link_prior_busbw = options.link_prior_busbw;
   so.slurm.bin_dir = options.slurm_bin_dir;
   auto sched = Scheduler::Create(so, s->hub_.get());
   if (!sched.ok()) return sched.status();

@@ -84,6 +84,8 @@ struct CoordinatorServerOptions {
   double stop_grace_s = 3;
   // SchedulerOptions::restart_node_wait_s.
   double restart_node_wait_s = 300;
+  // SchedulerOptions::link_prior_busbw.
+  double link_prior_busbw = 0;
   // dgca-worker for the embedded agent; "" = dgca-worker next to this
   // program (/proc/self/exe's directory).
   std::string worker_binary;

@@ -9,7 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "coordinator/command.h"
+#include "topology/command.h"
 
 namespace dgca {
 namespace {

@@ -1,6 +1,6 @@
 // Slurm through its command-line tools (sbatch, squeue, scancel, sinfo),
 // with their machine-readable output: no libslurm, whose ABI changes every
-// release. Each call runs the tool once (coordinator/command.h) and turns
+// release. Each call runs the tool once (topology/command.h) and turns
 // what it printed into a status that names the command and relays Slurm's
 // own message ("sbatch --parsable F exited 1: sbatch: error: invalid
 // partition specified: gpu").

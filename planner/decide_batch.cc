@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "planner/compute_prior.h"
 #include "planner/decisions.h"
 #include "planner/fits.h"
 #include "planner/units.h"
@@ -44,6 +45,18 @@ int TotalGpus(const std::vector<v1::Topology>& nodes) {
   return n;
 }
 
+// "2 ranks: 64 samples in 93 ms + exposed all-reduce 470 ms = 563 ms ->
+// 227 samples/s" (k micro-steps of m samples when k > 1).
+std::string StepArithmetic(const Prediction& p) {
+  const std::string work =
+      p.k > 1 ? absl::StrFormat("%d x %d samples in %d x %s", p.k, p.m, p.k, Sec(p.compute))
+              : absl::StrFormat("%d samples in %s", p.m, Sec(p.compute));
+  if (p.n == 1)
+    return absl::StrFormat("1 rank: %s -> %s samples/s", work, Num(p.sps));
+  return absl::StrFormat("%d ranks: %s + exposed all-reduce %s = %s -> %s samples/s", p.n, work,
+                         Sec(p.exposed), Sec(p.step), Num(p.sps));
+}
+
 // The best (micro-batch, accumulation) for n ranks with a given bucket.
 struct BatchSearch {
   Prediction p;
@@ -67,9 +80,10 @@ struct SearchContext {
 };
 
 // The (micro-batch, accumulation) search for n ranks with `bucket`-byte
-// buckets: the user's values when set; else the smallest k that meets the
-// communication target (the fastest when none does), or, with no step-time
-// measurement, the smallest k whose micro-batch fits memory. `warn`: the
+// buckets: the user's values when set; else the fastest split (in practice
+// the smallest k whose micro-batch fits memory), target_met saying whether
+// it meets the communication target; with no step time, the smallest k
+// whose micro-batch fits memory. `warn`: the
 // search of the plan's own rank count, whose doubts are the plan's.
 BatchSearch SearchBatch(int n, const LinkModel& link, double bucket, bool warn,
                         const SearchContext& cx, PlanBuilder* pb) {
@@ -101,7 +115,11 @@ BatchSearch SearchBatch(int n, const LinkModel& link, double bucket, bool warn,
       pb->Warn(absl::StrCat("even a micro-batch of 1 exceeds the memory estimate (", cx.mem_why,
                             "); planning micro_batch 1"));
   }
-  std::vector<std::string> tried;
+  // The fastest split; the first (smallest k) of equals. With the global
+  // batch fixed, a larger k never hides more communication: it only splits
+  // the same samples into more micro-steps (each with its fixed cost) and
+  // shortens the last backward that overlaps the all-reduce. A larger k
+  // that met the target would meet it by computing slower.
   bool found = false;
   Prediction fastest;
   for (const auto& [m, k] : splits) {
@@ -111,16 +129,12 @@ BatchSearch SearchBatch(int n, const LinkModel& link, double bucket, bool warn,
       found = true;
       break;
     }
-    if (p.sps > fastest.sps) fastest = p;
-    if (p.share <= kTargetCommShare) {
-      b.p = p;
-      b.target_met = true;
-      found = true;
-      break;
-    }
-    if (tried.size() < 3) tried.push_back(absl::StrFormat("k=%d (m=%d): %s", k, m, Pct(p.share)));
+    if (p.sps > fastest.sps * (1 + 1e-9)) fastest = p;
   }
-  if (!found) b.p = fastest;
+  if (!found) {
+    b.p = fastest;
+    b.target_met = fastest.share <= kTargetCommShare;
+  }
   if (b.p.known && n > 1) {
     // What it would take: smallest k at this m with share <= target.
     const int k_need = AccumulationForTarget(b.p);
@@ -144,8 +158,6 @@ BatchSearch SearchBatch(int n, const LinkModel& link, double bucket, bool warn,
                               "global_batch >= %d",
                               global, b.p.k, Pct(b.p.share), std::max(1, k_need), b.p.m,
                               b.k_needed_global));
-    if (!tried.empty() && b.target_met)
-      b.k_why += absl::StrCat(" (smaller k: ", absl::StrJoin(tried, ", "), ")");
   }
   if (in.max_micro > 0) {
     b.k_why += absl::StrFormat("; k=%d is the smallest with micro-batch %d <= %d that fits memory",
@@ -218,6 +230,49 @@ void PlaceRanks(const v1::JobSpec& spec, const std::vector<v1::Topology>& nodes,
   }
 }
 
+// A CPU rank's threads: the spec's, else the node's CPUs shared by its
+// ranks (as DecideThreads will decide).
+int CpuThreadsPerRank(const v1::JobSpec& spec, const std::vector<v1::Topology>& nodes,
+                      int ranks) {
+  if (spec.resources().threads_per_rank() > 0) return spec.resources().threads_per_rank();
+  std::string why;
+  const int cpus = EffectiveCpus(nodes[0], &why);
+  const int per_node = std::max(
+      1, (ranks + static_cast<int>(nodes.size()) - 1) / static_cast<int>(nodes.size()));
+  return std::max(1, cpus / per_node);
+}
+
+// c(m): fitted to the measurements when there are any, else the compute
+// prior; records which in the plan (compute_source) with the prior's ideal
+// line either way, from which a finished job learns its class's efficiency.
+StepTimeFit StepTimeOf(const v1::JobSpec& spec, const std::vector<v1::Topology>& nodes,
+                       const ModelFacts& model, bool cuda, Precision precision,
+                       const PlannerMeasurements& meas, PlanBuilder* b) {
+  StepTimeFit fit = FitStepTime(meas);
+  const int ranks = b->plan().ranks();
+  const int nodes_n = static_cast<int>(nodes.size());
+  const ComputePrior prior = PriorStepTime(
+      nodes, cuda, precision, model.cfg, model.seq_len,
+      cuda ? 1 : CpuThreadsPerRank(spec, nodes, ranks), (ranks + nodes_n - 1) / nodes_n, meas);
+  v1::Plan& plan = b->plan();
+  if (prior.ok) {
+    plan.set_compute_device_class(prior.device_class);
+    plan.set_compute_ideal_fixed_seconds(prior.Ideal(0));
+    plan.set_compute_ideal_seconds_per_sample(prior.Ideal(1) - prior.Ideal(0));
+  }
+  if (fit.per_sample > 0) {
+    plan.set_compute_source("measured");
+  } else if (prior.ok) {
+    fit.fixed = prior.fixed;
+    fit.per_sample = prior.per_sample;
+    fit.why = prior.why;
+    plan.set_compute_source("prior");
+  } else {
+    fit.why = prior.why;
+  }
+  return fit;
+}
+
 // c(m), G, the memory bound and whether communication can overlap, for the
 // plan's ranks.
 CostInputs CostInputsOf(const v1::JobSpec& spec, const std::vector<v1::Topology>& nodes,
@@ -238,9 +293,7 @@ CostInputs CostInputsOf(const v1::JobSpec& spec, const std::vector<v1::Topology>
     const int cpus = EffectiveCpus(nodes[0], &why);
     const int per_node = std::max(
         1, (ranks + static_cast<int>(nodes.size()) - 1) / static_cast<int>(nodes.size()));
-    const int tpr = spec.resources().threads_per_rank() > 0 ? spec.resources().threads_per_rank()
-                                                            : std::max(1, cpus / per_node);
-    in.can_overlap = per_node * tpr < cpus;
+    in.can_overlap = per_node * CpuThreadsPerRank(spec, nodes, ranks) < cpus;
   }
   return in;
 }
@@ -248,7 +301,7 @@ CostInputs CostInputsOf(const v1::JobSpec& spec, const std::vector<v1::Topology>
 // The micro-batch and accumulation decisions of `chosen` for n ranks.
 void DecideMicroBatchAndAccumulation(const BatchSearch& chosen, int n, const ModelFacts& model,
                                      const MemoryPlan& memory, int user_m, int user_k,
-                                     PlanBuilder* b) {
+                                     const std::string& step_why, PlanBuilder* b) {
   const Prediction& p = chosen.p;
   const int global = model.global;
   b->plan().set_micro_batch(p.m);
@@ -281,8 +334,9 @@ void DecideMicroBatchAndAccumulation(const BatchSearch& chosen, int n, const Mod
               absl::StrFormat("no step-time measurement: the smallest k whose "
                               "micro-batch fits memory (%s)",
                               memory.why));
-    b->Warn("no step-time measurement: accumulation chosen from memory alone and no "
-            "predictions made (give a measurement or use tuning.mode: trial)");
+    b->Warn(absl::StrCat("no step-time measurement and ", step_why,
+                         ": accumulation chosen from memory alone and no predictions made "
+                         "(give a measurement or use tuning.mode: trial)"));
   } else if (n == 1) {
     b->Decide("train.accumulation", absl::StrCat(p.k), v1::PLANNER,
               absl::StrFormat("one rank: no gradient communication, so the smallest k "
@@ -290,9 +344,10 @@ void DecideMicroBatchAndAccumulation(const BatchSearch& chosen, int n, const Mod
                               p.m, p.k, p.m * p.k));
   } else {
     b->Decide("train.accumulation", absl::StrCat(p.k), v1::PLANNER,
-              absl::StrCat("smallest k with exposed comm <= 10% of the step within "
-                           "global_batch ",
-                           global, ": ", chosen.k_why));
+              absl::StrCat("the fastest split of global_batch ", global,
+                           " (at a fixed global batch a larger k does not lower the comm "
+                           "share, it only adds micro-steps): ",
+                           chosen.k_why));
     if (!chosen.target_met)
       b->Warn(absl::StrFormat("exposed communication is %s of the step (target 10%%): "
                               "raise train.global_batch to >= %d to reach it",
@@ -439,11 +494,12 @@ void PredictMemory(const MemoryEstimate& est, int m, const std::string& why, boo
 }
 
 BatchPlan DecideBatch(const v1::JobSpec& spec, const std::vector<v1::Topology>& nodes,
-                      const ModelFacts& model, bool cuda, const MemoryPlan& memory,
-                      const PlannerMeasurements& meas, PlanBuilder* b) {
+                      const ModelFacts& model, bool cuda, Precision precision,
+                      const MemoryPlan& memory, const PlannerMeasurements& meas,
+                      PlanBuilder* b) {
   if (meas.allreduce_skew_per_compute > 0)
     b->plan().set_allreduce_skew_per_compute(meas.allreduce_skew_per_compute);
-  const StepTimeFit fit = FitStepTime(meas);
+  const StepTimeFit fit = StepTimeOf(spec, nodes, model, cuda, precision, meas, b);
   BatchPlan out;
   out.in = CostInputsOf(spec, nodes, model, cuda, memory, fit, meas, b->plan().ranks());
   const CostInputs& in = out.in;
@@ -479,14 +535,16 @@ BatchPlan DecideBatch(const v1::JobSpec& spec, const std::vector<v1::Topology>& 
   BatchSearch chosen = best[n];
   if (best.count(1) && n > 1 && chosen.p.known) {
     const BatchSearch& one = best[1];
+    const std::string arithmetic =
+        absl::StrCat(StepArithmetic(chosen.p), "; ", StepArithmetic(one.p), " (",
+                     b->plan().compute_source() == "prior" ? "compute from the prior"
+                                                           : "compute measured",
+                     ", all-reduce over ", chosen.link.path, " at ", Rate(chosen.link.busbw), ")");
     if (one.p.sps > chosen.p.sps) {
       b->Decide("resources.ranks", "1", v1::PLANNER,
-                absl::StrFormat("%d ranks would be slower: %s samples/s (comm share %s "
-                                "over %s at %s) vs %s samples/s on one GPU; raise "
-                                "train.global_batch (>= %d) or improve the link to "
-                                "use all GPUs",
-                                n, Num(chosen.p.sps), Pct(chosen.p.share), chosen.link.path,
-                                Rate(chosen.link.busbw), Num(one.p.sps), chosen.k_needed_global));
+                absl::StrFormat("%d ranks would be slower: %s; raise train.global_batch "
+                                "(>= %d) or improve the link to use all GPUs",
+                                n, arithmetic, chosen.k_needed_global));
       b->Warn(absl::StrFormat("planned 1 rank instead of %d: data parallelism over %s "
                               "would be slower at global_batch %d",
                               n, chosen.link.path, model.global));
@@ -495,16 +553,14 @@ BatchPlan DecideBatch(const v1::JobSpec& spec, const std::vector<v1::Topology>& 
       b->plan().set_ranks(1);
     } else {
       b->Decide("resources.ranks", absl::StrCat(n), v1::PLANNER,
-                absl::StrFormat("one rank per GPU: predicted %s samples/s vs %s on one "
-                                "GPU alone (%.2fx)",
-                                Num(chosen.p.sps), Num(one.p.sps),
-                                one.p.sps > 0 ? chosen.p.sps / one.p.sps : 0));
+                absl::StrFormat("one rank per GPU, %.2fx one GPU alone: %s",
+                                one.p.sps > 0 ? chosen.p.sps / one.p.sps : 0, arithmetic));
     }
   }
   out.link = chosen.link;
   b->plan().set_allreduce_measured(out.link.measured);
   PlaceRanks(spec, nodes, cuda, n, b);
-  DecideMicroBatchAndAccumulation(chosen, n, model, memory, user_m, user_k, b);
+  DecideMicroBatchAndAccumulation(chosen, n, model, memory, user_m, user_k, fit.why, b);
 
   // Bucket.
   const double bucket = chosen.bucket;
@@ -517,6 +573,9 @@ BatchPlan DecideBatch(const v1::JobSpec& spec, const std::vector<v1::Topology>& 
   const Prediction p = Predict(n, chosen.p.m, chosen.p.k, bucket, in, out.link);
   PredictMemory(memory.est, p.m, memory.why, cuda, b);
   RecordPredictions(p, n, in, out.link, fit.why, meas, b);
+  // One rank alone as the rank decision compared it: at its own best split.
+  if (best.count(1) && best[1].p.known)
+    b->plan().set_predicted_single_rank_samples_per_second(best[1].p.sps);
   if (memory.High(b->plan().predicted_memory_bytes()))
     b->Warn(absl::StrFormat("predicted memory %s is above 85%% of %s",
                             FormatBytes(b->plan().predicted_memory_bytes()),

@@ -118,10 +118,12 @@ struct BatchPlan {
   LinkModel link;  // of the chosen rank count
 };
 // train.micro_batch, train.accumulation, comm.bucket_mb; resources.ranks
-// again when one rank would be faster than the planned ranks; the
+// again when one rank would be faster than the planned ranks (c(m) from the
+// measurements, else from the compute prior, planner/compute_prior.h); the
 // placement (rank_nodes, rank_local_devices); the predictions.
 BatchPlan DecideBatch(const v1::JobSpec& spec, const std::vector<v1::Topology>& nodes,
-                      const ModelFacts& model, bool cuda, const MemoryPlan& memory,
+                      const ModelFacts& model, bool cuda, Precision precision,
+                      const MemoryPlan& memory,
                       const PlannerMeasurements& meas, PlanBuilder* b);
 
 // data.loader.threads and resources.threads_per_rank for the placement.

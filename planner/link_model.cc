@@ -195,6 +195,13 @@ void ApplyLinkMeasurements(const PlannerMeasurements& meas, int n, LinkModel* li
 LinkModel ModelLink(const std::vector<v1::Topology>& nodes, int n, bool cuda,
                     const PlannerMeasurements& meas) {
   LinkModel link = LinkPrior(nodes, RanksPerNode(nodes, n, cuda), cuda);
+  if (meas.link_prior_busbw > 0) {
+    link.why = absl::StrCat("busbw ", Rate(meas.link_prior_busbw),
+                            " set by the operator (dgca-coordinator --link-prior-busbw; the "
+                            "topology's prior: ",
+                            Rate(link.busbw), ", ", link.why, ")");
+    link.busbw = meas.link_prior_busbw;
+  }
   ApplyLinkMeasurements(meas, n, &link);
   return link;
 }

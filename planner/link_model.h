@@ -58,7 +58,8 @@ LinkModel LinkPrior(const std::vector<v1::Topology>& nodes, const std::vector<in
 // prior's and says so); `why` cites meas.allreduce_source.
 void ApplyLinkMeasurements(const PlannerMeasurements& meas, int n, LinkModel* link);
 
-// LinkPrior + ApplyLinkMeasurements for n ranks on `nodes`.
+// LinkPrior (its busbw replaced by meas.link_prior_busbw when set) +
+// ApplyLinkMeasurements for n ranks on `nodes`.
 LinkModel ModelLink(const std::vector<v1::Topology>& nodes, int n, bool cuda,
                     const PlannerMeasurements& meas);
 

@@ -69,6 +69,18 @@ struct PlannerMeasurements {
   // instead of through the fused line plus the memory model's difference.
   std::vector<std::pair<int, double>> gemm_memory_points;
   std::string gemm_memory_source;
+
+  // The compute prior's efficiency for the plan's device class (planner/
+  // compute_prior.h): what earlier jobs of any model on that class reached
+  // of the ideal time; 0 = none (the run of record's is used).
+  double compute_efficiency = 0;
+  std::string compute_efficiency_source;
+
+  // An operator's replacement for the link prior's bus bandwidth (bytes/s),
+  // used where nothing was measured (dgca-coordinator --link-prior-busbw:
+  // what-if planning, and the tests that give a job a wrong prior to see
+  // the re-plan correct it); 0 = the topology's prior.
+  double link_prior_busbw = 0;
 };
 
 }  // namespace dgca

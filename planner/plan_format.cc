@@ -53,6 +53,14 @@ std::string FormatPlan(const v1::Plan& p, const std::string& job_name) {
   if (p.predicted_step_seconds() > 0) {
     out += absl::StrFormat("  step time        %.3f s per optimizer step (%d samples)\n",
                            p.predicted_step_seconds(), samples);
+    if (!p.compute_source().empty())
+      out += absl::StrFormat("  compute from     %s\n",
+                             p.compute_source() == "prior"
+                                 ? absl::StrCat("the compute prior for ", p.compute_device_class(),
+                                                " (nothing measured yet; see predicted.step_seconds)")
+                             : p.compute_source() == "trial"
+                                 ? std::string("this plan's tuning trials")
+                                 : std::string("earlier jobs' measurements of this model here"));
     out += absl::StrFormat("  comm share       %.1f%% of the step exposed\n",
                            100 * p.predicted_comm_share());
     if (p.predicted_allreduce_seconds() > 0)

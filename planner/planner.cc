@@ -22,7 +22,7 @@ absl::StatusOr<v1::Plan> MakePlan(const v1::JobSpec& spec, const std::vector<v1:
   const Precision precision = DecidePrecision(spec, nodes, cuda, &b);
   DecideAttention(spec, model, cuda, precision, &b);
   const MemoryPlan memory = DecideMemory(spec, nodes, model, cuda, precision, meas, &b);
-  const BatchPlan batch = DecideBatch(spec, nodes, model, cuda, memory, meas, &b);
+  const BatchPlan batch = DecideBatch(spec, nodes, model, cuda, precision, memory, meas, &b);
   DecideThreads(spec, nodes, cuda, &b);
   DecideEnv(spec, nodes, cuda, &b);
   DecideByTrials(spec, model, cuda, memory, batch, trials, &b);

@@ -1,3 +1,4 @@
+#include "planner/compute_prior.h"
 #include "planner/planner.h"
 
 #include <algorithm>
@@ -407,6 +408,155 @@ TEST(PlannerWsl2, LargerGlobalBatchMeetsTheTenPercentTarget) {
   EXPECT_TRUE(absl::StrContains(Find(*plan, "train.accumulation").reason(), "<= 10%"));
 }
 
+// ---- The first plan: nothing measured, the compute and link priors ---------------
+
+// A fresh coordinator with one agent on the WSL2 box: no job has run, no
+// probe was measured. At global_batch 128 two GPUs over SYS are slower than
+// one, and the plan says so with the arithmetic.
+TEST(PlannerFirstPlan, Wsl2AtBatch128PlansOneGpuWithTheArithmetic) {
+  v1::JobSpec spec = Config("wsl2-two-gpus-sys.yaml");
+  spec.mutable_train()->set_global_batch(128);
+  auto plan = MakePlan(spec, {Fixture("wsl2-2x4090")}, PlannerMeasurements{});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  std::cout << FormatPlan(*plan);
+  EXPECT_EQ(plan->ranks(), 1);
+  EXPECT_EQ(plan->compute_source(), "prior");
+  EXPECT_EQ(plan->compute_device_class(), "gpu RTX 4090 bf16");
+  EXPECT_GT(plan->predicted_step_seconds(), 0);
+  EXPECT_GT(plan->predicted_samples_per_second(), 0);
+  const std::string why = Find(*plan, "resources.ranks").reason();
+  EXPECT_TRUE(absl::StrContains(why, "2 ranks would be slower: 2 ranks: 64 samples in")) << why;
+  EXPECT_TRUE(absl::StrContains(why, "exposed all-reduce")) << why;
+  EXPECT_TRUE(absl::StrContains(why, "1 rank: 128 samples in")) << why;
+  EXPECT_TRUE(absl::StrContains(why, "compute from the prior")) << why;
+  EXPECT_FALSE(HasNcclEnv(*plan));
+  const std::string step = Find(*plan, "predicted.step_seconds").reason();
+  EXPECT_TRUE(absl::StrContains(step, "compute prior: c(m) =")) << step;
+  EXPECT_TRUE(absl::StrContains(step, "165 TFLOP/s bf16 peak")) << step;
+  for (const auto& w : plan->warnings()) EXPECT_FALSE(absl::StrContains(w, "no step-time")) << w;
+}
+
+// At 2048 the two GPUs win: accumulation hides what it can, the plan
+// predicts above one GPU's throughput, and NCCL's P2P and SHM stay off.
+TEST(PlannerFirstPlan, Wsl2AtBatch2048PlansTwoGpusAboveOne) {
+  v1::JobSpec spec = Config("wsl2-two-gpus-sys.yaml");
+  auto plan = MakePlan(spec, {Fixture("wsl2-2x4090")}, PlannerMeasurements{});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  std::cout << FormatPlan(*plan);
+  EXPECT_EQ(plan->ranks(), 2);
+  EXPECT_EQ(plan->compute_source(), "prior");
+  EXPECT_EQ(plan->ranks() * plan->micro_batch() * plan->accumulation(), 2048);
+  EXPECT_GT(plan->accumulation(), 1);  // 1024 samples per rank do not fit 24 GB at once
+  EXPECT_GT(plan->predicted_samples_per_second(),
+            plan->predicted_single_rank_samples_per_second());
+  EXPECT_EQ(plan->env().at("NCCL_P2P_DISABLE"), "1");
+  EXPECT_EQ(plan->env().at("NCCL_SHM_DISABLE"), "1");
+  const std::string ranks = Find(*plan, "resources.ranks").reason();
+  EXPECT_TRUE(absl::StrContains(ranks, "one rank per GPU")) << ranks;
+  const std::string acc = Find(*plan, "train.accumulation").reason();
+  EXPECT_TRUE(absl::StrContains(acc, "compute prior")) << acc;
+  // The micro-batch is the largest that fits: with k x m fixed per rank a
+  // larger k only adds per-micro-step overhead.
+  EXPECT_LE(plan->predicted_memory_bytes(), plan->memory_target_bytes());
+}
+
+// NVLink: all 8 H100s at batch 128; a PCIe box of 4 A100s (PHB/SYS pairs at
+// PCIe speed) uses its 4 GPUs at a batch that keeps them busy, one at 32.
+TEST(PlannerFirstPlan, NvlinkAndPcieBoxes) {
+  auto nv = MakePlan(DefaultJobSpec(), {Fixture("nvlink-8-h100")}, PlannerMeasurements{});
+  ASSERT_TRUE(nv.ok()) << nv.status();
+  EXPECT_EQ(nv->ranks(), 8) << Find(*nv, "resources.ranks").reason();
+  EXPECT_LE(nv->predicted_comm_share(), 0.5);
+  v1::JobSpec spec = DefaultJobSpec();
+  spec.mutable_train()->set_global_batch(512);
+  auto pcie = MakePlan(spec, {Fixture("a100-4x-pcie")}, PlannerMeasurements{});
+  ASSERT_TRUE(pcie.ok()) << pcie.status();
+  std::cout << FormatPlan(*pcie);
+  EXPECT_EQ(pcie->ranks(), 4) << Find(*pcie, "resources.ranks").reason();
+  EXPECT_EQ(pcie->compute_device_class(), "gpu A100 bf16");
+  spec.mutable_train()->set_global_batch(32);
+  auto small = MakePlan(spec, {Fixture("a100-4x-pcie")}, PlannerMeasurements{});
+  ASSERT_TRUE(small.ok()) << small.status();
+  EXPECT_EQ(small->ranks(), 1) << Find(*small, "resources.ranks").reason();
+}
+
+// A GPU the table of peaks lacks: no prior, no invented numbers; the plan
+// says why it could not predict.
+TEST(PlannerFirstPlan, UnknownGpuHasNoPriorAndSaysWhy) {
+  v1::Topology t = Fixture("wsl2-2x4090");
+  for (auto& g : *t.mutable_gpus()) g.set_name("NVIDIA Quantum Accelerator 9000");
+  auto plan = MakePlan(DefaultJobSpec(), {t}, PlannerMeasurements{});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->compute_source(), "");
+  EXPECT_EQ(plan->predicted_step_seconds(), 0);
+  EXPECT_EQ(plan->ranks(), 2);
+  bool said = false;
+  for (const auto& w : plan->warnings())
+    said |= absl::StrContains(w, "\"NVIDIA Quantum Accelerator 9000\"") &&
+            absl::StrContains(w, "not in the table of GPU peaks");
+  EXPECT_TRUE(said);
+}
+
+// Measurements of the model replace the prior, and the plan says which.
+TEST(PlannerFirstPlan, MeasurementsReplaceThePrior) {
+  v1::JobSpec spec = Config("wsl2-two-gpus-sys.yaml");
+  auto prior = MakePlan(spec, {Fixture("wsl2-2x4090")}, PlannerMeasurements{});
+  auto measured = MakePlan(spec, {Fixture("wsl2-2x4090")}, Wsl2Measurements());
+  ASSERT_TRUE(prior.ok() && measured.ok());
+  EXPECT_EQ(prior->compute_source(), "prior");
+  EXPECT_EQ(measured->compute_source(), "measured");
+  EXPECT_NEAR(measured->predicted_single_rank_samples_per_second(), 640, 1e-6);
+  EXPECT_NE(prior->predicted_single_rank_samples_per_second(),
+            measured->predicted_single_rank_samples_per_second());
+  // The prior's ideal line is kept either way (what the efficiency is
+  // learned from).
+  EXPECT_GT(measured->compute_ideal_seconds_per_sample(), 0);
+  EXPECT_DOUBLE_EQ(measured->compute_ideal_seconds_per_sample(),
+                   prior->compute_ideal_seconds_per_sample());
+  // A measured efficiency for the class replaces the run of record's.
+  PlannerMeasurements e;
+  e.compute_efficiency = 0.5;
+  e.compute_efficiency_source = "jobs j-1 and j-2 on gpu RTX 4090 bf16";
+  auto learned = MakePlan(spec, {Fixture("wsl2-2x4090")}, e);
+  ASSERT_TRUE(learned.ok());
+  EXPECT_NEAR(learned->predicted_single_rank_samples_per_second() /
+                  prior->predicted_single_rank_samples_per_second(),
+              0.5 / kGpuEfficiencyOfRecord, 0.05);
+  EXPECT_TRUE(absl::StrContains(Find(*learned, "predicted.step_seconds").reason(),
+                                "jobs j-1 and j-2"));
+}
+
+// CPU ranks: the prior from the GEMM rate the agent measured.
+TEST(PlannerFirstPlan, CpuPriorFromTheMeasuredGemmRate) {
+  v1::JobSpec spec = DefaultJobSpec();
+  spec.mutable_model()->set_preset("tiny");
+  spec.mutable_data()->set_max_seq_len(40);
+  spec.mutable_train()->set_global_batch(16);
+  v1::Topology t;
+  t.set_node("n0");
+  t.set_cpu_count(2);
+  t.set_numa_nodes(1);
+  t.set_memory_bytes(24ull << 30);
+  t.set_cpu_model("Intel(R) Xeon(R) Processor");
+  t.set_cpu_mhz(2100);
+  t.set_cpu_vector_bits(512);
+  t.set_cpu_gemm_flops_one_thread(28e9);
+  t.set_cpu_gemm_flops_all_threads(34e9);
+  auto plan = MakePlan(spec, {t}, PlannerMeasurements{});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->compute_source(), "prior");
+  EXPECT_EQ(plan->compute_device_class(), "cpu Intel(R) Xeon(R) Processor x1");
+  EXPECT_GT(plan->predicted_step_seconds(), 0);
+  const std::string step = Find(*plan, "predicted.step_seconds").reason();
+  EXPECT_TRUE(absl::StrContains(step, "GEMM measured at 0.028 TFLOP/s on 1 thread")) << step;
+  // Not measured: no prior.
+  t.set_cpu_gemm_flops_one_thread(0);
+  auto unknown = MakePlan(spec, {t}, PlannerMeasurements{});
+  ASSERT_TRUE(unknown.ok());
+  EXPECT_EQ(unknown->compute_source(), "");
+  EXPECT_EQ(unknown->predicted_step_seconds(), 0);
+}
+
 // ---- NVLink: no NCCL overrides, small k -----------------------------------------
 
 TEST(PlannerNvlink, NoNcclOverridesSmallK) {
@@ -428,17 +578,22 @@ TEST(PlannerNvlink, NoNcclOverridesSmallK) {
   for (int r = 0; r < 8; ++r) EXPECT_EQ(plan->rank_local_devices(r), r);
 }
 
-TEST(PlannerNvlink, DefaultsWithoutMeasurementStillPlan) {
+// Nothing measured: the compute prior predicts, and on NVLink all 8 GPUs
+// beat one even at global_batch 128.
+TEST(PlannerNvlink, DefaultsWithoutMeasurementPredictFromThePrior) {
   auto plan = MakePlan(DefaultJobSpec(), {Fixture("nvlink-8-h100")}, PlannerMeasurements{});
   ASSERT_TRUE(plan.ok()) << plan.status();
-  EXPECT_EQ(plan->ranks(), 8);
+  EXPECT_EQ(plan->ranks(), 8) << Find(*plan, "resources.ranks").reason();
   EXPECT_EQ(plan->accumulation(), 1);
   EXPECT_EQ(plan->micro_batch(), 16);
   EXPECT_FALSE(HasNcclEnv(*plan));
-  EXPECT_EQ(plan->predicted_step_seconds(), 0);
-  bool warned = false;
-  for (const auto& w : plan->warnings()) warned |= absl::StrContains(w, "no step-time");
-  EXPECT_TRUE(warned);
+  EXPECT_EQ(plan->compute_source(), "prior");
+  EXPECT_EQ(plan->compute_device_class(), "gpu H100 SXM bf16");
+  EXPECT_GT(plan->predicted_step_seconds(), 0);
+  EXPECT_GT(plan->predicted_samples_per_second(), plan->predicted_single_rank_samples_per_second());
+  EXPECT_TRUE(absl::StrContains(Find(*plan, "resources.ranks").reason(), "1 rank: 128 samples"))
+      << Find(*plan, "resources.ranks").reason();
+  for (const auto& w : plan->warnings()) EXPECT_FALSE(absl::StrContains(w, "no step-time")) << w;
 }
 
 // ---- Attention kernels ------------------------------------------------------------------
@@ -635,9 +790,13 @@ TEST(PlannerMultiNode, ActiveInfinibandSetsNothing) {
   v1::Topology a = Fixture("a100-4x-pcie"), b = Fixture("a100-4x-pcie");
   a.set_node("a");
   b.set_node("b");
-  auto plan = MakePlan(DefaultJobSpec(), {a, b}, PlannerMeasurements{});
+  // At global_batch 128 one A100 would be as fast as 8 over 10 GB/s (the
+  // compute prior says so); 2048 samples a step keep all 8 busy.
+  v1::JobSpec spec = DefaultJobSpec();
+  spec.mutable_train()->set_global_batch(2048);
+  auto plan = MakePlan(spec, {a, b}, PlannerMeasurements{});
   ASSERT_TRUE(plan.ok()) << plan.status();
-  EXPECT_EQ(plan->ranks(), 8);
+  EXPECT_EQ(plan->ranks(), 8) << Find(*plan, "resources.ranks").reason();
   EXPECT_FALSE(HasNcclEnv(*plan));
 }
 

@@ -115,6 +115,7 @@ void DecideByTrials(const v1::JobSpec& spec, const ModelFacts& model, bool cuda,
   }
   const Cand& c = cands[best];
   plan.mutable_trials(best)->set_note(plan.trials(best).note() + "; kept (fastest)");
+  plan.set_compute_source("trial");
   // The trials measured what the model lacked: its warning no longer holds.
   auto* warnings = plan.mutable_warnings();
   warnings->erase(std::remove_if(warnings->begin(), warnings->end(),

@@ -30,6 +30,7 @@ std::string Sec(double s) {
 }
 
 std::string Rate(double bytes_per_s) {
+  if (bytes_per_s >= 1e12) return absl::StrFormat("%.3g TB/s", bytes_per_s / 1e12);
   if (bytes_per_s >= 1e9) return absl::StrFormat("%.3g GB/s", bytes_per_s / 1e9);
   return absl::StrFormat("%.3g MB/s", bytes_per_s / 1e6);
 }

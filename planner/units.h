@@ -18,7 +18,8 @@ namespace planner_text {
 std::string Num(double x);
 // "0 s", "250 us", "12.5 ms", "1.25 s".
 std::string Sec(double s);
-// Decimal units, as network and bus speeds are quoted: "1.25 GB/s", "800 MB/s".
+// Decimal units, as network, bus and memory speeds are quoted: "4.8 TB/s",
+// "1.25 GB/s", "800 MB/s".
 std::string Rate(double bytes_per_second);
 // "12.5%".
 std::string Pct(double share);

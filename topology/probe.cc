@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cstdint>
 #include <fstream>
 #include <map>
@@ -27,6 +28,7 @@
 #include "absl/strings/strip.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "topology/command.h"
 #include "topology/nvml.h"
 #include "topology/probe_internal.h"
 #include "topology/topo_matrix.h"
@@ -146,8 +148,71 @@ class Prober {
     if (t_->node().empty()) t_->set_node(host);
   }
 
+  // The CPU's GEMM rate from the program that measures it (ProbeOptions.
+  // gemm_rate_command): "threads=N flops=F" lines; the first N is 1, the
+  // last every CPU.
+  void GemmRate() {
+    if (opt_.gemm_rate_command.empty()) return;
+    const std::string what = CommandLine(opt_.gemm_rate_command);
+    auto r = RunCommand(opt_.gemm_rate_command, 20);
+    if (!r.ok() || r->exit_code != 0) {
+      Unknown(absl::StrCat("cpu_gemm: `", what, "` ",
+                           r.ok() ? absl::StrCat("exited ", r->exit_code, ": ",
+                                                 absl::StripAsciiWhitespace(r->err).substr(0, 200))
+                                  : std::string(r.status().message())));
+      return;
+    }
+    std::vector<std::pair<int, double>> rates;
+    for (absl::string_view line : absl::StrSplit(r->out, '\n', absl::SkipWhitespace())) {
+      int threads = 0;
+      double flops = 0;
+      absl::string_view tv, fv;
+      for (absl::string_view kv : absl::StrSplit(line, ' ', absl::SkipWhitespace())) {
+        if (absl::ConsumePrefix(&kv, "threads=")) tv = kv;
+        if (absl::ConsumePrefix(&kv, "flops=")) fv = kv;
+      }
+      if (absl::SimpleAtoi(tv, &threads) && absl::SimpleAtod(fv, &flops) && threads > 0 &&
+          flops > 0 && std::isfinite(flops))
+        rates.emplace_back(threads, flops);
+    }
+    if (rates.empty() || rates.front().first != 1) {
+      Unknown(absl::StrCat("cpu_gemm: `", what, "` printed no \"threads=1 flops=F\" line"));
+      return;
+    }
+    t_->set_cpu_gemm_flops_one_thread(rates.front().second);
+    t_->set_cpu_gemm_flops_all_threads(rates.back().second);
+  }
+
+  // Model name, clock and SIMD width of the first processor block.
+  void CpuKind(absl::string_view info) {
+    for (absl::string_view line : absl::StrSplit(info, '\n')) {
+      if (line.empty()) break;  // the first processor's block ends
+      const auto colon = line.find(':');
+      if (colon == absl::string_view::npos) continue;
+      const absl::string_view key = absl::StripAsciiWhitespace(line.substr(0, colon));
+      const absl::string_view value = absl::StripAsciiWhitespace(line.substr(colon + 1));
+      double mhz = 0;
+      if (key == "model name") {
+        t_->set_cpu_model(std::string(value));
+      } else if (key == "cpu MHz" && absl::SimpleAtod(value, &mhz) && mhz > 0) {
+        t_->set_cpu_mhz(mhz);
+      } else if (key == "flags" || key == "Features") {
+        const std::vector<absl::string_view> flags = absl::StrSplit(value, ' ');
+        auto has = [&](absl::string_view f) {
+          return std::find(flags.begin(), flags.end(), f) != flags.end();
+        };
+        t_->set_cpu_vector_bits(has("avx512f")                ? 512
+                                : has("avx2") && has("fma")   ? 256
+                                : has("sse2") || has("asimd") ? 128
+                                                              : 0);
+      }
+    }
+  }
+
   void Cpus() {
     auto online = ReadTrimmed(P("/sys/devices/system/cpu/online"));
+    auto info = ReadFile(P("/proc/cpuinfo"), 16 << 20);
+    if (info) CpuKind(*info);
     if (online) {
       int n = CountCpuList(*online);
       if (n > 0) {
@@ -155,7 +220,6 @@ class Prober {
         return;
       }
     }
-    auto info = ReadFile(P("/proc/cpuinfo"), 16 << 20);
     if (info) {
       int n = 0;
       for (absl::string_view line : absl::StrSplit(*info, '\n')) {
@@ -770,6 +834,7 @@ absl::StatusOr<v1::Topology> topo_internal::ProbeTopologyWithNvml(
   p.QueryCsv();
   p.Nvml(nvml);
   p.Infiniband();
+  p.GemmRate();
   p.Finish();
   return t;
 }

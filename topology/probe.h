@@ -48,6 +48,7 @@
 #define DGCA_TOPOLOGY_PROBE_H_
 
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "dgca/v1/topology.pb.h"
@@ -68,6 +69,10 @@ struct ProbeOptions {
   // compute_cap --format=csv` (names, memory, compute capability where NVML
   // is absent); when empty, root/nvidia-smi-query-gpu.csv is read if present.
   std::string nvidia_smi_query_text;
+  // The program that measures the CPU's GEMM rate (`dgca-worker gemm-rate`,
+  // which prints lines "threads=N flops=F"); empty = not measured (the
+  // fixtures, `dgca topo`). Run once, for at most 20 s.
+  std::vector<std::string> gemm_rate_command;
   // Topology.node; empty = the hostname (root/proc/sys/kernel/hostname, or
   // gethostname() when root is "/").
   std::string node_name;

@@ -631,6 +631,72 @@ TEST(CgroupV1AndCpuinfo, Fallbacks) {
   EXPECT_EQ(topo->cgroup_memory_limit_bytes(), 0u);
 }
 
+// The CPU's kind for the compute prior: the first processor's model name,
+// clock and widest SIMD; later processors do not override it.
+TEST(Cpuinfo, ModelClockAndVectorWidth) {
+  TempTree t;
+  t.Write("proc/cpuinfo",
+          "processor\t: 0\nmodel name\t: Intel(R) Xeon(R) Processor\ncpu MHz\t\t: 2100.000\n"
+          "flags\t\t: fpu sse2 avx fma avx2 avx512f avx512bw\n\n"
+          "processor\t: 1\nmodel name\t: other\ncpu MHz\t\t: 900.0\nflags\t\t: sse2\n");
+  ProbeOptions opt;
+  opt.root = t.root();
+  opt.use_nvml = false;
+  auto topo = ProbeTopology(opt);
+  ASSERT_TRUE(topo.ok());
+  EXPECT_EQ(topo->cpu_model(), "Intel(R) Xeon(R) Processor");
+  EXPECT_DOUBLE_EQ(topo->cpu_mhz(), 2100.0);
+  EXPECT_EQ(topo->cpu_vector_bits(), 512);
+  EXPECT_EQ(topo->cpu_count(), 2);
+  // AVX2 needs FMA for 256-bit FMAs; an ARM core's asimd is 128 bits.
+  t.Write("proc/cpuinfo", "processor\t: 0\nflags\t\t: sse2 avx avx2 fma\n");
+  EXPECT_EQ(ProbeTopology(opt)->cpu_vector_bits(), 256);
+  t.Write("proc/cpuinfo", "processor\t: 0\nFeatures\t: fp asimd evtstrm\n");
+  EXPECT_EQ(ProbeTopology(opt)->cpu_vector_bits(), 128);
+  // Garbage: unknown, not a crash.
+  t.Write("proc/cpuinfo", "processor\t: 0\ncpu MHz\t: fast\nflags\t: \n");
+  topo = ProbeTopology(opt);
+  ASSERT_TRUE(topo.ok());
+  EXPECT_EQ(topo->cpu_mhz(), 0);
+  EXPECT_EQ(topo->cpu_vector_bits(), 0);
+}
+
+// The GEMM rate comes from the program the agent names; a failing or
+// garbled program leaves it unknown with the reason, never a crash.
+TEST(GemmRate, FromTheProgramsLines) {
+  ProbeOptions opt;
+  opt.root = Fixture("cpu-only");
+  opt.use_nvml = false;
+  opt.gemm_rate_command = {"/bin/sh", "-c", "echo threads=1 flops=2.8e10; echo threads=2 flops=3.4e10"};
+  auto t = ProbeTopology(opt);
+  ASSERT_TRUE(t.ok());
+  EXPECT_DOUBLE_EQ(t->cpu_gemm_flops_one_thread(), 2.8e10);
+  EXPECT_DOUBLE_EQ(t->cpu_gemm_flops_all_threads(), 3.4e10);
+  auto unknown_has = [](const v1::Topology& topo, const std::string& what) {
+    for (const auto& u : topo.unknown())
+      if (absl::StrContains(u, "cpu_gemm:") && absl::StrContains(u, what)) return true;
+    return false;
+  };
+  opt.gemm_rate_command = {"/bin/sh", "-c", "echo broken >&2; exit 3"};
+  t = ProbeTopology(opt);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->cpu_gemm_flops_one_thread(), 0);
+  EXPECT_TRUE(unknown_has(*t, "exited 3: broken"));
+  opt.gemm_rate_command = {"/bin/sh", "-c", "echo threads=1 flops=fast"};
+  t = ProbeTopology(opt);
+  ASSERT_TRUE(t.ok());
+  EXPECT_TRUE(unknown_has(*t, "printed no"));
+  opt.gemm_rate_command = {"/nonexistent/dgca-worker", "gemm-rate"};
+  t = ProbeTopology(opt);
+  ASSERT_TRUE(t.ok());
+  EXPECT_TRUE(unknown_has(*t, "/nonexistent/dgca-worker"));
+  // Not asked for (fixtures, `dgca topo`): nothing measured, nothing unknown.
+  opt.gemm_rate_command.clear();
+  t = ProbeTopology(opt);
+  ASSERT_TRUE(t.ok());
+  EXPECT_FALSE(unknown_has(*t, ""));
+}
+
 // ---- Formatter ------------------------------------------------------------------
 
 TEST(FormatTopoMatrix, RoundTripsThroughTheParser) {

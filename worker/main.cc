@@ -9,11 +9,13 @@
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 
 #include "model/core/exit_codes.h"
+#include "model/cpu/gemm_rate.h"
 #include "proto/rpc/rpc_util.h"
 #include "worker/agent/agent.h"
 #include "worker/agent/rank_process.h"
@@ -131,6 +133,15 @@ int main(int argc, char** argv) {
   train->add_option("--checkpoint-dir", train_args.checkpoint_dir, "write checkpoints here");
   train->add_option("--topology-root", train_args.topology_root, "root of the topology probe");
 
+  int gemm_threads = 0;
+  double gemm_seconds = 0.15;
+  auto* gemm = app.add_subcommand(
+      "gemm-rate", "time the CPU GEMM the trainer uses (model/cpu/gemm_rate.h): one line per "
+                   "thread count, 'threads=N flops=F'");
+  gemm->add_option("--threads", gemm_threads, "the larger thread count (default: every CPU)");
+  gemm->add_option("--seconds", gemm_seconds, "time per thread count (the best repetition counts)")
+      ->capture_default_str();
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -164,5 +175,14 @@ int main(int argc, char** argv) {
     return rc;
   }
   if (*train) return dgca::RunLocalTrain(train_args);
+  if (*gemm) {
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    const int most = gemm_threads > 0 ? gemm_threads : static_cast<int>(std::max(1L, cpus));
+    for (int t : {1, most}) {
+      std::printf("threads=%d flops=%.6g\n", t, dgca::cpu::MeasureGemmFlops(t, gemm_seconds));
+      if (most == 1) break;
+    }
+    return 0;
+  }
   return dgca::kExitUsage;
 }

@@ -31,12 +31,11 @@
 // this run (less the GEMM workspace, which the context holds): the
 // measured peak says how far off it is.
 //
-// MFU: flops_per_sample as bench/torch_dgca.py (about 75 GFLOP/sample for
-// bert-base, seq 128: 3 x forward, forward = layers x (2 T (4H^2 + 2HF) +
-// 4 T^2 H) + 2 head_rows (H^2 + H V), head_rows = 1.27 (seq-8)/2), times
-// samples/s, over the device's dense bf16 peak: H100 SXM / H200 989e12,
-// H100 PCIe 756e12, A100 312e12 (by device name; --peak-tflops overrides),
-// else "n/a".
+// MFU: TrainFlopsPerSample (model/core/compute_cost.h, the formula of
+// bench/torch_dgca.py: about 75 GFLOP/sample for bert-base, seq 128) times
+// samples/s, over the device's dense peak for --precision from the table
+// in model/core/compute_cost.cc (H200 bf16: 989e12; --peak-tflops
+// overrides), else "n/a".
 //
 // CUDA graphs (cuda_model.h set_cuda_graphs) are on unless
 // --no-cuda-graphs: the encoder forward and backward of a batch size and
@@ -82,6 +81,7 @@
 
 #include "model/core/exit_codes.h"
 #include "model/core/batch.h"
+#include "model/core/compute_cost.h"
 #include "model/core/config.h"
 #include "model/core/dropout.h"
 #include "model/core/memory_model.h"
@@ -191,25 +191,6 @@ int AttentionBench(const Args& a, dgca::cuda::DType t, const ModelConfig& cfg, c
     std::printf("  train.attention: auto keeps the %s kernels here (%s)\n", auto_pick,
                 DescribeTiming(*timing).c_str());
   }
-  return 0;
-}
-
-// bench/torch_dgca.py flops_per_sample: the encoder, and the MLM head on
-// the target slots plus the MFT rows (0.27 of the slots in the synthetic
-// batches: 90% correct characters, 30% of them masked).
-double FlopsPerSample(const ModelConfig& c, int seq) {
-  const double H = c.hidden, F = c.ffn, T = seq, V = c.vocab_size;
-  const double per_layer = 2 * T * (4 * H * H + 2 * H * F) + 2 * 2 * T * T * H;
-  const double head_rows = ((seq - 8) / 2) * (1 + 0.27);
-  const double head = 2 * head_rows * (H * H + H * V);
-  return 3 * (c.layers * per_layer + head);
-}
-
-double PeakFlops(const std::string& name) {
-  auto has = [&](const char* s) { return name.find(s) != std::string::npos; };
-  if (has("H100") && has("PCIe")) return 756e12;
-  if (has("H100") || has("H200") || has("GH200")) return 989e12;
-  if (has("A100")) return 312e12;
   return 0;
 }
 
@@ -372,9 +353,10 @@ int main(int argc, char** argv) {
   double mean = 0;
   for (double s : secs) mean += s / secs.size();
   const double sps = a.batch / med;
-  const double fps = FlopsPerSample(*cfg, a.seq);
+  const double fps = TrainFlopsPerSample(*cfg, a.seq);
   const double tflops = sps * fps / 1e12;
-  const double peak = a.peak_tflops > 0 ? a.peak_tflops * 1e12 : PeakFlops((*ctx)->description());
+  const auto row = dgca::LookupGpuPeak((*ctx)->description());
+  const double peak = a.peak_tflops > 0 ? a.peak_tflops * 1e12 : row ? row->For(*prec) : 0;
   const double model_bytes = static_cast<double>(free0) - static_cast<double>(free1);
   const double used_bytes = static_cast<double>(total) - static_cast<double>(free1);
   const int64_t nparams = m.params().parameter_count();

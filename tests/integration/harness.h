@@ -232,6 +232,18 @@ inline Result Dgca(const CoordinatorProcess& c, std::vector<std::string> args,
   return Exec(argv, timeout);
 }
 
+// Waits until the coordinator's embedded agent (or any agent) has
+// registered: it probes the node first, the CPU's GEMM rate included
+// (topology/probe.h), so `dgca plan` right after a start may find none yet.
+inline bool WaitForAgent(const CoordinatorProcess& c) {
+  return WaitUntil(
+      [&] {
+        Result r = Dgca(c, {"nodes", "--json"}, 10s);
+        return r.code == 0 && r.out.find("\"connected\": true") != std::string::npos;
+      },
+      30s);
+}
+
 // A `dgca-worker agent` process (`bin`, default WorkerBin()) as node `node`
 // of a coordinator, its state and agent.log in `state_dir` (created),
 // heartbeat every 0.5 s, plus `extra` flags. Stopped when it goes out of
@@ -365,7 +377,7 @@ class CoordinatorSuite : public ::testing::Test {
     dir_ = new std::string(MakeTempDir(Derived::kName));
     coord_ = new CoordinatorProcess(*dir_ + "/state");
     mkdir((*dir_ + "/state").c_str(), 0755);
-    if (!coord_->Start()) {
+    if (!coord_->Start() || !WaitForAgent(*coord_)) {
       delete coord_;
       coord_ = nullptr;
     }

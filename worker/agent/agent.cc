@@ -114,6 +114,7 @@ absl::Status Agent::Impl::Start() {
   ProbeOptions po;
   po.root = opt_.topology_root;
   po.node_name = node_;
+  po.gemm_rate_command = {worker_binary_, "gemm-rate"};
   auto topo = ProbeTopology(po);
   if (topo.ok()) {
     topology_ = *topo;

@@ -1,10 +1,13 @@
-// Running a program and reading what it prints: the coordinator's way to
-// call a cluster scheduler's command-line tools (coordinator/slurm.h).
+// Running a program and reading what it prints: how the probe gets the
+// facts only a program can measure (the CPU's GEMM rate, `dgca-worker
+// gemm-rate`: topology/probe.h ProbeOptions.gemm_rate_command) and how the
+// coordinator calls a cluster scheduler's command-line tools
+// (coordinator/slurm.h).
 //
 // Thread-safety: RunCommand may be called from any thread; it forks, so the
 // child only execs (nothing else runs between fork and exec).
-#ifndef DGCA_COORDINATOR_COMMAND_H_
-#define DGCA_COORDINATOR_COMMAND_H_
+#ifndef DGCA_TOPOLOGY_COMMAND_H_
+#define DGCA_TOPOLOGY_COMMAND_H_
 
 #include <string>
 #include <vector>
@@ -31,4 +34,4 @@ std::string CommandLine(const std::vector<std::string>& argv);
 
 }  // namespace dgca
 
-#endif  // DGCA_COORDINATOR_COMMAND_H_
+#endif  // DGCA_TOPOLOGY_COMMAND_H_

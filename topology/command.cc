@@ -1,4 +1,4 @@
-#include "coordinator/command.h"
+#include "topology/command.h"
 
 #include <fcntl.h>
 #include <poll.h>

@@ -1,4 +1,4 @@
-#include "coordinator/command.h"
+#include "topology/command.h"
 
 #include <gtest/gtest.h>
 
