@@ -115,8 +115,10 @@ bool DecideDevice(const v1::JobSpec& spec, const std::vector<v1::Topology>& node
     cuda = want == "cuda";
     b->Decide("resources.device", want, v1::USER, "set in the spec");
     if (cuda && gpus == 0)
-      b->Warn("resources.device is cuda but no node reports an NVIDIA GPU; the ranks "
-              "will fail to start (set device: cpu or auto)");
+      b->Warn("cannot run here: resources.device is cuda but no connected node reports an "
+              "NVIDIA GPU, so the ranks would fail to start (set device: cpu or auto, or connect "
+              "a GPU node's agent); the plan below assumes one GPU of unknown model and memory: "
+              "no memory bound, no step-time prediction");
   } else if (gpus > 0) {
     cuda = true;
     b->Decide("resources.device", "cuda", v1::PLANNER,
@@ -245,7 +247,14 @@ Precision DecidePrecision(const v1::JobSpec& spec, const std::vector<v1::Topolog
                             g.compute_capability_major() * 10 + g.compute_capability_minor());
         }
       }
-    if (unknown && min_cc == 1000) {
+    if (min_cc == 1000 && !unknown) {
+      // No GPU at all (DecideDevice warned that the ranks cannot start):
+      // no compute capability to read, none to invent.
+      b->plan().set_precision("bf16");
+      b->Decide("train.precision", "bf16", v1::PLANNER,
+                "no connected node reports a GPU, so no compute capability: the plan assumes "
+                "bf16 (sm_80 or newer); on an older GPU it would be fp16");
+    } else if (unknown && min_cc == 1000) {
       b->plan().set_precision("fp16");
       b->Decide("train.precision", "fp16", v1::PLANNER,
                 "compute capability unknown (no NVML or nvidia-smi facts): fp16 with "

@@ -557,6 +557,22 @@ TEST(PlannerFirstPlan, CpuPriorFromTheMeasuredGemmRate) {
   EXPECT_EQ(unknown->predicted_step_seconds(), 0);
 }
 
+// device: cuda where no node has a GPU: the plan says it cannot run here
+// and invents nothing (it used to read "compute capability 100.0").
+TEST(PlannerFirstPlan, CudaWithoutAGpuSaysSoAndInventsNothing) {
+  v1::JobSpec spec = Config("wsl2-two-gpus-sys.yaml");
+  auto plan = MakePlan(spec, {Fixture("cpu-only")}, PlannerMeasurements{});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  bool said = false;
+  for (const auto& w : plan->warnings()) said |= absl::StartsWith(w, "cannot run here:");
+  EXPECT_TRUE(said);
+  const std::string precision = Find(*plan, "train.precision").reason();
+  EXPECT_FALSE(absl::StrContains(precision, "100.0")) << precision;
+  EXPECT_TRUE(absl::StrContains(precision, "no connected node reports a GPU")) << precision;
+  EXPECT_EQ(plan->predicted_step_seconds(), 0);
+  EXPECT_EQ(plan->compute_source(), "");
+}
+
 // ---- NVLink: no NCCL overrides, small k -----------------------------------------
 
 TEST(PlannerNvlink, NoNcclOverridesSmallK) {
