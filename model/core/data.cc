@@ -31,16 +31,40 @@ StatusOr<std::vector<Example>> ReadEcspell(const std::string& path, const Vocab&
   ReadStats local;
   ReadStats& st = stats != nullptr ? *stats : local;
   st = ReadStats();
-  struct stat dir_st;
-  if (stat(path.c_str(), &dir_st) == 0 && S_ISDIR(dir_st.st_mode)) {
-    return InvalidArgumentError(path + ": is a directory, not a data file (expected a file of lines "
-                                "'src<TAB>trg')");
+  struct stat file_st {};
+  if (stat(path.c_str(), &file_st) == 0) {
+    if (S_ISDIR(file_st.st_mode)) {
+      return InvalidArgumentError(path + ": is a directory, not a data file (expected a file of "
+                                  "lines 'src<TAB>trg')");
+    }
+    // A FIFO would block the rank for ever and a device such as /dev/zero
+    // grows it until the OOM killer ends it: only regular files, checked
+    // before opening (opening a FIFO blocks).
+    if (!S_ISREG(file_st.st_mode)) {
+      const char* kind = S_ISFIFO(file_st.st_mode)  ? "a FIFO"
+                         : S_ISCHR(file_st.st_mode) ? "a character device"
+                         : S_ISBLK(file_st.st_mode) ? "a block device"
+                         : S_ISSOCK(file_st.st_mode) ? "a socket"
+                                                     : "not a regular file";
+      return InvalidArgumentError(path + ": is " + kind +
+                                  ", not a data file (expected a regular file of lines "
+                                  "'src<TAB>trg')");
+    }
+    if (static_cast<uint64_t>(file_st.st_size) > kMaxDataFileBytes) {
+      return InvalidArgumentError(
+          path + ": " + std::to_string(file_st.st_size) + " bytes, more than the " +
+          std::to_string(kMaxDataFileBytes >> 30) +
+          " GiB a data file may have (the loader holds the whole file in memory)");
+    }
   }
   std::ifstream in(path, std::ios::binary);
   if (!in) return NotFoundError(path + ": cannot open data file");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  const std::string text = ss.str();
+  // Bounded even if the file grows while it is read.
+  std::string text(std::min<uint64_t>(kMaxDataFileBytes + 1,
+                                      static_cast<uint64_t>(std::max<off_t>(file_st.st_size, 0))),
+                   '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<size_t>(std::max<std::streamsize>(in.gcount(), 0)));
   if (text.empty()) {
     return InvalidArgumentError(path + ": empty data file (expected lines 'src<TAB>trg', "
                                 "characters separated by single spaces)");

@@ -43,9 +43,15 @@ struct ReadStats {
   int64_t skipped_empty = 0;    // blank lines and pairs with no characters
 };
 
+// The largest data file ReadEcspell takes: it holds the whole file in
+// memory (an ECSpell split is under 1 MiB; a stream such as /dev/zero once
+// grew a rank to 3.2 GB before the kernel's OOM killer ended it).
+inline constexpr uint64_t kMaxDataFileBytes = uint64_t{2} << 30;
+
 // Reads "src<TAB>trg" lines (characters separated by single spaces).
-// Errors: missing file, empty file, invalid UTF-8 (file:line:column), a line
-// without a tab (file:line).
+// Errors: missing file, empty file, not a regular file (a FIFO, a device),
+// over kMaxDataFileBytes, invalid UTF-8 (file:line:column), a line without
+// a tab (file:line).
 // Each space-separated character maps to exactly one id (Vocab::Lookup;
 // [UNK] when absent; no lowercasing), so source and target stay aligned.
 // A trailing CR is dropped. `stats` may be null. Pairs longer than

@@ -96,6 +96,22 @@ TEST(ReadEcspellTest, Errors) {
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find(path + ": empty"), std::string::npos) << r.status().message();
 
+  // A stream is refused before it is opened: /dev/zero grew a rank to
+  // 3.2 GB until the OOM killer ended it, and a FIFO blocked it for ever.
+  r = ReadEcspell("/dev/zero", v, nullptr);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("/dev/zero: is a character device"), std::string::npos)
+      << r.status().message();
+  const std::string fifo = TempPath("fifo.txt");
+  unlink(fifo.c_str());
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  r = ReadEcspell(fifo, v, nullptr);  // returns at once: no writer is waited for
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find(fifo + ": is a FIFO"), std::string::npos)
+      << r.status().message();
+  unlink(fifo.c_str());
+
   // A directory (data.train pointing at the data folder) is named as one,
   // not read as an empty file; so is the vocabulary built from it.
   const std::string dir = TempPath("a-dir");

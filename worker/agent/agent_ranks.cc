@@ -64,27 +64,6 @@ void AppendToLog(const std::string& path, const std::string& line) {
   close(fd);
 }
 
-// Last `n` lines of the file (reads at most the last 64 KiB).
-std::string TailLines(const std::string& path, int n) {
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return "";
-  struct stat st;
-  std::string data;
-  if (fstat(fd, &st) == 0) {
-    off_t start = st.st_size > 65536 ? st.st_size - 65536 : 0;
-    data.resize(st.st_size - start);
-    ssize_t got = pread(fd, data.data(), data.size(), start);
-    data.resize(got > 0 ? got : 0);
-  }
-  close(fd);
-  while (!data.empty() && data.back() == '\n') data.pop_back();
-  size_t pos = data.size();
-  for (int i = 0; i < n && pos != std::string::npos && pos > 0; ++i) {
-    pos = data.rfind('\n', pos - 1);
-  }
-  if (pos == std::string::npos) return data;
-  return data.substr(pos + 1);
-}
 
 }  // namespace
 
@@ -375,7 +354,7 @@ v1::RankExited Agent::Impl::ExitReport(const Child& c, std::optional<int> wait_s
   }
   AppendToLog(c.log_path, absl::StrCat("[agent ", node_, "] rank ", c.rank, " (pid ", c.pid,
                                        ") ", how, c.stopping ? " after a stop request" : "", "\n"));
-  if (e.exit_code() != 0 || e.signal() != 0) e.set_message(TailLines(c.log_path, 20));
+  if (e.exit_code() != 0 || e.signal() != 0) e.set_message(LogTail(c.log_path, 20));
   spdlog::info("agent {}: job {} rank {} {}", node_, c.job_id, c.rank, how);
   return e;
 }

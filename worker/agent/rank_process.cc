@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -41,6 +42,34 @@ std::string RankId(const std::string& job_id, int rank, int attempt) {
 
 std::string RankIdEntry(const std::string& job_id, int rank, int attempt) {
   return "DGCA_RANK_ID=" + RankId(job_id, rank, attempt);
+}
+
+std::string LogTail(const std::string& path, int lines) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return "";
+  std::string data;
+  struct stat st;
+  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) {
+    const off_t start = st.st_size > 65536 ? st.st_size - 65536 : 0;
+    data.resize(static_cast<size_t>(st.st_size - start));
+    const ssize_t got = pread(fd, data.data(), data.size(), start);
+    data.resize(got > 0 ? static_cast<size_t>(got) : 0);
+  }
+  close(fd);
+  while (!data.empty() && data.back() == '\n') data.pop_back();
+  // The start of the last `lines` lines: after the lines-th newline from
+  // the end, or the beginning when there are fewer.
+  size_t begin = 0, end = data.size();
+  for (int i = 0; i < lines && end > 0; ++i) {
+    const size_t nl = data.rfind('\n', end - 1);
+    if (nl == std::string::npos) {
+      begin = 0;
+      break;
+    }
+    begin = nl + 1;
+    end = nl;
+  }
+  return data.substr(begin);
 }
 
 std::string ExitRecordPath(const std::string& log_dir, int rank) {

@@ -35,6 +35,11 @@ namespace dgca {
 std::string RankId(const std::string& job_id, int rank, int attempt);
 std::string RankIdEntry(const std::string& job_id, int rank, int attempt);
 
+// The last `lines` lines of a rank's log (at most its last 64 KiB), for the
+// message of a rank that failed; "" when the log is empty, missing or not
+// a readable file (a full disk, a directory in its place): never a crash.
+std::string LogTail(const std::string& path, int lines);
+
 // Where a rank's exit record goes: LOG_DIR/rank-R.exit.
 std::string ExitRecordPath(const std::string& log_dir, int rank);
 

@@ -1,6 +1,7 @@
 #include "worker/agent/rank_process.h"
 
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -17,6 +18,30 @@ namespace dgca {
 namespace {
 
 using namespace std::chrono_literals;
+
+// A failed rank's log tail: its last lines, and nothing (not a crash) for
+// an empty log or a directory in its place; both once took the coordinator
+// down (std::out_of_range from substr).
+TEST(LogTail, LastLinesAndNothingForEmptyOrNonFiles) {
+  const std::string dir = testutil::MakeTempDir("log-tail");
+  const std::string log = dir + "/rank-1.log";
+  { std::ofstream(log) << "one\ntwo\nthree\n\n"; }
+  EXPECT_EQ(LogTail(log, 2), "two\nthree");
+  EXPECT_EQ(LogTail(log, 1), "three");
+  EXPECT_EQ(LogTail(log, 10), "one\ntwo\nthree");
+  { std::ofstream(log) << "no newline"; }
+  EXPECT_EQ(LogTail(log, 3), "no newline");
+  { std::ofstream(log) << "\nafter a blank first line"; }
+  EXPECT_EQ(LogTail(log, 1), "after a blank first line");
+  { std::ofstream(log, std::ios::trunc); }
+  EXPECT_EQ(LogTail(log, 20), "");
+  { std::ofstream(log) << "\n\n\n"; }
+  EXPECT_EQ(LogTail(log, 20), "");
+  const std::string as_dir = dir + "/rank-2.log";
+  ASSERT_EQ(mkdir(as_dir.c_str(), 0755), 0);
+  EXPECT_EQ(LogTail(as_dir, 20), "");
+  EXPECT_EQ(LogTail(dir + "/missing.log", 20), "");
+}
 
 TEST(ExitRecord, RoundTripsForItsAttemptOnly) {
   const std::string dir = testutil::MakeTempDir("rank_process_test");
