@@ -440,6 +440,18 @@ inline JobView Status(const CoordinatorProcess& c, const std::string& job) {
   return v;
 }
 
+// Polls `job` until it is RUNNING with `ranks` rank pids and at step
+// `min_step` or later; returns whether it got there, *last = the last view.
+inline bool WaitRunning(const CoordinatorProcess& c, const std::string& job, size_t ranks,
+                        int64_t min_step, std::chrono::milliseconds timeout, JobView* last) {
+  return WaitUntil(
+      [&] {
+        *last = Status(c, job);
+        return last->state == "RUNNING" && last->pids.size() == ranks && last->step >= min_step;
+      },
+      timeout);
+}
+
 // GET http://HOST:PORT/PATH (plain HTTP/1.0); the body, or "" on failure.
 inline std::string HttpGet(const std::string& host_port, const std::string& path) {
   size_t colon = host_port.rfind(':');

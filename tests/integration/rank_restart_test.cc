@@ -33,13 +33,7 @@ TEST(RankRestartTest, KilledRankRestartsFromCheckpoint) {
   ASSERT_EQ(sub.code, 0) << sub.err;
   std::string job = Trim(sub.out);
   JobView v;
-  ASSERT_TRUE(WaitUntil(
-      [&] {
-        v = Status(coord, job);
-        return v.state == "RUNNING" && v.pids.size() == 2 && v.step >= 15;
-      },
-      60s))
-      << v.raw << coord.Log();
+  ASSERT_TRUE(WaitRunning(coord, job, 2, 15, 60s, &v)) << v.raw << coord.Log();
   ASSERT_LT(v.step, 150) << "the job finished before the kill; make it longer";
   pid_t victim = v.pids[1];
   ASSERT_EQ(kill(victim, SIGKILL), 0);
@@ -83,13 +77,7 @@ TEST(RankRestartTest, AnUnreadableLogDoesNotTakeTheCoordinatorDown) {
   ASSERT_EQ(sub.code, 0) << sub.err;
   const std::string job = Trim(sub.out);
   JobView v;
-  ASSERT_TRUE(WaitUntil(
-      [&] {
-        v = Status(coord, job);
-        return v.state == "RUNNING" && v.pids.size() == 2 && v.step >= 3;
-      },
-      60s))
-      << v.raw << coord.Log();
+  ASSERT_TRUE(WaitRunning(coord, job, 2, 3, 60s, &v)) << v.raw << coord.Log();
   std::string log;
   for (const auto& e : std::filesystem::recursive_directory_iterator(dir + "/state"))
     if (e.path().filename() == "rank-1.log") log = e.path().string();
