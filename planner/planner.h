@@ -5,6 +5,7 @@
 //
 // Where things live:
 //   planner/cost_model.h   the step-time formulas (c(m), C, exposed, step)
+//   planner/compute_prior.h c(m) before anything was measured
 //   planner/link_model.h   the all-reduce time: topology prior, measurements
 //   planner/fits.h         least-squares fits of measurements
 //   planner/decisions.h    each decision, in the order MakePlan takes them
