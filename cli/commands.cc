@@ -373,6 +373,11 @@ int CmdCancel(const GlobalOptions& g, Io io, const std::string& job_id) {
   auto ctx = (*client)->Context(std::chrono::seconds(30));
   grpc::Status s = (*client)->stub()->CancelJob(ctx.get(), req, &resp);
   if (!s.ok()) return ReportError(io.err, g, FromGrpc(s));
+  if (resp.already_ended()) {
+    io.out << "job " << job_id << " had already ended: " << StateName(resp.job().state())
+           << " (nothing to cancel)\n";
+    return kExitOk;
+  }
   io.out << "job " << job_id << " " << StateName(resp.job().state());
   if (!resp.job().message().empty()) io.out << ": " << resp.job().message();
   io.out << "\n";

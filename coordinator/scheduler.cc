@@ -413,7 +413,9 @@ absl::StatusOr<v1::PlanJobResponse> Scheduler::PlanJob(const v1::PlanJobRequest&
   return out;
 }
 
-absl::StatusOr<v1::Job> Scheduler::Cancel(const std::string& id, std::chrono::milliseconds wait) {
+absl::StatusOr<v1::Job> Scheduler::Cancel(const std::string& id, std::chrono::milliseconds wait,
+                                           bool* already_ended) {
+  if (already_ended != nullptr) *already_ended = false;
   auto stored = store_->GetJob(id);
   if (!stored.ok()) return stored.status();
   Outbox out;
@@ -421,8 +423,10 @@ absl::StatusOr<v1::Job> Scheduler::Cancel(const std::string& id, std::chrono::mi
     absl::MutexLock l(&mu_);
     JobRt* rt = FindJob(id);
     if (rt == nullptr) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "job ", id, " is already ", v1::JobState_Name(stored->job.state()), "; nothing to cancel"));
+      // Ended already: nothing to cancel, and no error (scripts cancel what
+      // may have finished meanwhile).
+      if (already_ended != nullptr) *already_ended = true;
+      return stored->job;
     }
     if (rt->state != v1::RUNNING) {
       if (TrialRunning(*rt)) QueueStop(*rt, /*live_only=*/true, &out);  // a trial's ranks

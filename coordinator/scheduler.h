@@ -132,7 +132,10 @@ class Scheduler {
   absl::StatusOr<v1::GetJobResponse> GetJob(const std::string& id);
   absl::StatusOr<std::vector<v1::Job>> ListJobs(const v1::ListJobsRequest& req);
   // Waits up to `wait` (real time) for CANCELLED once ranks are told to stop.
-  absl::StatusOr<v1::Job> Cancel(const std::string& id, std::chrono::milliseconds wait);
+  // *already_ended (optional) says the job had ended before: it is returned
+  // as stored, nothing cancelled.
+  absl::StatusOr<v1::Job> Cancel(const std::string& id, std::chrono::milliseconds wait,
+                                 bool* already_ended = nullptr);
   std::vector<v1::NodeInfo> ListNodes();
   // Drops a disconnected node from ListNodes and /metrics (see
   // ForgetNodeRequest in coordinator.proto for the refusals).

@@ -128,9 +128,12 @@ class CoordinatorServiceImpl final : public v1::Coordinator::Service {
                    v1::CancelJobResponse* resp) override {
     DGCA_AUTH(ctx);
     DGCA_JOB_ID(req->job_id());
-    auto r = s_->Cancel(req->job_id(), UntilDeadline(ctx, std::chrono::milliseconds(8000)));
+    bool already_ended = false;
+    auto r = s_->Cancel(req->job_id(), UntilDeadline(ctx, std::chrono::milliseconds(8000)),
+                        &already_ended);
     if (!r.ok()) return ToGrpc(r.status());
     *resp->mutable_job() = std::move(*r);
+    resp->set_already_ended(already_ended);
     return Status::OK;
   }
 

@@ -765,10 +765,12 @@ TEST_F(ServerTest, CancelStopsRanksAndWatchEnds) {
     EXPECT_GT(u.event().seq(), last);  // no duplicates, in order
     last = u.event().seq();
   }
-  // Cancel again: already finished.
+  // Cancel again: already ended, which is no error; the response says so.
   auto ctx2 = Ctx();
-  EXPECT_EQ(coord_->CancelJob(ctx2.get(), req, &resp).error_code(),
-            grpc::StatusCode::FAILED_PRECONDITION);
+  resp.Clear();
+  EXPECT_EQ(coord_->CancelJob(ctx2.get(), req, &resp).error_code(), grpc::StatusCode::OK);
+  EXPECT_TRUE(resp.already_ended());
+  EXPECT_EQ(resp.job().state(), v1::CANCELLED);
   // A pending job is cancelled at once.
   server_->Shutdown();
 }

@@ -60,8 +60,12 @@ TEST(CancelJobTest, CancelStopsEveryRankWithin5s) {
       },
       10s))
       << after.raw;
-  // Cancelling again is harmless; the job stays CANCELLED.
-  Dgca(coord, {"cancel", job});
+  // Cancelling again is harmless and no error for a script: exit 0, saying
+  // the job had already ended; it stays CANCELLED.
+  Result again = Dgca(coord, {"cancel", job});
+  EXPECT_EQ(again.code, 0) << again.out << again.err;
+  EXPECT_NE(again.out.find("had already ended: CANCELLED (nothing to cancel)"), std::string::npos)
+      << again.out;
   EXPECT_EQ(Status(coord, job).state, "CANCELLED");
   // `dgca submit --wait` semantics for a cancelled job: watch exits 1.
   Result watch = Dgca(coord, {"watch", job}, 30s);
