@@ -132,9 +132,7 @@ bool AddEfficiency(JobStore* store, const std::string& device_class, PlannerMeas
     from.push_back(absl::StrFormat("%s %.3f at micro-batch %d", r.job_id, r.efficiency,
                                    r.micro_batch));
   }
-  std::sort(e.begin(), e.end());
-  meas->compute_efficiency =
-      e.size() % 2 ? e[e.size() / 2] : 0.5 * (e[e.size() / 2 - 1] + e[e.size() / 2]);
+  meas->compute_efficiency = MedianOf(e);
   meas->compute_efficiency_source =
       absl::StrFormat("the median of the newest %d job(s) on %s (%s)", static_cast<int>(e.size()),
                       device_class, absl::StrJoin(from, ", "));

@@ -7,15 +7,12 @@
 #include "absl/strings/str_format.h"
 #include "coordinator/job_runtime.h"
 #include "coordinator/measured_planning.h"
+#include "planner/compute_prior.h"
 #include "planner/cost_model.h"
 #include "planner/units.h"
 
 namespace dgca {
 namespace {
-
-double RelativeError(double predicted, double measured) {
-  return measured > 0 ? (predicted - measured) / measured : 0;
-}
 
 constexpr double kLiveCheckSecondsPerRank = 10;
 // An efficiency above this (the job 10x faster than the ideal at the
@@ -41,6 +38,10 @@ StepSample SampleOf(const v1::StepMetrics& m) {
   s.gpu_memory_bytes = m.gpu_memory_used_bytes();
   s.host_memory_peak_bytes = m.host_memory_peak_bytes();
   return s;
+}
+
+double RelativeError(double predicted, double measured) {
+  return measured > 0 ? (predicted - measured) / measured : 0;
 }
 
 StepMedians MediansOf(const std::vector<StepSample>& samples, int accumulation) {
@@ -162,10 +163,8 @@ PlanReview ReviewPlan(const std::string& job_id, const v1::JobSpec& spec, const 
   }
   r.step = m;
   // The efficiency on the device class, for later plans of any model there.
-  const double ideal = plan.compute_ideal_fixed_seconds() +
-                       plan.micro_batch() * plan.compute_ideal_seconds_per_sample();
-  const double eff = m.compute_seconds > 0 ? ideal / m.compute_seconds : 0;
-  if (!plan.compute_device_class().empty() && eff > 0 && eff <= kMaxPlausibleEfficiency) {
+  const double eff = EfficiencyOf(plan, m.compute_seconds);
+  if (eff > 0 && eff <= kMaxPlausibleEfficiency) {
     EfficiencyMeasurement e;
     e.job_id = job_id;
     e.device_class = plan.compute_device_class();

@@ -41,6 +41,9 @@ struct StepMedians {
 };
 StepMedians MediansOf(const std::vector<StepSample>& samples, int accumulation);
 
+// (predicted - measured) / measured; 0 when nothing was measured.
+double RelativeError(double predicted, double measured);
+
 // Whether the live check is due: at least max(40, 10 x ranks) steady-state
 // rank-steps (capped at the ring's size) covering at least 10 s of step time
 // per rank, or a full ring. The first second of a job is not its steady

@@ -21,7 +21,7 @@ std::string ReplanReason(const v1::JobSpec& spec, const v1::Plan& plan,
   if (plan.predicted_step_seconds() <= 0 || samples.size() < kMinStepSamples) return "";
   const StepMedians med = MediansOf(samples, std::max(1, plan.accumulation()));
   if (med.step <= 0) return "";
-  const double err = (plan.predicted_step_seconds() - med.step) / med.step;
+  const double err = RelativeError(plan.predicted_step_seconds(), med.step);
   const double share_off = med.comm_share - plan.predicted_comm_share();
   std::vector<std::string> why;
   if (std::fabs(err) > kReplanStepMargin)

@@ -150,9 +150,11 @@ ComputePrior PriorStepTime(const std::vector<v1::Topology>& nodes, bool cuda,
   return p;
 }
 
-double MeasuredEfficiency(const ComputePrior& prior, int m, double seconds) {
-  if (!prior.ok || seconds <= 0 || m <= 0) return 0;
-  return prior.Ideal(m) / seconds;
+double EfficiencyOf(const v1::Plan& plan, double measured_seconds) {
+  const double ideal = plan.compute_ideal_fixed_seconds() +
+                       plan.micro_batch() * plan.compute_ideal_seconds_per_sample();
+  if (plan.compute_device_class().empty() || ideal <= 0 || measured_seconds <= 0) return 0;
+  return ideal / measured_seconds;
 }
 
 }  // namespace dgca

@@ -30,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "dgca/v1/plan.pb.h"
 #include "dgca/v1/topology.pb.h"
 #include "model/core/config.h"
 #include "planner/measurements.h"
@@ -85,9 +86,10 @@ ComputePrior PriorStepTime(const std::vector<v1::Topology>& nodes, bool cuda,
 // outnumber the CPUs. 0 when the rate was not measured.
 double CpuRankGemmRate(const v1::Topology& t, int ranks_per_node, int threads_per_rank);
 
-// The efficiency a measured micro-step shows: Ideal(m) / seconds (0 when
-// the prior is not ok or nothing was measured).
-double MeasuredEfficiency(const ComputePrior& prior, int m, double seconds);
+// The efficiency a measured micro-step of `plan` shows: the ideal c(m) its
+// prior recorded (Plan.compute_ideal_*) at its micro-batch, over the
+// measured seconds; 0 when the plan had no prior or nothing was measured.
+double EfficiencyOf(const v1::Plan& plan, double measured_seconds);
 
 }  // namespace dgca
 

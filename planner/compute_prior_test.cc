@@ -27,7 +27,15 @@ TEST(ComputePrior, ReproducesTheH200RunOfRecord) {
   EXPECT_EQ(p.device_class, "gpu H200 SXM bf16");
   EXPECT_DOUBLE_EQ(p.efficiency, kGpuEfficiencyOfRecord);
   EXPECT_NEAR(p.fixed + 128 * p.per_sample, 0.03010, 0.03010 * 0.01);
-  EXPECT_NEAR(MeasuredEfficiency(p, 128, 0.03010), kGpuEfficiencyOfRecord, 0.003);
+  v1::Plan plan;  // what a finished job's review reads back
+  plan.set_compute_device_class(p.device_class);
+  plan.set_micro_batch(128);
+  plan.set_compute_ideal_fixed_seconds(p.Ideal(0));
+  plan.set_compute_ideal_seconds_per_sample(p.Ideal(1) - p.Ideal(0));
+  EXPECT_NEAR(EfficiencyOf(plan, 0.03010), kGpuEfficiencyOfRecord, 0.003);
+  EXPECT_EQ(EfficiencyOf(plan, 0), 0);
+  plan.clear_compute_device_class();  // no prior behind it
+  EXPECT_EQ(EfficiencyOf(plan, 0.03010), 0);
   EXPECT_TRUE(absl::StrContains(p.why, "989 TFLOP/s bf16 peak")) << p.why;
   EXPECT_TRUE(absl::StrContains(p.why, "the H200 run of record")) << p.why;
 }
