@@ -421,7 +421,10 @@ int CmdNodes(const GlobalOptions& g, Io io, bool json) {
     std::string gpus = absl::StrCat(t.gpus_size());
     if (t.gpus_size() > 0) absl::StrAppend(&gpus, " x ", t.gpus(0).name());
     rows.push_back({n.name(), n.address().empty() ? "-" : n.address(),
-                    n.connected() ? "yes" : "no",
+                    // A connected agent that is silent or leaving gets no ranks.
+                    !n.connected()                                   ? "no"
+                    : n.state() == "silent" || n.state() == "leaving" ? n.state()
+                                                                      : "yes",
                     absl::StrFormat("%.1fs", n.heartbeat_age_seconds()),
                     absl::StrCat(t.cpu_count()),
                     t.memory_bytes() > 0

@@ -26,11 +26,27 @@ void NodeRegistry::Register(const v1::RegisterAgent& reg, const std::string& pee
   n.last_heartbeat = now;
   n.bound_job = reg.bound_job();
   n.allocation_id = reg.allocation_id();
+  n.leaving = false;
+  n.silent = false;
 }
 
-void NodeRegistry::Heartbeat(const std::string& node, Clock::TimePoint now) {
+bool NodeRegistry::Heartbeat(const std::string& node, Clock::TimePoint now) {
   auto it = nodes_.find(node);
-  if (it != nodes_.end()) it->second.last_heartbeat = now;
+  if (it == nodes_.end()) return false;
+  it->second.last_heartbeat = now;
+  const bool was = it->second.silent;
+  it->second.silent = false;
+  return was;
+}
+
+std::vector<std::string> NodeRegistry::MarkSilent(Clock::TimePoint now, double timeout_s) {
+  std::vector<std::string> out;
+  for (auto& [name, n] : nodes_) {
+    if (!n.conn || n.silent || SecondsBetween(n.last_heartbeat, now) <= timeout_s) continue;
+    n.silent = true;
+    out.push_back(name);
+  }
+  return out;
 }
 
 bool NodeRegistry::Disconnect(const std::string& node,
@@ -38,6 +54,14 @@ bool NodeRegistry::Disconnect(const std::string& node,
   auto it = nodes_.find(node);
   if (it == nodes_.end() || it->second.conn != conn) return false;
   it->second.conn.reset();
+  return true;
+}
+
+bool NodeRegistry::MarkLeaving(const std::string& node,
+                               const std::shared_ptr<AgentConnection>& conn) {
+  auto it = nodes_.find(node);
+  if (it == nodes_.end() || it->second.conn != conn) return false;
+  it->second.leaving = true;
   return true;
 }
 
@@ -53,7 +77,7 @@ std::shared_ptr<AgentConnection> NodeRegistry::ConnectionOf(const std::string& n
 
 std::string NodeRegistry::FirstConnected() const {
   for (const auto& [name, n] : nodes_) {
-    if (n.conn && n.bound_job.empty()) return name;
+    if (n.Available() && n.bound_job.empty()) return name;
   }
   return "";
 }
@@ -61,7 +85,7 @@ std::string NodeRegistry::FirstConnected() const {
 std::vector<v1::Topology> NodeRegistry::ConnectedTopologies() const {
   std::vector<v1::Topology> out;
   for (const auto& [name, n] : nodes_) {
-    if (!n.conn || !n.bound_job.empty()) continue;
+    if (!n.Available() || !n.bound_job.empty()) continue;
     v1::Topology t = n.topology;
     t.set_node(name);  // placement (plan.rank_nodes) uses registered names
     out.push_back(std::move(t));
@@ -73,7 +97,7 @@ std::vector<v1::Topology> NodeRegistry::BoundTopologies(const std::string& job,
                                                         const std::string& allocation_id) const {
   std::vector<v1::Topology> out;
   for (const auto& [name, n] : nodes_) {
-    if (!n.conn || n.bound_job != job || n.allocation_id != allocation_id) continue;
+    if (!n.Available() || n.bound_job != job || n.allocation_id != allocation_id) continue;
     v1::Topology t = n.topology;
     t.set_node(name);
     out.push_back(std::move(t));

@@ -49,6 +49,20 @@ struct Node {
   // .bound_job), in the allocation `allocation_id`; "" for shared agents.
   std::string bound_job;
   std::string allocation_id;
+  // The agent said it is stopping (AgentLeaving): no rank is placed on it
+  // until it registers again, though its stream still carries the exits of
+  // the ranks it stops.
+  bool leaving = false;
+  // Connected, yet no heartbeat for longer than the scheduler's timeout (a
+  // frozen agent: SIGSTOP, a hung host): nothing is placed on it until it is
+  // heard again (MarkSilent, Heartbeat).
+  bool silent = false;
+  // Connected, heard from and not leaving: ranks may be placed on it.
+  bool Available() const { return conn != nullptr && !leaving && !silent; }
+  // "connected", "silent", "leaving" or "disconnected".
+  const char* State() const {
+    return conn == nullptr ? "disconnected" : leaving ? "leaving" : silent ? "silent" : "connected";
+  }
 };
 
 class NodeRegistry {
@@ -57,21 +71,28 @@ class NodeRegistry {
   // older stream.
   void Register(const v1::RegisterAgent& reg, const std::string& peer,
                 std::shared_ptr<AgentConnection> conn, Clock::TimePoint now);
-  void Heartbeat(const std::string& node, Clock::TimePoint now);
+  // Records a heartbeat; true when the node was silent until now.
+  bool Heartbeat(const std::string& node, Clock::TimePoint now);
+  // Marks silent the connected nodes whose last heartbeat is more than
+  // `timeout_s` before `now`; returns those that were not silent before.
+  std::vector<std::string> MarkSilent(Clock::TimePoint now, double timeout_s);
   // Forgets `conn` as the node's stream; true when it was the current one (a
   // replaced stream's end changes nothing).
   bool Disconnect(const std::string& node, const std::shared_ptr<AgentConnection>& conn);
 
+  // Marks the node leaving (Node::leaving) when `conn` is its current
+  // stream; true then.
+  bool MarkLeaving(const std::string& node, const std::shared_ptr<AgentConnection>& conn);
   const Node* Find(const std::string& node) const;
   // The node's stream, null when unknown or disconnected.
   std::shared_ptr<AgentConnection> ConnectionOf(const std::string& node) const;
   bool Connected(const std::string& node) const { return ConnectionOf(node) != nullptr; }
-  // The first connected shared node by name ("" when none).
+  // The first available (Node::Available) shared node by name ("" when none).
   std::string FirstConnected() const;
-  // Topologies of the connected shared nodes (not bound to a job), each
+  // Topologies of the available shared nodes (not bound to a job), each
   // named as the node registered.
   std::vector<v1::Topology> ConnectedTopologies() const;
-  // Topologies of the connected agents bound to `job` in `allocation_id`.
+  // Topologies of the available agents bound to `job` in `allocation_id`.
   std::vector<v1::Topology> BoundTopologies(const std::string& job,
                                             const std::string& allocation_id) const;
   // Connected agents bound to `job` (any allocation).

@@ -19,6 +19,13 @@ bool TakeSlot(const std::string& node, int dev, int r, const DeviceSet& busy,
   return true;
 }
 
+// Why ranks cannot be placed on `n` now (!n.Available()).
+std::string Unavailable(const Node& n) {
+  if (n.conn == nullptr) return "is not connected";
+  if (n.leaving) return "is leaving (its agent is stopping)";
+  return "is silent (its agent sent no heartbeat within the heartbeat timeout: frozen or hung)";
+}
+
 }  // namespace
 
 bool AgentPlacement::Place(const v1::Plan& plan, const DeviceSet& busy,
@@ -29,8 +36,10 @@ bool AgentPlacement::Place(const v1::Plan& plan, const DeviceSet& busy,
   for (int r = 0; r < world; ++r) {
     const std::string node =
         r < plan.rank_nodes_size() && !plan.rank_nodes(r).empty() ? plan.rank_nodes(r) : first;
-    if (!nodes_->Connected(node)) {
-      *why = absl::StrCat("waiting for capacity: node ", node, " (rank ", r, ") is not connected");
+    const Node* n = nodes_->Find(node);
+    if (n == nullptr || !n->Available()) {
+      *why = absl::StrCat("waiting for capacity: node ", node, " (rank ", r, ") ",
+                          n == nullptr ? "is not connected" : Unavailable(*n));
       return false;
     }
     if (!TakeSlot(node, PlannedDevice(plan, r), r, busy, slots, why)) return false;
@@ -44,10 +53,13 @@ bool BoundAgentPlacement::Place(const v1::Plan& plan, const DeviceSet& busy,
   for (int r = 0; r < plan.ranks(); ++r) {
     const std::string node = r < plan.rank_nodes_size() ? plan.rank_nodes(r) : "";
     const Node* n = nodes_->Find(node);
-    if (n == nullptr || !n->conn || n->bound_job != job_ || n->allocation_id != allocation_id_) {
+    if (n == nullptr || !n->Available() || n->bound_job != job_ ||
+        n->allocation_id != allocation_id_) {
       *why = absl::StrCat("waiting for capacity: the agent on node ", node.empty() ? "?" : node,
-                          " (rank ", r, ") of Slurm job ", allocation_id_,
-                          " is not connected");
+                          " (rank ", r, ") of Slurm job ", allocation_id_, " ",
+                          n == nullptr || n->bound_job != job_ || n->allocation_id != allocation_id_
+                              ? "is not connected"
+                              : Unavailable(*n));
       return false;
     }
     if (!TakeSlot(node, PlannedDevice(plan, r), r, busy, slots, why)) return false;

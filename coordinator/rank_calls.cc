@@ -147,7 +147,10 @@ StepApplied ApplyStep(JobRt* rt, const v1::StepMetrics& m, Clock::TimePoint now)
   return out;
 }
 
-std::string DescribeRankExit(const std::string& node, const v1::RankExited& e) {
+namespace {
+
+// How the rank ended, in words.
+std::string RankEnd(const std::string& node, const v1::RankExited& e) {
   if (e.status_unknown()) {
     return absl::StrCat("rank ", e.rank(), " on node ", node,
                         " (adopted after a restart of its agent or the coordinator) ended "
@@ -163,6 +166,13 @@ std::string DescribeRankExit(const std::string& node, const v1::RankExited& e) {
                         "coordinator, e.g. its agent stopping)");
   }
   return absl::StrCat("rank ", e.rank(), " on node ", node, " exited with code ", e.exit_code());
+}
+
+}  // namespace
+
+std::string DescribeRankExit(const std::string& node, const v1::RankExited& e) {
+  const std::string how = RankEnd(node, e);
+  return e.agent_leaving() ? absl::StrCat(how, " while its agent was stopping") : how;
 }
 
 bool EndedByOurStop(const v1::RankExited& e, Clock::TimePoint stop_started, Clock::TimePoint now,

@@ -505,6 +505,11 @@ void Scheduler::Tick() {
       }
       if (rt->dirty && now - rt->last_persist > std::chrono::seconds(5)) Persist(rt);
     }
+    for (const std::string& name : nodes_.MarkSilent(now, opt_.heartbeat_timeout_s)) {
+      spdlog::warn("node {} has sent no heartbeat for more than {:.0f} s (frozen or hung?): no "
+                   "ranks are placed on it until it is heard again",
+                   name, opt_.heartbeat_timeout_s);
+    }
     for (const auto& [name, n] : nodes_.nodes()) {
       hub_->SetHeartbeatAge(name, SecondsBetween(n.last_heartbeat, now), n.conn != nullptr);
     }

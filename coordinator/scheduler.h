@@ -160,6 +160,10 @@ class Scheduler {
   void AgentHeartbeat(const std::string& node, const v1::AgentHeartbeat& hb);
   void RankExited(const std::string& node, const v1::RankExited& e);
   void AgentDisconnected(const std::string& node, const std::shared_ptr<AgentConnection>& conn);
+  // The agent on `conn` is stopping (AgentLeaving): nothing more is placed
+  // on its node until it registers again; the exits of its ranks follow.
+  void AgentLeaving(const std::string& node, const std::shared_ptr<AgentConnection>& conn,
+                    const v1::AgentLeaving& leaving);
   // Pids of the ranks an agent supervises (from its heartbeats; the server
   // polls the embedded agent's).
   void RecordRunning(const std::string& node, const std::vector<v1::RunningRank>& running);
@@ -238,6 +242,11 @@ class Scheduler {
   // Once every rank of a stopping job has exited (or the deadline passed):
   // CANCELLED, FAILED, or the restart from the last checkpoint.
   void CompleteStop(JobRt* rt, Outbox* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Job -> attempts among `running` (an agent's report) that no active
+  // attempt owns: a job that ended or is not running, or another attempt.
+  std::map<std::string, std::set<int>> UnwantedRanks(
+      const google::protobuf::RepeatedPtrField<v1::RunningRank>& running)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RankFailed(JobRt* rt, const std::string& reason, Outbox* out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The live plan check, once (coordinator/plan_checks.h).

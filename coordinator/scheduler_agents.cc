@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "coordinator/rank_calls.h"
 #include "coordinator/scheduler.h"
 #include "spdlog/spdlog.h"
@@ -37,11 +38,12 @@ absl::Status Scheduler::AgentRegistered(const v1::RegisterAgent& reg, const std:
     // Job -> the attempts of its ranks to stop there (only those: a new
     // attempt the tick launches on this node before the stop is sent must
     // not be stopped with them).
-    std::map<std::string, std::set<int>> stop_jobs;
+    // Those of a job being stopped too: the stop sent before may have been
+    // lost with the old stream.
+    std::map<std::string, std::set<int>> stop_jobs = UnwantedRanks(reg.running());
     for (const auto& r : reg.running()) {
       const JobRt* rt = FindJob(r.job_id());
-      if (rt == nullptr || rt->attempt != r.attempt() || !RanksWelcome(*rt) ||
-          rt->stop.action != StopAction::kNone) {
+      if (rt != nullptr && rt->stop.action != StopAction::kNone) {
         stop_jobs[r.job_id()].insert(r.attempt());
       }
     }
@@ -92,11 +94,38 @@ absl::Status Scheduler::AgentRegistered(const v1::RegisterAgent& reg, const std:
 }
 
 void Scheduler::AgentHeartbeat(const std::string& node, const v1::AgentHeartbeat& hb) {
+  Outbox out;
   {
     absl::MutexLock l(&mu_);
-    nodes_.Heartbeat(node, Now());
+    if (nodes_.Heartbeat(node, Now())) {
+      spdlog::info("node {} is heard again; ranks may be placed on it", node);
+      Wake();
+    }
+    // Ranks the agent runs that no active attempt owns: launched from
+    // commands it read late (a frozen agent resumed with SIGCONT, a stream
+    // that delivered after a long stall) or missed stops. Stopped here, by
+    // attempt, as at registration.
+    for (const auto& [job, attempts] : UnwantedRanks(hb.running())) {
+      QueueStopOn(job, {node}, &out, attempts);
+      spdlog::warn("node {} runs ranks of job {} (attempt(s) {}) that no active attempt owns; "
+                   "stopping them",
+                   node, job, absl::StrJoin(attempts, ","));
+    }
   }
+  Flush(&out);
   RecordRunning(node, {hb.running().begin(), hb.running().end()});
+}
+
+std::map<std::string, std::set<int>> Scheduler::UnwantedRanks(
+    const google::protobuf::RepeatedPtrField<v1::RunningRank>& running) {
+  std::map<std::string, std::set<int>> out;
+  for (const auto& r : running) {
+    const JobRt* rt = FindJob(r.job_id());
+    if (rt == nullptr || rt->attempt != r.attempt() || !RanksWelcome(*rt)) {
+      out[r.job_id()].insert(r.attempt());
+    }
+  }
+  return out;
 }
 
 void Scheduler::RecordRunning(const std::string& node,
@@ -162,6 +191,14 @@ void Scheduler::RankExited(const std::string& node, const v1::RankExited& e) {
     }
   }
   Flush(&out);
+}
+
+void Scheduler::AgentLeaving(const std::string& node,
+                             const std::shared_ptr<AgentConnection>& conn,
+                             const v1::AgentLeaving& leaving) {
+  absl::MutexLock l(&mu_);
+  if (!nodes_.MarkLeaving(node, conn)) return;
+  spdlog::warn("node {} is leaving: {}", node, leaving.reason().substr(0, 200));
 }
 
 void Scheduler::AgentDisconnected(const std::string& node,

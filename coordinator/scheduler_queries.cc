@@ -149,6 +149,7 @@ std::vector<v1::NodeInfo> Scheduler::ListNodes() {
     info.set_name(name);
     info.set_address(n.address);
     info.set_connected(n.conn != nullptr);
+    info.set_state(n.State());
     info.set_heartbeat_age_seconds(SecondsBetween(n.last_heartbeat, now));
     *info.mutable_topology() = n.topology;
     for (const auto& [id, rt] : jobs_) {

@@ -367,6 +367,105 @@ TEST_F(SchedulerTest, ARestartLaunchesWhenItsNodeComesBack) {
   EXPECT_TRUE(HasEvent(id, "restart", "restart 1 of 1 (attempt 1)"));
 }
 
+// The agent says it is stopping (AgentLeaving) and its ranks die with it,
+// the stream still open: the restart must not be launched back onto it (the
+// launch would be lost with the stream moments later); it waits for the
+// node to register again.
+TEST_F(SchedulerTest, ARestartIsNotLaunchedOntoALeavingAgent) {
+  const std::string id = RunningJob(/*max_restarts=*/1);
+  v1::AgentLeaving leaving;
+  leaving.set_reason("the agent is stopping");
+  sched_->AgentLeaving("n1", conn_, leaving);
+  v1::RankExited e;
+  e.set_job_id(id);
+  e.set_attempt(0);
+  e.set_exit_code(-1);
+  e.set_signal(SIGTERM);
+  e.set_agent_leaving(true);
+  for (int r = 0; r < 2; ++r) {
+    e.set_rank(r);
+    sched_->RankExited("n1", e);
+  }
+  EXPECT_TRUE(HasEvent(id, "rank_exit", "killed by signal 15 (Terminated) while its agent was "
+                                        "stopping"));
+  sched_->Tick();
+  EXPECT_TRUE(TakeLaunches().empty());
+  v1::Job j = Job(id);
+  EXPECT_EQ(j.state(), v1::PLANNING);
+  EXPECT_TRUE(absl::StrContains(j.message(), "node n1 (rank 0) is leaving (its agent is stopping)"))
+      << j.message();
+  Connect();  // a new agent on the node
+  sched_->Tick();
+  ASSERT_EQ(TakeLaunches().size(), 2u);
+  EXPECT_EQ(Job(id).state(), v1::RUNNING);
+  EXPECT_EQ(Job(id).restarts(), 1);
+}
+
+// A frozen agent (SIGSTOP) keeps its stream open but sends no heartbeat:
+// after the heartbeat timeout it is "silent", gets no ranks (a restart waits
+// for it rather than being sent into a stream nobody reads), and is used
+// again once heard.
+TEST_F(SchedulerTest, ASilentAgentGetsNoRanksUntilItIsHeardAgain) {
+  const std::string id = RunningJob(/*max_restarts=*/1);
+  for (int i = 0; i < 4; ++i) {  // the ranks call in; the agent says nothing
+    clock_.Advance(8);
+    for (int r = 0; r < 2; ++r) Heartbeat(id, r, 0);
+    sched_->Tick();
+  }
+  const auto nodes = sched_->ListNodes();
+  ASSERT_EQ(nodes.size(), 1u);
+  EXPECT_EQ(nodes[0].state(), "silent");
+  EXPECT_TRUE(nodes[0].connected());
+  EXPECT_EQ(Job(id).state(), v1::RUNNING);  // its ranks train on
+  Exit(id, 0, 0, 1);
+  Exit(id, 1, 0, 0, SIGTERM);
+  sched_->Tick();
+  EXPECT_TRUE(TakeLaunches().empty());
+  v1::Job j = Job(id);
+  EXPECT_EQ(j.state(), v1::PLANNING);
+  EXPECT_TRUE(absl::StrContains(j.message(), "node n1 (rank 0) is silent")) << j.message();
+  v1::AgentHeartbeat hb;
+  sched_->AgentHeartbeat("n1", hb);
+  EXPECT_EQ(sched_->ListNodes()[0].state(), "connected");
+  sched_->Tick();
+  ASSERT_EQ(TakeLaunches().size(), 2u);
+  EXPECT_EQ(Job(id).state(), v1::RUNNING);
+}
+
+// An agent resumed after a freeze may run ranks no active attempt owns (a
+// launch it read late, a stop it missed): its next heartbeat lists them and
+// they are stopped, attempt by attempt; the current attempt's are left.
+TEST_F(SchedulerTest, AHeartbeatListingStaleRanksStopsThem) {
+  const std::string id = RunningJob(/*max_restarts=*/1);
+  Exit(id, 0, 0, 1);
+  Exit(id, 1, 0, 0, SIGTERM);
+  sched_->Tick();
+  ASSERT_EQ(TakeLaunches().size(), 2u);  // attempt 1
+  commands_.clear();
+  v1::AgentHeartbeat hb;
+  for (int attempt : {0, 1}) {
+    v1::RunningRank* r = hb.add_running();
+    r->set_job_id(id);
+    r->set_rank(0);
+    r->set_attempt(attempt);
+    r->set_pid(100 + attempt);
+  }
+  v1::RunningRank* gone = hb.add_running();
+  gone->set_job_id("j-ended");
+  gone->set_rank(0);
+  gone->set_attempt(3);
+  sched_->AgentHeartbeat("n1", hb);
+  std::map<std::string, std::set<int>> stopped;
+  for (const auto& c : commands_) {
+    if (c.has_stop()) {
+      for (int a : c.stop().attempts()) stopped[c.stop().job_id()].insert(a);
+    }
+  }
+  EXPECT_EQ(stopped[id], std::set<int>({0}));
+  EXPECT_EQ(stopped["j-ended"], std::set<int>({3}));
+  EXPECT_EQ(Job(id).state(), v1::RUNNING);
+}
+
 TEST_F(SchedulerTest, ARestartedSchedulerReadoptsARunningJob) {
   const std::string id = RunningJob();
   v1::RunningRank r0, r1;

@@ -305,6 +305,9 @@ class AgentServiceImpl final : public v1::AgentService::Service {
         case v1::AgentMessage::kCheckpoint:
           s_->CheckpointRequested(node, m.checkpoint());
           break;
+        case v1::AgentMessage::kLeaving:
+          s_->AgentLeaving(node, conn, m.leaving());
+          break;
         case v1::AgentMessage::kRegister:
           if (m.register_().node() == node) {
             (void)s_->AgentRegistered(m.register_(), ctx->peer(), conn);

@@ -296,6 +296,11 @@ class AgentProcess {
     waitpid(pid_, nullptr, 0);
     pid_ = -1;
   }
+  // Sends `sig` (SIGSTOP, SIGCONT: a frozen agent) to the running agent.
+  void Signal(int sig) {
+    if (pid_ > 0) kill(pid_, sig);
+  }
+  pid_t pid() const { return pid_; }
   bool running() const { return pid_ > 0; }
   std::string Log() const { return ReadFile(state_dir_ + "/agent.log"); }
 

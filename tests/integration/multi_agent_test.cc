@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 #include <sched.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <memory>
 #include <set>
 
@@ -53,8 +55,9 @@ struct TwoNodes {
   // Starts the coordinator and both agents and waits up to 20 s for both
   // nodes in `dgca nodes`; with `pin`, node-a's agent (and its ranks) runs
   // on CPU 0 and node-b's on CPU 1. The failure, if any, in *why.
-  bool Start(std::string* why, bool pin = false) {
-    if (!coord.Start("127.0.0.1:0", {"--no-local-agent"})) {
+  bool Start(std::string* why, bool pin = false, std::vector<std::string> coord_flags = {}) {
+    coord_flags.insert(coord_flags.begin(), "--no-local-agent");
+    if (!coord.Start("127.0.0.1:0", coord_flags)) {
       *why = "the coordinator did not start";
       return false;
     }
@@ -222,6 +225,78 @@ TEST(MultiAgentTest, AnAgentKilledMidJobAdoptsItsRankWhenItComesBack) {
   EXPECT_EQ(end.state, "SUCCEEDED") << end.message << "\n" << coord.Log() << agent_b;
   EXPECT_NE(agent_b.find("adopted job " + job), std::string::npos) << agent_b;
   EXPECT_NE(end.raw.find("\"restarts\": 0"), std::string::npos) << end.raw;
+}
+
+// The parent pid of `pid`, from /proc (-1 when it cannot be read).
+pid_t ParentOf(pid_t pid) {
+  const std::string st = ReadFile("/proc/" + std::to_string(pid) + "/stat");
+  const size_t p = st.rfind(')');
+  if (p == std::string::npos) return -1;
+  int ppid = -1;
+  char state = 0;
+  if (std::sscanf(st.c_str() + p + 1, " %c %d", &state, &ppid) != 2) return -1;
+  return ppid;
+}
+
+// A frozen agent (SIGSTOP) keeps its stream open and says nothing. After the
+// heartbeat timeout `dgca nodes` calls it silent; a restart is not sent into
+// its unread stream (where it used to wait, stall and use up max_restarts)
+// but waits for it; after SIGCONT the job restarts on both nodes, and the
+// frozen node's rank of the old attempt does not live on.
+TEST(MultiAgentTest, AFrozenAgentIsSilentAndARestartWaitsForIt) {
+  if (!HavePrograms()) GTEST_SKIP() << "programs not built under " << BuildDir();
+  if (!HaveSharedData()) GTEST_SKIP() << "no ECSpell data under " << SharedData();
+  TwoNodes nodes("frozen");
+  std::string why;
+  ASSERT_TRUE(nodes.Start(&why, false, {"--heartbeat-timeout", "10"})) << why;
+  CoordinatorProcess& coord = nodes.coord;
+  TinySpecOptions o;
+  o.max_restarts = 1;
+  Result sub = Dgca(coord, {"submit", WriteTinySpec(nodes.dir, "frozen", 1000000, o)});
+  ASSERT_EQ(sub.code, 0) << sub.err;
+  const std::string job = Trim(sub.out);
+  JobView v;
+  ASSERT_TRUE(WaitRunning(coord, job, 2, 2, 60s, &v)) << v.raw;
+  pid_t rank_a = -1, rank_b = -1;
+  for (pid_t p : v.pids) (ParentOf(p) == nodes.a.pid() ? rank_a : rank_b) = p;
+  ASSERT_GT(rank_a, 0) << v.raw;
+  ASSERT_GT(rank_b, 0) << v.raw;
+
+  nodes.b.Signal(SIGSTOP);
+  Result list;
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        list = Dgca(coord, {"nodes"});
+        return list.out.find("silent") != std::string::npos;
+      },
+      30s))
+      << list.out;
+  ASSERT_EQ(kill(rank_a, SIGKILL), 0);
+  JobView waiting;
+  const bool waited = WaitUntil(
+      [&] {
+        waiting = Status(coord, job);
+        return waiting.message.find("node-b (rank") != std::string::npos &&
+               waiting.message.find("is silent") != std::string::npos;
+      },
+      60s);
+  nodes.b.Signal(SIGCONT);
+  ASSERT_TRUE(waited) << waiting.raw << "\n" << coord.Log();
+  EXPECT_EQ(waiting.state, "PLANNING");
+
+  JobView again;
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        again = Status(coord, job);
+        return again.state == "RUNNING" && again.pids.size() == 2 &&
+               again.raw.find("\"restarts\": 1") != std::string::npos &&
+               std::find(again.pids.begin(), again.pids.end(), rank_b) == again.pids.end();
+      },
+      60s))
+      << again.raw << "\n" << coord.Log();
+  EXPECT_TRUE(WaitUntil([&] { return !ProcessAlive(rank_b); }, 30s))
+      << "node-b's rank of attempt 0 lives on";
+  Dgca(coord, {"cancel", job});
 }
 
 // A real straggler: node-a's agent (and so its rank) has CPU 0 to itself;

@@ -154,7 +154,20 @@ void Agent::Impl::Stop(bool stop_ranks) {
     }
   }
   if (stop_ranks) {
-    // Stop every rank first, while the stream can still carry their exits.
+    // The coordinator hears that this agent is leaving before it hears of
+    // its ranks' ends: a restart those ends cause must not be launched back
+    // here (the stream closes moments later and the launch would be lost).
+    v1::AgentMessage leaving;
+    leaving.mutable_leaving()->set_reason(
+        opt_.bound_job.empty() ? "the agent is stopping"
+                               : "the agent is stopping (its Slurm allocation is ending)");
+    if (!Send(leaving)) spdlog::info("agent {}: stopping while not connected", node_);
+    {
+      absl::MutexLock l(&mu_);
+      leaving_announced_ = true;
+      cv_.SignalAll();
+    }
+    // Stop every rank next, while the stream can still carry their exits.
     std::vector<std::string> jobs;
     {
       absl::MutexLock l(&mu_);

@@ -71,8 +71,9 @@ class Agent::Impl {
   static bool AdoptedAlive(const Child& c);
   // The report of a child's end: `wait_status` from waitpid for our own
   // children, nullopt for adopted ones (the exit record, if any, says).
+  // `leaving`: the agent had announced its stop (AgentLeaving) by then.
   // Appends the agent's line to the rank's log.
-  v1::RankExited ExitReport(const Child& c, std::optional<int> wait_status);
+  v1::RankExited ExitReport(const Child& c, std::optional<int> wait_status, bool leaving);
   // SIGTERM (SIGKILL after grace_s) to the job's ranks; only those of
   // `attempts` when it is not empty.
   void StopJob(const std::string& job_id, double grace_s, const std::set<int>& attempts = {});
@@ -101,6 +102,9 @@ class Agent::Impl {
   bool started_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_called_ ABSL_GUARDED_BY(mu_) = false;
+  // Stop() has told the coordinator this agent is leaving (AgentLeaving):
+  // exit reports written from here on follow that message on the stream.
+  bool leaving_announced_ ABSL_GUARDED_BY(mu_) = false;
   // Exits taken out of children_ but not yet reported.
   int reporting_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<pid_t, Child> children_ ABSL_GUARDED_BY(mu_);

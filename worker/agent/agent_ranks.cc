@@ -316,13 +316,14 @@ void Agent::Impl::Adopt(const v1::RunningRank& r) {
   }
   // Gone (or its pid now belongs to another process): it ended while no
   // agent watched. Queued; sent once the stream is up.
-  v1::RankExited e = ExitReport(c, std::nullopt);
+  v1::RankExited e = ExitReport(c, std::nullopt, leaving_announced_);
   spdlog::info("agent {}: job {} rank {} attempt {} (pid {}) ended before it could be adopted",
                node_, c.job_id, c.rank, c.attempt, c.pid);
   RememberExit(e);
 }
 
-v1::RankExited Agent::Impl::ExitReport(const Child& c, std::optional<int> wait_status) {
+v1::RankExited Agent::Impl::ExitReport(const Child& c, std::optional<int> wait_status,
+                                       bool leaving) {
   v1::RankExited e;
   e.set_job_id(c.job_id);
   e.set_rank(c.rank);
@@ -352,8 +353,13 @@ v1::RankExited Agent::Impl::ExitReport(const Child& c, std::optional<int> wait_s
             "crashed)";
     }
   }
+  e.set_agent_leaving(leaving);
   AppendToLog(c.log_path, absl::StrCat("[agent ", node_, "] rank ", c.rank, " (pid ", c.pid,
-                                       ") ", how, c.stopping ? " after a stop request" : "", "\n"));
+                                       ") ", how,
+                                       leaving      ? " while its agent was stopping"
+                                       : c.stopping ? " after a stop request"
+                                                    : "",
+                                       "\n"));
   if (e.exit_code() != 0 || e.signal() != 0) e.set_message(LogTail(c.log_path, 20));
   spdlog::info("agent {}: job {} rank {} {}", node_, c.job_id, c.rank, how);
   return e;
@@ -402,7 +408,21 @@ void Agent::Impl::ReaperLoop() {
       stop_now = stopping_;
     }
     for (size_t i = 0; i < exited.size(); ++i) {
-      ReportExit(ExitReport(exited[i], statuses[i]));
+      // A rank killed by a signal this agent did not send may have been
+      // killed with it: Slurm ending the step and systemd stopping the
+      // service signal every process at once. Its report waits (1 s at
+      // most) for this agent's own stop to announce itself, so that the
+      // coordinator does not take it for a rank failure to restart here.
+      const std::optional<int>& st = statuses[i];
+      bool leaving;
+      {
+        absl::MutexLock g(&mu_);
+        if (!exited[i].stopping && st.has_value() && WIFSIGNALED(*st)) {
+          mu_.AwaitWithTimeout(absl::Condition(&leaving_announced_), absl::Seconds(1));
+        }
+        leaving = leaving_announced_;
+      }
+      ReportExit(ExitReport(exited[i], statuses[i], leaving));
       absl::MutexLock g(&mu_);
       --reporting_;
     }

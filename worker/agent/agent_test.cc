@@ -104,6 +104,10 @@ class FakeCoordinator final : public v1::AgentService::Service {
     if (!m) return std::nullopt;
     return m->rank_exited();
   }
+  std::vector<v1::AgentMessage> Received() {
+    std::lock_guard<std::mutex> l(mu_);
+    return received_;
+  }
   int CountRegisters() {
     std::lock_guard<std::mutex> l(mu_);
     int n = 0;
@@ -442,6 +446,73 @@ TEST_F(AgentTest, AgentStopStopsItsRanks) {
   agent.Stop();
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 7s);
   EXPECT_FALSE(ProcessAlive(pid));
+}
+
+// Where the first message matching `pred` is among `ms`; -1 when none is.
+template <typename Pred>
+int IndexOf(const std::vector<v1::AgentMessage>& ms, Pred pred) {
+  for (size_t i = 0; i < ms.size(); ++i) {
+    if (pred(ms[i])) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+// A stopping agent says so (AgentLeaving) before it reports the ends of the
+// ranks it stops, and marks those reports: the coordinator must not launch a
+// restart back onto an agent about to go.
+TEST_F(AgentTest, AStoppingAgentSaysSoBeforeItsRanksExits) {
+  Agent agent(Options({"/bin/sh", "-c", "sleep 100"}));
+  ASSERT_TRUE(agent.Start().ok());
+  ASSERT_TRUE(fake_->WaitFor([](const v1::AgentMessage& m) { return m.has_register_(); }));
+  agent.Execute(Launch("job-a", 0));
+  ASSERT_EQ(agent.Running().size(), 1u);
+  agent.Stop();
+  const auto ms = fake_->Received();
+  const int leaving = IndexOf(ms, [](const v1::AgentMessage& m) { return m.has_leaving(); });
+  const int exit = IndexOf(ms, [](const v1::AgentMessage& m) { return m.has_rank_exited(); });
+  ASSERT_GE(leaving, 0);
+  ASSERT_GE(exit, 0);
+  EXPECT_LT(leaving, exit);
+  EXPECT_TRUE(ms[exit].rank_exited().agent_leaving());
+  EXPECT_EQ(ms[exit].rank_exited().signal(), SIGTERM);
+}
+
+// Slurm ending a step, or systemd stopping the service, signals the ranks
+// and the agent at once; the rank may die first. Its report waits for the
+// agent's own stop (up to 1 s), so it still follows AgentLeaving.
+TEST_F(AgentTest, ARankKilledAlongWithItsAgentIsReportedAfterTheLeaving) {
+  Agent agent(Options({"/bin/sh", "-c", "sleep 100"}));
+  ASSERT_TRUE(agent.Start().ok());
+  ASSERT_TRUE(fake_->WaitFor([](const v1::AgentMessage& m) { return m.has_register_(); }));
+  agent.Execute(Launch("job-a", 0));
+  auto running = agent.Running();
+  ASSERT_EQ(running.size(), 1u);
+  ASSERT_EQ(kill(-running[0].pid(), SIGTERM), 0);
+  std::this_thread::sleep_for(300ms);  // reaped (every 50 ms), its report held
+  agent.Stop();
+  const auto ms = fake_->Received();
+  const int leaving = IndexOf(ms, [](const v1::AgentMessage& m) { return m.has_leaving(); });
+  const int exit = IndexOf(ms, [](const v1::AgentMessage& m) { return m.has_rank_exited(); });
+  ASSERT_GE(leaving, 0);
+  ASSERT_GE(exit, 0);
+  EXPECT_LT(leaving, exit);
+  EXPECT_TRUE(ms[exit].rank_exited().agent_leaving());
+}
+
+// Without a stop of the agent the held report still goes, unmarked.
+TEST_F(AgentTest, ARankKilledFromOutsideIsReportedWithinASecondOrSo) {
+  Agent agent(Options({"/bin/sh", "-c", "sleep 100"}));
+  ASSERT_TRUE(agent.Start().ok());
+  ASSERT_TRUE(fake_->WaitFor([](const v1::AgentMessage& m) { return m.has_register_(); }));
+  agent.Execute(Launch("job-a", 0));
+  auto running = agent.Running();
+  ASSERT_EQ(running.size(), 1u);
+  ASSERT_EQ(kill(-running[0].pid(), SIGKILL), 0);
+  auto e = fake_->WaitExit("job-a", 0, 5s);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->signal(), SIGKILL);
+  EXPECT_FALSE(e->agent_leaving());
+  agent.Stop();
 }
 
 // The coordinator goes away and comes back on the same port: the agent
