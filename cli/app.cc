@@ -54,22 +54,40 @@ int RunCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
   app.add_option("--tls-ca", g.tls_ca_file, "use TLS with this root CA (env DGCA_TLS_CA)");
 
   std::string spec, job, root, out_dir;
+  std::vector<std::string> sets;  // submit/validate/plan --set KEY=VALUE
   bool wait = false, json = false, follow = false;
-  int rank = 0;
+  int rank = -1;  // logs: -1 = every rank
 
   auto* submit = app.add_subcommand("submit", "submit a job spec");
   submit->add_option("SPEC", spec, "job spec (YAML)")->required();
+  submit->add_option("--set", sets,
+                     "KEY=VALUE: a spec value over the file's (train.steps=200); repeatable");
   submit->add_flag("--wait", wait, "follow the job to its end; exit 0 only if it succeeded");
+
+  auto* resubmit = app.add_subcommand("resubmit", "submit a job's stored spec again, as a new job");
+  resubmit->add_option("JOB", job, "job id")->required();
+  resubmit->add_flag("--wait", wait, "follow the new job to its end; exit 0 only if it succeeded");
 
   auto* validate = app.add_subcommand("validate", "check a job spec (no coordinator needed)");
   validate->add_option("SPEC", spec, "job spec (YAML)")->required();
+  validate->add_option("--set", sets, "KEY=VALUE over the file's value; repeatable");
 
   auto* plan = app.add_subcommand("plan", "dry run: the planner's choices and reasons");
   plan->add_option("SPEC", spec, "job spec (YAML)")->required();
+  plan->add_option("--set", sets, "KEY=VALUE over the file's value; repeatable");
   plan->add_flag("--json", json, "one JSON document");
 
-  auto* list = app.add_subcommand("list", "list jobs");
-  list->add_flag("--json", json, "one JSON document");
+  auto* list = app.add_subcommand("list", "list jobs, newest first");
+  ListOptions list_opt;
+  list->add_flag("--json", list_opt.json, "one JSON document");
+  list->add_option("--state", list_opt.states,
+                   "only jobs in these states (pending, planning, running, succeeded, failed, "
+                   "cancelled, active, ended; repeat or comma-separate)");
+  list->add_option("--name", list_opt.name, "only jobs whose name contains this");
+  list->add_option("--since", list_opt.since,
+                   "only jobs created since: a span back from now (30m, 2h, 7d) or a UTC date or "
+                   "time (2026-11-28, 2026-11-28T14:05)");
+  list->add_option("--limit", list_opt.limit, "at most this many (0 = all)");
 
   auto* status = app.add_subcommand("status", "a job's state, per-rank progress, events");
   status->add_option("JOB", job, "job id")->required();
@@ -78,9 +96,11 @@ int RunCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
   auto* watch = app.add_subcommand("watch", "live progress of a job until it ends");
   watch->add_option("JOB", job, "job id")->required();
 
-  auto* logs = app.add_subcommand("logs", "a rank's output");
+  auto* logs = app.add_subcommand("logs", "the ranks' output (-f follows it)");
   logs->add_option("JOB", job, "job id")->required();
-  logs->add_option("--rank", rank, "rank")->capture_default_str();
+  logs->add_option("--rank", rank,
+                   "one rank's log as written (default: every rank's, each line prefixed "
+                   "[rank N])");
   logs->add_flag("--follow,-f", follow, "keep printing until the job ends");
 
   auto* cancel = app.add_subcommand("cancel", "cancel a job (stops every rank)");
@@ -151,7 +171,7 @@ int RunCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
   Io io{out, err, err_is_tty};
   // Job ids are checked here, before any connection: an overlong one would
   // otherwise fail in gRPC's metadata limits and read as exit 1.
-  for (const CLI::App* sub : {status, watch, logs, cancel, diagnose}) {
+  for (const CLI::App* sub : {status, watch, logs, cancel, diagnose, resubmit}) {
     const std::string& id = sub == diagnose ? diag_job : job;
     if (!*sub || (sub == diagnose && (diag_job.empty() || *dcomm))) continue;
     if (absl::Status st = CheckJobId(id); !st.ok()) {
@@ -159,10 +179,11 @@ int RunCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
       return kExitUsage;
     }
   }
-  if (*submit) return CmdSubmit(g, io, spec, wait);
-  if (*validate) return CmdValidate(io, spec);
-  if (*plan) return CmdPlan(g, io, spec, json);
-  if (*list) return CmdList(g, io, json);
+  if (*submit) return CmdSubmit(g, io, spec, wait, sets);
+  if (*resubmit) return CmdResubmit(g, io, job, wait);
+  if (*validate) return CmdValidate(io, spec, sets);
+  if (*plan) return CmdPlan(g, io, spec, json, sets);
+  if (*list) return CmdList(g, io, list_opt);
   if (*status) return CmdStatus(g, io, job, json);
   if (*watch) return CmdWatch(g, io, job);
   if (*logs) return CmdLogs(g, io, job, rank, follow);

@@ -220,6 +220,27 @@ TEST(CliTest, DirectoriesAsSpecOrTokenFileAreNamedAsSuch) {
   EXPECT_NE(tok.err.find("token file /tmp is a directory"), std::string::npos) << tok.err;
 }
 
+// A --tls-ca that cannot be read is said as such, before connecting (it
+// used to surface as a TLS handshake failure); one that holds no
+// certificate likewise.
+TEST(CliTest, UnreadableTlsCaIsNamedBeforeConnecting) {
+  const std::string token = TempFile("t0k3n\n");
+  CliRun r = Cli({"--coordinator", "127.0.0.1:1", "--token-file", token, "--tls-ca",
+                  "/nonexistent-dgca/ca.pem", "list"});
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("cannot read --tls-ca /nonexistent-dgca/ca.pem: No such file or directory"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.err.find("handshake"), std::string::npos) << r.err;
+  const std::string not_pem = TempFile("hello\n");
+  CliRun p = Cli({"--coordinator", "127.0.0.1:1", "--token-file", token, "--tls-ca", not_pem, "list"});
+  EXPECT_EQ(p.code, 2) << p.err;
+  EXPECT_NE(p.err.find("--tls-ca " + not_pem + " holds no PEM certificate"), std::string::npos)
+      << p.err;
+  std::remove(token.c_str());
+  std::remove(not_pem.c_str());
+}
+
 TEST(CliTest, UnknownCommandIsNamedWithTheValidOnes) {
   CliRun r = Cli({"frobnicate"});
   EXPECT_EQ(r.code, 2);

@@ -52,6 +52,12 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const GlobalOptions& g) 
     return absl::InvalidArgumentError(
         absl::StrCat("--coordinator (or DGCA_COORDINATOR) ", st.message()));
   }
+  // An unreadable CA is said now (exit 2), not as a handshake failure later.
+  if (!g.tls_ca_file.empty()) {
+    if (auto ca = ReadTlsCaFile(g.tls_ca_file); !ca.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(ca.status().message(), " (--tls-ca / DGCA_TLS_CA)"));
+    }
+  }
   auto token = ReadTokenFile(g.token_file);
   // A directory or an oversized file is bad input (exit 2), not a missing
   // or wrong token.

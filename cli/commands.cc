@@ -26,6 +26,9 @@
 #include "cli/watch_view.h"
 #include "planner/plan_format.h"
 #include "spec/spec.h"
+#include "spec/spec_files.h"
+#include "spec/spec_overrides.h"
+#include "proto/rpc/rank_state.h"
 #include "proto/rpc/rpc_util.h"
 #include "topology/probe.h"
 #include "topology/topo_matrix.h"
@@ -74,13 +77,31 @@ std::string AbsDirOf(const std::string& path) {
 }
 
 // Parses the spec locally; prints every problem. Returns 0 or 2.
+// The name a spec read from `spec_path` and changed by `sets` goes by (in
+// requests, hence in the coordinator's messages and the stored job).
+std::string SpecLabel(const std::string& spec_path, const std::vector<std::string>& sets) {
+  return sets.empty() ? spec_path : spec_path + " with --set";
+}
+
 int ValidateLocally(Io io, const std::string& spec_path, std::string* yaml,
-                    v1::JobSpec* spec = nullptr) {
+                    v1::JobSpec* spec = nullptr, const std::vector<std::string>& sets = {}) {
   if (auto s = ReadFile(spec_path, yaml); !s.ok()) {
     io.err << "error: " << s.message() << "\n";
     return kExitUsage;
   }
   auto parsed = ParseJobSpec(*yaml, spec_path);
+  if (parsed.ok() && parsed->ok() && !sets.empty()) {
+    // The file first (its problems at its lines), then each --set.
+    SpecOverrideResult o = ApplySpecOverrides(*yaml, spec_path, sets);
+    if (!o.problems.empty()) {
+      io.err << FormatProblems(o.problems);
+      io.err << spec_path << " with --set: " << o.problems.size() << " problem"
+             << (o.problems.size() == 1 ? "" : "s") << "\n";
+      return kExitUsage;
+    }
+    *yaml = o.yaml;
+    parsed = ParseJobSpec(*yaml, SpecLabel(spec_path, sets));
+  }
   if (!parsed.ok()) {
     io.err << "error: " << parsed.status().message() << "\n";
     return kExitUsage;
@@ -95,10 +116,21 @@ int ValidateLocally(Io io, const std::string& spec_path, std::string* yaml,
   return kExitOk;
 }
 
-std::string Age(int64_t unix_ms) {
-  if (unix_ms <= 0) return "-";
-  double s = (static_cast<double>(std::time(nullptr)) * 1000 - unix_ms) / 1000.0;
-  return FormatDuration(std::max(0.0, s)) + " ago";
+// The problems the coordinator found (INVALID_ARGUMENT carrying a
+// serialized Resp with them in its details, coordinator/server.h: its
+// check of the spec's files on its node, or a spec this CLI's parser took
+// and the coordinator's did not), printed as local problems are; returns
+// kExitUsage then, else kExitOk.
+template <typename Resp>
+int ServerProblems(Io io, const std::string& spec_path, const grpc::Status& s) {
+  if (s.error_code() != grpc::StatusCode::INVALID_ARGUMENT) return kExitOk;
+  Resp details;
+  if (!details.ParseFromString(s.error_details()) || details.problems_size() == 0) return kExitOk;
+  io.err << FormatProblems(details.problems());
+  const int n = details.problems_size();
+  io.err << spec_path << ": " << n << " problem" << (n == 1 ? "" : "s")
+         << " (reported by the coordinator)\n";
+  return kExitUsage;
 }
 
 std::string RankRows(const v1::Job& job, const std::map<int, v1::StepMetrics>& live) {
@@ -118,7 +150,7 @@ std::string RankRows(const v1::Job& job, const std::map<int, v1::StepMetrics>& l
       p.set_samples_per_second(it->second.samples_per_second());
       p.set_step_seconds(it->second.step_seconds());
     }
-    bool exited = p.state() == "exited" || p.state() == "failed";
+    bool exited = RankStateEnded(p.state());
     rows.push_back({absl::StrCat(r), p.node().empty() ? "-" : p.node(),
                     p.pid() > 0 ? absl::StrCat(p.pid()) : "-",
                     p.state().empty() ? "-" : p.state(), absl::StrCat(p.step()),
@@ -152,18 +184,20 @@ std::map<std::string, double> EvalOf(const v1::Job& j) {
 }
 
 // ---------------------------------------------------------------- submit
-int CmdSubmit(const GlobalOptions& g, Io io, const std::string& spec_path, bool wait) {
+int CmdSubmit(const GlobalOptions& g, Io io, const std::string& spec_path, bool wait,
+              const std::vector<std::string>& sets) {
   std::string yaml;
-  if (int rc = ValidateLocally(io, spec_path, &yaml); rc != kExitOk) return rc;
+  if (int rc = ValidateLocally(io, spec_path, &yaml, nullptr, sets); rc != kExitOk) return rc;
   auto client = Client::Connect(g);
   if (!client.ok()) return ReportError(io.err, g, client.status());
   v1::SubmitJobRequest req;
   req.set_spec_yaml(yaml);
-  req.set_spec_path(spec_path);
+  req.set_spec_path(SpecLabel(spec_path, sets));
   req.set_base_dir(AbsDirOf(spec_path));
   v1::SubmitJobResponse resp;
   auto ctx = (*client)->Context(std::chrono::seconds(30));
   grpc::Status s = (*client)->stub()->SubmitJob(ctx.get(), req, &resp);
+  if (int rc = ServerProblems<v1::SubmitJobResponse>(io, spec_path, s); rc != kExitOk) return rc;
   if (!s.ok()) return ReportError(io.err, g, FromGrpc(s));
   if (resp.problems_size() > 0) return PrintProblems(io, spec_path, resp.problems());
   io.out << resp.job_id() << "\n";
@@ -174,28 +208,44 @@ int CmdSubmit(const GlobalOptions& g, Io io, const std::string& spec_path, bool 
 }
 
 // ---------------------------------------------------------------- validate
-int CmdValidate(Io io, const std::string& spec_path) {
+int CmdValidate(Io io, const std::string& spec_path, const std::vector<std::string>& sets) {
   std::string yaml;
   v1::JobSpec spec;
-  if (int rc = ValidateLocally(io, spec_path, &yaml, &spec); rc != kExitOk) return rc;
+  if (int rc = ValidateLocally(io, spec_path, &yaml, &spec, sets); rc != kExitOk) return rc;
+  // The files the spec names, checked here: validate needs no coordinator,
+  // so this machine is the only one it can look on. The base directory is
+  // the one `dgca submit` sends, so the paths are the ranks' paths.
+  spec.set_base_dir(AbsDirOf(spec_path));
+  const std::vector<v1::SpecProblem> missing =
+      CheckInputFiles(SpecInputFiles(yaml, spec), "on this machine");
+  if (!missing.empty()) {
+    io.err << FormatProblems(missing);
+    io.err << spec_path << ": " << missing.size() << " problem" << (missing.size() == 1 ? "" : "s")
+           << " (files checked on this machine, where dgca validate runs; dgca submit checks "
+              "them again on the coordinator's node, and each node agent before it starts a "
+              "rank)\n";
+    return kExitUsage;
+  }
   io.out << spec_path << ": valid (job '" << spec.name() << "', preset " << spec.model().preset()
          << ", " << spec.train().steps() << " steps)\n";
   return kExitOk;
 }
 
 // ---------------------------------------------------------------- plan
-int CmdPlan(const GlobalOptions& g, Io io, const std::string& spec_path, bool json) {
+int CmdPlan(const GlobalOptions& g, Io io, const std::string& spec_path, bool json,
+            const std::vector<std::string>& sets) {
   std::string yaml;
-  if (int rc = ValidateLocally(io, spec_path, &yaml); rc != kExitOk) return rc;
+  if (int rc = ValidateLocally(io, spec_path, &yaml, nullptr, sets); rc != kExitOk) return rc;
   auto client = Client::Connect(g);
   if (!client.ok()) return ReportError(io.err, g, client.status());
   v1::PlanJobRequest req;
   req.set_spec_yaml(yaml);
-  req.set_spec_path(spec_path);
+  req.set_spec_path(SpecLabel(spec_path, sets));
   req.set_base_dir(AbsDirOf(spec_path));
   v1::PlanJobResponse resp;
   auto ctx = (*client)->Context(std::chrono::seconds(300));  // trial mode measures
   grpc::Status s = (*client)->stub()->PlanJob(ctx.get(), req, &resp);
+  if (int rc = ServerProblems<v1::PlanJobResponse>(io, spec_path, s); rc != kExitOk) return rc;
   if (!s.ok()) return ReportError(io.err, g, FromGrpc(s));
   if (resp.problems_size() > 0) return PrintProblems(io, spec_path, resp.problems());
   const v1::Plan& p = resp.plan();
@@ -213,33 +263,7 @@ int CmdPlan(const GlobalOptions& g, Io io, const std::string& spec_path, bool js
 }
 
 // ---------------------------------------------------------------- list
-int CmdList(const GlobalOptions& g, Io io, bool json) {
-  auto client = Client::Connect(g);
-  if (!client.ok()) return ReportError(io.err, g, client.status());
-  v1::ListJobsRequest req;
-  v1::ListJobsResponse resp;
-  auto ctx = (*client)->Context();
-  grpc::Status s = (*client)->stub()->ListJobs(ctx.get(), req, &resp);
-  if (!s.ok()) return ReportError(io.err, g, FromGrpc(s));
-  if (json) {
-    io.out << ToJson(resp);
-    return kExitOk;
-  }
-  std::vector<std::vector<std::string>> rows = {
-      {"JOB", "NAME", "STATE", "STEP", "LOSS", "SAMPLES/S", "CREATED", "MESSAGE"}};
-  for (const auto& j : resp.jobs()) {
-    Progress p = ComputeProgress(j, {});
-    rows.push_back({j.id(), j.name(), StateName(j.state()),
-                    p.total_steps > 0 ? absl::StrCat(p.step, "/", p.total_steps)
-                                      : absl::StrCat(p.step),
-                    j.step() > 0 ? absl::StrFormat("%.4f", j.loss()) : "-",
-                    j.samples_per_second() > 0 ? absl::StrFormat("%.1f", j.samples_per_second())
-                                               : "-",
-                    Age(j.created_unix_ms()), j.message()});
-  }
-  io.out << TextTable(rows);
-  return kExitOk;
-}
+// CmdList: cli/list.cc.
 
 // ---------------------------------------------------------------- status
 int CmdStatus(const GlobalOptions& g, Io io, const std::string& job_id, bool json) {
@@ -322,46 +346,7 @@ int CmdStatus(const GlobalOptions& g, Io io, const std::string& job_id, bool jso
 }
 
 // ---------------------------------------------------------------- logs
-int CmdLogs(const GlobalOptions& g, Io io, const std::string& job_id, int rank, bool follow) {
-  auto client = Client::Connect(g);
-  if (!client.ok()) return ReportError(io.err, g, client.status());
-  int64_t offset = 0;
-  double backoff = 0.5;
-  auto last_ok = Clock::now();
-  while (true) {
-    v1::GetLogsRequest req;
-    req.set_job_id(job_id);
-    req.set_rank(rank);
-    req.set_offset(offset);
-    req.set_follow(follow);
-    auto ctx = (*client)->Context(follow ? std::chrono::milliseconds(0) : std::chrono::seconds(30));
-    auto reader = (*client)->stub()->GetLogs(ctx.get(), req);
-    v1::GetLogsResponse chunk;
-    bool eof = false;
-    while (reader->Read(&chunk)) {
-      io.out << chunk.data();
-      io.out.flush();
-      if (chunk.next_offset() > 0) offset = chunk.next_offset();
-      else offset += static_cast<int64_t>(chunk.data().size());
-      eof = chunk.eof();
-      last_ok = Clock::now();
-    }
-    grpc::Status s = reader->Finish();
-    if (!s.ok()) {
-      bool transient = s.error_code() == grpc::StatusCode::UNAVAILABLE;
-      if (follow && transient && Clock::now() - last_ok < std::chrono::seconds(60)) {
-        std::this_thread::sleep_for(std::chrono::duration<double>(backoff));
-        backoff = std::min(backoff * 2, 5.0);
-        continue;
-      }
-      return ReportError(io.err, g, FromGrpc(s));
-    }
-    // Without --follow one pass is all; with it, the server streams until the
-    // job ends (eof), or we ask again from where we are.
-    if (!follow || eof) return kExitOk;
-    last_ok = Clock::now();
-  }
-}
+// CmdLogs: cli/logs.cc.
 
 // ---------------------------------------------------------------- cancel
 int CmdCancel(const GlobalOptions& g, Io io, const std::string& job_id) {

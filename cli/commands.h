@@ -25,10 +25,23 @@ struct Io {
   bool err_is_tty = false;  // live \r-updated lines when true
 };
 
-int CmdSubmit(const GlobalOptions& g, Io io, const std::string& spec_path, bool wait);
-int CmdValidate(Io io, const std::string& spec_path);
-int CmdPlan(const GlobalOptions& g, Io io, const std::string& spec_path, bool json);
-int CmdList(const GlobalOptions& g, Io io, bool json);
+// `sets`: --set KEY=VALUE overrides of the file's values (spec/spec_overrides.h).
+int CmdSubmit(const GlobalOptions& g, Io io, const std::string& spec_path, bool wait,
+              const std::vector<std::string>& sets = {});
+// JOB's stored spec, submitted again as a new job (cli/resubmit.cc).
+int CmdResubmit(const GlobalOptions& g, Io io, const std::string& job_id, bool wait);
+int CmdValidate(Io io, const std::string& spec_path, const std::vector<std::string>& sets = {});
+int CmdPlan(const GlobalOptions& g, Io io, const std::string& spec_path, bool json,
+            const std::vector<std::string>& sets = {});
+// `dgca list` filters (cli/list.h parses --state and --since).
+struct ListOptions {
+  bool json = false;
+  std::vector<std::string> states;  // --state, repeatable, comma-separated
+  std::string name;                 // --name: the name contains it
+  std::string since;                // --since: a span or a UTC date/time
+  int limit = 0;                    // --limit: 0 = all
+};
+int CmdList(const GlobalOptions& g, Io io, const ListOptions& options);
 // --json prints the whole GetJobResponse: {"job": {... "ranks": [per-rank
 // progress] ...}, "events": [...], "plan": {...}}.
 int CmdStatus(const GlobalOptions& g, Io io, const std::string& job_id, bool json);

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "cli/command_util.h"
@@ -25,6 +26,21 @@ namespace cli {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// An event as FollowJob prints it as it comes. The terminal state event
+// carries the job's final message, which FollowJob prints in full at the
+// end (stdout): here only its headline, so that a long failure (every
+// missing input file, a rank's last output) is not said twice in a row.
+std::string FollowEventLine(const v1::JobEvent& e) {
+  if (e.kind() != "state" || !IsTerminal(e.state())) return EventLine(e);
+  const std::string& m = e.message();
+  const size_t cut = std::min(m.find('\n'), m.find("; last output:"));
+  if (cut == std::string::npos) return EventLine(e);
+  v1::JobEvent head = e;
+  head.set_message(absl::StrCat(absl::StripSuffix(m.substr(0, cut), ":"),
+                                " (the job's message follows in full)"));
+  return EventLine(head);
+}
 
 }  // namespace
 
@@ -174,7 +190,7 @@ int FollowJob(const GlobalOptions& g, Io io, Client* client, const std::string& 
     }
     if (!events.empty()) {
       clear_live();
-      for (const auto& e : events) io.err << EventLine(e) << "\n";
+      for (const auto& e : events) io.err << FollowEventLine(e) << "\n";
     }
     if (!fatal.ok() || terminal) break;
     if (!have_job) continue;

@@ -175,5 +175,29 @@ std::string ClockTime(int64_t unix_ms) {
   return buf;
 }
 
+std::string Age(int64_t unix_ms) {
+  if (unix_ms <= 0) return "-";
+  double s = (static_cast<double>(std::time(nullptr)) * 1000 - unix_ms) / 1000.0;
+  return FormatDuration(std::max(0.0, s)) + " ago";
+}
+
+std::string OneLine(const std::string& message, size_t width) {
+  const size_t nl = message.find('\n');
+  std::string line = message.substr(0, nl);
+  bool cut = nl != std::string::npos;
+  // Count characters, not bytes: a UTF-8 continuation byte is 10xxxxxx.
+  size_t chars = 0, i = 0;
+  for (; i < line.size(); ++i) {
+    if ((static_cast<unsigned char>(line[i]) & 0xC0) == 0x80) continue;
+    if (chars == width) break;
+    ++chars;
+  }
+  if (i < line.size()) {
+    line.resize(i);
+    cut = true;
+  }
+  return cut ? line + "..." : line;
+}
+
 }  // namespace cli
 }  // namespace dgca

@@ -63,6 +63,13 @@ std::string ToJson(const google::protobuf::Message& m);
 // "HH:MM:SS" UTC of a unix time in ms.
 std::string ClockTime(int64_t unix_ms);
 
+// "3m07s ago" for a unix time in ms before now; "-" for 0.
+std::string Age(int64_t unix_ms);
+
+// The first line of `message`, cut to `width` characters (UTF-8 aware) with
+// "..." when anything was left out: a table cell that stays one row.
+std::string OneLine(const std::string& message, size_t width = 80);
+
 }  // namespace cli
 }  // namespace dgca
 

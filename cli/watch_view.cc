@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "cli/format.h"
+#include "proto/rpc/rank_state.h"
 
 namespace dgca {
 namespace cli {
@@ -134,7 +135,7 @@ std::string RenderWatch(const WatchInput& in, int bar_width) {
       rp.set_samples_per_second(m.samples_per_second());
       if (m.step_seconds() > 0) comm = Percent(m.exposed_comm_seconds() / m.step_seconds());
     }
-    bool exited = rp.state() == "exited" || rp.state() == "failed";
+    bool exited = RankStateEnded(rp.state());
     rows.push_back({absl::StrCat(r), rp.node().empty() ? "-" : rp.node(),
                     rp.state().empty() ? "-" : rp.state(), absl::StrCat(rp.step()),
                     rp.step() > 0 ? absl::StrFormat("%.4f", rp.loss()) : "-",

@@ -94,6 +94,9 @@ struct TrialState {
 struct JobRt {
   std::string id;
   v1::JobSpec spec;
+  // The files its ranks read, located in its spec (spec/spec_files.h);
+  // every LaunchRank carries them for the agent to check.
+  std::vector<v1::InputFile> inputs;
   v1::Plan plan;
   bool planned = false;
   v1::JobState state = v1::PENDING;

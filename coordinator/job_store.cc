@@ -1,16 +1,25 @@
 #include "coordinator/job_store.h"
 
 #include <sqlite3.h>
+#include <sys/stat.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <map>
 #include <random>
 #include <set>
+#include <string_view>
+#include <utility>
 
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "model/core/utf8.h"
 
 namespace dgca {
 
@@ -87,19 +96,77 @@ constexpr char kJobColumns[] =
     "id, name, state, spec, spec_yaml, message, created_ms, updated_ms, restarts, eval, "
     "last_step, plan";
 
-void ReadJobRow(Stmt& s, StoredJob* out) {
+// What to do with a damaged store: its file named, nothing overwritten.
+std::string RecoveryHint(const std::string& path) {
+  // .dump, not .recover: Debian 12's sqlite3 lacks the page access .recover
+  // needs. .dump stops at a damaged page and ends "ROLLBACK; -- due to
+  // errors"; the sed commits what it read up to there instead.
+  return absl::StrCat(
+      "keep the file. Salvage the rows SQLite can still read with `sqlite3 ", path,
+      " .dump | sed 's/^ROLLBACK; -- due to errors$/COMMIT;/' | sqlite3 ", path,
+      ".recovered` (Debian package sqlite3), then move ", path, " and its -wal and -shm files "
+      "aside and ", path, ".recovered to ", path,
+      "; or move them aside and start with --new-store (an empty store: the job history is lost)");
+}
+
+// A text column a proto3 string field will carry: the client refuses a
+// reply holding invalid UTF-8 ("No message returned for unary request"),
+// so damaged text is reported here instead of being sent.
+bool ValidText(const std::string& s) { return FindInvalidUtf8(s) == std::string_view::npos; }
+
+// The job's id as it can be printed (a damaged id is hex-escaped).
+std::string Printable(const std::string& id) {
+  return ValidText(id) ? id : absl::StrCat("'", absl::CHexEscape(id), "'");
+}
+
+// The id as an SQL literal for the sqlite3 shell: quoted, or (damaged) as
+// its bytes.
+std::string SqlLiteral(const std::string& id) {
+  if (ValidText(id) && id.find('\'') == std::string::npos) return absl::StrCat("'", id, "'");
+  return absl::StrCat("CAST(X'", absl::BytesToHexString(id), "' AS TEXT)");
+}
+
+// DATA_LOSS for a row that SQLite reads but whose contents are not what
+// this store wrote (bytes flipped inside it: no page check sees that, and a
+// copy of the store keeps them). `drop` is the SQL that removes the row.
+absl::Status DamagedRow(const std::string& path, const std::string& what, const std::string& drop) {
+  return absl::DataLossError(absl::StrCat(
+      "job database ", path, " is damaged: ", what, ". Stop the coordinator and keep a copy of ",
+      path, "; then drop what is damaged with `sqlite3 ", path, " \"", drop,
+      "\"` (that history is lost), or move the store aside and start with --new-store (an empty "
+      "store: all history is lost)"));
+}
+
+// The SQL that drops a job and everything stored under it.
+std::string DropJob(const std::string& id) {
+  const std::string lit = SqlLiteral(id);
+  return absl::StrCat("DELETE FROM events WHERE job_id=", lit, "; DELETE FROM ranks WHERE job_id=",
+                      lit, "; DELETE FROM jobs WHERE id=", lit);
+}
+
+absl::Status ReadJobRow(Stmt& s, const std::string& path, StoredJob* out) {
   v1::Job& j = out->job;
-  j.set_id(s.Str(0));
+  const std::string id = s.Str(0);
+  auto damaged = [&](const char* field, const char* how) {
+    return DamagedRow(path, absl::StrCat("job ", Printable(id), "'s ", field, " ", how),
+                      DropJob(id));
+  };
+  if (!ValidText(id)) return damaged("id", "is not valid UTF-8");
+  j.set_id(id);
+  for (const auto& [column, field] : {std::pair<int, const char*>{1, "name"}, {4, "spec_yaml"},
+                                      {5, "message"}}) {
+    if (!ValidText(s.Str(column))) return damaged(field, "is not valid UTF-8");
+  }
   j.set_name(s.Str(1));
   j.set_state(static_cast<v1::JobState>(s.Int(2)));
-  j.mutable_spec()->ParseFromString(s.Str(3));
+  if (!j.mutable_spec()->ParseFromString(s.Str(3))) return damaged("spec", "does not parse");
   j.set_spec_yaml(s.Str(4));
   j.set_message(s.Str(5));
   j.set_created_unix_ms(s.Int(6));
   j.set_updated_unix_ms(s.Int(7));
   j.set_restarts(static_cast<int32_t>(s.Int(8)));
   v1::Job eval_holder;
-  eval_holder.ParseFromString(s.Str(9));
+  if (!eval_holder.ParseFromString(s.Str(9))) return damaged("progress", "does not parse");
   *j.mutable_eval() = eval_holder.eval();
   *j.mutable_ranks() = eval_holder.ranks();
   j.set_loss(eval_holder.loss());
@@ -112,7 +179,8 @@ void ReadJobRow(Stmt& s, StoredJob* out) {
   j.set_total_steps(j.spec().train().steps());
   std::string plan = s.Str(11);
   out->has_plan = !plan.empty();
-  if (out->has_plan) out->plan.ParseFromString(plan);
+  if (out->has_plan && !out->plan.ParseFromString(plan)) return damaged("plan", "does not parse");
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -137,8 +205,35 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path
 JobStore::~JobStore() { sqlite3_close(db_); }
 
 absl::Status JobStore::Error(const char* what) {
+  const int code = sqlite3_errcode(db_);
+  if (code == SQLITE_CORRUPT || code == SQLITE_NOTADB) {
+    return absl::DataLossError(absl::StrCat("job database ", path_, ": ", what, ": ",
+                                            sqlite3_errmsg(db_), "; the file is damaged: ",
+                                            RecoveryHint(path_)));
+  }
   return absl::InternalError(absl::StrCat("job database ", path_, ": ", what, ": ",
                                           sqlite3_errmsg(db_)));
+}
+
+absl::Status JobStore::RequireExisting(const std::string& path, const std::string& evidence) {
+  struct stat st;
+  std::string what;
+  if (stat(path.c_str(), &st) != 0) {
+    if (errno != ENOENT) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot use job database ", path, ": ", strerror(errno)));
+    }
+    what = "is missing";
+  } else if (S_ISREG(st.st_mode) && st.st_size == 0) {
+    what = "is empty (0 bytes)";
+  } else {
+    return absl::OkStatus();  // anything else is Open's to judge
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "job database ", path, " ", what, ", but its state dir has been used before (", evidence,
+      "): starting would begin an empty store and lose the job history without a word. Restore ",
+      path, " (with its -wal file) from a backup, or, to begin an empty store on purpose, start "
+      "with --new-store"));
 }
 
 absl::Status JobStore::Exec(const char* sql) {
@@ -160,12 +255,51 @@ absl::Status JobStore::Init() {
   {
     Stmt tables(db_, "SELECT name FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%' ORDER BY name");
     if (!tables.ok()) {
+      if (sqlite3_errcode(db_) == SQLITE_CORRUPT) {
+        return absl::DataLossError(absl::StrCat("job database ", path_, " is damaged (",
+                                                sqlite3_errmsg(db_), "): ", RecoveryHint(path_)));
+      }
       return absl::FailedPreconditionError(absl::StrCat(
           "job database ", path_, ": ", sqlite3_errmsg(db_), " (", path_,
-          " is not a usable dgca job database; move it aside to start with an empty store)"));
+          " is not a usable dgca job database; move it aside and start with --new-store to "
+          "begin an empty store)"));
     }
     std::vector<std::string> names;
-    while (tables.Step() == SQLITE_ROW) names.push_back(tables.Str(0));
+    int rc;
+    while ((rc = tables.Step()) == SQLITE_ROW) names.push_back(tables.Str(0));
+    if (rc != SQLITE_DONE) {
+      return absl::DataLossError(absl::StrCat("job database ", path_, " is damaged (",
+                                              sqlite3_errmsg(db_), "): ", RecoveryHint(path_)));
+    }
+    // Damaged pages are refused here, before anything is written: opened
+    // as they were, they passed start-up and failed later reads one by one.
+    // quick_check walks every page (integrity_check would also cross-check
+    // the indexes, at more cost than a start should take on a big store);
+    // it cannot see flipped bytes inside a row's text, which the reads
+    // check (ReadJobRow).
+    if (!names.empty()) {
+      Stmt check(db_, "PRAGMA quick_check(20)");
+      std::vector<std::string> rows;
+      rc = SQLITE_ERROR;
+      while (check.ok() && (rc = check.Step()) == SQLITE_ROW) rows.push_back(check.Str(0));
+      if (rc != SQLITE_DONE || rows.size() != 1 || rows[0] != "ok") {
+        // One line: its first problems (a row may hold several lines, and
+        // a "*** in database main ***" heading).
+        std::vector<std::string> problems;
+        for (const std::string& row : rows) {
+          for (absl::string_view line : absl::StrSplit(row, '\n', absl::SkipEmpty())) {
+            if (!absl::StartsWith(line, "***")) problems.emplace_back(line);
+          }
+        }
+        if (problems.empty()) problems.push_back(sqlite3_errmsg(db_));
+        const size_t shown = std::min<size_t>(problems.size(), 3);
+        std::string what = absl::StrJoin(problems.begin(), problems.begin() + shown, "; ");
+        if (problems.size() > shown) absl::StrAppend(&what, "; and more");
+        return absl::DataLossError(absl::StrCat("job database ", path_,
+                                                " is damaged (PRAGMA quick_check: ", what,
+                                                "); it was left as it is: ", RecoveryHint(path_)));
+      }
+    }
     bool versioned = false;
     if (std::find(names.begin(), names.end(), "meta") != names.end()) {
       Stmt v(db_, "SELECT value FROM meta WHERE key='schema_version'");
@@ -182,7 +316,8 @@ absl::Status JobStore::Init() {
   if (!s.ok()) {
     return absl::FailedPreconditionError(absl::StrCat(
         s.message(), " (", path_,
-        " is not a usable dgca job database; move it aside to start with an empty store)"));
+        " is not a usable dgca job database; move it aside and start with --new-store to begin "
+        "an empty store)"));
   }
   for (const char* sql : {
            "PRAGMA synchronous=FULL",
@@ -453,23 +588,27 @@ absl::StatusOr<StoredJob> JobStore::GetJob(const std::string& id) {
   if (rc == SQLITE_DONE) return absl::NotFoundError(absl::StrCat("no job ", id));
   if (rc != SQLITE_ROW) return Error("reading job");
   StoredJob out;
-  ReadJobRow(q, &out);
+  if (absl::Status st = ReadJobRow(q, path_, &out); !st.ok()) return st;
   return out;
 }
 
 absl::StatusOr<std::vector<v1::Job>> JobStore::ListJobs(const std::vector<v1::JobState>& states,
                                                         int limit) {
   absl::MutexLock lock(&mu_);
-  Stmt q(db_, absl::StrCat("SELECT ", kJobColumns, " FROM jobs ORDER BY seq DESC").c_str());
+  // The states are picked in SQL: only the rows asked for are read, so a
+  // damaged finished job does not stop the recovery of the active ones.
+  std::vector<std::string> wanted;
+  for (auto st : states) wanted.push_back(std::to_string(static_cast<int>(st)));
+  const std::string where =
+      wanted.empty() ? "" : absl::StrCat(" WHERE state IN (", absl::StrJoin(wanted, ","), ")");
+  Stmt q(db_,
+         absl::StrCat("SELECT ", kJobColumns, " FROM jobs", where, " ORDER BY seq DESC").c_str());
   if (!q.ok()) return Error("preparing query");
   std::vector<v1::Job> out;
   int rc;
   while ((rc = q.Step()) == SQLITE_ROW) {
     StoredJob j;
-    ReadJobRow(q, &j);
-    bool want = states.empty();
-    for (auto s : states) want = want || s == j.job.state();
-    if (!want) continue;
+    if (absl::Status st = ReadJobRow(q, path_, &j); !st.ok()) return st;
     out.push_back(std::move(j.job));
     if (limit > 0 && static_cast<int>(out.size()) >= limit) break;
   }
@@ -503,6 +642,13 @@ absl::StatusOr<std::vector<v1::JobEvent>> JobStore::ListEvents(const std::string
     e.set_seq(q.Int(0));
     e.set_time_unix_ms(q.Int(1));
     e.set_state(static_cast<v1::JobState>(q.Int(2)));
+    if (!ValidText(q.Str(3)) || !ValidText(q.Str(4))) {
+      return DamagedRow(path_,
+                        absl::StrCat("job ", Printable(id), "'s event ", e.seq(),
+                                     " is not valid UTF-8"),
+                        absl::StrCat("DELETE FROM events WHERE job_id=", SqlLiteral(id),
+                                     " AND seq=", e.seq()));
+    }
     e.set_kind(q.Str(3));
     e.set_message(q.Str(4));
     out.push_back(std::move(e));

@@ -16,6 +16,14 @@
 // Job ids: "j-NNNNNN-xxxx": a zero-padded per-database counter (so ids sort
 // by creation) and 4 random hex digits (so ids from two state dirs differ).
 //
+// Damage: Open runs PRAGMA quick_check and refuses damaged pages. Bytes
+// flipped inside a row's text or blobs pass that check (SQLite keeps no
+// checksums); GetJob, ListJobs and ListEvents check what they read (UTF-8
+// text, parseable protos) and give DATA_LOSS naming the store, the job and
+// how to recover, so a reply never carries bytes its client cannot parse.
+// SQLite's own SQLITE_CORRUPT is DATA_LOSS too; other SQLite errors are
+// INTERNAL.
+//
 // Thread-safety: all methods are thread-safe (one connection behind a mutex).
 #ifndef DGCA_COORDINATOR_JOB_STORE_H_
 #define DGCA_COORDINATOR_JOB_STORE_H_
@@ -140,8 +148,17 @@ class JobStore {
 
   // Opens (creating if needed) the database at `path`. A file that is not a
   // SQLite database, or has a newer schema, gives FAILED_PRECONDITION naming
-  // the file and what to do.
+  // the file and what to do; one whose pages are damaged (PRAGMA
+  // quick_check) gives DATA_LOSS naming it and how to recover, and is left
+  // as it is. A missing or empty file is a fresh store: see RequireExisting.
   static absl::StatusOr<std::unique_ptr<JobStore>> Open(const std::string& path);
+
+  // FAILED_PRECONDITION when the store at `path` is missing or empty (0
+  // bytes) although one must be there: its state dir shows earlier use,
+  // which `evidence` names ("STATE/coordinator.json exists"). The message
+  // says how to restore it, or to start with --new-store on purpose. OK
+  // otherwise (a file with contents is Open's to judge).
+  static absl::Status RequireExisting(const std::string& path, const std::string& evidence);
   ~JobStore();
   JobStore(const JobStore&) = delete;
   JobStore& operator=(const JobStore&) = delete;

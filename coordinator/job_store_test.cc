@@ -9,6 +9,7 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <vector>
 
 #include "model/core/core_test_util.h"
 
@@ -291,6 +292,139 @@ TEST(JobStore, AForeignSqliteDatabaseIsRefusedAndLeftAsItIs) {
   { std::ofstream f(empty); }
   auto fresh = JobStore::Open(empty);
   EXPECT_TRUE(fresh.ok()) << fresh.status();
+}
+
+std::string ReadBytes(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+}
+
+void WriteBytes(const std::string& path, const std::string& bytes) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f << bytes;
+}
+
+// A real store with `jobs` jobs (their spec YAML long enough to fill
+// several pages), closed: the WAL is checkpointed into the file, so plain
+// file I/O sees every row. Returns the ids.
+std::vector<std::string> WriteStore(const std::string& path, int jobs, const std::string& marker) {
+  std::vector<std::string> ids;
+  auto store = JobStore::Open(path);
+  EXPECT_TRUE(store.ok()) << store.status();
+  if (!store.ok()) return ids;
+  for (int i = 0; i < jobs; ++i) {
+    const std::string name = i == 0 ? marker : "job" + std::to_string(i);
+    auto j = (*store)->CreateJob(Spec(name), "name: " + name + "\n#" + std::string(3000, 'y') + "\n");
+    EXPECT_TRUE(j.ok()) << j.status();
+    if (j.ok()) ids.push_back(j->id());
+  }
+  if (!ids.empty()) EXPECT_TRUE((*store)->AppendEvent(ids[0], "info", marker + "-event").ok());
+  store->reset();
+  struct stat st;
+  EXPECT_TRUE(stat((path + "-wal").c_str(), &st) != 0 || st.st_size == 0) << "WAL left behind";
+  return ids;
+}
+
+// The state dir shows earlier use but its store is gone or truncated to 0
+// bytes: refused, naming the file, the evidence and both ways out (a fresh
+// Open would have begun an empty store without a word). A store with
+// contents is Open's to judge.
+TEST(JobStore, RequireExistingRefusesAMissingOrEmptyStore) {
+  const std::string dir = TempDir(), path = dir + "/dgca.db";
+  const std::string evidence = dir + "/coordinator.json exists";
+  absl::Status missing = JobStore::RequireExisting(path, evidence);
+  EXPECT_EQ(missing.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(missing.message().find(path + " is missing"), std::string::npos) << missing;
+  EXPECT_NE(missing.message().find(evidence), std::string::npos) << missing;
+  EXPECT_NE(missing.message().find("--new-store"), std::string::npos) << missing;
+  WriteStore(path, 1, "kept");
+  EXPECT_TRUE(JobStore::RequireExisting(path, evidence).ok());
+  WriteBytes(path, "");
+  absl::Status empty = JobStore::RequireExisting(path, evidence);
+  EXPECT_EQ(empty.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(empty.message().find(path + " is empty (0 bytes)"), std::string::npos) << empty;
+  EXPECT_NE(empty.message().find("job history"), std::string::npos) << empty;
+  EXPECT_NE(empty.message().find("backup"), std::string::npos) << empty;
+}
+
+// Damaged pages (every b-tree page header after the first overwritten, as
+// a torn or bit-rotted disk leaves them) are refused at open with DATA_LOSS
+// naming the file and how to recover, and the file is left as it was.
+TEST(JobStore, DamagedPagesAreRefusedAtOpen) {
+  const std::string dir = TempDir(), path = dir + "/dgca.db";
+  ASSERT_EQ(WriteStore(path, 12, "marker").size(), 12u);
+  std::string bytes = ReadBytes(path);
+  const size_t page = 4096;
+  ASSERT_GT(bytes.size(), 4 * page);
+  int flipped = 0;
+  for (size_t p = page; p + 8 <= bytes.size() && flipped < 200; p += page) {
+    for (size_t i = 0; i < 8 && flipped < 200; ++i, ++flipped) bytes[p + i] ^= 0x5a;
+  }
+  WriteBytes(path, bytes);
+  auto store = JobStore::Open(path);
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), absl::StatusCode::kDataLoss) << store.status();
+  const std::string msg(store.status().message());
+  EXPECT_NE(msg.find("job database " + path + " is damaged"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("sqlite3 " + path + " .dump"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("--new-store"), std::string::npos) << msg;
+  EXPECT_EQ(ReadBytes(path), bytes) << "a refused store was written to";
+}
+
+// Bytes flipped inside a row's text pass quick_check (SQLite keeps no
+// checksums): the reads that would send them find them, with DATA_LOSS
+// naming the store and the job, instead of a reply no client can parse.
+// The other jobs still read.
+TEST(JobStore, DamagedRowTextIsDataLossOnRead) {
+  const std::string dir = TempDir(), path = dir + "/dgca.db";
+  const std::string marker = "damaged-job-name";
+  auto ids = WriteStore(path, 3, marker);
+  ASSERT_EQ(ids.size(), 3u);
+  std::string bytes = ReadBytes(path);
+  int hits = 0;
+  for (size_t at = bytes.find(marker); at != std::string::npos; at = bytes.find(marker, at + 1)) {
+    bytes[at] = '\xff';  // never valid in UTF-8
+    ++hits;
+  }
+  ASSERT_GE(hits, 2) << "the name, the spec YAML, the event";
+  WriteBytes(path, bytes);
+  auto store = JobStore::Open(path);
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto damaged = (*store)->GetJob(ids[0]);
+  ASSERT_FALSE(damaged.ok());
+  EXPECT_EQ(damaged.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(damaged.status().message().find("job database " + path + " is damaged: job " + ids[0]),
+            std::string::npos)
+      << damaged.status();
+  EXPECT_NE(damaged.status().message().find("DELETE FROM jobs WHERE id='"), std::string::npos) << damaged.status();
+  auto list = (*store)->ListJobs({}, 0);
+  ASSERT_FALSE(list.ok());
+  EXPECT_EQ(list.status().code(), absl::StatusCode::kDataLoss);
+  auto events = (*store)->ListEvents(ids[0], 0);
+  ASSERT_FALSE(events.ok());
+  EXPECT_EQ(events.status().code(), absl::StatusCode::kDataLoss) << events.status();
+  EXPECT_NE(events.status().message().find("event 2"), std::string::npos) << events.status();
+  auto other = (*store)->GetJob(ids[1]);
+  ASSERT_TRUE(other.ok()) << other.status();
+  EXPECT_EQ(other->job.name(), "job1");
+  // The message's remedy works: its SQL run on the file, the store reads
+  // again, without that job.
+  const std::string msg(damaged.status().message());
+  const std::string head = "sqlite3 " + path + " \"";
+  size_t from = msg.find(head);
+  ASSERT_NE(from, std::string::npos) << msg;
+  from += head.size();
+  const std::string sql = msg.substr(from, msg.find('"', from) - from);
+  store->reset();
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  EXPECT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr), SQLITE_OK) << sql;
+  sqlite3_close(db);
+  auto reopened = JobStore::Open(path);
+  ASSERT_TRUE(reopened.ok()) << reopened.status();
+  auto rest = (*reopened)->ListJobs({}, 0);
+  ASSERT_TRUE(rest.ok()) << rest.status();
+  EXPECT_EQ(rest->size(), 2u);
 }
 
 TEST(JobStore, UnopenablePath) {

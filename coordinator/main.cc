@@ -1,15 +1,16 @@
 // dgca-coordinator: the control plane (docs/cli.md).
 //   dgca-coordinator --listen HOST:PORT --metrics-listen HOST:PORT
 //                    --state-dir DIR [--no-local-agent] [--tls-cert F --tls-key F]
-//                    [--on-shutdown stop-jobs|keep-jobs]
+//                    [--on-shutdown stop-jobs|keep-jobs] [--new-store]
 // Writes DIR/token (0600) and DIR/coordinator.json (the bound addresses),
 // runs the embedded local agent unless --no-local-agent, and shuts down
 // cleanly on SIGTERM/SIGINT: ending active jobs, or with --on-shutdown
 // keep-jobs leaving them (and their ranks) for the next coordinator started
 // on the same state dir (a restart, an upgrade). Exit codes: 0 clean
 // shutdown, 1 start failure (a port in use, a state dir that is not a
-// directory or is in use), 2 bad usage (a --listen/--metrics-listen that is
-// not HOST:PORT with PORT 0..65535).
+// directory or is in use, a damaged job store, or a missing or empty one in
+// a state dir used before without --new-store), 2 bad usage (a
+// --listen/--metrics-listen that is not HOST:PORT with PORT 0..65535).
 #include <signal.h>
 
 #include <CLI/CLI.hpp>
@@ -55,6 +56,11 @@ int main(int argc, char** argv) {
                  "seconds without a heartbeat or step before a rank counts as stalled")
       ->capture_default_str()
       ->check(Seconds(/*zero_ok=*/false));
+  app.add_option("--agent-timeout", opt.agent_timeout_s,
+                 "seconds without an agent heartbeat (its stream still open) before its node "
+                 "counts as silent: frozen or hung, given no ranks until heard again")
+      ->capture_default_str()
+      ->check(Seconds(/*zero_ok=*/false));
   app.add_option("--restart-node-wait", opt.restart_node_wait_s,
                  "seconds a restart waits for a node of its plan to reconnect before the job "
                  "fails \"cannot restart\" (0 = fail at once)")
@@ -75,6 +81,10 @@ int main(int argc, char** argv) {
                  "directory of sbatch, squeue, scancel and sinfo (default: PATH)");
   app.add_option("--slurm-tls-ca", opt.slurm_tls_ca,
                  "PEM CA that agents started by Slurm trust when --tls-cert is set");
+  app.add_flag("--new-store", opt.new_store,
+               "start with an empty job store although this state dir was used before (after "
+               "moving a damaged dgca.db aside); without it a missing or empty dgca.db there is "
+               "refused");
   std::string on_shutdown = "stop-jobs";
   app.add_option("--on-shutdown", on_shutdown,
                  "on SIGTERM/SIGINT: stop-jobs (stop their ranks, mark them FAILED) or keep-jobs "

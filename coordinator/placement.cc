@@ -23,7 +23,7 @@ bool TakeSlot(const std::string& node, int dev, int r, const DeviceSet& busy,
 std::string Unavailable(const Node& n) {
   if (n.conn == nullptr) return "is not connected";
   if (n.leaving) return "is leaving (its agent is stopping)";
-  return "is silent (its agent sent no heartbeat within the heartbeat timeout: frozen or hung)";
+  return "is silent (its agent sent no heartbeat within --agent-timeout: frozen or hung)";
 }
 
 }  // namespace

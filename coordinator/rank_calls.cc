@@ -117,7 +117,7 @@ StepApplied ApplyStep(JobRt* rt, const v1::StepMetrics& m, Clock::TimePoint now)
   v1::RankProgress& p = rr.progress;
   const bool trial = TrialRunning(*rt);
   // A killed rank's last samples can arrive after its exit: it stays
-  // "exited"/"failed".
+  // ended (RankStateEnded).
   if (!rr.exited) p.set_state(trial ? "trial" : "running");
   p.set_step(m.step());
   if (m.total_steps() > 0) p.set_total_steps(m.total_steps());

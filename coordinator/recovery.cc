@@ -8,6 +8,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "proto/rpc/rpc_util.h"
+#include "spec/spec_files.h"
+#include "proto/rpc/rank_state.h"
 
 namespace dgca {
 
@@ -87,6 +89,8 @@ std::unique_ptr<JobRt> RuntimeOf(const v1::Job& j) {
   auto rt = std::make_unique<JobRt>();
   rt->id = j.id();
   rt->spec = j.spec();
+  // Located again from the stored text, for the agents' launch check.
+  rt->inputs = SpecInputFiles(j.spec_yaml(), j.spec());
   rt->state = j.state();
   rt->message = j.message();
   rt->restarts = j.restarts();
@@ -165,7 +169,7 @@ absl::StatusOr<std::vector<RecoveredJob>> RecoverJobs(JobStore* store, Clock::Ti
       if (rr.progress.total_steps() == 0) rr.progress.set_total_steps(rt->spec.train().steps());
       // Exits are stored at once (RankExited); any other rank is confirmed
       // by its next heartbeat or step, or reported by its agent.
-      rr.exited = rr.progress.state() == "exited" || rr.progress.state() == "failed";
+      rr.exited = RankStateEnded(rr.progress.state());
       rr.last_progress = now;
       if (rr.exited) continue;
       rr.progress.set_state("recovering");

@@ -17,6 +17,7 @@
 #include "planner/plan_format.h"
 #include "spdlog/spdlog.h"
 #include "spec/spec.h"
+#include "spec/spec_files.h"
 
 namespace dgca {
 namespace {
@@ -353,6 +354,19 @@ absl::StatusOr<v1::SubmitJobResponse> Scheduler::Submit(const v1::SubmitJobReque
     for (auto& p : parsed->problems) *resp.add_problems() = p;
     return resp;
   }
+  // The files the spec names (spec/spec_files.h). Where this node runs
+  // ranks, a missing one is refused now, with the rest of them and each
+  // one's line:column, rather than failing the job's ranks one NOT_FOUND at
+  // a time; the agents check them again before each launch (the only check
+  // for ranks on other nodes, and for Slurm's, which never run here).
+  std::vector<v1::InputFile> inputs = SpecInputFiles(req.spec_yaml(), parsed->spec);
+  if (!opt_.input_check_node.empty() && !UsesSlurm(parsed->spec)) {
+    for (auto& p : CheckInputFiles(
+             inputs, absl::StrCat("on node ", opt_.input_check_node, ", the coordinator's"))) {
+      *resp.add_problems() = std::move(p);
+    }
+    if (resp.problems_size() > 0) return resp;
+  }
   if (req.validate_only()) return resp;
   if (UsesSlurm(parsed->spec)) {
     if (req.dry_run()) {
@@ -385,6 +399,7 @@ absl::StatusOr<v1::SubmitJobResponse> Scheduler::Submit(const v1::SubmitJobReque
     auto rt = std::make_unique<JobRt>();
     rt->id = job->id();
     rt->spec = parsed->spec;
+    rt->inputs = std::move(inputs);
     rt->state = v1::PENDING;
     rt->message = "submitted";
     hub_->SetJobState(rt->id, rt->state);
@@ -505,10 +520,10 @@ void Scheduler::Tick() {
       }
       if (rt->dirty && now - rt->last_persist > std::chrono::seconds(5)) Persist(rt);
     }
-    for (const std::string& name : nodes_.MarkSilent(now, opt_.heartbeat_timeout_s)) {
+    for (const std::string& name : nodes_.MarkSilent(now, opt_.agent_timeout_s)) {
       spdlog::warn("node {} has sent no heartbeat for more than {:.0f} s (frozen or hung?): no "
-                   "ranks are placed on it until it is heard again",
-                   name, opt_.heartbeat_timeout_s);
+                   "ranks are placed on it until it is heard again (--agent-timeout)",
+                   name, opt_.agent_timeout_s);
     }
     for (const auto& [name, n] : nodes_.nodes()) {
       hub_->SetHeartbeatAge(name, SecondsBetween(n.last_heartbeat, now), n.conn != nullptr);
@@ -631,6 +646,7 @@ bool Scheduler::Launch(JobRt* rt, const v1::Plan& plan, Outbox* out, std::string
     l->set_attempt(rt->attempt);
     for (const auto& [k, v] : env) (*l->mutable_env())[k] = v;
     l->set_local_device(rr.local_device);
+    for (const v1::InputFile& f : rt->inputs) *l->add_inputs() = f;
     out->emplace_back(nodes_.ConnectionOf(rr.node), c);
   }
   rt->ranks = std::move(ranks);

@@ -71,7 +71,12 @@ namespace dgca {
 
 struct SchedulerOptions {
   std::string state_dir;            // absolute
-  double heartbeat_timeout_s = 30;  // rank stall and agent liveness
+  double heartbeat_timeout_s = 30;  // rank stall
+  // An agent whose stream is open but that sent no heartbeat for this long
+  // is "silent" (frozen, hung): no ranks are placed on its node until it is
+  // heard again. Its own knob: agents beat every 2 s by default, whatever
+  // the ranks' timeout is.
+  double agent_timeout_s = 30;
   double stop_grace_s = 3;          // StopRanks grace (SIGTERM -> SIGKILL)
   double tick_s = 0.2;
   // A restart whose node is not connected waits this long for it (an agent
@@ -89,6 +94,14 @@ struct SchedulerOptions {
   SlurmOptions slurm;
   double slurm_poll_s = 2;
   double release_delay_s = 10;
+  // The coordinator's own node when its embedded agent runs ranks there:
+  // Submit (and PlanJob) then refuse a spec whose files (spec/spec_files.h)
+  // cannot be read on this machine, as problems with the spec's
+  // line:column. "" = no check at submit (no embedded agent: the files live
+  // where the agents are), and launcher: slurm jobs are never checked here.
+  // Either way every agent checks them again before it starts a rank
+  // (LaunchRank.inputs).
+  std::string input_check_node;
 };
 
 // What the agents a cluster scheduler starts on other machines need to call

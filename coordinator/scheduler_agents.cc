@@ -161,7 +161,14 @@ void Scheduler::RankExited(const std::string& node, const v1::RankExited& e) {
     rr.exited = true;
     const bool clean = e.exit_code() == 0 && e.signal() == 0 && !e.status_unknown();
     rr.progress.set_exit_code(e.exit_code());
-    rr.progress.set_state(clean ? "exited" : "failed");
+    // A rank that ended because this coordinator stopped it did not fail:
+    // "cancelled" after `dgca cancel`, "stopped" for a restart or re-plan.
+    const bool stopped_by_us = rt->stop.action != StopAction::kNone && !clean &&
+                               EndedByOurStop(e, rt->stop.started, Now(), opt_.stop_grace_s);
+    rr.progress.set_state(clean           ? "exited"
+                          : !stopped_by_us ? "failed"
+                          : rt->stop.action == StopAction::kCancel ? "cancelled"
+                                                                    : "stopped");
     const std::string how = DescribeRankExit(node, e);
     // `how` and the agent's last lines of the rank's log.
     auto with_output = [&](size_t limit) {
@@ -179,11 +186,21 @@ void Scheduler::RankExited(const std::string& node, const v1::RankExited& e) {
     Persist(rt);
     if (rt->stop.action != StopAction::kNone) {
       const bool ours = EndedByOurStop(e, rt->stop.started, Now(), opt_.stop_grace_s);
-      if (!clean && !ours && rt->stop.action != StopAction::kCancel &&
+      // A rank its agent did not start for missing files is no other
+      // failure: the job's message already lists the files.
+      if (!clean && !ours && !e.inputs_missing() && rt->stop.action != StopAction::kCancel &&
           rt->stop.other_failures.size() < 16) {
         rt->stop.other_failures.push_back(how);
       }
       Wake();
+    } else if (e.inputs_missing()) {
+      // The agent did not start the rank: files it would read are missing
+      // on its node. Its message, every file with its place in the spec, is
+      // the job's failure, said once: no rank_exit event repeating it ahead
+      // of the state event, and no restart, which would find the same files
+      // missing.
+      BeginStop(rt, StopAction::kFail, absl::StrCat("cannot start the ranks: ", e.message()),
+                &out);
     } else if (!clean) {
       RankFailed(rt, with_output(4000), &out);
     } else if (AllRanksExited(*rt)) {

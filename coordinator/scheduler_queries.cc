@@ -3,6 +3,7 @@
 #include <optional>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -79,11 +80,24 @@ absl::StatusOr<v1::DiagnoseJobResponse> Scheduler::DiagnoseJob(const std::string
   } else if (stored->job.plan_check().breakdown().samples() > 0) {
     breakdown = stored->job.plan_check().breakdown();
   } else {
-    return absl::FailedPreconditionError(absl::StrFormat(
-        "job %s (%s) left no step breakdown to diagnose: it ran fewer than %d steady-state "
-        "rank-steps (each rank's first two steps are warm-up), or finished before its "
-        "coordinator kept breakdowns",
-        id, state, static_cast<int>(kMinStepSamples)));
+    const v1::Job& j = stored->job;
+    const bool failed = j.state() == v1::FAILED, cancelled = j.state() == v1::CANCELLED;
+    if ((failed || cancelled) && j.step() == 0) {
+      // Nothing ran to diagnose: what the user needs is why, which is the
+      // job's message (missing files, a rank that could not start), not
+      // "too few steps".
+      return absl::FailedPreconditionError(absl::StrCat(
+          "job ", id, failed ? " failed" : " was cancelled",
+          " before its first training step, so it has no steps to diagnose; ",
+          failed ? "it failed: " : "", j.message().empty() ? "(no message)" : j.message()));
+    }
+    return absl::FailedPreconditionError(absl::StrCat(
+        absl::StrFormat(
+            "job %s (%s) left no step breakdown to diagnose: it ran fewer than %d steady-state "
+            "rank-steps (each rank's first two steps are warm-up), or finished before its "
+            "coordinator kept breakdowns",
+            id, state, static_cast<int>(kMinStepSamples)),
+        failed && !j.message().empty() ? absl::StrCat("; it failed: ", j.message()) : ""));
   }
   absl::Status st = DiagnoseSteps(plan, spec, breakdown, &out);
   if (!st.ok()) return st;
@@ -95,9 +109,21 @@ absl::StatusOr<v1::DiagnoseJobResponse> Scheduler::DiagnoseJob(const std::string
 absl::StatusOr<std::vector<v1::Job>> Scheduler::ListJobs(const v1::ListJobsRequest& req) {
   std::vector<v1::JobState> states;
   for (int st : req.states()) states.push_back(static_cast<v1::JobState>(st));
-  // The list omits the spec YAML and ranks to stay small.
-  auto jobs = store_->ListJobs(states, req.limit());
+  // The list omits the spec YAML and ranks to stay small. The name and
+  // time filters come after the store's read, so the limit does too.
+  const bool filtered = !req.name_contains().empty() || req.since_unix_ms() > 0;
+  auto jobs = store_->ListJobs(states, filtered ? 0 : req.limit());
   if (!jobs.ok()) return jobs.status();
+  if (filtered) {
+    std::vector<v1::Job> kept;
+    for (v1::Job& j : *jobs) {
+      if (j.created_unix_ms() < req.since_unix_ms()) continue;
+      if (!absl::StrContains(j.name(), req.name_contains())) continue;
+      kept.push_back(std::move(j));
+      if (req.limit() > 0 && static_cast<int>(kept.size()) >= req.limit()) break;
+    }
+    *jobs = std::move(kept);
+  }
   absl::MutexLock l(&mu_);
   for (v1::Job& j : *jobs) {
     j.clear_spec_yaml();

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -18,6 +19,7 @@
 #include "coordinator/metrics_hub.h"
 #include "gtest/gtest.h"
 #include "model/core/exit_codes.h"
+#include "spec/spec.h"
 
 namespace dgca {
 namespace {
@@ -299,6 +301,9 @@ TEST_F(SchedulerTest, CancelStopsTheRanksAndEndsCancelled) {
   v1::Job j = Job(id);
   EXPECT_EQ(j.state(), v1::CANCELLED);
   EXPECT_EQ(j.message(), "cancelled by user");
+  // Ranks that ended on the cancel's stop read so, not "failed".
+  ASSERT_EQ(j.ranks_size(), 2);
+  for (const auto& r : j.ranks()) EXPECT_EQ(r.state(), "cancelled") << r.rank();
   // Again: not an error; the job as it ended, and said to have ended.
   bool already_ended = false;
   auto again = sched_->Cancel(id, std::chrono::milliseconds(0), &already_ended);
@@ -494,6 +499,111 @@ TEST_F(SchedulerTest, ARestartedSchedulerReadoptsARunningJob) {
   Exit(id, 0, 0, 0);
   Exit(id, 1, 0, 0);
   EXPECT_EQ(Job(id).state(), v1::SUCCEEDED);
+}
+
+// Each LaunchRank carries the files the spec names, resolved against the
+// spec's directory and located in it, for the agent to check on its node.
+TEST_F(SchedulerTest, LaunchesCarryTheSpecsInputFiles) {
+  Connect();
+  v1::SubmitJobRequest req;
+  req.set_spec_yaml(Spec() + "data:\n  train: t.txt\n  eval: /abs/e.txt\n");
+  req.set_spec_path("t.yaml");
+  req.set_base_dir("/jobs");
+  auto r = sched_->Submit(req);  // no input_check_node: not checked here
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->problems_size(), 0);
+  sched_->Tick();
+  const std::vector<v1::LaunchRank> launches = TakeLaunches();
+  ASSERT_EQ(launches.size(), 2u);
+  for (const v1::LaunchRank& l : launches) {
+    ASSERT_EQ(l.inputs_size(), 2);
+    EXPECT_EQ(l.inputs(0).field(), "data.train");
+    EXPECT_EQ(l.inputs(0).path(), "/jobs/t.txt");
+    EXPECT_EQ(l.inputs(0).spec_file(), "t.yaml");
+    EXPECT_EQ(l.inputs(0).line(), 5);
+    EXPECT_EQ(l.inputs(0).column(), 10);
+    EXPECT_EQ(l.inputs(1).path(), "/abs/e.txt");
+  }
+}
+
+// A rank its agent did not start because files are missing on its node:
+// the job fails at once with the agent's list, said once (no rank_exit
+// event, no "other ranks" for the rest reporting the same), and is not
+// restarted, since a restart would find the same files missing. Its
+// diagnosis says why it failed, not that it ran too few steps.
+TEST_F(SchedulerTest, MissingInputFilesOnANodeFailTheJobOnceWithoutARestart) {
+  const std::string id = RunningJob(/*max_restarts=*/2);
+  const std::string why =
+      "1 input file of the job cannot be read on node n1 by its agent:\n"
+      "t.yaml:4:10: data.train: /jobs/t.txt: does not exist";
+  for (int rank : {0, 1}) {
+    v1::RankExited e;
+    e.set_job_id(id);
+    e.set_rank(rank);
+    e.set_exit_code(kExitUsage);
+    e.set_inputs_missing(true);
+    e.set_message(why);
+    sched_->RankExited("n1", e);
+  }
+  sched_->Tick();
+  const v1::Job j = Job(id);
+  ASSERT_EQ(j.state(), v1::FAILED);
+  EXPECT_EQ(j.message(), "cannot start the ranks: " + why);
+  EXPECT_TRUE(TakeLaunches().empty()) << "restarted";
+  EXPECT_EQ(j.restarts(), 0);
+  for (const auto& e : Events(id)) EXPECT_NE(e.kind(), "rank_exit") << e.message();
+  auto d = sched_->DiagnoseJob(id);
+  ASSERT_FALSE(d.ok());
+  EXPECT_EQ(d.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(d.status().message(),
+            "job " + id + " failed before its first training step, so it has no steps to "
+            "diagnose; it failed: cannot start the ranks: " + why);
+}
+
+// With input_check_node (the coordinator's embedded agent runs ranks on
+// this node), Submit and dry runs refuse a spec whose files are not here,
+// every one with its place in the spec, and store nothing.
+TEST_F(SchedulerTest, SubmitRefusesInputFilesMissingOnTheCoordinatorsNode) {
+  sched_.reset();
+  SchedulerOptions o;
+  o.state_dir = dir_;
+  o.clock = &clock_;
+  o.input_check_node = "head";
+  auto s = Scheduler::Create(o, &hub_);
+  ASSERT_TRUE(s.ok()) << s.status();
+  sched_ = std::move(*s);
+  Connect();
+  v1::SubmitJobRequest req;
+  req.set_spec_yaml(Spec() + "data:\n  train: t.txt\n  eval: e.txt\n");
+  req.set_spec_path("t.yaml");
+  req.set_base_dir(dir_);
+  for (bool dry : {false, true}) {
+    req.set_dry_run(dry);
+    auto r = sched_->Submit(req);
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_EQ(r->problems_size(), 2) << dry;
+    EXPECT_EQ(FormatProblem(r->problems(0)).rfind("t.yaml:5:10: data.train: " + dir_ +
+                                                      "/t.txt: does not exist",
+                                                  0),
+              0u)
+        << FormatProblem(r->problems(0));
+    EXPECT_NE(r->problems(0).message().find("checked on node head, the coordinator's"),
+              std::string::npos)
+        << r->problems(0).message();
+    EXPECT_EQ(r->problems(1).field(), "data.eval");
+    EXPECT_EQ(r->problems(1).line(), 6);
+    EXPECT_TRUE(r->job_id().empty());
+  }
+  auto listed = sched_->ListJobs(v1::ListJobsRequest());
+  ASSERT_TRUE(listed.ok());
+  EXPECT_TRUE(listed->empty());
+  // With the files there, the job is taken.
+  for (const char* f : {"/t.txt", "/e.txt"}) std::ofstream(dir_ + f) << "甲\t甲\n";
+  req.set_dry_run(false);
+  auto r = sched_->Submit(req);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->problems_size(), 0) << r->problems(0).message();
+  EXPECT_FALSE(r->job_id().empty());
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "coordinator/server.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <grpcpp/grpcpp.h>
 #include <limits.h>
@@ -14,6 +15,8 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "coordinator/job_store.h"
 #include "dgca/v1/agent.grpc.pb.h"
 #include "dgca/v1/coordinator.grpc.pb.h"
 #include "dgca/v1/rank.grpc.pb.h"
@@ -480,6 +483,48 @@ absl::StatusOr<std::string> OpenStateDir(const std::string& dir, int* lock_fd) {
   return std::string(real);
 }
 
+// How `dir` shows that a coordinator used it before this start: what a
+// missing or empty job store there would otherwise hide. "" when it looks
+// new. coordinator.json is written by every start that got as far as
+// opening the store; jobs/ holds the embedded agent's rank logs.
+std::string EarlierUse(const std::string& dir) {
+  if (access((dir + "/coordinator.json").c_str(), F_OK) == 0) {
+    return dir + "/coordinator.json exists, written by every coordinator started here";
+  }
+  DIR* jobs = opendir((dir + "/jobs").c_str());
+  if (jobs == nullptr) return "";
+  std::string first;
+  while (dirent* e = readdir(jobs)) {
+    if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) {
+      first = e->d_name;
+      break;
+    }
+  }
+  closedir(jobs);
+  if (first.empty()) return "";
+  return absl::StrCat(dir, "/jobs holds job folders (", first, ", ...)");
+}
+
+// Group or other access to the state dir (job store, rank logs) or to the
+// token is said at every start, loudly, and left as it is: a state dir on a
+// shared filesystem may be opened to a group on purpose, and tightening it
+// behind the operator's back would lock out agents reading the token.
+void WarnIfOpenToOthers(const std::string& path, bool is_token) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0 || (st.st_mode & 077) == 0) return;
+  const std::string mode = absl::StrFormat("%04o", st.st_mode & 07777);
+  if (is_token) {
+    spdlog::warn("WARNING: token file {} has mode {}: other users on this machine can read it and "
+                 "act as the CLI, an agent or a rank (submit and cancel jobs, run code as this "
+                 "coordinator's ranks); `chmod 600 {}` fixes it",
+                 path, mode, path);
+  } else {
+    spdlog::warn("WARNING: state dir {} has mode {}: other users on this machine can reach its job "
+                 "store, rank logs and token; `chmod 700 {}` fixes it",
+                 path, mode, path);
+  }
+}
+
 // Plaintext, or TLS from --tls-cert and --tls-key.
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentialsOf(
     const CoordinatorServerOptions& options) {
@@ -534,18 +579,39 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   auto dir = OpenStateDir(options.state_dir, &s->lock_fd_);
   if (!dir.ok()) return dir.status();
   s->state_dir_ = *dir;
+  // A used state dir without its store has lost its job history: refused
+  // unless the operator starts an empty store on purpose (--new-store).
+  if (const std::string used = EarlierUse(s->state_dir_); !used.empty()) {
+    absl::Status st = JobStore::RequireExisting(s->state_dir_ + "/dgca.db", used);
+    if (!st.ok() && !options.new_store) return st;
+    if (!st.ok()) {
+      spdlog::warn("starting an empty job store in {} (--new-store), although {}", s->state_dir_,
+                   used);
+    }
+  }
+  WarnIfOpenToOthers(s->state_dir_, /*is_token=*/false);
   auto token = LoadOrCreateToken(s->state_dir_);
   if (!token.ok()) return token.status();
   s->token_ = *token;
+  WarnIfOpenToOthers(s->state_dir_ + "/token", /*is_token=*/true);
 
   s->hub_ = std::make_unique<MetricsHub>();
   SchedulerOptions so;
   so.state_dir = s->state_dir_;
   so.heartbeat_timeout_s = options.heartbeat_timeout_s;
+  so.agent_timeout_s = options.agent_timeout_s;
   so.stop_grace_s = options.stop_grace_s;
   so.restart_node_wait_s = options.restart_node_wait_s;
   so.link_prior_busbw = options.link_prior_busbw;
   so.slurm.bin_dir = options.slurm_bin_dir;
+  if (options.local_agent) {
+    // Ranks run on this node: submissions are checked for their files here
+    // (the embedded agent registers under this name, StartLocalAgent).
+    char host[256] = {0};
+    so.input_check_node = !options.node_name.empty()                       ? options.node_name
+                          : gethostname(host, sizeof(host) - 1) == 0 && host[0] ? std::string(host)
+                                                                           : std::string("localhost");
+  }
   auto sched = Scheduler::Create(so, s->hub_.get());
   if (!sched.ok()) return sched.status();
   s->scheduler_ = std::move(*sched);

@@ -42,6 +42,13 @@
 //    0..65535 (INVALID_ARGUMENT) and a state_dir that is not a directory;
 //    the gRPC port is bound without SO_REUSEPORT, so a port another process
 //    holds fails Start ("cannot listen on ADDR: the address is in use ...").
+//  - The job store (STATE_DIR/dgca.db): Start fails, naming the file and how
+//    to recover, on damaged pages (DATA_LOSS), and on a missing or empty
+//    file in a state dir used before (STATE_DIR/coordinator.json, or job
+//    folders in STATE_DIR/jobs) unless new_store. Damaged rows found later
+//    fail their RPC with DATA_LOSS (coordinator/job_store.h).
+//  - A state dir or token open to group or others (mode & 077) is warned
+//    about at every start, with the chmod that fixes it; not changed.
 //  - One coordinator per state dir: STATE_DIR/coordinator.lock is flock()ed
 //    for the server's life (released by the kernel on kill -9); a second
 //    Start on the same dir fails with FAILED_PRECONDITION.
@@ -81,6 +88,7 @@ struct CoordinatorServerOptions {
   std::string tls_cert;
   std::string tls_key;
   double heartbeat_timeout_s = 30;
+  double agent_timeout_s = 30;  // SchedulerOptions::agent_timeout_s
   double stop_grace_s = 3;
   // SchedulerOptions::restart_node_wait_s.
   double restart_node_wait_s = 300;
@@ -104,6 +112,11 @@ struct CoordinatorServerOptions {
   std::string advertise;
   std::string slurm_tls_ca;
   std::string slurm_bin_dir;
+  // Start with an empty job store although the state dir was used before
+  // (`--new-store`, after moving a damaged dgca.db aside). Without it a
+  // missing or empty STATE_DIR/dgca.db in such a dir fails Start
+  // (JobStore::RequireExisting). It never removes a store that is there.
+  bool new_store = false;
 };
 
 class CoordinatorServer {

@@ -17,10 +17,12 @@
 #include <utility>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "spec/rank_env.h"
 #include "spec/slurm_values.h"
 #include "spec/yaml_fields.h"
 #include "spec/yaml_text.h"
@@ -222,6 +224,16 @@ void Parser::ParseTop(const YAML::Node& root, v1::JobSpec* spec) {
          train->set_seed(static_cast<uint64_t>(x)); }},
       {"max_restarts", [&](const YAML::Node& v, const std::string& p) {
          int32_t x = train->max_restarts(); Int(v, p, 0, 1000, false, &x); train->set_max_restarts(x); }},
+      {"keep_checkpoints", [&](const YAML::Node& v, const std::string& p) {
+         // A negative count gets its own message: it says what 0 means,
+         // which "must be >= 0" alone would leave a reader to guess.
+         int64_t neg = 0;
+         if (v.IsScalar() && absl::SimpleAtoi(absl::StripAsciiWhitespace(v.Scalar()), &neg) && neg < 0) {
+           Problem(v, p, absl::StrCat("must be >= 0 (0 keeps every checkpoint; N keeps the newest N "
+                                      "and the best by eval), got ", Quote(v.Scalar())));
+           return;
+         }
+         int32_t x = train->keep_checkpoints(); Int(v, p, 0, kI32, false, &x); train->set_keep_checkpoints(x); }},
     });
   };
 
@@ -332,6 +344,14 @@ void Parser::ParseTop(const YAML::Node& root, v1::JobSpec* spec) {
         Problem(k, path, absl::StrCat("variable ", Quote(name),
                                       " is not allowed; only NCCL_*, CUDA_* and OMP_* "
                                       "(upper-case letters, digits, _) may be set"));
+        continue;
+      }
+      if (const std::string why = RankEnvRefusal(name); !why.empty()) {
+        Problem(k, path,
+                absl::StrCat(name, " is not allowed: it ", why,
+                             ". comm.env may set NCCL_*, CUDA_* and OMP_* variables that neither "
+                             "load code nor write files (docs/job-spec.md lists the refused ones); "
+                             "a node's operator can set such a variable in its agent's environment"));
         continue;
       }
       if (name == "NCCL_COMM_BLOCKING") {
@@ -503,6 +523,10 @@ SpecDropout DropoutOf(const v1::ModelSpec& model) {
   return d;
 }
 
+int KeepCheckpointsOf(const v1::TrainSpec& train) {
+  return train.has_keep_checkpoints() ? train.keep_checkpoints() : kDefaultKeepCheckpoints;
+}
+
 v1::JobSpec DefaultJobSpec() {
   v1::JobSpec s;
   s.set_name("job");
@@ -538,6 +562,7 @@ v1::JobSpec DefaultJobSpec() {
   t->set_checkpoint_every(500);
   t->set_seed(42);
   t->set_max_restarts(0);
+  t->set_keep_checkpoints(kDefaultKeepCheckpoints);
   s.mutable_resources()->set_ranks(0);
   s.mutable_resources()->set_device("auto");
   s.mutable_resources()->set_threads_per_rank(0);

@@ -23,7 +23,9 @@
 //    accepts a mapping, `true` (defaults) or `false` (disabled); `heads: false`
 //    turns detector, candidate and fusion off (plain ReLM); nullable paths
 //    (model.vocab, model.init_from, heads.candidate.confusion) accept null/~.
-//    comm.env keys must match NCCL_*, CUDA_* or OMP_* (A-Z, 0-9, _).
+//    comm.env keys must match NCCL_*, CUDA_* or OMP_* (A-Z, 0-9, _), and be
+//    neither NCCL_COMM_BLOCKING nor a variable that loads code into the rank
+//    or writes a file on the node (spec/rank_env.h).
 //    model.dropout.hidden/attention are numbers in [0, 1) (1 is an error).
 //  - Inputs larger than kMaxSpecBytes, with a NUL byte or with invalid UTF-8
 //    are rejected with one problem (UTF-8: at the offending line:column).
@@ -60,6 +62,18 @@ struct SpecDropout {
   double attention = kDefaultDropout;
 };
 SpecDropout DropoutOf(const v1::ModelSpec& model);
+
+// train.keep_checkpoints when the spec leaves it out. Three, not one: the
+// newest is the resume point, and the two before it are what an operator
+// rolls back to when the newest turns out bad in a way no checksum catches
+// (a diverging loss, a wrong data file), at most 3 checkpoints' disk (plus
+// the best by eval, kept in addition). docs/job-spec.md.
+inline constexpr int kDefaultKeepCheckpoints = 3;
+
+// A train spec's keep_checkpoints, kDefaultKeepCheckpoints when unset (a
+// JobSpec built in code, or stored before the field existed). Not
+// range-checked: ParseJobSpec does that (0 = keep every checkpoint).
+int KeepCheckpointsOf(const v1::TrainSpec& train);
 
 struct SpecParseResult {
   v1::JobSpec spec;

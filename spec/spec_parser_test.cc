@@ -3,6 +3,8 @@
 #include <chrono>
 #include <random>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "spec/spec.h"
 
@@ -173,6 +175,35 @@ TEST(SpecParser, TrainAttention) {
   ASSERT_EQ(bad.problems.size(), 1u);
   EXPECT_EQ(FormatProblem(bad.problems[0]),
             "job.yaml:2:14: train.attention: expected one of auto | fused | gemm, got 'flash'\n");
+}
+
+TEST(SpecParser, TrainKeepCheckpoints) {
+  // Default 3 (spec/spec.h kDefaultKeepCheckpoints), set explicitly so a
+  // stored spec says what it ran with.
+  SpecParseResult d = Parse("name: x\n");
+  EXPECT_TRUE(d.spec.train().has_keep_checkpoints());
+  EXPECT_EQ(d.spec.train().keep_checkpoints(), 3);
+  EXPECT_EQ(KeepCheckpointsOf(d.spec.train()), 3);
+  // 0 is a value (keep all), not "unset".
+  SpecParseResult all = Parse("train: {keep_checkpoints: 0}\n");
+  ASSERT_TRUE(all.ok()) << FormatProblems(all.problems);
+  EXPECT_TRUE(all.spec.train().has_keep_checkpoints());
+  EXPECT_EQ(KeepCheckpointsOf(all.spec.train()), 0);
+  SpecParseResult five = Parse("train:\n  keep_checkpoints: 5\n");
+  ASSERT_TRUE(five.ok()) << FormatProblems(five.problems);
+  EXPECT_EQ(five.spec.train().keep_checkpoints(), 5);
+  // A JobSpec built in code, or stored before the field: the default.
+  EXPECT_EQ(KeepCheckpointsOf(v1::TrainSpec()), 3);
+  // Negative: located, and it says what 0 and N mean.
+  SpecParseResult neg = Parse("train:\n  steps: 10\n  keep_checkpoints: -1\n");
+  ASSERT_EQ(neg.problems.size(), 1u) << FormatProblems(neg.problems);
+  EXPECT_EQ(FormatProblem(neg.problems[0]),
+            "job.yaml:3:21: train.keep_checkpoints: must be >= 0 (0 keeps every checkpoint; N "
+            "keeps the newest N and the best by eval), got '-1'\n");
+  SpecParseResult word = Parse("train:\n  keep_checkpoints: all\n");
+  ASSERT_EQ(word.problems.size(), 1u) << FormatProblems(word.problems);
+  EXPECT_EQ(FormatProblem(word.problems[0]),
+            "job.yaml:2:21: train.keep_checkpoints: expected an integer, got 'all'\n");
 }
 
 TEST(SpecParser, ModelDropout) {
@@ -435,6 +466,44 @@ TEST(SpecParser, EnvAllowList) {
   EXPECT_EQ(r.problems[0].column(), 5);
   EXPECT_EQ(r.spec.comm().env().at("NCCL_IB_DISABLE"), "1");
   EXPECT_EQ(r.spec.comm().env().at("OMP_NUM_THREADS"), "4");
+}
+
+// Allowed prefixes, refused names: variables that load a library into the
+// rank or write a file on the node (spec/rank_env.h), each a problem at its
+// line that says why; their neighbours that only tune or read stay.
+TEST(SpecParser, EnvThatLoadsCodeOrWritesFilesIsRefused) {
+  SpecParseResult r = Parse(
+      "comm:\n"
+      "  env:\n"
+      "    NCCL_DEBUG: INFO\n"
+      "    NCCL_NET_PLUGIN: /tmp/evil.so\n"
+      "    NCCL_TUNER_PLUGIN: mine\n"
+      "    CUDA_INJECTION64_PATH: /tmp/evil.so\n"
+      "    OMP_TOOL_LIBRARIES: /tmp/evil.so\n"
+      "    NCCL_DEBUG_FILE: /etc/cron.d/x\n"
+      "    NCCL_TOPO_FILE: /etc/nccl-topo.xml\n"
+      "    OMP_TOOL: disabled\n");
+  ASSERT_EQ(r.problems.size(), 5u) << FormatProblems(r.problems);
+  const std::vector<std::pair<std::string, std::string>> want = {
+      {"NCCL_NET_PLUGIN", "loads a library into the rank"},
+      {"NCCL_TUNER_PLUGIN", "loads a library into the rank"},
+      {"CUDA_INJECTION64_PATH", "loads a library into the rank"},
+      {"OMP_TOOL_LIBRARIES", "loads a library into the rank"},
+      {"NCCL_DEBUG_FILE", "writes a file on the node"}};
+  for (size_t i = 0; i < want.size(); ++i) {
+    const auto& p = r.problems[i];
+    EXPECT_EQ(p.field(), "comm.env." + want[i].first);
+    EXPECT_EQ(p.line(), static_cast<int>(i) + 4);
+    EXPECT_EQ(p.column(), 5);
+    EXPECT_NE(p.message().find(want[i].first + " is not allowed: it " + want[i].second),
+              std::string::npos) << p.message();
+    EXPECT_NE(p.message().find("may set NCCL_*, CUDA_* and OMP_* variables"), std::string::npos)
+        << p.message();
+    EXPECT_EQ(r.spec.comm().env().count(want[i].first), 0u);
+  }
+  EXPECT_EQ(r.spec.comm().env().at("NCCL_DEBUG"), "INFO");
+  EXPECT_EQ(r.spec.comm().env().at("NCCL_TOPO_FILE"), "/etc/nccl-topo.xml");
+  EXPECT_EQ(r.spec.comm().env().at("OMP_TOOL"), "disabled");
 }
 
 // NCCL_COMM_BLOCKING would override the ranks' non-blocking communicators

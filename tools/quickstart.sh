@@ -51,7 +51,9 @@ for p in "$COORD" "$DGCA" "$BUILD_DIR/worker/dgca-worker"; do
   fi
 done
 
-mkdir -p "$STATE"
+# 0700 as the coordinator makes it: job store, token and rank logs are this
+# user's (a state dir open to others draws a warning at every start).
+mkdir -p -m 700 "$STATE"
 stop_previous
 
 start_coordinator() {  # start_coordinator LISTEN METRICS -> 0 when up

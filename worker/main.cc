@@ -41,6 +41,15 @@ std::string EnvOr(const char* name, const std::string& fallback) {
 }
 
 int RunAgent(dgca::AgentOptions opt, const std::string& token_file) {
+  // An unreadable CA is bad usage, said before connecting: the connect loop
+  // would otherwise retry a TLS handshake that cannot succeed, for ever.
+  if (!opt.tls_ca_file.empty()) {
+    if (auto ca = dgca::ReadTlsCaFile(opt.tls_ca_file); !ca.ok()) {
+      std::fprintf(stderr, "error: %s (--tls-ca / DGCA_TLS_CA)\n",
+                   std::string(ca.status().message()).c_str());
+      return dgca::kExitUsage;
+    }
+  }
   auto token = dgca::ReadTokenFile(token_file);
   if (!token.ok()) {
     std::fprintf(stderr, "error: %s\n", token.status().ToString().c_str());

@@ -155,6 +155,12 @@ struct TrainConfig {
   // resume_from when it is not empty.
   std::string checkpoint_dir;
   std::string resume_from;
+  // Retention (model/train/checkpoint_retention.h): after each checkpoint
+  // rank 0 keeps the newest keep_checkpoints step directories plus the best
+  // by eval, and deletes the rest. 0 = keep all (the default here, so the
+  // flag-driven tools and tests keep every step directory they write; job
+  // specs default to 3, spec/spec.h kDefaultKeepCheckpoints).
+  int keep_checkpoints = 0;
 };
 
 }  // namespace dgca

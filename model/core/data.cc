@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "model/core/confusion.h"
+#include "model/core/files.h"
 #include "model/core/rng.h"
 #include "model/core/tokenizer.h"
 #include "model/core/utf8.h"
@@ -20,6 +21,14 @@
 namespace dgca {
 
 // ---------------------------------------------------------------- reading
+
+Status CheckDataFile(const std::string& path) {
+  return CheckInputFile(path, "data file",
+                        "a readable regular file of lines 'src<TAB>trg' of at most " +
+                            std::to_string(kMaxDataFileBytes >> 30) +
+                            " GiB, which the loader holds in memory",
+                        kMaxDataFileBytes);
+}
 
 StatusOr<std::vector<Example>> ReadEcspell(const std::string& path, const Vocab& vocab,
                                            ReadStats* stats) {
@@ -31,32 +40,12 @@ StatusOr<std::vector<Example>> ReadEcspell(const std::string& path, const Vocab&
   ReadStats local;
   ReadStats& st = stats != nullptr ? *stats : local;
   st = ReadStats();
+  // A FIFO would block the rank for ever and a device such as /dev/zero
+  // grows it until the OOM killer ends it: only regular files, checked
+  // before opening (opening a FIFO blocks).
+  if (Status s = CheckDataFile(path); !s.ok()) return s;
   struct stat file_st {};
-  if (stat(path.c_str(), &file_st) == 0) {
-    if (S_ISDIR(file_st.st_mode)) {
-      return InvalidArgumentError(path + ": is a directory, not a data file (expected a file of "
-                                  "lines 'src<TAB>trg')");
-    }
-    // A FIFO would block the rank for ever and a device such as /dev/zero
-    // grows it until the OOM killer ends it: only regular files, checked
-    // before opening (opening a FIFO blocks).
-    if (!S_ISREG(file_st.st_mode)) {
-      const char* kind = S_ISFIFO(file_st.st_mode)  ? "a FIFO"
-                         : S_ISCHR(file_st.st_mode) ? "a character device"
-                         : S_ISBLK(file_st.st_mode) ? "a block device"
-                         : S_ISSOCK(file_st.st_mode) ? "a socket"
-                                                     : "not a regular file";
-      return InvalidArgumentError(path + ": is " + kind +
-                                  ", not a data file (expected a regular file of lines "
-                                  "'src<TAB>trg')");
-    }
-    if (static_cast<uint64_t>(file_st.st_size) > kMaxDataFileBytes) {
-      return InvalidArgumentError(
-          path + ": " + std::to_string(file_st.st_size) + " bytes, more than the " +
-          std::to_string(kMaxDataFileBytes >> 30) +
-          " GiB a data file may have (the loader holds the whole file in memory)");
-    }
-  }
+  if (stat(path.c_str(), &file_st) != 0) return NotFoundError(path + ": does not exist");
   std::ifstream in(path, std::ios::binary);
   if (!in) return NotFoundError(path + ": cannot open data file");
   // Bounded even if the file grows while it is read.

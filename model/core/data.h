@@ -48,10 +48,18 @@ struct ReadStats {
 // grew a rank to 3.2 GB before the kernel's OOM killer ended it).
 inline constexpr uint64_t kMaxDataFileBytes = uint64_t{2} << 30;
 
+// What ReadEcspell requires of a data file before it opens it: it exists,
+// is a regular file (not a directory, FIFO or device), can be opened for
+// reading and is at most kMaxDataFileBytes (CheckInputFile,
+// model/core/files.h, with those words). The job-spec check
+// (spec/spec_files.h) applies it to data.train and data.eval, so `dgca
+// validate` and `dgca submit` refuse what the ranks would.
+Status CheckDataFile(const std::string& path);
+
 // Reads "src<TAB>trg" lines (characters separated by single spaces).
-// Errors: missing file, empty file, not a regular file (a FIFO, a device),
-// over kMaxDataFileBytes, invalid UTF-8 (file:line:column), a line without
-// a tab (file:line).
+// Errors: what CheckDataFile refuses (missing, not a regular file, not
+// readable, over kMaxDataFileBytes), an empty file, invalid UTF-8
+// (file:line:column), a line without a tab (file:line).
 // Each space-separated character maps to exactly one id (Vocab::Lookup;
 // [UNK] when absent; no lowercasing), so source and target stay aligned.
 // A trailing CR is dropped. `stats` may be null. Pairs longer than

@@ -6,6 +6,7 @@
 #ifndef DGCA_MODEL_CORE_FILES_H_
 #define DGCA_MODEL_CORE_FILES_H_
 
+#include <cstdint>
 #include <string>
 
 #include "model/core/status.h"
@@ -18,6 +19,25 @@ namespace dgca {
 // not be made, or "PATH exists and is not a directory"; INVALID_ARGUMENT for
 // an empty path.
 Status MakeDirectories(const std::string& path, int mode);
+
+// Whether `path` names an input file a loader can read whole, checked
+// without reading it: it exists, is a regular file, this process may open it
+// for reading and, when `max_bytes` > 0, it holds at most that many bytes.
+// A directory, FIFO, device or socket is refused before anything opens it:
+// opening a FIFO blocks for ever and /dev/zero never ends. ReadEcspell
+// checks its data files with it (CheckDataFile, model/core/data.h), and the
+// job-spec check (spec/spec_files.h) every file a spec names, on the node
+// the ranks read from, so both refuse the same files. `what` names the file
+// ("data file"), `expected` says what would be valid ("a regular file of
+// lines 'src<TAB>trg'"). Errors, each "PATH: ... (expected EXPECTED)":
+//   NOT_FOUND          "does not exist" (also when a parent is missing)
+//   PERMISSION_DENIED  "cannot be read: <strerror>" (its mode, or a parent
+//                      directory that cannot be searched)
+//   INVALID_ARGUMENT   "is a directory, not a WHAT", "is a FIFO, not a
+//                      WHAT" (a device, a socket), or "N bytes, more than
+//                      the 2 GiB a WHAT may have"
+Status CheckInputFile(const std::string& path, const std::string& what,
+                      const std::string& expected, uint64_t max_bytes = 0);
 
 }  // namespace dgca
 

@@ -14,9 +14,12 @@
 //                           "crc32": "8 hex digits"}, "optimizer.safetensors":
 //                           ...}, the data files as written (checkpoints
 //                           from before it have none and load unverified)
+//   eval.json              (optional, written after the rename: the eval at
+//                           this step; model/train/checkpoint_retention.h)
 // The directory is written under a temporary name and renamed, then
 // DIR/latest (one line: "step-NNNNNNNN") is replaced atomically, so a crash
-// leaves either the old or the new checkpoint, never a torn one.
+// leaves either the old or the new checkpoint, never a torn one. Older step
+// directories are deleted by retention (model/train/checkpoint_retention.h).
 //
 // Thread-safety: free functions; callers serialise access to one DIR.
 #ifndef DGCA_MODEL_TRAIN_CHECKPOINT_H_

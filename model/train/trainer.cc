@@ -15,6 +15,7 @@
 #include "model/nn/model.h"
 #include "model/train/buckets.h"
 #include "model/train/checkpoint.h"
+#include "model/train/checkpoint_retention.h"
 #include "model/train/loss_scaler.h"
 #include "model/train/optimizer.h"
 
@@ -350,6 +351,21 @@ StatusOr<TrainResult> Train(const TrainConfig& config, Communicator* comm,
       (config.overlap ? "on" : "off"));
 
   TrainResult result;
+  int64_t last_ckpt = -1;
+  // Rank 0, after each checkpoint and each eval recorded beside one:
+  // train.keep_checkpoints (model/train/checkpoint_retention.h). A prune that
+  // fails costs disk, not the run: it is logged and training goes on.
+  auto prune = [&] {
+    if (rank != 0 || config.checkpoint_dir.empty() || config.keep_checkpoints <= 0) return;
+    auto r = PruneCheckpoints(config.checkpoint_dir, config.keep_checkpoints);
+    if (!r.ok()) {
+      log("warning: checkpoint pruning stopped: " + std::string(r.status().message()) +
+          "; training goes on, and the directory may hold more than keep_checkpoints (" +
+          std::to_string(config.keep_checkpoints) + ") checkpoints until the next prune");
+      return;
+    }
+    if (const std::string line = r->Summary(); !line.empty()) log(line);
+  };
   auto run_eval = [&](int64_t step) -> Status {
     if (eval_examples.empty()) return OkStatus();
     DGCA_ASSIGN_OR_RETURN(EvalReport er,
@@ -358,9 +374,21 @@ StatusOr<TrainResult> Train(const TrainConfig& config, Communicator* comm,
     log(EvalLine(er));
     if (observer) observer->OnEval(er);
     result.eval = er.metrics;
+    if (rank == 0 && !config.checkpoint_dir.empty() && last_ckpt == step) {
+      // The weights just evaluated are the checkpoint of this step: record
+      // the eval beside it, for retention's "best" (and for whoever picks a
+      // checkpoint by hand). Losing it loses that checkpoint its claim to
+      // best, no more.
+      const std::string step_dir = config.checkpoint_dir + "/" + CheckpointDirName(step);
+      if (Status w = WriteCheckpointEval(step_dir, step, er.metrics); !w.ok()) {
+        log("warning: eval of step " + std::to_string(step) + " not recorded in " + step_dir +
+            ": " + std::string(w.message()));
+      } else {
+        prune();  // it may be the new best, and the old best now prunable
+      }
+    }
     return OkStatus();
   };
-  int64_t last_ckpt = -1;
   auto save = [&](int64_t step) -> Status {
     if (config.checkpoint_dir.empty() || last_ckpt == step) return OkStatus();
     std::string dir;
@@ -378,6 +406,7 @@ StatusOr<TrainResult> Train(const TrainConfig& config, Communicator* comm,
       DGCA_ASSIGN_OR_RETURN(dir, SaveCheckpoint(config.checkpoint_dir, params, &adam, mcfg, st));
       log("checkpoint " + dir);
       if (observer) observer->OnCheckpoint(dir, step);
+      prune();  // after `latest` names the new one: that one is never deleted
     }
     last_ckpt = step;
     return comm->Barrier();  // nobody runs ahead of a half-written checkpoint

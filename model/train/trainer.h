@@ -106,6 +106,11 @@ struct TrainResult {
 // - Checkpoints every checkpoint_every steps and at the end (rank 0 writes,
 //   all ranks barrier); eval every eval_every steps and at the end: every
 //   rank decodes the whole eval set (capped by max_eval_samples), no MFT.
+//   Rank 0 records an eval at a checkpoint's step in its eval.json, and
+//   after each checkpoint and each such record prunes checkpoint_dir to
+//   keep_checkpoints (> 0; model/train/checkpoint_retention.h), logging
+//   "pruned N checkpoints (...); kept ..."; a failed prune is a logged
+//   warning, not an error.
 // - Log lines (OnLog): data counts ("train data F: N lines, K kept, S
 //   skipped (unequal lengths), E empty, T truncated to C chars"), init,
 //   "training: rank r/W, steps a..b, global batch G (micro m x accumulation

@@ -93,6 +93,30 @@ absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
   return token;
 }
 
+absl::StatusOr<std::string> ReadTlsCaFile(const std::string& path) {
+  const BoundedRead r = ReadFileAtMost(path, kMaxTlsCaBytes);
+  switch (r.kind) {
+    case BoundedRead::kOk:
+      break;
+    case BoundedRead::kCannotOpen:
+    case BoundedRead::kReadError:
+      return absl::InvalidArgumentError(absl::StrCat("cannot read --tls-ca ", path, ": ", r.error));
+    case BoundedRead::kDirectory:
+      return absl::InvalidArgumentError(absl::StrCat(
+          "cannot read --tls-ca ", path, ": it is a directory; give the CA's PEM file"));
+    case BoundedRead::kTooBig:
+      return absl::InvalidArgumentError(absl::StrCat("--tls-ca ", path, " is larger than ",
+                                                     kMaxTlsCaBytes >> 20,
+                                                     " MiB; give the CA's PEM file"));
+  }
+  if (r.data.find("-----BEGIN CERTIFICATE-----") == std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--tls-ca ", path, " holds no PEM certificate (-----BEGIN CERTIFICATE-----); give the "
+        "CA certificate that signed the coordinator's --tls-cert"));
+  }
+  return r.data;
+}
+
 absl::StatusOr<std::string> LoadOrCreateToken(const std::string& state_dir) {
   const std::string path = state_dir + "/token";
   if (access(path.c_str(), F_OK) == 0) return ReadTokenFile(path);

@@ -41,6 +41,13 @@ BoundedRead ReadFileAtMost(const std::string& path, size_t max_bytes);
 // than kMaxTokenFileBytes; INVALID_ARGUMENT when it holds only whitespace.
 inline constexpr size_t kMaxTokenFileBytes = 4096;
 absl::StatusOr<std::string> ReadTokenFile(const std::string& path);
+// Reads the PEM root CA of --tls-ca (at most kMaxTlsCaBytes). Said before
+// connecting: a path that cannot be read used to surface as a TLS
+// handshake failure. INVALID_ARGUMENT "cannot read --tls-ca PATH: No such
+// file or directory" (strerror's text), or naming a directory, a file over
+// the limit, or one that holds no "-----BEGIN CERTIFICATE-----".
+inline constexpr size_t kMaxTlsCaBytes = 1 << 20;
+absl::StatusOr<std::string> ReadTlsCaFile(const std::string& path);
 // Reads DIR/token, or creates it (32 random bytes, hex, mode 0600).
 absl::StatusOr<std::string> LoadOrCreateToken(const std::string& state_dir);
 

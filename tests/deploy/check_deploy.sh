@@ -91,7 +91,7 @@ elif [ -e "$inst/lib/systemd/system/dgca-coordinator.service" ]; then
     exec_start=$(sed -n 's/^ExecStart=//p' "$unit")
     cmd=$(sed -e "s#\${DGCA_COORDINATOR}#127.0.0.1:1#g" -e "s#%d/token#$inst/token#g" \
               -e "s#/var/lib/dgca-agent#$inst/agent-state#g" -e "s#/var/lib/dgca#$inst/state#g" \
-              -e "s#0\.0\.0\.0:[0-9]*#127.0.0.1:0#g" <<<"$exec_start")
+              -e "s#\(--listen\|--metrics-listen\) [0-9.]*:[0-9]*#\1 127.0.0.1:0#g" <<<"$exec_start")
     if grep -q '[$%]' <<<"$cmd"; then
       say "FAIL $name: ExecStart has a variable or specifier this check does not know: $cmd"; fail=1
       continue

@@ -60,6 +60,9 @@ TEST(CancelJobTest, CancelStopsEveryRankWithin5s) {
       },
       10s))
       << after.raw;
+  // Its ranks ended on the cancel's stop: they read "cancelled", not
+  // "failed" (they exit 5 or take SIGTERM).
+  EXPECT_EQ(after.rank_states, std::vector<std::string>({"cancelled", "cancelled"})) << after.raw;
   // Cancelling again is harmless and no error for a script: exit 0, saying
   // the job had already ended; it stays CANCELLED.
   Result again = Dgca(coord, {"cancel", job});

@@ -3,6 +3,8 @@
 // validate and authentication behave as docs/cli.md says.
 #include <gtest/gtest.h>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_split.h"
 #include "tests/integration/harness.h"
 
 namespace dgca {
@@ -44,8 +46,22 @@ TEST_F(E2eTest, TwoRankJobSucceedsWithStatusAndLogs) {
   EXPECT_NE(logs.out.find("rank 1:"), std::string::npos) << logs.out;
   EXPECT_NE(logs.out.find("step 12/12"), std::string::npos) << logs.out;
   EXPECT_EQ(logs.out.find("rank 0:"), std::string::npos) << "rank 0's lines in rank 1's log";
-  Result logs0 = Dgca(*coord_, {"logs", job});
-  EXPECT_NE(logs0.out.find("rank 0:"), std::string::npos) << logs0.out;
+  // Without --rank: every rank, each line marked with its rank.
+  Result all = Dgca(*coord_, {"logs", job});
+  ASSERT_EQ(all.code, 0) << all.err;
+  EXPECT_NE(all.out.find("[rank 0] "), std::string::npos) << all.out;
+  EXPECT_NE(all.out.find("[rank 1] "), std::string::npos) << all.out;
+  const std::vector<std::string> all_lines = absl::StrSplit(all.out, '\n', absl::SkipEmpty());
+  for (const std::string& line : all_lines) {
+    EXPECT_TRUE(absl::StartsWith(line, "[rank 0] ") || absl::StartsWith(line, "[rank 1] ")) << line;
+    if (absl::StartsWith(line, "[rank 1] ")) {
+      EXPECT_EQ(line.find("rank 0:"), std::string::npos) << "rank 0's line marked rank 1: " << line;
+    }
+  }
+  Result no_such = Dgca(*coord_, {"logs", job, "--rank", "7"});
+  EXPECT_EQ(no_such.code, 2);
+  EXPECT_NE(no_such.err.find("has 2 ranks (--rank 0..1): there is no rank 7"), std::string::npos)
+      << no_such.err;
 
   Result list = Dgca(*coord_, {"list", "--json"});
   ASSERT_EQ(list.code, 0) << list.err;
@@ -66,6 +82,19 @@ TEST_F(E2eTest, TwoRankJobSucceedsWithStatusAndLogs) {
   Result nodes = Dgca(*coord_, {"nodes", "--json"});
   ASSERT_EQ(nodes.code, 0) << nodes.err;
   EXPECT_NE(nodes.out.find("\"cpu_count\""), std::string::npos) << nodes.out;
+
+  // The same spec again, as a new job, from what the coordinator stored.
+  Result again = Dgca(*coord_, {"resubmit", job, "--wait"}, 120s);
+  ASSERT_EQ(again.code, 0) << again.out << again.err;
+  const std::string job2 = again.out.substr(0, again.out.find('\n'));
+  EXPECT_NE(job2, job);
+  EXPECT_NE(again.err.find("job " + job + "'s spec again"), std::string::npos) << again.err;
+  JobView v2 = Status(*coord_, job2);
+  EXPECT_EQ(v2.state, "SUCCEEDED") << v2.raw;
+  EXPECT_EQ(v2.total_steps, 12) << v2.raw;
+  EXPECT_NE(v2.raw.find("\"name\": \"two-ranks\""), std::string::npos) << v2.raw;
+  Result unknown = Dgca(*coord_, {"resubmit", "j-999999-0000"});
+  EXPECT_EQ(unknown.code, 2) << unknown.out << unknown.err;
 }
 
 // `dgca logs --follow` streams a running job's log and returns when it ends.
@@ -81,19 +110,54 @@ TEST_F(E2eTest, LogsFollowUntilTheJobEnds) {
   EXPECT_EQ(Status(*coord_, job).state, "SUCCEEDED");
 }
 
-// A job whose rank cannot start training: submit --wait exits 1 and says why.
+// A job whose rank cannot start training: submit --wait exits 1 and says
+// why. (The data file is there, so the submission's file check passes
+// (tests/integration/input_files_test.cc has missing files); its line has
+// no TAB, which the rank finds when it reads it.)
 TEST_F(E2eTest, FailedJobExits1WithTheReason) {
-  std::string spec = *dir_ + "/missing-data.yaml";
+  std::string spec = *dir_ + "/bad-data.yaml";
+  WriteFile(*dir_ + "/bad-train.txt", "甲 乙 without a tab\n");
   WriteFile(spec,
-            "name: missing-data\n"
+            "name: bad-data\n"
             "model: {preset: tiny}\n"
-            "data: {train: no-such-train.txt, max_seq_len: 32}\n"
+            "data: {train: bad-train.txt, max_seq_len: 32}\n"
             "train: {steps: 5, global_batch: 4, eval_every: 0, checkpoint_every: 0}\n"
             "resources: {ranks: 1, device: cpu, threads_per_rank: 1}\n");
   Result r = Dgca(*coord_, {"submit", spec, "--wait"}, 60s);
   EXPECT_EQ(r.code, 1) << r.out << r.err;
   EXPECT_NE(r.out.find("FAILED"), std::string::npos) << r.out;
-  EXPECT_NE((r.out + r.err).find("no-such-train.txt"), std::string::npos) << r.out << r.err;
+  EXPECT_NE(r.out.find(*dir_ + "/bad-train.txt:1"), std::string::npos) << r.out << r.err;
+  // The rank's output is in its rank_exit event and in the final message;
+  // the FAILED event between them gives the headline alone.
+  EXPECT_NE(r.err.find("FAILED  state: rank 0 on node "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("exited with code 1 (the job's message follows in full)"), std::string::npos)
+      << r.err;
+  // `dgca list` keeps it to one row: the message's first line only, cut.
+  Result failed = Dgca(*coord_, {"list", "--state", "failed", "--name", "bad-da"});
+  ASSERT_EQ(failed.code, 0) << failed.err;
+  EXPECT_NE(failed.out.find("bad-data"), std::string::npos) << failed.out;
+  const std::vector<std::string> rows = absl::StrSplit(failed.out, '\n', absl::SkipEmpty());
+  for (const std::string& line : rows) {
+    EXPECT_LT(line.size(), 300u) << line;
+    EXPECT_EQ(line.find("bad-train.txt"), std::string::npos) << line;  // the rank's output stays out
+  }
+  // Filters: another state, another name, a later time: not listed.
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{{"--state", "running,succeeded"},
+                                             {"--name", "no-such-name"},
+                                             {"--since", "2099-01-01"}}) {
+    std::vector<std::string> argv = {"list"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    Result other = Dgca(*coord_, argv);
+    ASSERT_EQ(other.code, 0) << other.err;
+    EXPECT_EQ(other.out.find("bad-data"), std::string::npos) << args[0] << "\n" << other.out;
+  }
+  Result recent = Dgca(*coord_, {"list", "--since", "1h", "--limit", "1", "--state", "ended"});
+  ASSERT_EQ(recent.code, 0) << recent.err;
+  EXPECT_NE(recent.out.find("bad-data"), std::string::npos) << recent.out;
+  Result bad = Dgca(*coord_, {"list", "--state", "done"});
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.err.find("--state 'done': not a job state"), std::string::npos) << bad.err;
 }
 
 TEST_F(E2eTest, ValidateReportsAllThreeProblems) {
@@ -135,6 +199,31 @@ TEST_F(E2eTest, NoOrWrongTokenExits3) {
                      {"DGCA_COORDINATOR=" + coord_->address(),
                       "DGCA_TOKEN_FILE=" + coord_->token_file()});
   EXPECT_EQ(good.code, 0) << good.err;
+}
+
+// --set KEY=VALUE over the file: a bad value is named at the flag; a good
+// one is what the job runs with, and what is stored.
+TEST_F(E2eTest, SetOverridesTheFileAndABadValueIsNamedAtTheFlag) {
+  const std::string spec = WriteTinySpec(*dir_, "with-set", 1000, 1);
+  Result bad = Dgca(*coord_, {"validate", spec, "--set", "train.steps=abc", "--set",
+                              "resources.rankz=2"});
+  EXPECT_EQ(bad.code, 2) << bad.out << bad.err;
+  EXPECT_NE(bad.err.find("--set train.steps=abc: train.steps: "), std::string::npos) << bad.err;
+  EXPECT_NE(bad.err.find("--set resources.rankz=2: "), std::string::npos) << bad.err;
+  EXPECT_NE(bad.err.find("with --set: 2 problems"), std::string::npos) << bad.err;
+  Result ok = Dgca(*coord_, {"validate", spec, "--set", "train.steps=6"});
+  EXPECT_EQ(ok.code, 0) << ok.err;
+  EXPECT_NE(ok.out.find("6 steps"), std::string::npos) << ok.out;
+  Result sub = Dgca(*coord_, {"submit", spec, "--set", "train.steps=6", "--set", "name=set-six",
+                              "--wait"},
+                    120s);
+  ASSERT_EQ(sub.code, 0) << sub.out << sub.err;
+  const std::string job = sub.out.substr(0, sub.out.find('\n'));
+  JobView v = Status(*coord_, job);
+  EXPECT_EQ(v.state, "SUCCEEDED") << v.raw;
+  EXPECT_EQ(v.total_steps, 6) << v.raw;
+  EXPECT_NE(v.raw.find("\"name\": \"set-six\""), std::string::npos) << v.raw;
+  EXPECT_NE(v.raw.find("with --set train.steps=6 --set name=set-six"), std::string::npos) << v.raw;
 }
 
 TEST_F(E2eTest, UnknownJobIsUsageError) {

@@ -248,7 +248,7 @@ TEST(MultiAgentTest, AFrozenAgentIsSilentAndARestartWaitsForIt) {
   if (!HaveSharedData()) GTEST_SKIP() << "no ECSpell data under " << SharedData();
   TwoNodes nodes("frozen");
   std::string why;
-  ASSERT_TRUE(nodes.Start(&why, false, {"--heartbeat-timeout", "10"})) << why;
+  ASSERT_TRUE(nodes.Start(&why, false, {"--agent-timeout", "10"})) << why;
   CoordinatorProcess& coord = nodes.coord;
   TinySpecOptions o;
   o.max_restarts = 1;

@@ -95,7 +95,9 @@ struct AgentOptions {
   std::vector<std::string> rank_argv_override;
 };
 
-// The environment names a LaunchRank may set: NCCL_*, CUDA_*, OMP_*, DGCA_*.
+// The environment names a LaunchRank may set: NCCL_*, CUDA_*, OMP_*, DGCA_*,
+// less those that load code into the rank or write files on the node
+// (RankEnvRefusal, spec/rank_env.h; the rank's log says why each was refused).
 bool IsAllowedRankEnv(const std::string& name);
 
 class Agent {

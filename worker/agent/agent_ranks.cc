@@ -26,6 +26,7 @@
 #include <optional>
 #include <set>
 #include <thread>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/match.h"
@@ -35,7 +36,10 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "dgca/v1/agent.grpc.pb.h"
+#include "model/core/exit_codes.h"
 #include "proto/rpc/rpc_util.h"
+#include "spec/rank_env.h"
+#include "spec/spec_files.h"
 #include "worker/agent/rank_process.h"
 
 extern char** environ;
@@ -79,7 +83,10 @@ bool IsAllowedRankEnv(const std::string& name) {
       return false;
     }
   }
-  return true;
+  // Defence in depth: a coordinator that skipped the spec's check (an older
+  // one, or anyone holding the token) still cannot have a rank load code or
+  // write files here.
+  return RankEnvRefusal(name).empty();
 }
 
 void Agent::Impl::Launch(const v1::LaunchRank& l) {
@@ -134,6 +141,34 @@ void Agent::Impl::Launch(const v1::LaunchRank& l) {
   if (!refusal.empty()) return fail(refusal);
   std::string log_dir = !l.log_dir().empty() ? l.log_dir()
                                              : opt_.state_dir + "/jobs/" + l.job_id();
+  // The files the rank will read, checked on this node before it starts
+  // (a few stat() and open() calls): a file the coordinator's node has and
+  // this one lacks fails the launch naming every such file where the spec
+  // gives it, not the rank after its rendezvous with the first NOT_FOUND.
+  if (l.inputs_size() > 0) {
+    const std::string where = absl::StrCat("on node ", node_, " by its agent");
+    const std::vector<v1::SpecProblem> missing =
+        CheckInputFiles(std::vector<v1::InputFile>(l.inputs().begin(), l.inputs().end()), where);
+    if (!missing.empty()) {
+      const std::string why = InputProblemsMessage(missing, where);
+      spdlog::error("agent {}: not starting job {} rank {}: {}", node_, l.job_id(), l.rank(), why);
+      // Also in the rank's log, where `dgca logs` looks.
+      if (MakeDirs(log_dir).ok()) {
+        AppendToLog(absl::StrCat(log_dir, "/rank-", l.rank(), ".log"),
+                    absl::StrCat("[agent ", node_, "] not starting job ", l.job_id(), " rank ",
+                                 l.rank(), " attempt ", l.attempt(), ": ", why, "\n"));
+      }
+      v1::RankExited e;
+      e.set_job_id(l.job_id());
+      e.set_rank(l.rank());
+      e.set_attempt(l.attempt());
+      e.set_exit_code(kExitUsage);  // a bad assignment, to a coordinator that predates the flag
+      e.set_inputs_missing(true);
+      e.set_message(why);
+      ReportExit(e);
+      return;
+    }
+  }
   if (auto s = MakeDirs(log_dir); !s.ok()) return fail(std::string(s.message()));
   std::string log_path = absl::StrCat(log_dir, "/rank-", l.rank(), ".log");
   int log_fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
@@ -152,9 +187,12 @@ void Agent::Impl::Launch(const v1::LaunchRank& l) {
   const std::string exit_file = ExitRecordPath(log_dir, l.rank());
   unlink(exit_file.c_str());  // a record of an earlier attempt
   std::string refused;
+  std::vector<std::string> harmful;  // "NAME (it loads ...)": refused for what they do
   for (const auto& [k, v] : l.env()) {
     if (IsAllowedRankEnv(k)) {
       env[k] = v;
+    } else if (const std::string why = RankEnvRefusal(k); !why.empty()) {
+      harmful.push_back(absl::StrCat(k, " (it ", why, ")"));
     } else {
       absl::StrAppend(&refused, refused.empty() ? "" : ", ", k);
     }
@@ -171,6 +209,12 @@ void Agent::Impl::Launch(const v1::LaunchRank& l) {
                  node_, l.job_id(), l.rank(), refused);
     absl::StrAppend(&header, "[agent ", node_, "] refused environment variables outside the "
                     "allow-list (NCCL_*, CUDA_*, OMP_*, DGCA_*): ", refused, "\n");
+  }
+  for (const std::string& h : harmful) {
+    spdlog::warn("agent {}: job {} rank {}: refused environment variable {}", node_, l.job_id(),
+                 l.rank(), h);
+    absl::StrAppend(&header, "[agent ", node_, "] refused environment variable ", h,
+                    "; set it in this agent's own environment if the node should have it\n");
   }
   (void)!write(log_fd, header.data(), header.size());
 

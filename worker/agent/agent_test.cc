@@ -199,6 +199,47 @@ TEST(AgentEnvTest, AllowList) {
   EXPECT_FALSE(IsAllowedRankEnv("NCCL_X=Y"));
 }
 
+// Allowed prefixes, refused names (spec/rank_env.h): what loads code into
+// the rank or writes files on the node; their tuning neighbours stay.
+TEST(AgentEnvTest, RefusesWhatLoadsCodeOrWritesFiles) {
+  for (const char* n : {"NCCL_NET_PLUGIN", "NCCL_TUNER_PLUGIN", "NCCL_PROFILER_PLUGIN",
+                        "NCCL_ENV_PLUGIN", "CUDA_INJECTION64_PATH", "OMP_TOOL_LIBRARIES",
+                        "NCCL_DEBUG_FILE", "NCCL_TOPO_DUMP_FILE", "NCCL_GRAPH_DUMP_FILE",
+                        "NCCL_CONF_FILE"}) {
+    EXPECT_FALSE(IsAllowedRankEnv(n)) << n;
+  }
+  EXPECT_TRUE(IsAllowedRankEnv("NCCL_TOPO_FILE"));
+  EXPECT_TRUE(IsAllowedRankEnv("NCCL_SOCKET_IFNAME"));
+  EXPECT_TRUE(IsAllowedRankEnv("OMP_TOOL"));
+}
+
+// A LaunchRank that sets one anyway (a coordinator that skipped the spec's
+// check): the rank runs without it, and its log says which and why.
+TEST_F(AgentTest, LaunchRefusesEnvThatLoadsCodeAndLogsWhy) {
+  Agent agent(Options({"/bin/sh", "-c",
+                       "echo \"plugin=[$NCCL_NET_PLUGIN] file=[$NCCL_DEBUG_FILE] ib=[$NCCL_IB_DISABLE]\""}));
+  ASSERT_TRUE(agent.Start().ok());
+  ASSERT_TRUE(fake_->WaitFor([](const v1::AgentMessage& m) { return m.has_register_(); }));
+  auto cmd = Launch("job-env", 0);
+  (*cmd.mutable_launch()->mutable_env())["NCCL_NET_PLUGIN"] = "/tmp/evil.so";
+  (*cmd.mutable_launch()->mutable_env())["NCCL_DEBUG_FILE"] = "/tmp/x";
+  (*cmd.mutable_launch()->mutable_env())["NCCL_IB_DISABLE"] = "1";
+  fake_->Send(cmd);
+  auto e = fake_->WaitExit("job-env", 0);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->exit_code(), 0);
+  const std::string log = ReadFile(dir_ + "/jobs/job-env/rank-0.log");
+  EXPECT_NE(log.find("plugin=[] file=[] ib=[1]"), std::string::npos) << log;
+  EXPECT_NE(log.find("refused environment variable NCCL_NET_PLUGIN (it loads a library into the "
+                     "rank"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("refused environment variable NCCL_DEBUG_FILE (it writes a file on the node"),
+            std::string::npos)
+      << log;
+  agent.Stop();
+}
+
 TEST_F(AgentTest, RegistersWithTopologyAndHeartbeats) {
   Agent agent(Options({}));
   ASSERT_TRUE(agent.Start().ok());
@@ -807,6 +848,69 @@ TEST_F(AgentTest, LaunchSetsTheRankIdAndExitFile) {
   const std::string log = ReadFile(job_dir + "/rank-2.log");
   EXPECT_NE(log.find("id=job-id/2/4 exit=" + job_dir + "/rank-2.exit"), std::string::npos) << log;
   EXPECT_EQ(log.find("stale"), std::string::npos) << log;
+  agent.Stop();
+}
+
+// The files the rank would read are checked on the agent's node before it
+// starts: a missing one fails the launch, every such file named with its
+// place in the spec, and no rank process runs (the stand-in would write
+// its marker file).
+TEST_F(AgentTest, ALaunchWhoseInputFilesAreMissingStartsNoRank) {
+  const std::string marker = dir_ + "/rank-ran";
+  Agent agent(Options({"/bin/sh", "-c", "touch " + marker}));
+  ASSERT_TRUE(agent.Start().ok());
+  auto cmd = Launch("job-files", 0);
+  const std::string present = dir_ + "/train.txt";
+  { std::ofstream(present) << "a\ta\n"; }
+  auto input = [&](const std::string& field, const std::string& written, int line) {
+    v1::InputFile* f = cmd.mutable_launch()->add_inputs();
+    f->set_field(field);
+    f->set_written(written);
+    f->set_path(dir_ + "/" + written);
+    f->set_base_dir(dir_);
+    f->set_spec_file("job.yaml");
+    f->set_line(line);
+    f->set_column(10);
+    f->set_kind("data");
+  };
+  input("data.train", "train.txt", 4);
+  input("data.eval", "eval.txt", 5);
+  input("model.vocab", "vocab.txt", 6);
+  cmd.mutable_launch()->mutable_inputs(2)->set_kind("vocab");
+  agent.Execute(cmd);
+  auto e = fake_->WaitExit("job-files", 0);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_TRUE(e->inputs_missing());
+  EXPECT_EQ(e->exit_code(), 2);
+  EXPECT_EQ(e->message().rfind("2 input files of the job cannot be read on node test-node by its "
+                               "agent:\njob.yaml:5:10: data.eval: " + dir_ + "/eval.txt: does not exist",
+                               0),
+            0u)
+      << e->message();
+  EXPECT_NE(e->message().find("\njob.yaml:6:10: model.vocab: " + dir_ + "/vocab.txt: does not exist"),
+            std::string::npos)
+      << e->message();
+  EXPECT_EQ(e->message().find("data.train"), std::string::npos) << e->message();
+  // Said in the rank's log too, where `dgca logs` looks.
+  EXPECT_NE(ReadFile(dir_ + "/jobs/job-files/rank-0.log").find("not starting job job-files rank 0"),
+            std::string::npos);
+  std::this_thread::sleep_for(200ms);
+  struct stat st;
+  EXPECT_NE(stat(marker.c_str(), &st), 0) << "the rank was started";
+  EXPECT_TRUE(agent.Running().empty());
+
+  // With the files there, the rank starts.
+  { std::ofstream(dir_ + "/eval.txt") << "a\ta\n"; }
+  { std::ofstream(dir_ + "/vocab.txt") << "[PAD]\n"; }
+  cmd.mutable_launch()->set_attempt(1);
+  agent.Execute(cmd);
+  auto ok = fake_->WaitFor([](const v1::AgentMessage& m) {
+    return m.has_rank_exited() && m.rank_exited().attempt() == 1;
+  });
+  ASSERT_TRUE(ok.has_value());
+  EXPECT_FALSE(ok->rank_exited().inputs_missing());
+  EXPECT_EQ(ok->rank_exited().exit_code(), 0);
+  EXPECT_EQ(stat(marker.c_str(), &st), 0);
   agent.Stop();
 }
 

@@ -5,6 +5,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "spec/spec.h"
+#include "spec/spec_files.h"
 #include "model/core/dropout.h"
 
 namespace dgca {
@@ -25,9 +26,9 @@ void Decide(v1::Plan* plan, const std::string& name, const std::string& value,
 }  // namespace
 
 std::string ResolvePath(const std::string& base_dir, const std::string& path) {
-  if (path.empty() || path[0] == '/' || base_dir.empty()) return path;
-  if (base_dir.back() == '/') return base_dir + path;
-  return base_dir + "/" + path;
+  // The function the spec's file check uses (spec/spec_files.h): what
+  // `dgca submit` and the agents check is what the rank opens.
+  return ResolveSpecPath(base_dir, path);
 }
 
 v1::Plan SimplePlan(const v1::JobSpec& spec, int ranks) {
@@ -205,6 +206,13 @@ absl::StatusOr<TrainConfig> TrainConfigFromSpec(const v1::JobSpec& spec, const v
   }
   c.eval_every = t.eval_every();
   c.checkpoint_every = t.checkpoint_every();
+  c.keep_checkpoints = KeepCheckpointsOf(t);
+  if (c.keep_checkpoints < 0) {
+    // Only a spec that skipped ParseJobSpec gets here.
+    return absl::InvalidArgumentError(absl::StrCat(
+        "train.keep_checkpoints: ", c.keep_checkpoints,
+        " is not >= 0 (0 keeps every checkpoint; N keeps the newest N and the best by eval)"));
+  }
   c.seed = t.seed();
   c.threads = plan.threads_per_rank() > 0            ? plan.threads_per_rank()
               : spec.resources().threads_per_rank() > 0 ? spec.resources().threads_per_rank()

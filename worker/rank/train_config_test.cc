@@ -200,6 +200,31 @@ TEST(TrainConfigTest, Dropout) {
   EXPECT_EQ(bad.status().message(), "model.dropout.attention: -0.5 is not in [0, 1)");
 }
 
+TEST(TrainConfigTest, KeepCheckpoints) {
+  const std::string data = "data:\n  train: t.txt\n";
+  auto d = TrainConfigFromSpec(Parse(data + "train: {steps: 1}\n"), v1::Plan());
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->keep_checkpoints, 3);
+  auto all = TrainConfigFromSpec(Parse(data + "train: {steps: 1, keep_checkpoints: 0}\n"), v1::Plan());
+  ASSERT_TRUE(all.ok()) << all.status();
+  EXPECT_EQ(all->keep_checkpoints, 0);
+  // Built in code: unset is the default; a negative count (no parser to
+  // catch it) is named.
+  v1::JobSpec spec;
+  spec.mutable_data()->set_train("t.txt");
+  spec.mutable_train()->set_steps(1);
+  auto u = TrainConfigFromSpec(spec, v1::Plan());
+  ASSERT_TRUE(u.ok()) << u.status();
+  EXPECT_EQ(u->keep_checkpoints, 3);
+  spec.mutable_train()->set_keep_checkpoints(-2);
+  auto bad = TrainConfigFromSpec(spec, v1::Plan());
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad.status().message(),
+            "train.keep_checkpoints: -2 is not >= 0 (0 keeps every checkpoint; N keeps the newest N "
+            "and the best by eval)");
+}
+
 TEST(TrainConfigTest, ResolvePath) {
   EXPECT_EQ(ResolvePath("/a", "b/c"), "/a/b/c");
   EXPECT_EQ(ResolvePath("/a/", "b"), "/a/b");

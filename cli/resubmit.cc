@@ -1,0 +1,50 @@
+// `dgca resubmit JOB [--wait]`: the job's spec again, as a new job: the YAML
+// the coordinator stored for JOB, with the file name and base directory it
+// was submitted with (so relative paths and messages read as they did).
+#include "absl/strings/str_cat.h"
+#include "cli/client.h"
+#include "cli/command_util.h"
+#include "cli/commands.h"
+#include "proto/rpc/rpc_util.h"
+
+namespace dgca {
+namespace cli {
+
+int CmdResubmit(const GlobalOptions& g, Io io, const std::string& job_id, bool wait) {
+  auto client = Client::Connect(g);
+  if (!client.ok()) return ReportError(io.err, g, client.status());
+  v1::GetJobRequest get;
+  get.set_job_id(job_id);
+  v1::GetJobResponse old;
+  auto ctx = (*client)->Context();
+  grpc::Status s = (*client)->stub()->GetJob(ctx.get(), get, &old);
+  if (!s.ok()) return ReportError(io.err, g, FromGrpc(s));
+  if (old.job().spec_yaml().empty()) {
+    return ReportError(io.err, g,
+                       absl::FailedPreconditionError(absl::StrCat(
+                           "job ", job_id, " has no stored spec to submit again (submit its file)")));
+  }
+  const v1::JobSpec& spec = old.job().spec();
+  const std::string spec_path =
+      spec.source_path().empty() ? absl::StrCat("spec of job ", job_id) : spec.source_path();
+  v1::SubmitJobRequest req;
+  req.set_spec_yaml(old.job().spec_yaml());
+  req.set_spec_path(spec_path);
+  req.set_base_dir(spec.base_dir());
+  v1::SubmitJobResponse resp;
+  auto sctx = (*client)->Context(std::chrono::seconds(30));
+  s = (*client)->stub()->SubmitJob(sctx.get(), req, &resp);
+  if (!s.ok()) return ReportError(io.err, g, FromGrpc(s));
+  // The coordinator may refuse what it once took (a data file gone since,
+  // a field a newer version checks): said as a submit says it.
+  if (resp.problems_size() > 0) return PrintProblems(io, spec_path, resp.problems());
+  io.out << resp.job_id() << "\n";
+  io.out.flush();
+  io.err << "submitted job " << resp.job_id() << " (" << resp.spec().name() << "): job " << job_id
+         << "'s spec again\n";
+  if (!wait) return kExitOk;
+  return FollowJob(g, io, client->get(), resp.job_id(), /*full_view=*/false);
+}
+
+}  // namespace cli
+}  // namespace dgca
