@@ -282,6 +282,16 @@ absl::Status JobStore::Init() {
       std::vector<std::string> rows;
       rc = SQLITE_ERROR;
       while (check.ok() && (rc = check.Step()) == SQLITE_ROW) rows.push_back(check.Str(0));
+      // Only damage is damage: a store another process holds locked (an
+      // operator's sqlite3 shell, a backup), an I/O error or no memory is
+      // said as it is, not with advice to dump and replace the store.
+      const int primary = rc & 0xff;
+      if (rc != SQLITE_DONE && rc != SQLITE_ROW && primary != SQLITE_CORRUPT &&
+          primary != SQLITE_NOTADB) {
+        return absl::UnavailableError(absl::StrCat(
+            "cannot check job database ", path_, " (PRAGMA quick_check: ", sqlite3_errmsg(db_),
+            "); nothing was changed: try again once whatever holds or breaks it is gone"));
+      }
       if (rc != SQLITE_DONE || rows.size() != 1 || rows[0] != "ok") {
         // One line: its first problems (a row may hold several lines, and
         // a "*** in database main ***" heading).

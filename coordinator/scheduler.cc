@@ -354,13 +354,23 @@ absl::StatusOr<v1::SubmitJobResponse> Scheduler::Submit(const v1::SubmitJobReque
     for (auto& p : parsed->problems) *resp.add_problems() = p;
     return resp;
   }
-  // The files the spec names (spec/spec_files.h). Where this node runs
+  // The files the spec names (spec/spec_files.h). Where only this node runs
   // ranks, a missing one is refused now, with the rest of them and each
   // one's line:column, rather than failing the job's ranks one NOT_FOUND at
   // a time; the agents check them again before each launch (the only check
   // for ranks on other nodes, and for Slurm's, which never run here).
+  // Only while this node is the only one connected: with others, the job
+  // may run where its files are (a GPU node's /scratch), and their agents
+  // check there before the ranks start.
   std::vector<v1::InputFile> inputs = SpecInputFiles(req.spec_yaml(), parsed->spec);
-  if (!opt_.input_check_node.empty() && !UsesSlurm(parsed->spec)) {
+  bool only_here = !opt_.input_check_node.empty();
+  if (only_here) {
+    absl::MutexLock l(&mu_);
+    for (const v1::Topology& t : nodes_.ConnectedTopologies()) {
+      only_here = only_here && t.node() == opt_.input_check_node;
+    }
+  }
+  if (only_here && !UsesSlurm(parsed->spec)) {
     for (auto& p : CheckInputFiles(
              inputs, absl::StrCat("on node ", opt_.input_check_node, ", the coordinator's"))) {
       *resp.add_problems() = std::move(p);

@@ -117,7 +117,8 @@ absl::StatusOr<std::vector<v1::Job>> Scheduler::ListJobs(const v1::ListJobsReque
   if (filtered) {
     std::vector<v1::Job> kept;
     for (v1::Job& j : *jobs) {
-      if (j.created_unix_ms() < req.since_unix_ms()) continue;
+      // Newest first: the first one older than --since ends the list.
+      if (j.created_unix_ms() < req.since_unix_ms()) break;
       if (!absl::StrContains(j.name(), req.name_contains())) continue;
       kept.push_back(std::move(j));
       if (req.limit() > 0 && static_cast<int>(kept.size()) >= req.limit()) break;

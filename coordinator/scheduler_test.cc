@@ -572,7 +572,7 @@ TEST_F(SchedulerTest, SubmitRefusesInputFilesMissingOnTheCoordinatorsNode) {
   auto s = Scheduler::Create(o, &hub_);
   ASSERT_TRUE(s.ok()) << s.status();
   sched_ = std::move(*s);
-  Connect();
+  Connect("head");  // the coordinator's own node, the only one: ranks can only run here
   v1::SubmitJobRequest req;
   req.set_spec_yaml(Spec() + "data:\n  train: t.txt\n  eval: e.txt\n");
   req.set_spec_path("t.yaml");
@@ -597,6 +597,13 @@ TEST_F(SchedulerTest, SubmitRefusesInputFilesMissingOnTheCoordinatorsNode) {
   auto listed = sched_->ListJobs(v1::ListJobsRequest());
   ASSERT_TRUE(listed.ok());
   EXPECT_TRUE(listed->empty());
+  // With another node connected the job may run where its files are: not
+  // refused here (that node's agent checks before its ranks start).
+  Connect("gpu1");
+  req.set_dry_run(true);
+  auto elsewhere = sched_->Submit(req);
+  ASSERT_TRUE(elsewhere.ok()) << elsewhere.status();
+  EXPECT_EQ(elsewhere->problems_size(), 0) << elsewhere->problems(0).message();
   // With the files there, the job is taken.
   for (const char* f : {"/t.txt", "/e.txt"}) std::ofstream(dir_ + f) << "甲\t甲\n";
   req.set_dry_run(false);

@@ -233,6 +233,14 @@ void Parser::ParseTop(const YAML::Node& root, v1::JobSpec* spec) {
                                       "and the best by eval), got ", Quote(v.Scalar())));
            return;
          }
+         // 1 is refused: a restart is handed the newest checkpoint by name
+         // while a rank 0 of the stopped attempt may still save one more
+         // (past the stop's deadline) and, keeping one, delete it.
+         if (v.IsScalar() && neg == 1) {
+           Problem(v, p, "must be 0 or at least 2: with 1, a rank of a stopped attempt that saves "
+                         "once more deletes the checkpoint the restart was handed");
+           return;
+         }
          int32_t x = train->keep_checkpoints(); Int(v, p, 0, kI32, false, &x); train->set_keep_checkpoints(x); }},
     });
   };

@@ -28,20 +28,6 @@ bool ValidKeyPart(const std::string& part) {
   return true;
 }
 
-// `value` under `path` as a one-value YAML document.
-std::string OneValueSpec(const std::vector<std::string>& path, const YAML::Node& value) {
-  YAML::Node doc(YAML::NodeType::Map);
-  YAML::Node at = doc;
-  for (size_t i = 0; i + 1 < path.size(); ++i) {
-    at[path[i]] = YAML::Node(YAML::NodeType::Map);
-    at.reset(at[path[i]]);  // rebinds; `at = ...` would assign into the tree
-  }
-  at[path.back()] = value;
-  YAML::Emitter out;
-  out << doc;
-  return std::string(out.c_str(), out.size());
-}
-
 }  // namespace
 
 SpecOverrideResult ApplySpecOverrides(const std::string& yaml, const std::string& spec_path,
@@ -82,29 +68,11 @@ SpecOverrideResult ApplySpecOverrides(const std::string& yaml, const std::string
       continue;
     }
     if (value.IsNull() && set.size() == eq + 1) value = YAML::Node("");
-    // The value on its own, as a spec: its problems named at the flag. Only
-    // those of KEY itself: a one-value spec breaks rules that tie fields
-    // together (the merged spec is checked for those below).
-    auto alone = ParseJobSpec(OneValueSpec(path, value), absl::StrCat("--set ", set));
-    if (!alone.ok()) {
-      r.problems.push_back(Problem(set, key, std::string(alone.status().message())));
-      continue;
-    }
-    bool bad = false;
-    for (v1::SpecProblem p : alone->problems) {
-      if (p.field() != key && !absl::StartsWith(p.field(), key + ".") &&
-          !absl::StartsWith(key, p.field() + ".")) {
-        continue;
-      }
-      p.set_line(0);  // lines of a document the user never wrote
-      p.set_column(0);
-      r.problems.push_back(std::move(p));
-      bad = true;
-    }
-    if (bad) continue;
-    // Into the file's mapping, making the mappings on the way.
-    YAML::Node at = root;
+    // Into a copy of the spec so far, making the mappings on the way.
+    YAML::Node candidate = YAML::Clone(root);
+    YAML::Node at = candidate;
     std::string walked;
+    bool bad = false;
     for (size_t i = 0; i + 1 < path.size() && !bad; ++i) {
       walked = walked.empty() ? path[i] : absl::StrCat(walked, ".", path[i]);
       YAML::Node next = at[path[i]];
@@ -118,9 +86,32 @@ SpecOverrideResult ApplySpecOverrides(const std::string& yaml, const std::string
                          path[i + 1], " in it")));
         bad = true;
       }
-      at.reset(next);
+      at.reset(next);  // rebinds; `at = next` would assign into the tree
     }
-    if (!bad) at[path.back()] = value;
+    if (bad) continue;
+    at[path.back()] = value;
+    // The spec with this value among the file's (and the overrides before
+    // it): the problems of KEY itself are named at the flag, with the file's
+    // other values in place (a rule between fields sees the real ones).
+    YAML::Emitter emitted;
+    emitted << candidate;
+    auto parsed = ParseJobSpec(std::string(emitted.c_str(), emitted.size()),
+                               absl::StrCat("--set ", set));
+    if (!parsed.ok()) {
+      r.problems.push_back(Problem(set, key, std::string(parsed.status().message())));
+      continue;
+    }
+    for (v1::SpecProblem p : parsed->problems) {
+      if (p.field() != key && !absl::StartsWith(p.field(), key + ".") &&
+          !absl::StartsWith(key, p.field() + ".")) {
+        continue;  // another field's: the merged spec below names it
+      }
+      p.set_line(0);  // lines of a document the user never wrote
+      p.set_column(0);
+      r.problems.push_back(std::move(p));
+      bad = true;
+    }
+    if (!bad) root.reset(candidate);
   }
   if (!r.problems.empty()) return r;
   YAML::Emitter out;
@@ -133,7 +124,11 @@ SpecOverrideResult ApplySpecOverrides(const std::string& yaml, const std::string
   if (!merged.ok()) {
     r.problems.push_back(Problem(sets.back(), "(merged)", std::string(merged.status().message())));
   } else {
-    for (auto& p : merged->problems) r.problems.push_back(std::move(p));
+    for (auto& p : merged->problems) {
+      p.set_line(0);  // lines of the re-emitted YAML, not of the file
+      p.set_column(0);
+      r.problems.push_back(std::move(p));
+    }
   }
   if (!r.problems.empty()) r.yaml.clear();
   return r;

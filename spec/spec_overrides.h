@@ -2,10 +2,13 @@
 // command line over those of the file, as torchrun-style launchers and
 // Hydra-style configs let users do (`--set train.steps=200`).
 //
-// Each override is checked on its own first, as a one-value spec, so a bad
-// value is located at the flag ("--set train.steps=abc: train.steps:
-// expected an integer, got 'abc'"), not at a line of a file the user never
-// wrote. The file's own problems are found before (ParseJobSpec of the file).
+// Each override is checked in turn, set among the file's values (and the
+// overrides before it), and the problems of its own KEY are located at the
+// flag ("--set train.steps=abc: train.steps: expected an integer, got
+// 'abc'"), not at a line of a file the user never wrote. The file's own
+// problems are found before (ParseJobSpec of the file); any left after the
+// last override are named "FILE with --set", without line numbers that
+// would point into the re-emitted YAML.
 // The merged YAML (the file's mapping with each KEY set, comments dropped,
 // a first comment line naming the file and the overrides) is what is
 // submitted and stored, so `dgca resubmit` repeats it.

@@ -67,15 +67,22 @@ TEST(SpecOverridesTest, AnUnknownFieldAMalformedFlagAndAPathThroughAValueAreRefu
   EXPECT_TRUE(absl::StrContains(r.problems[4].message(), "expected KEY=VALUE"));
 }
 
-TEST(SpecOverridesTest, ARuleAcrossFieldsIsCheckedOnTheMergedSpec) {
-  // micro_batch 16 is fine alone (the default global_batch is larger) but not
-  // with the file's global_batch 8: named on the merged spec.
+TEST(SpecOverridesTest, AValueIsCheckedAmongTheFilesValues) {
+  // micro_batch 16 breaks a rule with the file's global_batch 8: named at
+  // the flag, with the file's number (not the default's).
   SpecOverrideResult r = ApplySpecOverrides(kSpec, "a.yaml", {"train.micro_batch=16"});
   ASSERT_EQ(r.problems.size(), 1u);
-  EXPECT_EQ(r.problems[0].file(), "a.yaml with --set");
+  EXPECT_EQ(r.problems[0].file(), "--set train.micro_batch=16");
   EXPECT_TRUE(absl::StrContains(r.problems[0].message(), "larger than global_batch 8"))
       << r.problems[0].message();
   EXPECT_TRUE(r.yaml.empty());
+  // And a value valid with the file's values is taken, though a default
+  // spec would refuse it (micro_batch 256 > the default global_batch 128).
+  const std::string big = std::string(kSpec).replace(std::string(kSpec).find("global_batch: 8"),
+                                                     15, "global_batch: 1024");
+  SpecOverrideResult ok = ApplySpecOverrides(big, "a.yaml", {"train.micro_batch=256"});
+  ASSERT_TRUE(ok.problems.empty()) << ok.problems[0].message();
+  EXPECT_EQ(Parsed(ok.yaml).train().micro_batch(), 256);
 }
 
 }  // namespace

@@ -200,6 +200,13 @@ TEST(SpecParser, TrainKeepCheckpoints) {
   EXPECT_EQ(FormatProblem(neg.problems[0]),
             "job.yaml:3:21: train.keep_checkpoints: must be >= 0 (0 keeps every checkpoint; N "
             "keeps the newest N and the best by eval), got '-1'\n");
+  // 1: a stopped attempt's late save would delete the restart's checkpoint.
+  SpecParseResult one = Parse("train:\n  keep_checkpoints: 1\n");
+  ASSERT_EQ(one.problems.size(), 1u) << FormatProblems(one.problems);
+  EXPECT_NE(FormatProblem(one.problems[0]).find("job.yaml:2:21: train.keep_checkpoints: must be 0 "
+                                                "or at least 2"),
+            std::string::npos)
+      << FormatProblem(one.problems[0]);
   SpecParseResult word = Parse("train:\n  keep_checkpoints: all\n");
   ASSERT_EQ(word.problems.size(), 1u) << FormatProblems(word.problems);
   EXPECT_EQ(FormatProblem(word.problems[0]),

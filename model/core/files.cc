@@ -5,7 +5,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
 
 namespace dgca {
 
@@ -81,6 +83,21 @@ Status CheckInputFile(const std::string& path, const std::string& what,
                   path + ": cannot be read: " + std::strerror(err) + want);
   }
   close(fd);
+  return OkStatus();
+}
+
+Status WriteFileAtomically(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    if (!f) return InternalError("cannot write " + tmp + ": " + std::strerror(errno));
+    f << text;
+    f.flush();
+    if (!f) return InternalError("write failed: " + tmp);
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    return InternalError("cannot rename " + tmp + " to " + path + ": " + std::strerror(errno));
+  }
   return OkStatus();
 }
 

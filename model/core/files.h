@@ -39,6 +39,11 @@ Status MakeDirectories(const std::string& path, int mode);
 Status CheckInputFile(const std::string& path, const std::string& what,
                       const std::string& expected, uint64_t max_bytes = 0);
 
+// Writes `text` to PATH.tmp, then renames it to `path`: a reader sees the
+// old file or the whole new one, never a half-written one. INTERNAL naming
+// the file on a failed write or rename.
+Status WriteFileAtomically(const std::string& path, const std::string& text);
+
 }  // namespace dgca
 
 #endif  // DGCA_MODEL_CORE_FILES_H_

@@ -14,6 +14,7 @@
 #include <set>
 #include <sstream>
 
+#include "model/core/files.h"
 #include "model/core/json.h"
 #include "model/core/safetensors.h"
 
@@ -21,21 +22,6 @@ namespace dgca {
 namespace {
 
 namespace fs = std::filesystem;
-
-Status WriteTextFile(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) return InternalError("cannot write " + tmp + ": " + std::strerror(errno));
-    f << text;
-    f.flush();
-    if (!f) return InternalError("write failed: " + tmp);
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) return InternalError("cannot rename " + tmp + " to " + path + ": " + ec.message());
-  return OkStatus();
-}
 
 // Reads at most `max_bytes` of `path`: a larger file (a symlink to
 // /dev/zero, the wrong file) is DATA_LOSS naming the file and the limit,
@@ -311,12 +297,12 @@ StatusOr<std::string> SaveCheckpoint(const std::string& dir, const ParamStore& p
     js += ": " + std::to_string(kv.second);
   }
   js += "}\n}\n";
-  DGCA_RETURN_IF_ERROR(WriteTextFile(tmp_dir + "/state.json", js));
+  DGCA_RETURN_IF_ERROR(WriteFileAtomically(tmp_dir + "/state.json", js));
 
   fs::remove_all(final_dir, ec);  // re-saving the same step replaces it
   fs::rename(tmp_dir, final_dir, ec);
   if (ec) return InternalError("cannot rename " + tmp_dir + " to " + final_dir + ": " + ec.message());
-  DGCA_RETURN_IF_ERROR(WriteTextFile(dir + "/latest", name + "\n"));
+  DGCA_RETURN_IF_ERROR(WriteFileAtomically(dir + "/latest", name + "\n"));
   return final_dir;
 }
 

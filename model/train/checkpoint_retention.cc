@@ -9,6 +9,7 @@
 #include <fstream>
 #include <set>
 
+#include "model/core/files.h"
 #include "model/core/json.h"
 #include "model/train/checkpoint.h"
 
@@ -108,19 +109,7 @@ Status WriteCheckpointEval(const std::string& step_dir, int64_t step,
     js += std::string(": ") + num;
   }
   js += "}}\n";
-  const std::string path = step_dir + "/" + kCheckpointEvalFile;
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) return InternalError("cannot write " + tmp + ": " + std::strerror(errno));
-    f << js;
-    f.flush();
-    if (!f) return InternalError("write failed: " + tmp);
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) return InternalError("cannot rename " + tmp + " to " + path + ": " + ec.message());
-  return OkStatus();
+  return WriteFileAtomically(step_dir + "/" + kCheckpointEvalFile, js);
 }
 
 StatusOr<double> ReadCheckpointMetric(const std::string& step_dir, const std::string& metric) {

@@ -451,18 +451,27 @@ void Agent::Impl::ReaperLoop() {
       }
       stop_now = stopping_;
     }
+    // A rank that ended on a stop signal this agent did not send may have
+    // got it along with the agent: Slurm ending the step and systemd
+    // stopping the service signal every process at once. Its report waits
+    // (1 s at most, one deadline for the whole batch) for this agent's own
+    // stop to announce itself (AgentLeaving), so that the coordinator does
+    // not take it for a rank failure to restart here. A rank that catches
+    // SIGTERM exits kExitStopped (dgca-worker rank), one that does not dies
+    // of the signal. Crashes (SIGSEGV, SIGABRT, ...) are reported at once.
+    const auto hold_until = absl::Now() + absl::Seconds(1);
     for (size_t i = 0; i < exited.size(); ++i) {
-      // A rank killed by a signal this agent did not send may have been
-      // killed with it: Slurm ending the step and systemd stopping the
-      // service signal every process at once. Its report waits (1 s at
-      // most) for this agent's own stop to announce itself, so that the
-      // coordinator does not take it for a rank failure to restart here.
       const std::optional<int>& st = statuses[i];
+      const bool stop_signal =
+          st.has_value() &&
+          ((WIFSIGNALED(*st) && (WTERMSIG(*st) == SIGTERM || WTERMSIG(*st) == SIGKILL ||
+                                 WTERMSIG(*st) == SIGINT || WTERMSIG(*st) == SIGHUP)) ||
+           (WIFEXITED(*st) && WEXITSTATUS(*st) == kExitStopped));
       bool leaving;
       {
         absl::MutexLock g(&mu_);
-        if (!exited[i].stopping && st.has_value() && WIFSIGNALED(*st)) {
-          mu_.AwaitWithTimeout(absl::Condition(&leaving_announced_), absl::Seconds(1));
+        if (!exited[i].stopping && stop_signal) {
+          mu_.AwaitWithDeadline(absl::Condition(&leaving_announced_), hold_until);
         }
         leaving = leaving_announced_;
       }

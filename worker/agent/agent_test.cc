@@ -173,6 +173,16 @@ class AgentTest : public ::testing::Test {
     o.rank_argv_override = std::move(argv);
     return o;
   }
+  // Starts `agent`, waits for its registration and launches rank 0 of
+  // job-a; the rank's pid in *pid.
+  void StartWithOneRank(Agent* agent, pid_t* pid) {
+    ASSERT_TRUE(agent->Start().ok());
+    ASSERT_TRUE(fake_->WaitFor([](const v1::AgentMessage& m) { return m.has_register_(); }));
+    agent->Execute(Launch("job-a", 0));
+    auto running = agent->Running();
+    ASSERT_EQ(running.size(), 1u);
+    *pid = running[0].pid();
+  }
   static v1::CoordinatorCommand Launch(const std::string& job, int rank) {
     v1::CoordinatorCommand c;
     c.mutable_launch()->set_job_id(job);
@@ -489,13 +499,26 @@ TEST_F(AgentTest, AgentStopStopsItsRanks) {
   EXPECT_FALSE(ProcessAlive(pid));
 }
 
-// Where the first message matching `pred` is among `ms`; -1 when none is.
-template <typename Pred>
-int IndexOf(const std::vector<v1::AgentMessage>& ms, Pred pred) {
-  for (size_t i = 0; i < ms.size(); ++i) {
-    if (pred(ms[i])) return static_cast<int>(i);
-  }
-  return -1;
+// The first rank exit among the messages `fake` received, after it has
+// checked that AgentLeaving came before it; nullopt (with a failure) when
+// either is missing or out of order.
+std::optional<v1::RankExited> ExitAfterLeaving(FakeCoordinator* fake) {
+  // Stop() does not wait for the fake server's reader: wait for the exit.
+  EXPECT_TRUE(fake->WaitFor([](const v1::AgentMessage& m) { return m.has_rank_exited(); }, 5s));
+  const auto ms = fake->Received();
+  auto first = [&](auto pred) {
+    for (size_t i = 0; i < ms.size(); ++i) {
+      if (pred(ms[i])) return static_cast<int>(i);
+    }
+    return -1;
+  };
+  const int leaving = first([](const v1::AgentMessage& m) { return m.has_leaving(); });
+  const int exit = first([](const v1::AgentMessage& m) { return m.has_rank_exited(); });
+  EXPECT_GE(leaving, 0) << "no AgentLeaving";
+  EXPECT_GE(exit, 0) << "no RankExited";
+  EXPECT_LT(leaving, exit) << "the exit came before AgentLeaving";
+  if (leaving < 0 || exit < 0 || leaving > exit) return std::nullopt;
+  return ms[exit].rank_exited();
 }
 
 // A stopping agent says so (AgentLeaving) before it reports the ends of the
@@ -503,19 +526,13 @@ int IndexOf(const std::vector<v1::AgentMessage>& ms, Pred pred) {
 // restart back onto an agent about to go.
 TEST_F(AgentTest, AStoppingAgentSaysSoBeforeItsRanksExits) {
   Agent agent(Options({"/bin/sh", "-c", "sleep 100"}));
-  ASSERT_TRUE(agent.Start().ok());
-  ASSERT_TRUE(fake_->WaitFor([](const v1::AgentMessage& m) { return m.has_register_(); }));
-  agent.Execute(Launch("job-a", 0));
-  ASSERT_EQ(agent.Running().size(), 1u);
+  pid_t pid = 0;
+  ASSERT_NO_FATAL_FAILURE(StartWithOneRank(&agent, &pid));
   agent.Stop();
-  const auto ms = fake_->Received();
-  const int leaving = IndexOf(ms, [](const v1::AgentMessage& m) { return m.has_leaving(); });
-  const int exit = IndexOf(ms, [](const v1::AgentMessage& m) { return m.has_rank_exited(); });
-  ASSERT_GE(leaving, 0);
-  ASSERT_GE(exit, 0);
-  EXPECT_LT(leaving, exit);
-  EXPECT_TRUE(ms[exit].rank_exited().agent_leaving());
-  EXPECT_EQ(ms[exit].rank_exited().signal(), SIGTERM);
+  auto e = ExitAfterLeaving(fake_.get());
+  ASSERT_TRUE(e.has_value());
+  EXPECT_TRUE(e->agent_leaving());
+  EXPECT_EQ(e->signal(), SIGTERM);
 }
 
 // Slurm ending a step, or systemd stopping the service, signals the ranks
@@ -523,32 +540,38 @@ TEST_F(AgentTest, AStoppingAgentSaysSoBeforeItsRanksExits) {
 // agent's own stop (up to 1 s), so it still follows AgentLeaving.
 TEST_F(AgentTest, ARankKilledAlongWithItsAgentIsReportedAfterTheLeaving) {
   Agent agent(Options({"/bin/sh", "-c", "sleep 100"}));
-  ASSERT_TRUE(agent.Start().ok());
-  ASSERT_TRUE(fake_->WaitFor([](const v1::AgentMessage& m) { return m.has_register_(); }));
-  agent.Execute(Launch("job-a", 0));
-  auto running = agent.Running();
-  ASSERT_EQ(running.size(), 1u);
-  ASSERT_EQ(kill(-running[0].pid(), SIGTERM), 0);
+  pid_t pid = 0;
+  ASSERT_NO_FATAL_FAILURE(StartWithOneRank(&agent, &pid));
+  ASSERT_EQ(kill(-pid, SIGTERM), 0);
   std::this_thread::sleep_for(300ms);  // reaped (every 50 ms), its report held
   agent.Stop();
-  const auto ms = fake_->Received();
-  const int leaving = IndexOf(ms, [](const v1::AgentMessage& m) { return m.has_leaving(); });
-  const int exit = IndexOf(ms, [](const v1::AgentMessage& m) { return m.has_rank_exited(); });
-  ASSERT_GE(leaving, 0);
-  ASSERT_GE(exit, 0);
-  EXPECT_LT(leaving, exit);
-  EXPECT_TRUE(ms[exit].rank_exited().agent_leaving());
+  auto e = ExitAfterLeaving(fake_.get());
+  ASSERT_TRUE(e.has_value());
+  EXPECT_TRUE(e->agent_leaving());
+}
+
+// The same for a rank that catches SIGTERM and exits 5, as dgca-worker
+// rank does (kExitStopped): its report waits for the agent's stop too.
+TEST_F(AgentTest, ARankThatExitsStoppedAlongWithItsAgentIsReportedAfterTheLeaving) {
+  Agent agent(Options({"/bin/sh", "-c", "trap 'exit 5' TERM; sleep 100 & wait"}));
+  pid_t pid = 0;
+  ASSERT_NO_FATAL_FAILURE(StartWithOneRank(&agent, &pid));
+  std::this_thread::sleep_for(200ms);  // the trap is set
+  ASSERT_EQ(kill(-pid, SIGTERM), 0);
+  std::this_thread::sleep_for(300ms);  // reaped (every 50 ms), its report held
+  agent.Stop();
+  auto e = ExitAfterLeaving(fake_.get());
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->exit_code(), 5);
+  EXPECT_TRUE(e->agent_leaving());
 }
 
 // Without a stop of the agent the held report still goes, unmarked.
 TEST_F(AgentTest, ARankKilledFromOutsideIsReportedWithinASecondOrSo) {
   Agent agent(Options({"/bin/sh", "-c", "sleep 100"}));
-  ASSERT_TRUE(agent.Start().ok());
-  ASSERT_TRUE(fake_->WaitFor([](const v1::AgentMessage& m) { return m.has_register_(); }));
-  agent.Execute(Launch("job-a", 0));
-  auto running = agent.Running();
-  ASSERT_EQ(running.size(), 1u);
-  ASSERT_EQ(kill(-running[0].pid(), SIGKILL), 0);
+  pid_t pid = 0;
+  ASSERT_NO_FATAL_FAILURE(StartWithOneRank(&agent, &pid));
+  ASSERT_EQ(kill(-pid, SIGKILL), 0);
   auto e = fake_->WaitExit("job-a", 0, 5s);
   ASSERT_TRUE(e.has_value());
   EXPECT_EQ(e->signal(), SIGKILL);

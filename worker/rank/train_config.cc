@@ -25,12 +25,6 @@ void Decide(v1::Plan* plan, const std::string& name, const std::string& value,
 
 }  // namespace
 
-std::string ResolvePath(const std::string& base_dir, const std::string& path) {
-  // The function the spec's file check uses (spec/spec_files.h): what
-  // `dgca submit` and the agents check is what the rank opens.
-  return ResolveSpecPath(base_dir, path);
-}
-
 v1::Plan SimplePlan(const v1::JobSpec& spec, int ranks) {
   v1::Plan plan;
   const auto& t = spec.train();
@@ -139,15 +133,15 @@ absl::StatusOr<TrainConfig> TrainConfigFromSpec(const v1::JobSpec& spec, const v
 
   const std::string& base = spec.base_dir();
   const auto& ds = spec.data();
-  c.train_path = ResolvePath(base, ds.train());
+  c.train_path = ResolveSpecPath(base, ds.train());
   if (c.train_path.empty()) {
     return absl::InvalidArgumentError(
         "data.train: no training data; set it to an ECSpell-format file (src<TAB>trg)");
   }
-  c.eval_path = ResolvePath(base, ds.eval());
-  c.vocab_path = ResolvePath(base, ms.vocab());
-  c.confusion_path = ResolvePath(base, hs.candidate().confusion());
-  c.init_from = ResolvePath(base, ms.init_from());
+  c.eval_path = ResolveSpecPath(base, ds.eval());
+  c.vocab_path = ResolveSpecPath(base, ms.vocab());
+  c.confusion_path = ResolveSpecPath(base, hs.candidate().confusion());
+  c.init_from = ResolveSpecPath(base, ms.init_from());
   if (ds.max_seq_len() > 0) c.max_seq_len = ds.max_seq_len();
   const std::string mft = Lower(ds.mft().mode());
   if (mft == "noerror" || mft.empty()) {

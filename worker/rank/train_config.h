@@ -34,9 +34,6 @@ absl::StatusOr<TrainConfig> TrainConfigFromSpec(const v1::JobSpec& spec, const v
 // `dgca-worker train` when the planner cannot plan (each decision says so).
 v1::Plan SimplePlan(const v1::JobSpec& spec, int ranks);
 
-// `path` resolved against `base_dir` when it is relative ("" stays "").
-std::string ResolvePath(const std::string& base_dir, const std::string& path);
-
 }  // namespace dgca
 
 #endif  // DGCA_WORKER_RANK_TRAIN_CONFIG_H_

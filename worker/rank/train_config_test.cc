@@ -225,13 +225,5 @@ TEST(TrainConfigTest, KeepCheckpoints) {
             "and the best by eval)");
 }
 
-TEST(TrainConfigTest, ResolvePath) {
-  EXPECT_EQ(ResolvePath("/a", "b/c"), "/a/b/c");
-  EXPECT_EQ(ResolvePath("/a/", "b"), "/a/b");
-  EXPECT_EQ(ResolvePath("/a", "/x"), "/x");
-  EXPECT_EQ(ResolvePath("/a", ""), "");
-  EXPECT_EQ(ResolvePath("", "b"), "b");
-}
-
 }  // namespace
 }  // namespace dgca
