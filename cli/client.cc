@@ -84,5 +84,15 @@ std::unique_ptr<grpc::ClientContext> Client::Context(std::chrono::milliseconds d
   return ctx;
 }
 
+absl::StatusOr<v1::GetJobResponse> Client::GetJob(const std::string& job_id) {
+  v1::GetJobRequest req;
+  req.set_job_id(job_id);
+  v1::GetJobResponse resp;
+  auto ctx = Context();
+  grpc::Status s = stub_->GetJob(ctx.get(), req, &resp);
+  if (!s.ok()) return FromGrpc(s);
+  return resp;
+}
+
 }  // namespace cli
 }  // namespace dgca

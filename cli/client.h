@@ -49,6 +49,8 @@ class Client {
   // A context with the token and, when > 0, a deadline.
   std::unique_ptr<grpc::ClientContext> Context(
       std::chrono::milliseconds deadline = std::chrono::seconds(15)) const;
+  // GetJob of `job_id` (15 s deadline); a failed call's status as absl's.
+  absl::StatusOr<v1::GetJobResponse> GetJob(const std::string& job_id);
 
  private:
   std::shared_ptr<grpc::Channel> channel_;

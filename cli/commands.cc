@@ -269,12 +269,9 @@ int CmdPlan(const GlobalOptions& g, Io io, const std::string& spec_path, bool js
 int CmdStatus(const GlobalOptions& g, Io io, const std::string& job_id, bool json) {
   auto client = Client::Connect(g);
   if (!client.ok()) return ReportError(io.err, g, client.status());
-  v1::GetJobRequest req;
-  req.set_job_id(job_id);
-  v1::GetJobResponse resp;
-  auto ctx = (*client)->Context();
-  grpc::Status s = (*client)->stub()->GetJob(ctx.get(), req, &resp);
-  if (!s.ok()) return ReportError(io.err, g, FromGrpc(s));
+  absl::StatusOr<v1::GetJobResponse> got = (*client)->GetJob(job_id);
+  if (!got.ok()) return ReportError(io.err, g, got.status());
+  const v1::GetJobResponse& resp = *got;
   const v1::Job& j = resp.job();
   if (json) {
     io.out << ToJson(resp);

@@ -105,12 +105,9 @@ absl::Status StreamRankLog(Client& client, const std::string& job, int rank, boo
 int CmdLogs(const GlobalOptions& g, Io io, const std::string& job_id, int rank, bool follow) {
   auto client = Client::Connect(g);
   if (!client.ok()) return ReportError(io.err, g, client.status());
-  v1::GetJobRequest jreq;
-  jreq.set_job_id(job_id);
-  v1::GetJobResponse job;
-  auto ctx = (*client)->Context();
-  grpc::Status js = (*client)->stub()->GetJob(ctx.get(), jreq, &job);
-  if (!js.ok()) return ReportError(io.err, g, FromGrpc(js));
+  absl::StatusOr<v1::GetJobResponse> got = (*client)->GetJob(job_id);
+  if (!got.ok()) return ReportError(io.err, g, got.status());
+  const v1::GetJobResponse& job = *got;
   const int ranks = job.job().ranks_size() > 0 ? job.job().ranks_size() : job.plan().ranks();
   if (rank >= 0 && ranks > 0 && rank >= ranks) {
     io.err << "error: job " << job_id << " has " << ranks << " rank" << (ranks == 1 ? "" : "s")

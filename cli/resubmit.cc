@@ -13,12 +13,9 @@ namespace cli {
 int CmdResubmit(const GlobalOptions& g, Io io, const std::string& job_id, bool wait) {
   auto client = Client::Connect(g);
   if (!client.ok()) return ReportError(io.err, g, client.status());
-  v1::GetJobRequest get;
-  get.set_job_id(job_id);
-  v1::GetJobResponse old;
-  auto ctx = (*client)->Context();
-  grpc::Status s = (*client)->stub()->GetJob(ctx.get(), get, &old);
-  if (!s.ok()) return ReportError(io.err, g, FromGrpc(s));
+  absl::StatusOr<v1::GetJobResponse> got = (*client)->GetJob(job_id);
+  if (!got.ok()) return ReportError(io.err, g, got.status());
+  const v1::GetJobResponse& old = *got;
   if (old.job().spec_yaml().empty()) {
     return ReportError(io.err, g,
                        absl::FailedPreconditionError(absl::StrCat(
@@ -33,7 +30,7 @@ int CmdResubmit(const GlobalOptions& g, Io io, const std::string& job_id, bool w
   req.set_base_dir(spec.base_dir());
   v1::SubmitJobResponse resp;
   auto sctx = (*client)->Context(std::chrono::seconds(30));
-  s = (*client)->stub()->SubmitJob(sctx.get(), req, &resp);
+  grpc::Status s = (*client)->stub()->SubmitJob(sctx.get(), req, &resp);
   if (!s.ok()) return ReportError(io.err, g, FromGrpc(s));
   // The coordinator may refuse what it once took (a data file gone since,
   // a field a newer version checks): said as a submit says it.
