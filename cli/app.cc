@@ -71,6 +71,10 @@ int RunCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
   auto* validate = app.add_subcommand("validate", "check a job spec (no coordinator needed)");
   validate->add_option("SPEC", spec, "job spec (YAML)")->required();
   validate->add_option("--set", sets, "KEY=VALUE over the file's value; repeatable");
+  bool spec_only = false;
+  validate->add_flag("--spec-only", spec_only,
+                     "check the spec alone, not the files it names (where the data is not, or "
+                     "before it is built)");
 
   auto* plan = app.add_subcommand("plan", "dry run: the planner's choices and reasons");
   plan->add_option("SPEC", spec, "job spec (YAML)")->required();
@@ -181,7 +185,7 @@ int RunCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
   }
   if (*submit) return CmdSubmit(g, io, spec, wait, sets);
   if (*resubmit) return CmdResubmit(g, io, job, wait);
-  if (*validate) return CmdValidate(io, spec, sets);
+  if (*validate) return CmdValidate(io, spec, sets, !spec_only);
   if (*plan) return CmdPlan(g, io, spec, json, sets);
   if (*list) return CmdList(g, io, list_opt);
   if (*status) return CmdStatus(g, io, job, json);

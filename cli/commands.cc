@@ -208,10 +208,17 @@ int CmdSubmit(const GlobalOptions& g, Io io, const std::string& spec_path, bool 
 }
 
 // ---------------------------------------------------------------- validate
-int CmdValidate(Io io, const std::string& spec_path, const std::vector<std::string>& sets) {
+int CmdValidate(Io io, const std::string& spec_path, const std::vector<std::string>& sets,
+                bool check_files) {
   std::string yaml;
   v1::JobSpec spec;
   if (int rc = ValidateLocally(io, spec_path, &yaml, &spec, sets); rc != kExitOk) return rc;
+  if (!check_files) {
+    io.out << spec_path << ": valid as a spec (job '" << spec.name() << "', preset "
+           << spec.model().preset() << ", " << spec.train().steps()
+           << " steps); the files it names were not checked (--spec-only)\n";
+    return kExitOk;
+  }
   // The files the spec names, checked here: validate needs no coordinator,
   // so this machine is the only one it can look on. The base directory is
   // the one `dgca submit` sends, so the paths are the ranks' paths.

@@ -30,7 +30,10 @@ int CmdSubmit(const GlobalOptions& g, Io io, const std::string& spec_path, bool 
               const std::vector<std::string>& sets = {});
 // JOB's stored spec, submitted again as a new job (cli/resubmit.cc).
 int CmdResubmit(const GlobalOptions& g, Io io, const std::string& job_id, bool wait);
-int CmdValidate(Io io, const std::string& spec_path, const std::vector<std::string>& sets = {});
+// `check_files` false (--spec-only): the spec alone, not the files it names
+// (a spec checked where its data is not, before the data is built).
+int CmdValidate(Io io, const std::string& spec_path, const std::vector<std::string>& sets = {},
+                bool check_files = true);
 int CmdPlan(const GlobalOptions& g, Io io, const std::string& spec_path, bool json,
             const std::vector<std::string>& sets = {});
 // `dgca list` filters (cli/list.h parses --state and --since).
