@@ -68,6 +68,10 @@ int RunCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
   resubmit->add_option("JOB", job, "job id")->required();
   resubmit->add_flag("--wait", wait, "follow the new job to its end; exit 0 only if it succeeded");
 
+  auto* del = app.add_subcommand("delete", "delete jobs that have ended: record, events, files");
+  std::vector<std::string> del_jobs;
+  del->add_option("JOB", del_jobs, "job id(s)")->required();
+
   auto* validate = app.add_subcommand("validate", "check a job spec (no coordinator needed)");
   validate->add_option("SPEC", spec, "job spec (YAML)")->required();
   validate->add_option("--set", sets, "KEY=VALUE over the file's value; repeatable");
@@ -185,6 +189,15 @@ int RunCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
   }
   if (*submit) return CmdSubmit(g, io, spec, wait, sets);
   if (*resubmit) return CmdResubmit(g, io, job, wait);
+  if (*del) {
+    for (const std::string& id : del_jobs) {
+      if (absl::Status st = CheckJobId(id); !st.ok()) {
+        err << "error: " << st.message() << "\n";
+        return kExitUsage;
+      }
+    }
+    return CmdDelete(g, io, del_jobs);
+  }
   if (*validate) return CmdValidate(io, spec, sets, !spec_only);
   if (*plan) return CmdPlan(g, io, spec, json, sets);
   if (*list) return CmdList(g, io, list_opt);

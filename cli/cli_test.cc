@@ -245,7 +245,9 @@ TEST(CliTest, UnknownCommandIsNamedWithTheValidOnes) {
   CliRun r = Cli({"frobnicate"});
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("unknown command 'frobnicate'"), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("submit, validate, plan, list, status"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("the commands are: submit, resubmit, delete, validate, plan, list, status"),
+            std::string::npos)
+      << r.err;
   EXPECT_EQ(r.err.find("A subcommand is required"), std::string::npos) << r.err;
   // After global options too.
   CliRun g = Cli({"--coordinator", "127.0.0.1:1", "frobnicate", "x"});

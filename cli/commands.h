@@ -28,6 +28,8 @@ struct Io {
 // `sets`: --set KEY=VALUE overrides of the file's values (spec/spec_overrides.h).
 int CmdSubmit(const GlobalOptions& g, Io io, const std::string& spec_path, bool wait,
               const std::vector<std::string>& sets = {});
+// Deletes jobs that have ended, their record and files (cli/resubmit.cc).
+int CmdDelete(const GlobalOptions& g, Io io, const std::vector<std::string>& job_ids);
 // JOB's stored spec, submitted again as a new job (cli/resubmit.cc).
 int CmdResubmit(const GlobalOptions& g, Io io, const std::string& job_id, bool wait);
 // `check_files` false (--spec-only): the spec alone, not the files it names

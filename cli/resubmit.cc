@@ -1,10 +1,14 @@
-// `dgca resubmit JOB [--wait]`: the job's spec again, as a new job: the YAML
-// the coordinator stored for JOB, with the file name and base directory it
-// was submitted with (so relative paths and messages read as they did).
+// Commands on jobs that have ended: `dgca resubmit JOB [--wait]`, the job's
+// spec again as a new job (the YAML the coordinator stored for JOB, with the
+// file name and base directory it was submitted with, so relative paths and
+// messages read as they did); `dgca delete JOB...`, the job's record and
+// files gone.
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "cli/client.h"
 #include "cli/command_util.h"
 #include "cli/commands.h"
+#include "cli/format.h"
 #include "proto/rpc/rpc_util.h"
 
 namespace dgca {
@@ -41,6 +45,34 @@ int CmdResubmit(const GlobalOptions& g, Io io, const std::string& job_id, bool w
          << "'s spec again\n";
   if (!wait) return kExitOk;
   return FollowJob(g, io, client->get(), resp.job_id(), /*full_view=*/false);
+}
+
+int CmdDelete(const GlobalOptions& g, Io io, const std::vector<std::string>& job_ids) {
+  auto client = Client::Connect(g);
+  if (!client.ok()) return ReportError(io.err, g, client.status());
+  // Each job on its own: one that cannot be deleted (active, unknown) is
+  // said, and the others are still deleted; the exit code is the last
+  // failure's.
+  int rc = kExitOk;
+  for (const std::string& id : job_ids) {
+    v1::DeleteJobRequest req;
+    req.set_job_id(id);
+    v1::DeleteJobResponse resp;
+    auto ctx = (*client)->Context(std::chrono::seconds(60));
+    grpc::Status s = (*client)->stub()->DeleteJob(ctx.get(), req, &resp);
+    if (!s.ok()) {
+      rc = ReportError(io.err, g, FromGrpc(s));
+      continue;
+    }
+    io.out << "deleted job " << id << " (" << StateName(resp.job().state()) << "): its record and "
+           << "events"
+           << (resp.removed_dir().empty()
+                   ? std::string("; no files of it on the coordinator's node")
+                   : absl::StrFormat(", and %s (%.1f MiB)", resp.removed_dir(),
+                                     resp.removed_bytes() / double(1 << 20)))
+           << "\n";
+  }
+  return rc;
 }
 
 }  // namespace cli

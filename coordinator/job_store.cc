@@ -698,6 +698,21 @@ absl::StatusOr<std::vector<StoredRank>> JobStore::ListRanks(const std::string& j
   return out;
 }
 
+absl::Status JobStore::DeleteJob(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  Txn txn(db_);
+  if (!txn.ok()) return Error("starting a transaction to delete a job");
+  for (const char* sql : {"DELETE FROM events WHERE job_id=?", "DELETE FROM ranks WHERE job_id=?",
+                          "DELETE FROM allocations WHERE job_id=?", "DELETE FROM jobs WHERE id=?"}) {
+    Stmt del(db_, sql);
+    del.BindText(1, job_id);
+    if (del.Step() != SQLITE_DONE) return Error("deleting a job");
+  }
+  if (sqlite3_changes(db_) == 0) return absl::NotFoundError(absl::StrCat("no job ", job_id));
+  if (!txn.Commit()) return Error("committing a job's deletion");
+  return absl::OkStatus();
+}
+
 absl::Status JobStore::ClearRanks(const std::string& job_id) {
   absl::MutexLock lock(&mu_);
   Stmt del(db_, "DELETE FROM ranks WHERE job_id=?");

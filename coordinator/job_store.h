@@ -199,6 +199,10 @@ class JobStore {
   absl::Status RecordRank(const StoredRank& r);
   absl::StatusOr<std::vector<StoredRank>> ListRanks(const std::string& job_id);
   absl::Status ClearRanks(const std::string& job_id);
+  // Removes the job's row, events, ranks and allocations in one
+  // transaction; NOT_FOUND when there is no such job. The measurements it
+  // left for the planner (step, memory, efficiency, comm) stay.
+  absl::Status DeleteJob(const std::string& job_id);
 
   // Comm probe results (table comm_measurements). One row per
   // (job, size); a second row for the same size replaces the first.

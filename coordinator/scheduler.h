@@ -149,6 +149,8 @@ class Scheduler {
   // as stored, nothing cancelled.
   absl::StatusOr<v1::Job> Cancel(const std::string& id, std::chrono::milliseconds wait,
                                  bool* already_ended = nullptr);
+  // `dgca delete JOB` (DeleteJobRequest in coordinator.proto).
+  absl::StatusOr<v1::DeleteJobResponse> DeleteJob(const std::string& id);
   std::vector<v1::NodeInfo> ListNodes();
   // Drops a disconnected node from ListNodes and /metrics (see
   // ForgetNodeRequest in coordinator.proto for the refusals).

@@ -1,5 +1,7 @@
 // Scheduler: what the CLI reads (coordinator/scheduler.h): jobs, their
 // diagnosis, WatchJob subscriptions, nodes and logs.
+#include <algorithm>
+#include <filesystem>
 #include <optional>
 
 #include "absl/strings/ascii.h"
@@ -131,6 +133,59 @@ absl::StatusOr<std::vector<v1::Job>> Scheduler::ListJobs(const v1::ListJobsReque
     if (const JobRt* rt = FindJob(j.id()); rt != nullptr) FillProgress(*rt, Now(), &j);
   }
   return jobs;
+}
+
+absl::StatusOr<v1::DeleteJobResponse> Scheduler::DeleteJob(const std::string& id) {
+  std::string dir;
+  {
+    absl::MutexLock l(&mu_);
+    if (const JobRt* rt = FindJob(id); rt != nullptr) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("job ", id, " is ", v1::JobState_Name(rt->state),
+                       ": only a job that has ended can be deleted; cancel it first (dgca cancel ",
+                       id, ")"));
+    }
+    // Where rank logs, checkpoints and Slurm's output of the job go on this
+    // node (none without a state dir: nothing on disk to remove).
+    if (!opt_.state_dir.empty()) dir = absl::StrCat(opt_.state_dir, "/jobs/", id);
+  }
+  // Only jobs that have ended get here, and an ended job never becomes
+  // active again (a resubmission is a new job), so nothing races this.
+  auto stored = store_->GetJob(id);
+  if (!stored.ok()) return stored.status();
+  v1::DeleteJobResponse resp;
+  *resp.mutable_job() = stored->job;
+  resp.mutable_job()->clear_spec_yaml();
+  if (absl::Status s = store_->DeleteJob(id); !s.ok()) return s;
+  {
+    absl::MutexLock l(&mu_);
+    finished_.erase(id);
+    finished_order_.erase(std::remove(finished_order_.begin(), finished_order_.end(), id),
+                          finished_order_.end());
+    hub_->RemoveJob(id);
+  }
+  // Its files on this node: rank logs, checkpoints, Slurm's output.
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!dir.empty() && fs::is_directory(dir, ec)) {
+    int64_t bytes = 0;
+    for (auto it = fs::recursive_directory_iterator(dir, ec);
+         !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+      std::error_code size_ec;
+      if (it->is_regular_file(size_ec)) bytes += static_cast<int64_t>(it->file_size(size_ec));
+    }
+    ec.clear();
+    fs::remove_all(dir, ec);
+    if (ec) {
+      return absl::InternalError(absl::StrCat("job ", id, "'s record is deleted, but its directory ",
+                                              dir, " could not be removed: ", ec.message()));
+    }
+    resp.set_removed_dir(dir);
+    resp.set_removed_bytes(bytes);
+  }
+  spdlog::info("job {} deleted (dgca delete){}", id,
+               resp.removed_dir().empty() ? "" : absl::StrCat(", and ", resp.removed_dir()));
+  return resp;
 }
 
 absl::Status Scheduler::ForgetNode(const std::string& node) {

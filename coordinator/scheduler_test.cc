@@ -312,6 +312,37 @@ TEST_F(SchedulerTest, CancelStopsTheRanksAndEndsCancelled) {
   EXPECT_EQ(again->state(), v1::CANCELLED);
 }
 
+// dgca delete: an active job is refused; an ended one loses its record,
+// events and directory under the state dir; a second delete is NOT_FOUND.
+TEST_F(SchedulerTest, DeleteRemovesAnEndedJobAndRefusesAnActiveOne) {
+  const std::string id = RunningJob();
+  auto active = sched_->DeleteJob(id);
+  ASSERT_FALSE(active.ok());
+  EXPECT_EQ(active.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(absl::StrContains(active.status().message(),
+                                absl::StrCat("job ", id, " is RUNNING: only a job that has ended "
+                                             "can be deleted; cancel it first (dgca cancel ")))
+      << active.status();
+  const std::string job_dir = dir_ + "/jobs/" + id;
+  std::filesystem::create_directories(job_dir + "/checkpoints/step-00000010");
+  std::ofstream(job_dir + "/rank-0.log") << std::string(1000, 'x');
+  std::ofstream(job_dir + "/checkpoints/step-00000010/model.safetensors") << std::string(24, 'w');
+  Exit(id, 0, 0, 0);
+  Exit(id, 1, 0, 0);
+  ASSERT_EQ(Job(id).state(), v1::SUCCEEDED);
+  auto d = sched_->DeleteJob(id);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->job().state(), v1::SUCCEEDED);
+  EXPECT_EQ(d->removed_dir(), job_dir);
+  EXPECT_EQ(d->removed_bytes(), 1024);
+  EXPECT_FALSE(std::filesystem::exists(job_dir));
+  EXPECT_EQ(sched_->GetJob(id).status().code(), absl::StatusCode::kNotFound);
+  auto listed = sched_->ListJobs(v1::ListJobsRequest());
+  ASSERT_TRUE(listed.ok());
+  EXPECT_TRUE(listed->empty());
+  EXPECT_EQ(sched_->DeleteJob(id).status().code(), absl::StatusCode::kNotFound);
+}
+
 TEST_F(SchedulerTest, CancelOfAQueuedJobIsImmediate) {
   const std::string id = Submit(Spec());
   auto c = sched_->Cancel(id, std::chrono::milliseconds(0));

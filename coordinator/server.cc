@@ -231,6 +231,19 @@ class CoordinatorServiceImpl final : public v1::Coordinator::Service {
     return ToGrpc(s_->ForgetNode(req->node()));
   }
 
+  Status DeleteJob(ServerContext* ctx, const v1::DeleteJobRequest* req,
+                   v1::DeleteJobResponse* resp) override {
+    DGCA_AUTH(ctx);
+    if (req->job_id().empty()) {
+      return Status(StatusCode::INVALID_ARGUMENT, "DeleteJob: job_id is empty (a job from dgca list)");
+    }
+    DGCA_JOB_ID(req->job_id());
+    auto r = s_->DeleteJob(req->job_id());
+    if (!r.ok()) return ToGrpc(r.status());
+    *resp = std::move(r).value();
+    return Status::OK;
+  }
+
   Status DiagnoseJob(ServerContext* ctx, const v1::DiagnoseJobRequest* req,
                      v1::DiagnoseJobResponse* resp) override {
     DGCA_AUTH(ctx);

@@ -95,6 +95,20 @@ TEST_F(E2eTest, TwoRankJobSucceedsWithStatusAndLogs) {
   EXPECT_NE(v2.raw.find("\"name\": \"two-ranks\""), std::string::npos) << v2.raw;
   Result unknown = Dgca(*coord_, {"resubmit", "j-999999-0000"});
   EXPECT_EQ(unknown.code, 2) << unknown.out << unknown.err;
+
+  // dgca delete: the resubmitted job's record and its rank logs go.
+  const std::string job2_dir = coord_->state_dir() + "/jobs/" + job2;
+  EXPECT_TRUE(Exists(job2_dir + "/rank-0.log")) << job2_dir;
+  Result del = Dgca(*coord_, {"delete", job2});
+  ASSERT_EQ(del.code, 0) << del.out << del.err;
+  EXPECT_NE(del.out.find("deleted job " + job2 + " (SUCCEEDED): its record and events, and " +
+                         job2_dir),
+            std::string::npos)
+      << del.out;
+  EXPECT_FALSE(Exists(job2_dir));
+  EXPECT_EQ(Dgca(*coord_, {"status", job2}).code, 2);
+  EXPECT_EQ(Dgca(*coord_, {"delete", job2}).code, 2);  // not found now
+  EXPECT_EQ(Status(*coord_, job).state, "SUCCEEDED");  // the other job stays
 }
 
 // `dgca logs --follow` streams a running job's log and returns when it ends.
