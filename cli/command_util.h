@@ -6,6 +6,7 @@
 #include <map>
 #include <string>
 
+#include "cli/client.h"
 #include "cli/commands.h"
 #include "dgca/v1/job.pb.h"
 
@@ -16,6 +17,13 @@ namespace cli {
 // returns kExitUsage.
 int PrintProblems(Io io, const std::string& spec_path,
                   const google::protobuf::RepeatedPtrField<v1::SpecProblem>& problems);
+
+// Sends a SubmitJobRequest (built from `spec_path`, or from a stored job's
+// spec by resubmit) and reports it as `dgca submit` does: problems with
+// their places (exit 2), else the job id on stdout and "submitted job J
+// (NAME)" + `note` on stderr, then, with `wait`, follows the job.
+int SendSubmit(const GlobalOptions& g, Io io, Client* client, const v1::SubmitJobRequest& req,
+               const std::string& spec_path, bool wait, const std::string& note);
 
 // "[HH:MM:SS] STATE  kind: message".
 std::string EventLine(const v1::JobEvent& e);

@@ -194,17 +194,22 @@ int CmdSubmit(const GlobalOptions& g, Io io, const std::string& spec_path, bool 
   req.set_spec_yaml(yaml);
   req.set_spec_path(SpecLabel(spec_path, sets));
   req.set_base_dir(AbsDirOf(spec_path));
+  return SendSubmit(g, io, client->get(), req, spec_path, wait, "");
+}
+
+int SendSubmit(const GlobalOptions& g, Io io, Client* client, const v1::SubmitJobRequest& req,
+               const std::string& spec_path, bool wait, const std::string& note) {
   v1::SubmitJobResponse resp;
-  auto ctx = (*client)->Context(std::chrono::seconds(30));
-  grpc::Status s = (*client)->stub()->SubmitJob(ctx.get(), req, &resp);
+  auto ctx = client->Context(std::chrono::seconds(30));
+  grpc::Status s = client->stub()->SubmitJob(ctx.get(), req, &resp);
   if (int rc = ServerProblems<v1::SubmitJobResponse>(io, spec_path, s); rc != kExitOk) return rc;
   if (!s.ok()) return ReportError(io.err, g, FromGrpc(s));
   if (resp.problems_size() > 0) return PrintProblems(io, spec_path, resp.problems());
   io.out << resp.job_id() << "\n";
   io.out.flush();
-  io.err << "submitted job " << resp.job_id() << " (" << resp.spec().name() << ")\n";
+  io.err << "submitted job " << resp.job_id() << " (" << resp.spec().name() << ")" << note << "\n";
   if (!wait) return kExitOk;
-  return FollowJob(g, io, client->get(), resp.job_id(), /*full_view=*/false);
+  return FollowJob(g, io, client, resp.job_id(), /*full_view=*/false);
 }
 
 // ---------------------------------------------------------------- validate

@@ -32,19 +32,10 @@ int CmdResubmit(const GlobalOptions& g, Io io, const std::string& job_id, bool w
   req.set_spec_yaml(old.job().spec_yaml());
   req.set_spec_path(spec_path);
   req.set_base_dir(spec.base_dir());
-  v1::SubmitJobResponse resp;
-  auto sctx = (*client)->Context(std::chrono::seconds(30));
-  grpc::Status s = (*client)->stub()->SubmitJob(sctx.get(), req, &resp);
-  if (!s.ok()) return ReportError(io.err, g, FromGrpc(s));
   // The coordinator may refuse what it once took (a data file gone since,
   // a field a newer version checks): said as a submit says it.
-  if (resp.problems_size() > 0) return PrintProblems(io, spec_path, resp.problems());
-  io.out << resp.job_id() << "\n";
-  io.out.flush();
-  io.err << "submitted job " << resp.job_id() << " (" << resp.spec().name() << "): job " << job_id
-         << "'s spec again\n";
-  if (!wait) return kExitOk;
-  return FollowJob(g, io, client->get(), resp.job_id(), /*full_view=*/false);
+  return SendSubmit(g, io, client->get(), req, spec_path, wait,
+                    absl::StrCat(": job ", job_id, "'s spec again"));
 }
 
 int CmdDelete(const GlobalOptions& g, Io io, const std::vector<std::string>& job_ids) {

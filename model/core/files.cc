@@ -86,6 +86,21 @@ Status CheckInputFile(const std::string& path, const std::string& what,
   return OkStatus();
 }
 
+StatusOr<std::string> ReadTextFile(const std::string& path, size_t max_bytes,
+                                   const std::string& expected) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return NotFoundError(path + ": cannot open (missing?)");
+  std::string text(max_bytes + 1, '\0');
+  f.read(text.data(), static_cast<std::streamsize>(text.size()));
+  if (f.bad()) return DataLossError(path + ": read error");
+  text.resize(static_cast<size_t>(f.gcount()));
+  if (text.size() > max_bytes) {
+    return DataLossError(path + ": longer than the limit of " + std::to_string(max_bytes) +
+                         " bytes (expected " + expected + "); is it the right file?");
+  }
+  return text;
+}
+
 Status WriteFileAtomically(const std::string& path, const std::string& text) {
   const std::string tmp = path + ".tmp";
   {

@@ -39,6 +39,13 @@ Status MakeDirectories(const std::string& path, int mode);
 Status CheckInputFile(const std::string& path, const std::string& what,
                       const std::string& expected, uint64_t max_bytes = 0);
 
+// Reads at most `max_bytes` of `path`: a larger file (a symlink to
+// /dev/zero, the wrong file) is DATA_LOSS naming the file and the limit,
+// never an unbounded read. `expected` says what the file should hold. A file
+// that cannot be opened is NOT_FOUND "PATH: cannot open (missing?)".
+StatusOr<std::string> ReadTextFile(const std::string& path, size_t max_bytes,
+                                   const std::string& expected);
+
 // Writes `text` to PATH.tmp, then renames it to `path`: a reader sees the
 // old file or the whole new one, never a half-written one. INTERNAL naming
 // the file on a failed write or rename.

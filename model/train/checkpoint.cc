@@ -23,24 +23,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Reads at most `max_bytes` of `path`: a larger file (a symlink to
-// /dev/zero, the wrong file) is DATA_LOSS naming the file and the limit,
-// never an unbounded read. `expected` says what the file should hold.
-StatusOr<std::string> ReadTextFile(const std::string& path, size_t max_bytes,
-                                   const std::string& expected) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return NotFoundError(path + ": cannot open (missing?)");
-  std::string text(max_bytes + 1, '\0');
-  f.read(text.data(), static_cast<std::streamsize>(text.size()));
-  if (f.bad()) return DataLossError(path + ": read error");
-  text.resize(static_cast<size_t>(f.gcount()));
-  if (text.size() > max_bytes) {
-    return DataLossError(path + ": longer than the limit of " + std::to_string(max_bytes) +
-                         " bytes (expected " + expected + "); is it the right file?");
-  }
-  return text;
-}
-
 // CRC-32 (IEEE 802.3, as zlib's crc32 and Python's zlib.crc32), slice-by-8.
 class Crc32 {
  public:

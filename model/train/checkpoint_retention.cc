@@ -6,7 +6,6 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <set>
 
 #include "model/core/files.h"
@@ -114,16 +113,13 @@ Status WriteCheckpointEval(const std::string& step_dir, int64_t step,
 
 StatusOr<double> ReadCheckpointMetric(const std::string& step_dir, const std::string& metric) {
   const std::string path = step_dir + "/" + kCheckpointEvalFile;
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return NotFoundError(path + ": no eval recorded at this checkpoint's step");
-  std::string text(kMaxEvalBytes + 1, '\0');
-  f.read(text.data(), static_cast<std::streamsize>(text.size()));
-  if (f.bad()) return DataLossError(path + ": read error");
-  text.resize(static_cast<size_t>(f.gcount()));
-  if (text.size() > kMaxEvalBytes) {
-    return DataLossError(path + ": longer than the limit of " + std::to_string(kMaxEvalBytes) +
-                         " bytes (expected {\"step\": N, \"metrics\": {...}})");
+  StatusOr<std::string> read =
+      ReadTextFile(path, kMaxEvalBytes, "{\"step\": N, \"metrics\": {...}}");
+  if (!read.ok() && read.status().code() == StatusCode::kNotFound) {
+    return NotFoundError(path + ": no eval recorded at this checkpoint's step");
   }
+  if (!read.ok()) return read.status();
+  const std::string& text = *read;
   DGCA_ASSIGN_OR_RETURN(JsonValue js, ParseJson(text, path));
   const JsonValue* metrics = js.Find("metrics");
   if (metrics == nullptr || !metrics->is_object()) {
