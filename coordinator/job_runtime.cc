@@ -16,6 +16,8 @@ const char* StopActionName(StopAction a) {
       return "restart";
     case StopAction::kReplan:
       return "re-plan";
+    case StopAction::kResume:
+      return "resume";
     default:
       return "failure";
   }

@@ -26,8 +26,11 @@ namespace dgca {
 
 // kReplan: a stop at a checkpoint to move the job to a new plan
 // (coordinator/replan.h); not a failure, not counted against max_restarts.
-enum class StopAction { kNone, kRestart, kFail, kCancel, kReplan };
-// "cancel", "restart", "failure", "re-plan" (the word in "stop" events).
+// kResume: a restart after ranks lost this coordinator for longer than their
+// outage limit (exit code 3 after training steps); not counted in restarts.
+enum class StopAction { kNone, kRestart, kFail, kCancel, kReplan, kResume };
+// "cancel", "restart", "failure", "re-plan", "resume" (the word in "stop"
+// events).
 const char* StopActionName(StopAction a);
 
 struct RankRt {

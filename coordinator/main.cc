@@ -61,6 +61,12 @@ int main(int argc, char** argv) {
                  "counts as silent: frozen or hung, given no ranks until heard again")
       ->capture_default_str()
       ->check(Seconds(/*zero_ok=*/false));
+  app.add_option("--rank-outage-limit", opt.rank_outage_limit_s,
+                 "seconds ranks train on while this coordinator is unreachable (a restart, an "
+                 "upgrade, a network break) before they stop with exit code 3; a job whose "
+                 "ranks stopped so resumes from its checkpoint, not counted as a failure")
+      ->capture_default_str()
+      ->check(Seconds(/*zero_ok=*/false));
   app.add_option("--restart-node-wait", opt.restart_node_wait_s,
                  "seconds a restart waits for a node of its plan to reconnect before the job "
                  "fails \"cannot restart\" (0 = fail at once)")

@@ -76,6 +76,10 @@ class NodeRegistry {
   // Marks silent the connected nodes whose last heartbeat is more than
   // `timeout_s` before `now`; returns those that were not silent before.
   std::vector<std::string> MarkSilent(Clock::TimePoint now, double timeout_s);
+  // Moves every node's last heartbeat `gap` later: the coordinator itself
+  // did not run for that long (stopped, starved), so their silence then was
+  // not theirs.
+  void Excuse(std::chrono::steady_clock::duration gap);
   // Forgets `conn` as the node's stream; true when it was the current one (a
   // replaced stream's end changes nothing).
   bool Disconnect(const std::string& node, const std::shared_ptr<AgentConnection>& conn);

@@ -1,6 +1,12 @@
 #include "coordinator/placement.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "planner/units.h"
 
 namespace dgca {
 namespace {
@@ -83,6 +89,76 @@ DeviceSet BusyDevices(const std::map<std::string, std::unique_ptr<JobRt>>& jobs,
     }
   }
   return busy;
+}
+
+std::map<std::string, CpuLoad> CpuLoads(const std::map<std::string, std::unique_ptr<JobRt>>& jobs,
+                                        const JobRt* except) {
+  std::map<std::string, CpuLoad> out;
+  auto add = [&](const std::string& node, const v1::Plan& plan, const std::string& job) {
+    CpuLoad& l = out[node];
+    l.threads += std::max(1, plan.threads_per_rank());
+    l.memory_bytes += std::max(0.0, plan.predicted_memory_bytes());
+    l.jobs.insert(job);
+  };
+  for (const auto& [id, other] : jobs) {
+    if (other.get() == except) continue;
+    if (other->state == v1::RUNNING) {
+      if (other->plan.device() != "cpu") continue;
+      for (const auto& r : other->ranks) {
+        if (!r.exited && r.local_device < 0) add(r.node, other->plan, id);
+      }
+    } else if (other->trials && !other->trials->done && other->trials->plan.device() == "cpu") {
+      for (const auto& r : other->trials->placement) add(r.first, other->trials->plan, id);
+    }
+  }
+  return out;
+}
+
+bool CpuPlanFits(const v1::Plan& plan, const std::vector<RankSlot>& slots,
+                 const std::map<std::string, CpuLoad>& loads, const NodeRegistry& nodes,
+                 std::string* why) {
+  if (plan.device() != "cpu") return true;
+  std::map<std::string, int> ranks_on;
+  for (const RankSlot& s : slots) ++ranks_on[s.node];
+  const int threads = std::max(1, plan.threads_per_rank());
+  const double memory = std::max(0.0, plan.predicted_memory_bytes());
+  for (const auto& [node, ranks] : ranks_on) {
+    auto it = loads.find(node);
+    if (it == loads.end() || it->second.jobs.empty()) continue;  // alone on the node
+    const CpuLoad& used = it->second;
+    const Node* n = nodes.Find(node);
+    if (n == nullptr) continue;  // Place checked it is connected
+    const v1::Topology& t = n->topology;
+    int cpus = t.cpu_count();
+    if (t.cgroup_cpu_limit() > 0) {
+      cpus = std::min(cpus, std::max(1, static_cast<int>(std::floor(t.cgroup_cpu_limit()))));
+    }
+    double mem = static_cast<double>(t.memory_bytes());
+    if (t.cgroup_memory_limit_bytes() > 0 && (mem <= 0 || t.cgroup_memory_limit_bytes() < mem)) {
+      mem = static_cast<double>(t.cgroup_memory_limit_bytes());
+    }
+    const std::string others = absl::StrJoin(used.jobs, ", ");
+    if (cpus > 0 && used.threads + ranks * threads > cpus) {
+      *why = absl::StrFormat(
+          "waiting for capacity: node %s has %d CPUs; job%s %s hold%s %d thread%s, and this "
+          "job's %d rank%s there need %d more (%d x %d threads per rank)",
+          node, cpus, used.jobs.size() > 1 ? "s" : "", others, used.jobs.size() > 1 ? "" : "s",
+          used.threads, used.threads == 1 ? "" : "s", ranks, ranks == 1 ? "" : "s",
+          ranks * threads, ranks, threads);
+      return false;
+    }
+    if (mem > 0 && memory > 0 && used.memory_bytes + ranks * memory > 0.9 * mem) {
+      *why = absl::StrFormat(
+          "waiting for capacity: node %s has %s of memory (90%% usable by ranks); job%s %s %s "
+          "predicted to hold %s, and this job's %d rank%s there %s more",
+          node, FormatBytes(mem), used.jobs.size() > 1 ? "s" : "", others,
+          used.jobs.size() > 1 ? "are" : "is",
+          FormatBytes(used.memory_bytes), ranks, ranks == 1 ? "" : "s",
+          FormatBytes(ranks * memory));
+      return false;
+    }
+  }
+  return true;
 }
 
 }  // namespace dgca

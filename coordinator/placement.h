@@ -79,6 +79,32 @@ class BoundAgentPlacement : public Placement {
 DeviceSet BusyDevices(const std::map<std::string, std::unique_ptr<JobRt>>& jobs,
                       const JobRt* except);
 
+// What the CPU ranks of other jobs hold on one node: threads (ranks x the
+// plan's threads_per_rank) and host memory (ranks x the plan's predicted
+// bytes per rank), and which jobs.
+struct CpuLoad {
+  int threads = 0;
+  double memory_bytes = 0;
+  std::set<std::string> jobs;
+};
+
+// The CPU load per node of the jobs in `jobs` other than `except`: running
+// jobs' ranks that have not exited, and the ranks of tuning trials from the
+// first trial to the launch. GPU ranks are not counted (their CPU threads
+// feed a GPU; GPUs are what BusyDevices guards).
+std::map<std::string, CpuLoad> CpuLoads(const std::map<std::string, std::unique_ptr<JobRt>>& jobs,
+                                        const JobRt* except);
+
+// Admission of a CPU plan placed on `slots`: true when, on every node, its
+// ranks' threads fit in the node's CPUs (the cgroup limit when lower) beside
+// `loads`, and their predicted memory in 90% of its memory (the cgroup
+// limit when lower). A node no other CPU job uses admits any plan: a job
+// bigger than the node runs alone, as its plan warned, rather than never.
+// Otherwise false and *why ("waiting for capacity: node ... ").
+bool CpuPlanFits(const v1::Plan& plan, const std::vector<RankSlot>& slots,
+                 const std::map<std::string, CpuLoad>& loads, const NodeRegistry& nodes,
+                 std::string* why);
+
 }  // namespace dgca
 
 #endif  // DGCA_COORDINATOR_PLACEMENT_H_

@@ -175,6 +175,11 @@ std::string DescribeRankExit(const std::string& node, const v1::RankExited& e) {
   return e.agent_leaving() ? absl::StrCat(how, " while its agent was stopping") : how;
 }
 
+bool LostCoordinator(const RankRt& rr, const v1::RankExited& e) {
+  return e.signal() == 0 && !e.status_unknown() && e.exit_code() == kExitUnreachable &&
+         rr.progress.step() > 0;
+}
+
 bool EndedByOurStop(const v1::RankExited& e, Clock::TimePoint stop_started, Clock::TimePoint now,
                     double stop_grace_s) {
   // SIGTERM, or SIGKILL after the grace, is our own StopRanks at work (an

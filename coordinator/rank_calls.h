@@ -55,6 +55,13 @@ StepApplied ApplyStep(JobRt* rt, const v1::StepMetrics& m, Clock::TimePoint now)
 // an adopted rank's unknown end.
 std::string DescribeRankExit(const std::string& node, const v1::RankExited& e);
 
+// Whether a rank stopped because it lost this coordinator for longer than
+// its outage limit while it trained: exit code 3 (kExitUnreachable) from a
+// rank that had reported steps of this attempt. Exit code 3 before any step
+// (a token it cannot read, an assignment refused) is a failure like any
+// other: resuming would only meet it again.
+bool LostCoordinator(const RankRt& rr, const v1::RankExited& e);
+
 // Whether a rank's end while its job is being stopped is our own StopRanks
 // at work: SIGTERM, the rank's "stopped" exit code, or SIGKILL (or an
 // adopted rank's unknown end) after most of the grace.

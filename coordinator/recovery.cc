@@ -25,8 +25,10 @@ std::optional<InterruptedStop> InterruptedStopOf(const std::vector<v1::JobEvent>
       stop.message = "cancelled by user";
       return stop;
     }
-    // A re-plan cut short is carried on as a restart with the stored plan.
-    stop.action = absl::EndsWith(m, "(restart)") || absl::EndsWith(m, "(re-plan)")
+    // A re-plan cut short is carried on as a restart with the stored plan;
+    // a resume (ranks that lost this coordinator) as a resume.
+    stop.action = absl::EndsWith(m, "(resume)") ? StopAction::kResume
+                  : absl::EndsWith(m, "(restart)") || absl::EndsWith(m, "(re-plan)")
                       ? StopAction::kRestart
                       : StopAction::kFail;
     for (auto r = it + 1; r != events.rend(); ++r) {

@@ -216,11 +216,16 @@ void Scheduler::Flush(Outbox* out) {
 }
 
 void Scheduler::Loop() {
+  // Real time, whatever clock_ is: a pause of this process (ExcuseOwnPause).
+  auto last = std::chrono::steady_clock::now();
   mu_.Lock();
   while (!stop_thread_) {
     if (!wake_) wake_cv_.WaitWithTimeout(&mu_, absl::Seconds(opt_.tick_s));
     if (stop_thread_) break;
     wake_ = false;
+    const auto real_now = std::chrono::steady_clock::now();
+    ExcuseOwnPause(real_now - last);
+    last = real_now;
     mu_.Unlock();
     Tick();
     mu_.Lock();
@@ -478,6 +483,22 @@ bool Scheduler::IsTerminal(const std::string& id) {
 
 // --- The tick ----------------------------------------------------------------
 
+void Scheduler::ExcuseOwnPause(std::chrono::steady_clock::duration gap) {
+  // Loop wakes every tick_s; a gap of seconds is this process not running
+  // (SIGSTOP, a VM paused, swapped out). Ranks and agents kept beating into
+  // a socket nobody read: their silence is excused, not counted as a stall.
+  const double s = std::chrono::duration<double>(gap).count();
+  if (s < std::max(5.0, 20 * opt_.tick_s)) return;
+  spdlog::warn("the coordinator did not run for {:.1f} s (stopped or starved); ranks' and "
+               "agents' silence over that time is not counted",
+               s);
+  const auto excuse = gap;
+  for (auto& [id, rt] : jobs_) {
+    for (RankRt& rr : rt->ranks) rr.last_progress += excuse;
+  }
+  nodes_.Excuse(excuse);
+}
+
 void Scheduler::Tick() {
   Outbox out;
   {
@@ -628,7 +649,10 @@ bool Scheduler::Place(const JobRt* rt, const v1::Plan& plan, std::vector<RankSlo
     return BoundAgentPlacement(&nodes_, rt->id, a->id).Place(plan, BusyDevices(jobs_, rt), slots,
                                                             why);
   }
-  return placement_->Place(plan, BusyDevices(jobs_, rt), slots, why);
+  if (!placement_->Place(plan, BusyDevices(jobs_, rt), slots, why)) return false;
+  // CPU ranks queue rather than oversubscribe a node's CPUs or memory (a
+  // Slurm allocation is the cluster's to admit).
+  return CpuPlanFits(plan, *slots, CpuLoads(jobs_, rt), nodes_, why);
 }
 
 bool Scheduler::Launch(JobRt* rt, const v1::Plan& plan, Outbox* out, std::string* why) {
@@ -753,7 +777,8 @@ void Scheduler::CompleteStop(JobRt* rt, Outbox* out) {
   // job moves to its new plan, and the plan check reviews the new plan's
   // steps alone.
   const bool replan = a == StopAction::kReplan && rt->replan.has_value();
-  if (!replan) {
+  const bool resume = a == StopAction::kResume;
+  if (!replan && !resume) {
     rt->restarts++;
     hub_->IncRankRestarts(rt->id);
   }
@@ -770,6 +795,11 @@ void Scheduler::CompleteStop(JobRt* rt, Outbox* out) {
     (void)store_->SetPlan(rt->id, rt->plan);
     restart = absl::StrCat("attempt ", rt->attempt, " on the new plan (", PlanSummary(rt->plan),
                            "), resuming from its checkpoint (", rt->stop.message, ")");
+  } else if (resume) {
+    restart = absl::StrCat("attempt ", rt->attempt,
+                           " resumes from the last checkpoint, not counted as a failure (restarts ",
+                           rt->restarts, " of ", rt->spec.train().max_restarts(),
+                           "), after: ", rt->stop.message);
   }
   std::string why;
   if (UsesSlurm(rt->spec)) {

@@ -77,6 +77,10 @@ struct SchedulerOptions {
   // heard again. Its own knob: agents beat every 2 s by default, whatever
   // the ranks' timeout is.
   double agent_timeout_s = 30;
+  // Ranks train on while this coordinator is unreachable for up to this long
+  // (GetAssignmentResponse.coordinator_outage_limit_seconds), then stop at
+  // exit code 3; such an exit resumes the job, not counted as a failure.
+  double rank_outage_limit_s = 600;
   double stop_grace_s = 3;          // StopRanks grace (SIGTERM -> SIGKILL)
   double tick_s = 0.2;
   // A restart whose node is not connected waits this long for it (an agent
@@ -348,6 +352,9 @@ class Scheduler {
   absl::CondVar wake_cv_;   // the tick thread: a change to act on, or stop
   absl::CondVar trial_cv_;  // trial ranks' samples and exits
   Jobs jobs_ ABSL_GUARDED_BY(mu_);                           // active jobs
+  // A gap of `gap` between two turns of Loop: when seconds long, moves every
+  // rank's last progress and node's last heartbeat that much later.
+  void ExcuseOwnPause(std::chrono::steady_clock::duration gap) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::map<std::string, v1::Job> finished_ ABSL_GUARDED_BY(mu_);  // recent finished snapshots
   std::vector<std::string> finished_order_ ABSL_GUARDED_BY(mu_);
   NodeRegistry nodes_ ABSL_GUARDED_BY(mu_);

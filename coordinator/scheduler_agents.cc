@@ -201,6 +201,16 @@ void Scheduler::RankExited(const std::string& node, const v1::RankExited& e) {
       // missing.
       BeginStop(rt, StopAction::kFail, absl::StrCat("cannot start the ranks: ", e.message()),
                 &out);
+    } else if (LostCoordinator(rr, e)) {
+      // The ranks outlived their outage limit while this coordinator was
+      // away (or cut off): they trained, the job did not fail. Resumed from
+      // the last checkpoint, whatever max_restarts says.
+      Event(rt, rt->state, "rank_exit", with_output(4000), false);
+      BeginStop(rt, StopAction::kResume,
+                absl::StrCat(how, " after losing the coordinator for longer than its outage "
+                                  "limit (dgca-coordinator --rank-outage-limit, ",
+                             opt_.rank_outage_limit_s, " s)"),
+                &out);
     } else if (!clean) {
       RankFailed(rt, with_output(4000), &out);
     } else if (AllRanksExited(*rt)) {

@@ -18,7 +18,9 @@ absl::StatusOr<v1::GetAssignmentResponse> Scheduler::GetAssignment(
     return absl::FailedPreconditionError(
         absl::StrCat("job ", req.job_id(), " is not running (unknown or finished)"));
   }
-  return AssignRank(rt, req, Now(), CheckpointDir(rt->id));
+  auto resp = AssignRank(rt, req, Now(), CheckpointDir(rt->id));
+  if (resp.ok()) resp->set_coordinator_outage_limit_seconds(opt_.rank_outage_limit_s);
+  return resp;
 }
 
 v1::RankHeartbeatResponse Scheduler::RankHeartbeat(const v1::RankHeartbeatRequest& req) {

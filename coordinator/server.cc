@@ -613,6 +613,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   so.state_dir = s->state_dir_;
   so.heartbeat_timeout_s = options.heartbeat_timeout_s;
   so.agent_timeout_s = options.agent_timeout_s;
+  so.rank_outage_limit_s = options.rank_outage_limit_s;
   so.stop_grace_s = options.stop_grace_s;
   so.restart_node_wait_s = options.restart_node_wait_s;
   so.link_prior_busbw = options.link_prior_busbw;

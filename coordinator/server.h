@@ -89,6 +89,7 @@ struct CoordinatorServerOptions {
   std::string tls_key;
   double heartbeat_timeout_s = 30;
   double agent_timeout_s = 30;  // SchedulerOptions::agent_timeout_s
+  double rank_outage_limit_s = 600;  // SchedulerOptions::rank_outage_limit_s
   double stop_grace_s = 3;
   // SchedulerOptions::restart_node_wait_s.
   double restart_node_wait_s = 300;

@@ -47,9 +47,12 @@ bool WaitUntil(const std::function<bool()>& pred, milliseconds timeout = millise
   return pred();
 }
 
+// One thread per rank: several such jobs run at once on the fake agent's 8
+// CPUs (a plan left to choose takes them all, and CPU admission would queue
+// the next job behind it: placement.h CpuPlanFits).
 std::string Spec(int max_restarts = 0, int ranks = 2) {
   return "name: t\ntrain: {steps: 10, max_restarts: " + std::to_string(max_restarts) +
-         "}\nresources: {ranks: " + std::to_string(ranks) + ", device: cpu}\n";
+         "}\nresources: {ranks: " + std::to_string(ranks) + ", device: cpu, threads_per_rank: 1}\n";
 }
 
 // The test as a node agent on the real stream.
@@ -58,9 +61,11 @@ class FakeAgent {
   // `running`: ranks it registers with (as an agent that outlived a
   // coordinator restart); a stop of their job makes them exit too.
   // `gpus`: H100s (80 GiB, sm_90) the node reports, for CUDA plans.
+  // `memory_bytes`: the node's memory (CPU plans fill their share of it, and
+  // CPU admission queues the jobs whose predicted memory would not fit).
   FakeAgent(const std::string& address, const std::string& token, const std::string& node,
             bool auto_exit_on_stop = true, const std::vector<v1::RunningRank>& running = {},
-            int gpus = 0)
+            int gpus = 0, uint64_t memory_bytes = 16ull << 30)
       : node_(node), auto_exit_(auto_exit_on_stop) {
     stub_ = v1::AgentService::NewStub(MakeChannel(address));
     AddAuth(&ctx_, token);
@@ -78,7 +83,7 @@ class FakeAgent {
     m.mutable_register_()->mutable_topology()->set_node(node);
     m.mutable_register_()->mutable_topology()->set_hostname(node);
     m.mutable_register_()->mutable_topology()->set_cpu_count(8);
-    m.mutable_register_()->mutable_topology()->set_memory_bytes(16ull << 30);
+    m.mutable_register_()->mutable_topology()->set_memory_bytes(memory_bytes);
     for (int i = 0; i < gpus; ++i) {
       v1::Gpu* g = m.mutable_register_()->mutable_topology()->add_gpus();
       g->set_index(i);
@@ -1687,7 +1692,8 @@ TEST_F(ServerTest, CancelDuringATrialStopsItsRanks) {
 // above its memory target is named.
 TEST_F(ServerTest, LiveCheckSaysWhatWouldMeetTheCommTarget) {
   StartServer();
-  FakeAgent agent(server_->address(), server_->token(), "n1");
+  // Its jobs run side by side: a node big enough for all their plans' memory.
+  FakeAgent agent(server_->address(), server_->token(), "n1", true, {}, 0, 512ull << 30);
   auto live = [&](const std::string& id) {
     const v1::GetJobResponse j = Get(id);
     for (const auto& e : j.events()) {
@@ -1718,6 +1724,7 @@ TEST_F(ServerTest, LiveCheckSaysWhatWouldMeetTheCommTarget) {
   const v1::GetJobResponse after = Get(slow);
   for (const auto& e : after.events()) checks += e.message().rfind("live check", 0) == 0;
   EXPECT_EQ(checks, 1);
+
 
   // 0.1 s steps: 46 rank-steps are 2.3 s per rank, under the 10 s needed;
   // 100 more steps per rank make 12.3 s.

@@ -131,7 +131,9 @@ int main(int argc, char** argv) {
   rank->add_option("--attempt", rank_args.attempt, "attempt")->capture_default_str();
   rank->add_option("--tls-ca", rank_args.tls_ca_file, "PEM root CA: TLS to the coordinator");
   rank->add_option("--heartbeat-timeout", rank_args.heartbeat_timeout_s,
-                   "stop when the coordinator is unreachable this long (s)")
+                   "give up on an unreachable coordinator after this long (s): waiting for the "
+                   "assignment, and while training when the coordinator sends no outage limit "
+                   "(dgca-coordinator --rank-outage-limit)")
       ->capture_default_str();
 
   dgca::LocalTrainArgs train_args;

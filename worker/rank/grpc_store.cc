@@ -30,7 +30,10 @@ GrpcStore::GrpcStore(std::shared_ptr<grpc::Channel> channel, std::string token,
 void GrpcStore::set(const std::string& key, const std::vector<char>& data) {
   grpc::ClientContext ctx;
   AddAuth(&ctx, token_);
-  ctx.set_deadline(std::chrono::system_clock::now() + kRpcSlack + timeout_);
+  // One quick call, like get's; the store's timeout is for waits. A rank
+  // reporting a failed collective (GlooCommunicator::ErrorFor) while the
+  // coordinator does not answer must not sit out the whole comm timeout.
+  ctx.set_deadline(std::chrono::system_clock::now() + kRpcSlack);
   v1::StoreSetRequest req;
   req.set_job_id(job_id_);
   req.set_attempt(attempt_);

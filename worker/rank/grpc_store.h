@@ -27,7 +27,8 @@ namespace dgca {
 
 class GrpcStore : public gloo::rendezvous::Store {
  public:
-  // `timeout`: the bound for wait() without a timeout and for get().
+  // `timeout`: the bound for wait() without a timeout and for get(); set()
+  // and get()'s own call have 10 s each.
   GrpcStore(std::shared_ptr<grpc::Channel> channel, std::string token, std::string job_id,
             int attempt, std::chrono::milliseconds timeout = std::chrono::seconds(60));
 

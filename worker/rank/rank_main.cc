@@ -91,6 +91,9 @@ class MetricsSender {
     thread_ = std::thread([this] { Loop(); });
   }
   ~MetricsSender() { Close(std::chrono::seconds(0)); }
+  // True when Close left its thread running (see Close): the object must
+  // then outlive it, i.e. never be destroyed.
+  bool stuck() const { return stuck_; }
 
   void Push(v1::MetricSample s, bool droppable) {
     absl::MutexLock l(&mu_);
@@ -127,8 +130,19 @@ class MetricsSender {
       if (drained && ctx_) mu_.AwaitWithTimeout(absl::Condition(&finished_), absl::Seconds(2));
       if (ctx_ && !finished_) ctx_->TryCancel();
       dropped = dropped_;
+      // A cancelled call ends at once, but a stream still being set up with
+      // a coordinator that accepts connections and never answers (its
+      // process stopped) may not: the rank must still exit, so the thread
+      // is then left to the process's end (RunRank keeps this object alive).
+      stuck_ = !mu_.AwaitWithTimeout(absl::Condition(&finished_), absl::Seconds(3));
     }
-    thread_.join();
+    if (stuck_) {
+      thread_.detach();
+      Log(rank_, "metrics: the stream to the coordinator did not close (it does not answer); "
+                 "left to the process's exit");
+    } else {
+      thread_.join();
+    }
     if (dropped > 0) Log(rank_, "metrics: %d samples dropped (queue full or coordinator away)",
                          dropped);
   }
@@ -208,6 +222,7 @@ class MetricsSender {
   bool sending_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   bool warned_ = false;  // the sender thread's own
+  bool stuck_ = false;   // Close's own
   int dropped_ ABSL_GUARDED_BY(mu_) = 0;
   std::thread thread_;
 };
@@ -473,10 +488,16 @@ int RunRank(const RankArgs& a) {
     std::string text ABSL_GUARDED_BY(mu);
   } stop_reason;
 
-  // Heartbeats.
+  // Heartbeats. While the coordinator is unreachable (restarting, upgraded,
+  // the network broken) training goes on for up to the coordinator's
+  // outage limit: steps are the rank's, the coordinator only watches them.
+  const double outage_limit_s = asg.coordinator_outage_limit_seconds() > 0
+                                    ? asg.coordinator_outage_limit_seconds()
+                                    : a.heartbeat_timeout_s;
   absl::Mutex hb_mu;  // for its waits only: `done` is atomic
   std::thread heartbeat([&] {
     auto last_ok = Clock::now();
+    bool away = false;  // the last heartbeat failed
     auto finished = [&] { return done.load(); };
     while (true) {
       {
@@ -500,6 +521,11 @@ int RunRank(const RankArgs& a) {
       v1::RankHeartbeatResponse resp;
       grpc::Status s = stub->Heartbeat(&ctx, req, &resp);
       if (s.ok()) {
+        if (away) {
+          Log(a.rank, "coordinator back after %.0f s; at step %d",
+              std::chrono::duration<double>(Clock::now() - last_ok).count(), step.load());
+          away = false;
+        }
         last_ok = Clock::now();
         if (resp.checkpoint_at_step() > 0 && resp.checkpoint_at_step() != checkpoint_at.load()) {
           Log(a.rank, "checkpoint asked for after step %d", resp.checkpoint_at_step());
@@ -519,15 +545,20 @@ int RunRank(const RankArgs& a) {
         Log(a.rank, "%s", stop_reason.text);
         rejected = true;  // not a stop request: exit 1
         stop = true;
-      } else if (Clock::now() - last_ok > std::chrono::duration<double>(a.heartbeat_timeout_s)) {
+      } else if (Clock::now() - last_ok > std::chrono::duration<double>(outage_limit_s)) {
         if (!unreachable.load()) {
           absl::MutexLock l(&stop_reason.mu);
-          stop_reason.text = absl::StrFormat("coordinator %s unreachable for more than %.0f s (%s)",
-                                        a.coordinator, a.heartbeat_timeout_s, s.error_message());
+          stop_reason.text = absl::StrFormat(
+              "coordinator %s unreachable for more than %.0f s, its outage limit (%s)",
+              a.coordinator, outage_limit_s, s.error_message());
           Log(a.rank, "%s; stopping", stop_reason.text);
           unreachable = true;
           stop = true;
         }
+      } else if (!away) {
+        away = true;
+        Log(a.rank, "coordinator unreachable (%s); training on, for up to %.0f s",
+            s.error_message(), outage_limit_s);
       }
     }
   });
@@ -539,7 +570,13 @@ int RunRank(const RankArgs& a) {
     if (heartbeat.joinable()) heartbeat.join();
   };
 
-  MetricsSender sender(channel, *token, a.rank);
+  // Destroyed at the end unless Close left its thread stuck in a call (then
+  // deliberately leaked: the thread still uses it until the process exits).
+  std::unique_ptr<MetricsSender, void (*)(MetricsSender*)> sender_holder(
+      new MetricsSender(channel, *token, a.rank), [](MetricsSender* s) {
+        if (!s->stuck()) delete s;
+      });
+  MetricsSender& sender = *sender_holder;
   // Ends the rank before training: stops heartbeats, sends what is queued.
   auto give_up = [&](int code) {
     finish_heartbeat();

@@ -10,8 +10,10 @@
 //     the drop is counted in the log),
 //   - prints progress to stderr (the agent appends it to the rank's log),
 //   - stops training when a heartbeat answer says stop, on SIGTERM, or when
-//     the coordinator has been unreachable for longer than
-//     heartbeat_timeout_s.
+//     the coordinator has been unreachable for longer than its outage limit
+//     (GetAssignmentResponse.coordinator_outage_limit_seconds; before the
+//     assignment, and from a coordinator that sends none,
+//     heartbeat_timeout_s); until then it trains on.
 // Heartbeats go every heartbeat_interval_s on their own thread.
 //
 // Exit codes (model/core/exit_codes.h): kExitOk trained to the end;
