@@ -52,7 +52,8 @@ std::string MetricLine(const std::map<std::string, double>& m) {
       get("false_positive_rate"));
 }
 
-std::string JsonNum(double x) { return absl::StrFormat("%.10g", x); }
+// Round-trip exact: --eval over a job's test set is compared with its eval.
+std::string JsonNum(double x) { return absl::StrFormat("%.17g", x); }
 
 std::string JsonStr(const std::string& s) {
   std::string out;

@@ -74,7 +74,8 @@ StatusOr<std::vector<Correction>> Corrector::Correct(const std::vector<std::stri
           name(i) + ": " + std::to_string(ex.src.size()) + " characters; this model takes at most " +
           std::to_string(max_chars_) + " (its max_seq_len " + std::to_string(m_.max_seq_len) +
           " holds (" + std::to_string(m_.max_seq_len) + " - 2 - 2 x " +
-          std::to_string(m_.config.prompt_length) + " prompt slots) / 2); split the sentence");
+          std::to_string(m_.config.prompt_length) + ") / 2 characters beside its " +
+          std::to_string(m_.config.prompt_length) + " prompt slots a side); split the sentence");
     }
     if (ex.src.empty()) {
       example_of.push_back(std::string::npos);  // nothing to correct

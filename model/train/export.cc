@@ -80,7 +80,9 @@ std::string ConfigJson(const ModelConfig& c, const Vocab& vocab, const ExportSou
   j += "  \"max_position_embeddings\": " + std::to_string(c.max_position) + ",\n";
   j += "  \"type_vocab_size\": " + std::to_string(c.type_vocab) + ",\n";
   j += "  \"initializer_range\": 0.02,\n";
-  j += "  \"layer_norm_eps\": " + Num(c.layer_norm_eps) + ",\n";
+  char eps[32];  // the float as written (1e-12), not its double expansion
+  std::snprintf(eps, sizeof(eps), "%.9g", c.layer_norm_eps);
+  j += "  \"layer_norm_eps\": " + std::string(eps) + ",\n";
   j += "  \"pad_token_id\": " + std::to_string(vocab.pad_id()) + ",\n";
   j += "  \"position_embedding_type\": \"absolute\",\n";
   j += "  \"torch_dtype\": \"float32\",\n";
