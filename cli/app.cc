@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdlib>
+#include <iostream>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -141,6 +142,34 @@ int RunCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
                     "sizes: LO..HI (x4), LO..HI:F, or a list 4K,1M; K/M/G suffixes");
   dcomm->add_flag("--json", dco.json, "one JSON document");
 
+  auto* export_cmd = app.add_subcommand(
+      "export", "write a job's trained model as a Hugging Face BERT directory plus the DGCA heads");
+  ExportOptions eo;
+  export_cmd->add_option("JOB", eo.job_id, "job id (dgca list)");
+  export_cmd->add_option("--out", eo.out_dir, "directory to write the model to")->required();
+  export_cmd->add_option("--checkpoint", eo.checkpoint,
+                  "best (by eval; the latest when none has one), latest, or a step directory")
+      ->capture_default_str();
+  export_cmd->add_option("--checkpoint-dir", eo.checkpoint_dir,
+                  "export this checkpoint directory (or step directory) instead of a job's");
+  export_cmd->add_option("--vocab", eo.vocab, "the job's vocab.txt (default: the spec's, or beside the checkpoints)");
+  export_cmd->add_option("--confusion", eo.confusion,
+                  "the job's confusion set JSON (default: the spec's, or the built-in Unihan one)");
+  export_cmd->add_option("--max-seq-len", eo.max_seq_len,
+                  "the job's data.max_seq_len (default: the spec's, or 128)");
+
+  auto* correct = app.add_subcommand(
+      "correct", "correct sentences with an exported model (on the CPU)");
+  CorrectOptions co;
+  correct->add_option("SENTENCE", co.sentences, "sentences (default: --file, else stdin, one per line)");
+  correct->add_option("--model", co.model_dir, "a directory dgca export wrote")->required();
+  correct->add_option("--file", co.file, "read sentences from this file, one per line");
+  correct->add_option("--eval", co.eval_file,
+                      "score an ECSpell file (src<TAB>trg) as the trainer's evaluation does");
+  correct->add_flag("--json", co.json, "one JSON document");
+  correct->add_option("--batch-size", co.batch_size, "sentences per forward pass")->capture_default_str();
+  correct->add_option("--threads", co.threads, "CPU threads")->capture_default_str();
+
   auto* data = app.add_subcommand("data", "data tools");
   data->require_subcommand(1);
   auto* synth = data->add_subcommand("synth", "build the synthetic ECSpell-format corpus");
@@ -212,6 +241,8 @@ int RunCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
   if (*diagnose && !diag_job.empty()) return CmdDiagnoseJob(g, io, diag_job, diag_json);
   if (*diagnose) return CmdDiagnose(io);
   if (*synth) return CmdDataSynth(io, out_dir);
+  if (*export_cmd) return CmdExport(g, io, eo);
+  if (*correct) return CmdCorrect(io, co, std::cin);
   err << "error: no command\n";
   return kExitUsage;
 }

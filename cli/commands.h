@@ -7,6 +7,7 @@
 #ifndef DGCA_CLI_COMMANDS_H_
 #define DGCA_CLI_COMMANDS_H_
 
+#include <istream>
 #include <ostream>
 #include <cstdint>
 #include <string>
@@ -87,6 +88,43 @@ int CmdDiagnoseComm(const GlobalOptions& g, Io io, const DiagnoseCommOptions& o)
 // comma list or a range "LO..HI" (factor 4) or "LO..HI:F". Each a multiple of 4.
 absl::StatusOr<std::vector<int64_t>> ParseProbeSizes(const std::string& text);
 int CmdDataSynth(Io io, const std::string& out_dir);
+
+// `dgca export` (cli/model_commands.cc, model/train/export.h): a job's
+// checkpoint (or any checkpoint directory's) as a Hugging Face BERT
+// directory plus the DGCA parts. Exactly one of job_id / checkpoint_dir.
+// checkpoint: "best" (by eval; the latest when none has an eval), "latest"
+// or a step directory's path. vocab / confusion / max_seq_len (> 0)
+// override what the job's spec says (needed with checkpoint_dir when the
+// vocabulary is not beside the checkpoints). Exit 2 for bad usage, files
+// that are not there (with where they are) or are wrong.
+struct ExportOptions {
+  std::string job_id;
+  std::string checkpoint_dir;
+  std::string out_dir;
+  std::string checkpoint = "best";
+  std::string vocab;
+  std::string confusion;
+  int max_seq_len = 0;
+};
+int CmdExport(const GlobalOptions& g, Io io, const ExportOptions& o);
+
+// `dgca correct --model DIR` (model/train/corrector.h): corrects the
+// sentences given, else those of --file, else stdin's lines, and prints
+// "ORIGINAL -> CORRECTED  [pos:x->y, ...]" (or "ORIGINAL  (no change)") per
+// sentence, or with json {"model", "sentences": [{"original", "corrected",
+// "changes": [{"position", "from", "to"}]}]}. eval_file: score an ECSpell
+// file as the trainer's evaluation does instead (the metrics line, or JSON
+// {"model", "file", "sentences", "truncated", "skipped", "metrics"}).
+struct CorrectOptions {
+  std::string model_dir;
+  std::vector<std::string> sentences;
+  std::string file;
+  std::string eval_file;
+  bool json = false;
+  int batch_size = 16;
+  int threads = 1;
+};
+int CmdCorrect(Io io, const CorrectOptions& o, std::istream& in);
 
 // Follows a job until it ends, rendering progress on io.err (a \r line on a
 // TTY, a line every few seconds otherwise; `full_view`: progress bar plus

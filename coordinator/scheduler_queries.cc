@@ -4,6 +4,8 @@
 #include <filesystem>
 #include <optional>
 
+#include <unistd.h>
+
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -21,6 +23,9 @@ absl::StatusOr<v1::GetJobResponse> Scheduler::GetJob(const std::string& id) {
   v1::GetJobResponse resp;
   *resp.mutable_job() = stored->job;
   if (stored->has_plan) *resp.mutable_plan() = stored->plan;
+  if (!opt_.state_dir.empty()) resp.set_checkpoint_dir(CheckpointDir(id));
+  char host[256] = {0};
+  if (gethostname(host, sizeof(host) - 1) == 0) resp.set_coordinator_host(host);
   {
     absl::MutexLock l(&mu_);
     if (const JobRt* rt = FindJob(id); rt != nullptr) {

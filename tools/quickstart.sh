@@ -3,12 +3,15 @@
 # packages and built): starts a coordinator with its embedded agent and its
 # state under .dgca/, builds the synthetic corpus once, submits
 # configs/quickstart.yaml (hidden-64 model from scratch, 2 CPU ranks), follows it to the end,
-# prints the evaluation metrics and the /metrics URL.
+# prints the evaluation metrics, exports the trained model to .dgca/model
+# (`dgca export`) and corrects two sentences of the test set with it (`dgca
+# correct`), and prints the /metrics URL.
 #
 # The coordinator is LEFT RUNNING afterwards so that `build/cli/dgca list`,
 # `dgca status JOB`, `dgca logs JOB` and the /metrics endpoint can be explored;
 # `tools/quickstart.sh stop` stops it (so does the next quickstart run).
-# Exit code: that of `dgca submit --wait` (0 only when the job SUCCEEDED).
+# Exit code: that of `dgca submit --wait` (0 only when the job SUCCEEDED),
+# or 1 when the job succeeded but exporting or correcting with its model failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
@@ -113,11 +116,35 @@ if [ -n "$JOB" ]; then
   "$DGCA" diagnose "$JOB" || true
   echo
 fi
+if [ "$RC" = 0 ] && [ -n "$JOB" ]; then
+  # Use the model: export the job's best checkpoint as a Hugging Face BERT
+  # directory plus the DGCA heads, then correct two sentences with errors
+  # from the test set the job evaluated on (each side of a line is its
+  # characters, space-separated; at most 28 fit max_seq_len 64).
+  MODEL="$STATE/model"
+  echo "quickstart: dgca export $JOB --out $MODEL"
+  if "$DGCA" export "$JOB" --out "$MODEL"; then
+    PAIRS=$(awk -F'\t' '$1 != $2 && split($1, c, " ") <= 28 { print; if (++n == 2) exit }' "$STATE/data/test.txt")
+    SRC1=$(printf '%s\n' "$PAIRS" | sed -n 1p | cut -f1 | tr -d ' ')
+    SRC2=$(printf '%s\n' "$PAIRS" | sed -n 2p | cut -f1 | tr -d ' ')
+    echo
+    echo "quickstart: dgca correct --model $MODEL \"$SRC1\" \"$SRC2\""
+    if "$DGCA" correct --model "$MODEL" "$SRC1" "$SRC2"; then
+      echo "  (the test set's answers: $(printf '%s\n' "$PAIRS" | cut -f2 | tr -d ' ' | paste -sd ' '))"
+    else
+      RC=1
+    fi
+  else
+    RC=1
+  fi
+  echo
+fi
 if [ -n "$METRICS_ADDR" ]; then
   echo "quickstart: Prometheus metrics at http://$METRICS_ADDR/metrics"
 fi
 echo "quickstart: the coordinator keeps running (pid $COORD_PID) for you to explore:"
 echo "    export DGCA_COORDINATOR=$ADDR DGCA_TOKEN_FILE=$STATE/token"
 echo "    $DGCA list; $DGCA status ${JOB:-JOB}; $DGCA diagnose ${JOB:-JOB}; $DGCA logs ${JOB:-JOB} --rank 1"
+echo "    $DGCA correct --model $STATE/model \"SENTENCE\"   # the trained model, on the CPU"
 echo "  stop it with: tools/quickstart.sh stop   (or: kill $COORD_PID)"
 exit $RC

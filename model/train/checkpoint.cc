@@ -448,6 +448,65 @@ StatusOr<CheckpointState> ReadCheckpointState(const std::string& step_dir) {
   return sf.state;
 }
 
+StatusOr<ModelConfig> ReadCheckpointConfig(const std::string& step_dir) {
+  const std::string state_path = step_dir + "/state.json";
+  DGCA_RETURN_IF_ERROR(CheckStepDir(step_dir, {state_path}));
+  DGCA_ASSIGN_OR_RETURN(StateFile sf, ReadStateFile(state_path));
+  const JsonValue* conf = sf.js.Find("config");
+  if (conf == nullptr || !conf->is_object()) {
+    return DataLossError(state_path + ": missing object field 'config'");
+  }
+  // Every field ConfigFingerprint writes, each in its range.
+  std::map<std::string, int64_t> v;
+  for (const auto& kv : ConfigFingerprint(ModelConfig{})) {
+    int64_t got = 0;
+    if (!ParseI64(conf->Find(kv.first), &got)) {
+      return DataLossError(state_path + ": config field '" + kv.first + "' missing or not an integer");
+    }
+    v[kv.first] = got;
+  }
+  auto range = [&](const char* name, int64_t lo, int64_t hi) -> Status {
+    if (v[name] >= lo && v[name] <= hi) return OkStatus();
+    return DataLossError(state_path + ": config field '" + name + "' is " + std::to_string(v[name]) +
+                         ", outside " + std::to_string(lo) + ".." + std::to_string(hi));
+  };
+  constexpr int64_t kBig = int64_t{1} << 30;
+  DGCA_RETURN_IF_ERROR(range("vocab_size", 1, kBig));
+  DGCA_RETURN_IF_ERROR(range("hidden", 1, kBig));
+  DGCA_RETURN_IF_ERROR(range("layers", 0, 1024));
+  DGCA_RETURN_IF_ERROR(range("heads", 1, kBig));
+  DGCA_RETURN_IF_ERROR(range("ffn", 1, kBig));
+  DGCA_RETURN_IF_ERROR(range("max_position", 1, kBig));
+  DGCA_RETURN_IF_ERROR(range("type_vocab", 1, kBig));
+  DGCA_RETURN_IF_ERROR(range("prompt_length", 0, 1 << 16));
+  DGCA_RETURN_IF_ERROR(range("prompt_encoder", 0, static_cast<int64_t>(PromptEncoderKind::kNone)));
+  DGCA_RETURN_IF_ERROR(range("detector", 0, 1));
+  DGCA_RETURN_IF_ERROR(range("candidate", 0, 1));
+  DGCA_RETURN_IF_ERROR(range("candidate_top_k", 0, 1 << 16));
+  DGCA_RETURN_IF_ERROR(range("fusion", 0, static_cast<int64_t>(FusionKind::kNone)));
+  ModelConfig c;
+  c.vocab_size = static_cast<int>(v["vocab_size"]);
+  c.hidden = static_cast<int>(v["hidden"]);
+  c.layers = static_cast<int>(v["layers"]);
+  c.heads = static_cast<int>(v["heads"]);
+  c.ffn = static_cast<int>(v["ffn"]);
+  c.max_position = static_cast<int>(v["max_position"]);
+  c.type_vocab = static_cast<int>(v["type_vocab"]);
+  c.prompt_length = static_cast<int>(v["prompt_length"]);
+  c.prompt_encoder = static_cast<PromptEncoderKind>(v["prompt_encoder"]);
+  c.detector = v["detector"] != 0;
+  c.candidate = v["candidate"] != 0;
+  c.candidate_top_k = static_cast<int>(v["candidate_top_k"]);
+  c.fusion = static_cast<FusionKind>(v["fusion"]);
+  // The inverse of ConfigFingerprint, held to it: a field added there and
+  // not here is caught by this, not by a silent default.
+  if (ConfigFingerprint(c) != v) {
+    return InternalError(state_path + ": ReadCheckpointConfig does not read back every field of "
+                         "ConfigFingerprint");
+  }
+  return c;
+}
+
 Status LoadCheckpoint(const std::string& step_dir, const ModelConfig& cfg, ParamStore* params,
                       AdamW* adam, CheckpointState* state) {
   const std::string state_path = step_dir + "/state.json";
@@ -532,6 +591,10 @@ std::string HfLoadReport::Summary() const {
   if (!unexpected.empty()) s += " (" + list(unexpected) + ")";
   s += ", ignored " + std::to_string(ignored.size());
   return s;
+}
+
+bool IsHfBertParameter(const std::string& name) {
+  return name.rfind("bert.", 0) == 0 || name.rfind("cls.predictions.", 0) == 0;
 }
 
 StatusOr<HfLoadReport> LoadHfInit(const std::string& path, ParamStore* params) {

@@ -78,6 +78,13 @@ StatusOr<std::string> LatestCheckpoint(const std::string& dir);
 // know before it builds its device.
 StatusOr<CheckpointState> ReadCheckpointState(const std::string& step_dir);
 
+// The model sizes a step directory's state.json records (its "config", the
+// ConfigFingerprint fields; every other ModelConfig field keeps its default,
+// dropout included): what a reader without the job's spec (dgca export)
+// builds the model from. DATA_LOSS naming the file and the field when one
+// is missing, not an integer or out of range (an enum value unknown here).
+StatusOr<ModelConfig> ReadCheckpointConfig(const std::string& step_dir);
+
 // Loads a step directory written by SaveCheckpoint into `params` (and `adam`
 // when not null). Everything is validated before anything is copied: missing
 // files, malformed safetensors (the reader's error, naming the file), unknown
@@ -89,6 +96,13 @@ StatusOr<CheckpointState> ReadCheckpointState(const std::string& step_dir);
 // (DATA_LOSS for corruption). state.json is read up to 1 MiB.
 Status LoadCheckpoint(const std::string& step_dir, const ModelConfig& cfg, ParamStore* params,
                       AdamW* adam, CheckpointState* state);
+
+// Whether one of our parameter names is a Hugging Face BertForMaskedLM
+// tensor ("bert.*", "cls.predictions.*"): our names for the BERT part are
+// HF's own, so the mapping both ways is the identity on these (LoadHfInit
+// reads them, ExportModel in model/train/export.h writes them). The rest
+// ("prompt.", "detector.", "candidate.", "fusion.") are DGCA's alone.
+bool IsHfBertParameter(const std::string& name);
 
 struct HfLoadReport {
   int loaded = 0;                       // tensors copied

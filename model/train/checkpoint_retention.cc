@@ -164,6 +164,49 @@ std::string PruneReport::Summary() const {
   return s;
 }
 
+namespace {
+
+// The step directories of DIR with their recorded metric, and the leftovers
+// of cut-short prunes (may be null).
+Status ScanCheckpointDir(const std::string& dir, std::vector<CheckpointEntry>* entries,
+                         std::vector<std::string>* leftovers) {
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    std::error_code dir_ec;
+    if (!it->is_directory(dir_ec)) continue;
+    if (IsPruneLeftover(name)) {
+      if (leftovers != nullptr) leftovers->push_back(name);
+      continue;
+    }
+    const int64_t step = StepOfName(name);
+    // vocab.txt, latest, .step-*.tmp.PID of a save, and any name not
+    // CheckpointDirName's own (step-000000001): never ours to delete.
+    if (step < 0 || name != CheckpointDirName(step)) continue;
+    CheckpointEntry e;
+    e.step = step;
+    // An unreadable eval.json only loses this directory its claim to best.
+    auto metric = ReadCheckpointMetric(dir + "/" + name, kRetentionMetric);
+    if (metric.ok()) {
+      e.has_metric = true;
+      e.metric = *metric;
+    }
+    entries->push_back(e);
+  }
+  if (ec) return InternalError("cannot list checkpoint directory " + dir + ": " + ec.message());
+  return OkStatus();
+}
+
+}  // namespace
+
+StatusOr<std::vector<CheckpointEntry>> ListCheckpoints(const std::string& dir) {
+  std::vector<CheckpointEntry> entries;
+  DGCA_RETURN_IF_ERROR(ScanCheckpointDir(dir, &entries, nullptr));
+  std::sort(entries.begin(), entries.end(),
+            [](const CheckpointEntry& a, const CheckpointEntry& b) { return a.step < b.step; });
+  return entries;
+}
+
 StatusOr<PruneReport> PruneCheckpoints(const std::string& dir, int keep,
                                        const RemoveTreeFn& remove_tree) {
   PruneReport report;
@@ -179,30 +222,7 @@ StatusOr<PruneReport> PruneCheckpoints(const std::string& dir, int keep,
 
   std::vector<CheckpointEntry> entries;
   std::vector<std::string> leftovers;
-  std::error_code ec;
-  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    std::error_code dir_ec;
-    if (!it->is_directory(dir_ec)) continue;
-    if (IsPruneLeftover(name)) {
-      leftovers.push_back(name);
-      continue;
-    }
-    const int64_t step = StepOfName(name);
-    // vocab.txt, latest, .step-*.tmp.PID of a save, and any name not
-    // CheckpointDirName's own (step-000000001): never ours to delete.
-    if (step < 0 || name != CheckpointDirName(step)) continue;
-    CheckpointEntry e;
-    e.step = step;
-    // An unreadable eval.json only loses this directory its claim to best.
-    auto metric = ReadCheckpointMetric(dir + "/" + name, kRetentionMetric);
-    if (metric.ok()) {
-      e.has_metric = true;
-      e.metric = *metric;
-    }
-    entries.push_back(e);
-  }
-  if (ec) return InternalError("cannot list checkpoint directory " + dir + ": " + ec.message());
+  DGCA_RETURN_IF_ERROR(ScanCheckpointDir(dir, &entries, &leftovers));
 
   const RetentionPlan plan = PlanRetention(entries, latest_step, keep);
   for (int64_t s : plan.newest) report.kept.push_back(CheckpointDirName(s));
@@ -224,6 +244,7 @@ StatusOr<PruneReport> PruneCheckpoints(const std::string& dir, int keep,
     const std::string to = dir + "/." + name + kPruningSuffix;
     // Renamed first: from here on no reader takes it for a checkpoint, however
     // little of it the removal below gets to delete.
+    std::error_code ec;
     fs::remove_all(to, ec);
     fs::rename(from, to, ec);
     if (ec) return InternalError("cannot rename " + from + " to " + to + ": " + ec.message());

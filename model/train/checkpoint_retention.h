@@ -72,6 +72,12 @@ Status WriteCheckpointEval(const std::string& step_dir, int64_t step,
 // when it is not what WriteCheckpointEval writes (read up to 64 KiB).
 StatusOr<double> ReadCheckpointMetric(const std::string& step_dir, const std::string& metric);
 
+// The step directories of DIR (step-NNNNNNNN as CheckpointDirName names
+// them; nothing else) with the kRetentionMetric each recorded, ascending by
+// step. An unreadable eval.json leaves its entry without a metric. INTERNAL
+// naming DIR when it cannot be listed.
+StatusOr<std::vector<CheckpointEntry>> ListCheckpoints(const std::string& dir);
+
 struct PruneReport {
   std::vector<std::string> pruned;  // step directory names deleted, oldest first
   std::vector<std::string> kept;    // the newest N step directory names, ascending

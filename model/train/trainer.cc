@@ -10,7 +10,6 @@
 
 #include "model/core/confusion.h"
 #include "model/core/data.h"
-#include "model/core/eval_metrics.h"
 #include "model/core/tokenizer.h"
 #include "model/nn/model.h"
 #include "model/train/buckets.h"
@@ -18,6 +17,7 @@
 #include "model/train/checkpoint_retention.h"
 #include "model/train/loss_scaler.h"
 #include "model/train/optimizer.h"
+#include "model/train/predict.h"
 
 namespace dgca {
 namespace {
@@ -88,39 +88,19 @@ Status ValidateConfig(const TrainConfig& c) {
   return OkStatus();
 }
 
-// Decodes the eval set with Predict (no MFT) and scores it. Every rank
-// evaluates the whole (possibly capped) eval set: simple, and identical on
-// all ranks, so no reduction is needed.
+// Decodes the eval set with Predict (no MFT) and scores it
+// (model/train/predict.h: the path `dgca correct` decodes by too). Every
+// rank evaluates the whole (possibly capped) eval set: simple, and
+// identical on all ranks, so no reduction is needed.
 StatusOr<EvalReport> Evaluate(DgcaModel* model, const std::vector<Example>& examples,
                               const ConfusionSet* confusion, const BatchOptions& opts,
                               int batch_size, int64_t max_samples, int64_t step) {
-  CorrectionMetrics metrics;
-  const int64_t n = max_samples > 0 ? std::min<int64_t>(max_samples, examples.size())
-                                    : static_cast<int64_t>(examples.size());
-  for (int64_t begin = 0; begin < n; begin += batch_size) {
-    std::vector<int64_t> idx;
-    for (int64_t i = begin; i < std::min<int64_t>(n, begin + batch_size); ++i) idx.push_back(i);
-    Batch batch = BuildBatch(examples, idx, opts, confusion, /*mft=*/false, /*epoch=*/0);
-    DGCA_ASSIGN_OR_RETURN(std::vector<int32_t> pred, model->Predict(batch));
-    if (static_cast<int>(pred.size()) != batch.num_slots()) {
-      return InternalError("eval: Predict returned " + std::to_string(pred.size()) +
-                           " ids for " + std::to_string(batch.num_slots()) + " target slots");
-    }
-    size_t t = 0;
-    for (int b = 0; b < batch.batch_size; ++b) {
-      const Example& ex = examples[idx[b]];
-      const size_t len = static_cast<size_t>(batch.row_length[b]);
-      std::vector<int32_t> src(ex.src.begin(), ex.src.begin() + std::min(len, ex.src.size()));
-      std::vector<int32_t> trg(ex.trg.begin(), ex.trg.begin() + std::min(len, ex.trg.size()));
-      std::vector<int32_t> p(pred.begin() + t, pred.begin() + t + len);
-      t += len;
-      metrics.Add(src, trg, p);
-    }
-  }
+  DGCA_ASSIGN_OR_RETURN(std::vector<std::vector<int32_t>> pred,
+                        PredictExamples(model, examples, confusion, opts, batch_size, max_samples));
   EvalReport report;
   report.step = step;
-  report.metrics = metrics.Compute();
-  report.samples = n;
+  report.metrics = ScorePredictions(examples, pred);
+  report.samples = static_cast<int64_t>(pred.size());
   return report;
 }
 
