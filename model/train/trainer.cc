@@ -93,11 +93,16 @@ Status ValidateConfig(const TrainConfig& c) {
 // all ranks, so no reduction is needed.
 StatusOr<EvalReport> Evaluate(DgcaModel* model, const std::vector<Example>& examples,
                               const ConfusionSet* confusion, const BatchOptions& opts,
-                              int batch_size, int64_t max_samples, int64_t step) {
+                              int batch_size, int64_t max_samples, int64_t step,
+                              PhaseTracker* phases) {
   CorrectionMetrics metrics;
   const int64_t n = max_samples > 0 ? std::min<int64_t>(max_samples, examples.size())
                                     : static_cast<int64_t>(examples.size());
+  // Every batch is progress: a long eval is not a hang.
+  const int64_t batches = (n + batch_size - 1) / batch_size;
+  if (phases) phases->Enter(TrainPhase::kEval, step, batches > 0 ? 1 : 0, static_cast<int32_t>(batches));
   for (int64_t begin = 0; begin < n; begin += batch_size) {
+    if (phases && begin > 0) phases->Progress(static_cast<int32_t>(begin / batch_size + 1));
     std::vector<int64_t> idx;
     for (int64_t i = begin; i < std::min<int64_t>(n, begin + batch_size); ++i) idx.push_back(i);
     Batch batch = BuildBatch(examples, idx, opts, confusion, /*mft=*/false, /*epoch=*/0);
@@ -159,6 +164,12 @@ StatusOr<TrainResult> Train(const TrainConfig& config, Communicator* comm,
   const int world = comm->world_size();
   Logger log(observer, rank);
   const auto run_start = Clock::now();
+  // Where this thread is, for hang diagnosis (model/train/train_phase.h).
+  PhaseTracker* const phases = observer ? observer->phases() : nullptr;
+  auto enter = [phases](TrainPhase p, int64_t step) {
+    if (phases) phases->Enter(p, step);
+  };
+  enter(TrainPhase::kStarting, 0);
 
   // Vocabulary: given, or the one saved next to the checkpoints (so a resumed
   // run keeps its ids), or built from the training data.
@@ -276,7 +287,9 @@ StatusOr<TrainResult> Train(const TrainConfig& config, Communicator* comm,
   }
   if (world > 1) {
     bool changed = false;
+    enter(TrainPhase::kBroadcast, 0);
     DGCA_RETURN_IF_ERROR(device->AdoptRankZeroChoices(comm, &changed));
+    enter(TrainPhase::kStarting, 0);
     if (changed) log("device (rank 0's timed choices adopted): " + device->Describe());
   }
 
@@ -307,6 +320,7 @@ StatusOr<TrainResult> Train(const TrainConfig& config, Communicator* comm,
   }
   if (world > 1) {
     // Every rank starts from rank 0's weights (and optimizer state).
+    enter(TrainPhase::kBroadcast, start_step);
     const auto tb = Clock::now();
     const size_t n = static_cast<size_t>(params.total_numel());
     DGCA_RETURN_IF_ERROR(comm->Broadcast(device->value_buffer(), n, 0));
@@ -370,7 +384,7 @@ StatusOr<TrainResult> Train(const TrainConfig& config, Communicator* comm,
     if (eval_examples.empty()) return OkStatus();
     DGCA_ASSIGN_OR_RETURN(EvalReport er,
                           Evaluate(model, eval_examples, confusion.get(), bopt,
-                                   config.micro_batch, config.max_eval_samples, step));
+                                   config.micro_batch, config.max_eval_samples, step, phases));
     log(EvalLine(er));
     if (observer) observer->OnEval(er);
     result.eval = er.metrics;
@@ -393,6 +407,7 @@ StatusOr<TrainResult> Train(const TrainConfig& config, Communicator* comm,
     if (config.checkpoint_dir.empty() || last_ckpt == step) return OkStatus();
     std::string dir;
     if (rank == 0) {
+      enter(TrainPhase::kCheckpoint, step);
       DGCA_RETURN_IF_ERROR(device->PullToHost());
       CheckpointState st;
       st.step = step;
@@ -409,6 +424,7 @@ StatusOr<TrainResult> Train(const TrainConfig& config, Communicator* comm,
       prune();  // after `latest` names the new one: that one is never deleted
     }
     last_ckpt = step;
+    enter(TrainPhase::kCheckpointBarrier, step);
     return comm->Barrier();  // nobody runs ahead of a half-written checkpoint
   };
 
@@ -429,15 +445,30 @@ StatusOr<TrainResult> Train(const TrainConfig& config, Communicator* comm,
     for (int a = 0; a < acc; ++a) {
       const bool last = a == acc - 1;
       double wait = 0;
+      enter(TrainPhase::kData, step + 1);
       DGCA_ASSIGN_OR_RETURN(Batch batch, loader->Next(&wait));
       rep.data_wait_seconds += wait;
       rep.samples += batch.batch_size;
       if (observer) observer->OnBatch(batch, step + 1, a);
       buckets.BeginStep(last);
       GradReadyFn ready;
-      if (last && config.overlap && world > 1) {
-        ready = [&buckets](int first) { buckets.OnGradReady(first); };
+      const bool overlap = last && config.overlap && world > 1;
+      // Backward's first gradient-ready callback is where forward ended.
+      // The CPU model takes a callback at no cost; a GPU model gives up its
+      // CUDA graphs for one, so there only overlap's callback says it, and
+      // without overlap the phase is forward/backward.
+      bool in_backward = false;
+      const int64_t this_step = step + 1;
+      if (overlap || (phases && !device->device_memory())) {
+        ready = [&buckets, overlap, phases, &in_backward, this_step](int first) {
+          if (phases && !in_backward) {
+            in_backward = true;
+            phases->Enter(TrainPhase::kBackward, this_step);
+          }
+          if (overlap) buckets.OnGradReady(first);
+        };
       }
+      enter(ready || !phases ? TrainPhase::kForward : TrainPhase::kForwardBackward, step + 1);
       DGCA_ASSIGN_OR_RETURN(LossBreakdown lb, model->ForwardBackward(batch, grad_scale, ready));
       if (!std::isfinite(lb.total)) {
         return InternalError("train: loss is not finite at step " + std::to_string(step + 1) +
@@ -453,7 +484,7 @@ StatusOr<TrainResult> Train(const TrainConfig& config, Communicator* comm,
         // exposed communication below starts at the backward's real end.
         if (device->device_memory()) DGCA_RETURN_IF_ERROR(device->FinishStep());
         buckets.MarkBackwardEnd();
-        auto w = buckets.WaitAll();
+        auto w = buckets.WaitAll(phases, step + 1);
         if (!w.ok()) {
           return w.status().WithPrefix("train: gradient all-reduce at step " +
                                        std::to_string(step + 1));
@@ -461,6 +492,7 @@ StatusOr<TrainResult> Train(const TrainConfig& config, Communicator* comm,
         cs = std::move(w).value();
       }
     }
+    enter(TrainPhase::kOptimizer, step + 1);
     rep.loss = sum.total / acc;
     rep.loss_by_head = {{"fusion", sum.fusion / acc},
                         {"mft", sum.mft / acc},
