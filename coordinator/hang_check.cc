@@ -33,7 +33,10 @@ double SilentAfterSeconds(double interval) {
   return std::max(2.5 * interval, interval + 3);
 }
 
-std::string DescribeHang(const std::vector<RankHangView>& views, double timeout_s) {
+namespace {
+
+// DescribeHang without its "(no progress within ...)" tail.
+std::string HangBody(const std::vector<RankHangView>& views, double timeout_s) {
   std::vector<const RankHangView*> known, unknown;
   for (const RankHangView& v : views) (v.has_phase ? known : unknown).push_back(&v);
   if (known.empty() || !(timeout_s > 0)) return "";
@@ -94,7 +97,13 @@ std::string DescribeHang(const std::vector<RankHangView>& views, double timeout_
   } else {
     for (const RankHangView* v : blamed) {
       if (!msg.empty()) msg += "; ";
-      if (v->silent) {
+      if (v->silent && v->finished_step > 0) {
+        absl::StrAppend(&msg, Who({v}), " stuck: no heartbeat for ",
+                        FormatPhaseSeconds(v->heartbeat_age_s), ", last heard of when it finished "
+                        "step ", v->finished_step, " (no progress for ",
+                        FormatPhaseSeconds(Stuck(*v)), "; its last heartbeat said it was ",
+                        RankPhaseDescription(v->phase), ")");
+      } else if (v->silent) {
         absl::StrAppend(&msg, Who({v}), " stuck: no heartbeat for ",
                         FormatPhaseSeconds(v->heartbeat_age_s), ", last ",
                         RankPhaseDescription(v->phase), " (no progress for ",
@@ -137,9 +146,22 @@ std::string DescribeHang(const std::vector<RankHangView>& views, double timeout_
     absl::StrAppend(&msg, "; ", Who({v}), " has reported no phase (last heard from ",
                     FormatPhaseSeconds(v->heartbeat_age_s), " ago)");
   }
+  return msg;
+}
+
+}  // namespace
+
+std::string DescribeHang(const std::vector<RankHangView>& views, double timeout_s) {
+  std::string msg = HangBody(views, timeout_s);
+  if (msg.empty()) return msg;
   absl::StrAppend(&msg, " (no progress within train.progress_timeout_s, ",
                   absl::StrFormat("%g", timeout_s), " s)");
   return msg;
+}
+
+std::string HangContextOf(const JobRt& rt, Clock::TimePoint now) {
+  const std::string body = HangBody(HangViewsOf(rt, now), kHangContextSeconds);
+  return body.empty() ? "" : absl::StrCat("; meanwhile ", body);
 }
 
 std::vector<RankHangView> HangViewsOf(const JobRt& rt, Clock::TimePoint now) {
@@ -158,6 +180,11 @@ std::vector<RankHangView> HangViewsOf(const JobRt& rt, Clock::TimePoint now) {
       v.phase.set_seconds(rr.phase.seconds() + since);
       v.heartbeat_age_s = since;
       v.silent = since > SilentAfterSeconds(rr.heartbeat_interval_s);
+      if (v.silent && rr.last_step_at > rr.phase_at && rr.progress.step() >= rr.phase.step()) {
+        // It finished steps after that report: its last news is the step.
+        v.finished_step = rr.progress.step();
+        v.phase.set_seconds(std::max(0.0, SecondsBetween(rr.last_step_at, now)));
+      }
     }
     out.push_back(std::move(v));
   }

@@ -41,6 +41,10 @@ struct RankHangView {
   v1::RankPhase phase;          // seconds: stuck for that long as of now
   double heartbeat_age_s = 0;   // since its last heartbeat (no phase: its last contact)
   bool silent = false;          // heartbeat_age_s past SilentAfterSeconds
+  // A silent rank whose step metrics came after its last phase report: the
+  // step it finished last (phase.seconds then counts from that step's
+  // report); 0 = its phase report is its latest news.
+  int64_t finished_step = 0;
 };
 
 // A rank is silent after missing about two heartbeats: 2.5 intervals, at
@@ -56,6 +60,16 @@ std::vector<RankHangView> HangViewsOf(const JobRt& rt, Clock::TimePoint now);
 
 // DescribeHang over rt's ranks; "" when timeout_s <= 0.
 std::string ProgressStallOf(const JobRt& rt, Clock::TimePoint now, double timeout_s);
+
+// For the message of a rank that failed (a collective's timeout, typically
+// "gloo allreduce timed out" after comm.timeout_s) while another is stuck,
+// whose failure it mostly is: "; meanwhile rank 1 (node a) stuck 60 s
+// waiting for data (loader) in step 6" when, among rt's ranks that have not
+// ended, one has made no progress for kHangContextSeconds (blamed as
+// DescribeHang does); "" otherwise. So the default progress timeout (300 s,
+// longer than the collective's 60 s) still gets the stuck rank named.
+inline constexpr double kHangContextSeconds = 10;
+std::string HangContextOf(const JobRt& rt, Clock::TimePoint now);
 
 // The phase rank `r` of rt last reported, aged to `now` ("" when it
 // reported none): ", last in forward of step 31 (no progress for 12 s)",

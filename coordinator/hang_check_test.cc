@@ -163,6 +163,21 @@ TEST(HangCheckTest, ViewsAgeTheReportedPhaseAndSkipEndedRanks) {
                     "in backward of step 4 (no progress for 6.5 s)", 0), 0u) << m;
   EXPECT_EQ(LastPhaseOf(rt, 1, clock.Now()), ", last in backward of step 4 (no progress for 6.5 s)");
   EXPECT_EQ(LastPhaseOf(rt, 2, clock.Now()), "");
+
+  // Rank 1 went on to finish steps 4 to 9 after that report (its step
+  // metrics stream every step), then froze: its news is step 9's.
+  rt.ranks[1].progress.set_step(9);
+  rt.ranks[1].last_step_at = t0 + Seconds(1.5);
+  views = HangViewsOf(rt, clock.Now());
+  EXPECT_EQ(views[1].finished_step, 9);
+  EXPECT_DOUBLE_EQ(views[1].phase.seconds(), 4.5);
+  EXPECT_EQ(views[0].finished_step, 0);
+  const std::string m2 = ProgressStallOf(rt, clock.Now(), 4);
+  EXPECT_NE(m2.find("; rank 1 (node n) stuck: no heartbeat for 6.0 s, last heard of when it "
+                    "finished step 9 (no progress for 4.5 s; its last heartbeat said it was in backward "
+                    "of step 4)"),
+            std::string::npos)
+      << m2;
 }
 
 }  // namespace

@@ -44,6 +44,10 @@ struct RankRt {
   v1::RankPhase phase;
   Clock::TimePoint phase_at;
   double heartbeat_interval_s = 0;
+  // When its last step metrics came (they stream every step, heartbeats
+  // every 2 s: a rank frozen between two heartbeats finished steps its last
+  // phase report does not know of).
+  Clock::TimePoint last_step_at;
 };
 
 // A stop of the job's ranks under way (cancel, failure, restart).

@@ -119,6 +119,7 @@ StepApplied ApplyStep(JobRt* rt, const v1::StepMetrics& m, Clock::TimePoint now)
   if (m.attempt() != rt->attempt) return out;  // late, of an earlier attempt or trial
   RankRt& rr = rt->ranks[m.rank()];
   rr.last_progress = now;
+  rr.last_step_at = now;
   v1::RankProgress& p = rr.progress;
   const bool trial = TrialRunning(*rt);
   // A killed rank's last samples can arrive after its exit: it stays

@@ -369,6 +369,37 @@ TEST_F(SchedulerTest, AFrozenRankIsNamedWithItsLastPhase) {
       << (Events(id).empty() ? "" : Events(id).back().message());
 }
 
+// With the default progress timeout (300 s) the collective's own timeout
+// (60 s) ends the waiting rank first: its failure names the stuck one.
+TEST_F(SchedulerTest, ARankFailingWhileAnotherIsStuckNamesIt) {
+  const std::string id = RunningJob();
+  for (int i = 1; i <= 30; ++i) {
+    clock_.Advance(2);
+    sched_->RankHeartbeat(PhaseBeat(id, 0, v1::RANK_PHASE_ALL_REDUCE, 4, 2.0 * i, 1, 2));
+    sched_->RankHeartbeat(PhaseBeat(id, 1, v1::RANK_PHASE_DATA, 4, 2.0 * i + 0.1));
+    sched_->Tick();
+  }
+  EXPECT_EQ(CountStops(), 0);
+  Exit(id, 0, 0, 1, 0, "error: gloo allreduce timed out");
+  EXPECT_TRUE(HasEvent(id, "rank_exit",
+                       "rank 0 on node n1 exited with code 1; meanwhile rank 1 (node n1) stuck 60 s "
+                       "waiting for data (loader) in step 4; last output:\nerror: gloo allreduce "
+                       "timed out"))
+      << (Events(id).empty() ? "" : Events(id).back().message());
+}
+
+TEST_F(SchedulerTest, ARankFailingWhileTheOthersProgressSaysNothingMore) {
+  const std::string id = RunningJob();
+  clock_.Advance(2);
+  sched_->RankHeartbeat(PhaseBeat(id, 0, v1::RANK_PHASE_FORWARD, 4, 0.2));
+  sched_->RankHeartbeat(PhaseBeat(id, 1, v1::RANK_PHASE_BACKWARD, 4, 0.1));
+  clock_.Advance(1);
+  Exit(id, 0, 0, 1, 0, "error: out of memory");
+  EXPECT_TRUE(HasEvent(id, "rank_exit",
+                       "rank 0 on node n1 exited with code 1; last output:\nerror: out of memory"))
+      << (Events(id).empty() ? "" : Events(id).back().message());
+}
+
 // With the progress timeout off, a frozen rank trips the heartbeat timeout
 // (30 s), whose message names the phase it was last in.
 TEST_F(SchedulerTest, TheHeartbeatTimeoutNamesTheLastPhase) {

@@ -457,15 +457,22 @@ StatusOr<TrainResult> Train(const TrainConfig& config, Communicator* comm,
       // The CPU model takes a callback at no cost; a GPU model gives up its
       // CUDA graphs for one, so there only overlap's callback says it, and
       // without overlap the phase is forward/backward.
-      bool in_backward = false;
-      const int64_t this_step = step + 1;
+      // One reference captured: the std::function holds it without
+      // allocating.
+      struct {
+        GradientBuckets* buckets;
+        PhaseTracker* phases;
+        bool overlap;
+        bool in_backward;
+        int64_t step;
+      } cb{&buckets, phases, overlap, false, step + 1};
       if (overlap || (phases && !device->device_memory())) {
-        ready = [&buckets, overlap, phases, &in_backward, this_step](int first) {
-          if (phases && !in_backward) {
-            in_backward = true;
-            phases->Enter(TrainPhase::kBackward, this_step);
+        ready = [&cb](int first) {
+          if (cb.phases && !cb.in_backward) {
+            cb.in_backward = true;
+            cb.phases->Enter(TrainPhase::kBackward, cb.step);
           }
-          if (overlap) buckets.OnGradReady(first);
+          if (cb.overlap) cb.buckets->OnGradReady(first);
         };
       }
       enter(ready || !phases ? TrainPhase::kForward : TrainPhase::kForwardBackward, step + 1);

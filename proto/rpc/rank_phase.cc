@@ -108,7 +108,7 @@ std::string FormatPhaseBytes(int64_t bytes) {
 
 std::string FormatPhaseSeconds(double s) {
   if (!std::isfinite(s) || s < 0) s = 0;
-  if (s < 10) return absl::StrFormat("%.1f s", s);
+  if (s < 9.95) return absl::StrFormat("%.1f s", s);  // not "10.0 s"
   if (s < 600) return absl::StrFormat("%.0f s", s);
   const int64_t t = static_cast<int64_t>(s + 0.5);
   if (t < 3600) return absl::StrFormat("%dm%02ds", t / 60, t % 60);

@@ -63,6 +63,7 @@ TEST(RankPhaseTest, WaitsSamePlaceAndUnits) {
   EXPECT_EQ(FormatPhaseBytes(2500000000LL), "2.5 GB");
   EXPECT_EQ(FormatPhaseSeconds(0.04), "0.0 s");
   EXPECT_EQ(FormatPhaseSeconds(9.5), "9.5 s");
+  EXPECT_EQ(FormatPhaseSeconds(9.97), "10 s");
   EXPECT_EQ(FormatPhaseSeconds(62.4), "62 s");
   EXPECT_EQ(FormatPhaseSeconds(245), "245 s");
   EXPECT_EQ(FormatPhaseSeconds(7200), "2h00m");

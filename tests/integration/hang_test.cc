@@ -21,7 +21,8 @@ namespace {
 
 constexpr int kProgressTimeoutS = 10;
 
-std::string WriteHangSpec(const std::string& dir, const std::string& name) {
+std::string WriteHangSpec(const std::string& dir, const std::string& name,
+                          int progress_timeout_s = kProgressTimeoutS, int comm_timeout_s = 60) {
   const std::string path = dir + "/" + name + ".yaml";
   WriteFile(path,
             "name: " + name + "\n"
@@ -30,10 +31,10 @@ std::string WriteHangSpec(const std::string& dir, const std::string& name) {
             "  train: " + SharedData() + "/ecspell/train_law.txt\n"
             "  max_seq_len: 32\n"
             "train: {steps: 5000, global_batch: 8, eval_every: 0, checkpoint_every: 0,\n"
-            "        progress_timeout_s: " + std::to_string(kProgressTimeoutS) + ",\n"
+            "        progress_timeout_s: " + std::to_string(progress_timeout_s) + ",\n"
             "        optimizer: {lr: 1.0e-3}}\n"
             "resources: {ranks: 2, device: cpu, threads_per_rank: 1}\n"
-            "comm: {backend: gloo, timeout_s: 60, bucket_mb: 1}\n"
+            "comm: {backend: gloo, timeout_s: " + std::to_string(comm_timeout_s) + ", bucket_mb: 1}\n"
             "tuning: {mode: off}\n");
   return path;
 }
@@ -115,8 +116,10 @@ TEST_F(HangTest, AFrozenRankIsNamedWithItsLastPhaseAndTheOtherWaitsInTheAllReduc
   // Before Gloo's collective timeout (60 s) and the heartbeat timeout (30 s).
   EXPECT_LT(took, 28) << end.message;
   EXPECT_GE(took, kProgressTimeoutS - 3) << end.message;
+  // Its last news: the phase of its last heartbeat, or a step it finished
+  // after that heartbeat (steps stream every step, heartbeats every 2 s).
   const std::regex want(
-      R"(^rank 1 \(node [^)]+\) stuck: no heartbeat for [0-9.]+ s, last in (data|forward|backward|optimizer|all-reduce \d+/\d+)[^;]*\(no progress for [0-9.]+ s\); rank 0 \(node [^)]+\) waiting .*all-reduce.* \(no progress within train\.progress_timeout_s, 10 s\)$)");
+      R"(^rank 1 \(node [^)]+\) stuck: no heartbeat for [0-9.]+ s, (last in (data|forward|backward|optimizer|all-reduce \d+/\d+)[^;]*\(no progress for [0-9.]+ s\)|last heard of when it finished step \d+ \(no progress for [0-9.]+ s; its last heartbeat said it was [^;]*\)); rank 0 \(node [^)]+\) waiting .*all-reduce.* \(no progress within train\.progress_timeout_s, 10 s\)$)");
   EXPECT_TRUE(std::regex_match(end.message, want)) << end.message;
   EXPECT_EQ(end.message.find("gloo"), std::string::npos) << end.message;
   // `dgca status` says it too.
@@ -176,6 +179,38 @@ TEST_F(HangTest, ARankWaitingForDataIsNamedAndTheOtherWaitsInTheAllReduce) {
   Result logs = Dgca(coord, {"logs", job, "--rank", "1"});
   EXPECT_NE(logs.out.find("DGCA_TEST_DATA_STALL: holding the data of step 6"), std::string::npos)
       << logs.out;
+  coord.Stop();
+}
+
+// With the progress timeout off (as, in effect, with the default 300 s
+// against the collective's 60 s), Gloo's timeout ends the waiting rank
+// first: its failure still names the rank it waited for.
+TEST_F(HangTest, TheCollectiveTimeoutsFailureNamesTheStuckRank) {
+  setenv("DGCA_TEST_DATA_STALL", "1:6:90", 1);
+  CoordinatorProcess coord(dir_ + "/state");
+  const bool started = coord.Start();
+  unsetenv("DGCA_TEST_DATA_STALL");
+  ASSERT_TRUE(started);
+  Result sub = Dgca(coord, {"submit", WriteHangSpec(dir_, "gloo-timeout", 0, 15)});
+  ASSERT_EQ(sub.code, 0) << sub.err;
+  const std::string job = Trim(sub.out);
+  JobView v;
+  ASSERT_TRUE(WaitRunning(coord, job, 2, 0, 120s, &v)) << v.raw << coord.Log();
+  JobView end;
+  const bool failed = WaitUntil(
+      [&] {
+        end = Status(coord, job);
+        return end.state == "FAILED";
+      },
+      80s);
+  KillAll(v.pids);
+  ASSERT_TRUE(failed) << end.raw << coord.Log();
+  std::printf("collective timeout: %s\n", end.message.c_str());
+  const std::regex want(
+      R"(^rank 0 on node \S+ exited with code 1; meanwhile rank 1 \(node [^)]+\) stuck ([0-9.]+) s waiting for data \(loader\) in step 6; last output:\n(.|\n)*)");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_match(end.message, m, want)) << end.message;
+  EXPECT_GE(std::stod(m[1].str()), 14);
   coord.Stop();
 }
 
