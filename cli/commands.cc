@@ -28,6 +28,7 @@
 #include "spec/spec.h"
 #include "spec/spec_files.h"
 #include "spec/spec_overrides.h"
+#include "proto/rpc/rank_phase.h"
 #include "proto/rpc/rank_state.h"
 #include "proto/rpc/rpc_util.h"
 #include "topology/probe.h"
@@ -135,8 +136,8 @@ int ServerProblems(Io io, const std::string& spec_path, const grpc::Status& s) {
 
 std::string RankRows(const v1::Job& job, const std::map<int, v1::StepMetrics>& live) {
   std::vector<std::vector<std::string>> rows = {
-      {"RANK", "NODE", "PID", "STATE", "STEP", "LOSS", "SAMPLES/S", "STEP_S", "HB_AGE", "EXIT",
-       "RESTARTS"}};
+      {"RANK", "NODE", "PID", "STATE", "STEP", "PHASE", "LOSS", "SAMPLES/S", "STEP_S", "HB_AGE",
+       "EXIT", "RESTARTS"}};
   std::map<int, v1::RankProgress> by_rank;
   for (const auto& r : job.ranks()) by_rank[r.rank()] = r;
   for (const auto& [r, m] : live) {
@@ -154,6 +155,7 @@ std::string RankRows(const v1::Job& job, const std::map<int, v1::StepMetrics>& l
     rows.push_back({absl::StrCat(r), p.node().empty() ? "-" : p.node(),
                     p.pid() > 0 ? absl::StrCat(p.pid()) : "-",
                     p.state().empty() ? "-" : p.state(), absl::StrCat(p.step()),
+                    exited ? "-" : RankPhaseColumn(p.phase()),
                     p.step() > 0 ? absl::StrFormat("%.4f", p.loss()) : "-",
                     p.samples_per_second() > 0 ? absl::StrFormat("%.1f", p.samples_per_second())
                                                : "-",

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "coordinator/hang_check.h"
 
 namespace dgca {
 
@@ -95,7 +96,7 @@ std::string StallOf(const JobRt& rt, Clock::TimePoint now, double timeout_s) {
     if (!rr.exited && idle > timeout_s) {
       return absl::StrCat("rank ", r, " on node ", rr.node, " made no progress for ",
                           static_cast<int>(idle), " s (no heartbeat or step; timeout ", timeout_s,
-                          " s)");
+                          " s)", LastPhaseOf(rt, r, now));
     }
   }
   return "";
@@ -110,6 +111,12 @@ void FillProgress(const JobRt& rt, Clock::TimePoint now, v1::Job* job) {
     v1::RankProgress p = r.progress;
     p.set_restarts(rt.restarts);
     if (!r.exited) p.set_heartbeat_age_seconds(SecondsBetween(r.last_progress, now));
+    p.clear_phase();
+    if (!r.exited && r.phase.kind() != v1::RANK_PHASE_UNSPECIFIED) {
+      *p.mutable_phase() = r.phase;
+      p.mutable_phase()->set_seconds(r.phase.seconds() +
+                                     std::max(0.0, SecondsBetween(r.phase_at, now)));
+    }
     *job->add_ranks() = p;
     min_step = min_step < 0 ? p.step() : std::min(min_step, p.step());
     if (!r.exited) sps += p.samples_per_second();

@@ -40,6 +40,17 @@ struct RankRt {
   bool exited = false;
   Clock::TimePoint last_progress;  // last heartbeat, step or assignment
   int step_samples = 0;            // step metrics received from this rank (this attempt)
+  // Its training thread's phase as its last heartbeat said (UNSPECIFIED
+  // until one does; never persisted: after a coordinator restart it waits
+  // for the next heartbeat), received at phase_at; the interval it sends
+  // heartbeats at. coordinator/hang_check.h.
+  v1::RankPhase phase;
+  Clock::TimePoint phase_at;
+  double heartbeat_interval_s = 0;
+  // When its last step metrics came (they stream every step, heartbeats
+  // every 2 s: a rank frozen between two heartbeats finished steps its last
+  // phase report does not know of).
+  Clock::TimePoint last_step_at;
 };
 
 // A stop of the job's ranks under way (cancel, failure, restart).
@@ -160,14 +171,14 @@ std::string NodeSetKey(const JobRt& rt);
 // are allowed, after its headline and before any "; last output:" lines:
 // the message of a job that failed for good.
 std::string FailureMessage(const JobRt& rt, const std::string& reason);
-// "rank R on node N made no progress for T s ..." for the first rank of rt
-// that has not exited and was last heard from more than `timeout_s` before
-// `now`; "" when none.
+// "rank R on node N made no progress for T s ..., last in <phase>" for the
+// first rank of rt that has not exited and was last heard from more than
+// `timeout_s` before `now`; "" when none.
 std::string StallOf(const JobRt& rt, Clock::TimePoint now, double timeout_s);
 // The job's progress as Job carries it: step = min over ranks,
 // samples_per_second = sum over running ranks, loss = mean,
 // eta = (steps - step) x mean step_seconds, and every rank's progress
-// (heartbeat age against `now`), eval, plan check and loss curve.
+// (heartbeat age and phase against `now`), eval, plan check and loss curve.
 void FillProgress(const JobRt& rt, Clock::TimePoint now, v1::Job* job);
 
 }  // namespace dgca

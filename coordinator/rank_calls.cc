@@ -101,6 +101,11 @@ v1::RankHeartbeatResponse HeartbeatRank(JobRt* rt, const v1::RankHeartbeatReques
     RankRt& rr = rt->ranks[req.rank()];
     rr.last_progress = now;
     if (req.step() > rr.progress.step()) rr.progress.set_step(req.step());
+    if (req.has_phase()) {
+      rr.phase = req.phase();
+      rr.phase_at = now;
+    }
+    if (req.heartbeat_interval_seconds() > 0) rr.heartbeat_interval_s = req.heartbeat_interval_seconds();
     if (rr.progress.state() == "starting" || rr.progress.state() == "recovering") {
       rr.progress.set_state("running");
     }
@@ -114,6 +119,7 @@ StepApplied ApplyStep(JobRt* rt, const v1::StepMetrics& m, Clock::TimePoint now)
   if (m.attempt() != rt->attempt) return out;  // late, of an earlier attempt or trial
   RankRt& rr = rt->ranks[m.rank()];
   rr.last_progress = now;
+  rr.last_step_at = now;
   v1::RankProgress& p = rr.progress;
   const bool trial = TrialRunning(*rt);
   // A killed rank's last samples can arrive after its exit: it stays

@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
+#include "coordinator/hang_check.h"
 #include "coordinator/measured_planning.h"
 #include "coordinator/plan_checks.h"
 #include "coordinator/recovery.h"
@@ -522,6 +523,11 @@ void Scheduler::Tick() {
       }
       if (std::string stall = StallOf(*rt, now, opt_.heartbeat_timeout_s); !stall.empty()) {
         RankFailed(rt, stall, &out);
+      } else if (std::string hang = TrialRunning(*rt) ? std::string()
+                                    : ProgressStallOf(*rt, now, ProgressTimeoutOf(rt->spec.train()));
+                 !hang.empty()) {
+        // train.progress_timeout_s: a rank stopped advancing (hang_check.h).
+        RankFailed(rt, hang, &out);
       } else if (ReplanCheckpointWritten(*rt)) {
         BeginStop(rt, StopAction::kReplan,
                   absl::StrCat("re-plan at the checkpoint of step ", rt->checkpoint_at), &out);

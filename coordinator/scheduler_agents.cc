@@ -7,6 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "coordinator/rank_calls.h"
 #include "coordinator/scheduler.h"
+#include "coordinator/hang_check.h"
 #include "spdlog/spdlog.h"
 
 namespace dgca {
@@ -212,7 +213,14 @@ void Scheduler::RankExited(const std::string& node, const v1::RankExited& e) {
                              opt_.rank_outage_limit_s, " s)"),
                 &out);
     } else if (!clean) {
-      RankFailed(rt, with_output(4000), &out);
+      // A rank that failed while another is stuck (its collective timed
+      // out waiting for it): that one is named too (hang_check.h).
+      const std::string hang = HangContextOf(*rt, Now());
+      RankFailed(rt,
+                 e.message().empty()
+                     ? how + hang
+                     : absl::StrCat(how, hang, "; last output:\n", e.message().substr(0, 4000)),
+                 &out);
     } else if (AllRanksExited(*rt)) {
       Finish(rt, v1::SUCCEEDED, absl::StrCat("all ", rt->ranks.size(), " ranks exited 0"));
     }

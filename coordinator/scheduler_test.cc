@@ -288,6 +288,139 @@ TEST_F(SchedulerTest, ARankThatGoesSilentIsStalledAfterTheHeartbeatTimeout) {
   for (const auto& r : j.ranks()) EXPECT_NE(r.state(), "running") << r.rank();
 }
 
+// A heartbeat carrying the rank's phase (as rank_main sends it).
+v1::RankHeartbeatRequest PhaseBeat(const std::string& id, int rank, v1::RankPhaseKind kind,
+                                   int64_t step, double seconds, int index = 0, int count = 0) {
+  v1::RankHeartbeatRequest hb;
+  hb.set_job_id(id);
+  hb.set_rank(rank);
+  hb.set_attempt(0);
+  hb.set_step(step - 1);
+  hb.set_heartbeat_interval_seconds(2);
+  hb.mutable_phase()->set_kind(kind);
+  hb.mutable_phase()->set_step(step);
+  hb.mutable_phase()->set_seconds(seconds);
+  hb.mutable_phase()->set_index(index);
+  hb.mutable_phase()->set_count(count);
+  hb.mutable_phase()->set_bytes(count > 0 ? 2000000 : 0);
+  return hb;
+}
+
+// train.progress_timeout_s: rank 1 waits for its data while its heartbeat
+// thread runs; rank 0 waits in the all-reduce. The attempt fails at the
+// timeout, naming rank 1, and meanwhile the job shows both phases.
+TEST_F(SchedulerTest, ARankStuckInOnePhaseFailsAfterTheProgressTimeout) {
+  Connect();
+  const std::string id = Submit("name: t\ntrain: {steps: 10, progress_timeout_s: 10}\n"
+                                "resources: {ranks: 2, device: cpu}\n");
+  sched_->Tick();
+  ASSERT_EQ(TakeLaunches().size(), 2u);
+  double t = 0;
+  for (int i = 0; i < 4; ++i) {  // 8 s in
+    clock_.Advance(2);
+    t += 2;
+    EXPECT_FALSE(sched_->RankHeartbeat(PhaseBeat(id, 0, v1::RANK_PHASE_ALL_REDUCE, 4, t - 0.2, 1, 2)).stop());
+    EXPECT_FALSE(sched_->RankHeartbeat(PhaseBeat(id, 1, v1::RANK_PHASE_DATA, 4, t)).stop());
+    sched_->Tick();
+  }
+  clock_.Advance(1.5);
+  sched_->Tick();
+  EXPECT_EQ(CountStops(), 0);
+  v1::Job j = Job(id);
+  ASSERT_EQ(j.ranks_size(), 2);
+  EXPECT_EQ(j.ranks(1).phase().kind(), v1::RANK_PHASE_DATA);
+  EXPECT_DOUBLE_EQ(j.ranks(1).phase().seconds(), 9.5);  // 8 s reported + 1.5 s since
+  EXPECT_EQ(j.ranks(0).phase().index(), 1);
+  clock_.Advance(0.6);  // rank 1: 10.1 s without progress
+  sched_->Tick();
+  EXPECT_EQ(CountStops(), 1);
+  EXPECT_TRUE(HasEvent(id, "rank_exit",
+                       "rank 1 (node n1) stuck 10 s waiting for data (loader) in step 4; rank 0 "
+                       "(node n1) waiting 9.9 s in all-reduce 1/2 of step 4 (2.0 MB) (no progress "
+                       "within train.progress_timeout_s, 10 s)"))
+      << (Events(id).empty() ? "" : Events(id).back().message());
+}
+
+// A frozen rank (SIGSTOP) sends nothing: its last phase ages, and it is
+// named as silent. With the progress timeout off, the heartbeat timeout
+// still names the phase it was last in.
+TEST_F(SchedulerTest, AFrozenRankIsNamedWithItsLastPhase) {
+  Connect();
+  const std::string id = Submit("name: t\ntrain: {steps: 10, progress_timeout_s: 10}\n"
+                                "resources: {ranks: 2, device: cpu}\n");
+  sched_->Tick();
+  ASSERT_EQ(TakeLaunches().size(), 2u);
+  clock_.Advance(2);
+  sched_->RankHeartbeat(PhaseBeat(id, 0, v1::RANK_PHASE_FORWARD, 7, 0.1));
+  sched_->RankHeartbeat(PhaseBeat(id, 1, v1::RANK_PHASE_BACKWARD, 7, 0.3));
+  for (int i = 1; i <= 4; ++i) {  // rank 1 frozen from here; rank 0 waits for it
+    clock_.Advance(2);
+    sched_->RankHeartbeat(PhaseBeat(id, 0, v1::RANK_PHASE_ALL_REDUCE, 7, 2.0 * i - 1, 3, 4));
+    sched_->Tick();
+  }
+  EXPECT_EQ(CountStops(), 0);
+  clock_.Advance(2);  // rank 1: 10 s silent, 10.3 s without progress
+  sched_->Tick();
+  EXPECT_EQ(CountStops(), 1);
+  EXPECT_TRUE(HasEvent(id, "rank_exit",
+                       "rank 1 (node n1) stuck: no heartbeat for 10 s, last in backward of step 7 "
+                       "(no progress for 10 s); rank 0 (node n1) waiting 9.0 s in all-reduce 3/4 "
+                       "of step 7 (2.0 MB)"))
+      << (Events(id).empty() ? "" : Events(id).back().message());
+}
+
+// With the default progress timeout (300 s) the collective's own timeout
+// (60 s) ends the waiting rank first: its failure names the stuck one.
+TEST_F(SchedulerTest, ARankFailingWhileAnotherIsStuckNamesIt) {
+  const std::string id = RunningJob();
+  for (int i = 1; i <= 30; ++i) {
+    clock_.Advance(2);
+    sched_->RankHeartbeat(PhaseBeat(id, 0, v1::RANK_PHASE_ALL_REDUCE, 4, 2.0 * i, 1, 2));
+    sched_->RankHeartbeat(PhaseBeat(id, 1, v1::RANK_PHASE_DATA, 4, 2.0 * i + 0.1));
+    sched_->Tick();
+  }
+  EXPECT_EQ(CountStops(), 0);
+  Exit(id, 0, 0, 1, 0, "error: gloo allreduce timed out");
+  EXPECT_TRUE(HasEvent(id, "rank_exit",
+                       "rank 0 on node n1 exited with code 1; meanwhile rank 1 (node n1) stuck 60 s "
+                       "waiting for data (loader) in step 4; last output:\nerror: gloo allreduce "
+                       "timed out"))
+      << (Events(id).empty() ? "" : Events(id).back().message());
+}
+
+TEST_F(SchedulerTest, ARankFailingWhileTheOthersProgressSaysNothingMore) {
+  const std::string id = RunningJob();
+  clock_.Advance(2);
+  sched_->RankHeartbeat(PhaseBeat(id, 0, v1::RANK_PHASE_FORWARD, 4, 0.2));
+  sched_->RankHeartbeat(PhaseBeat(id, 1, v1::RANK_PHASE_BACKWARD, 4, 0.1));
+  clock_.Advance(1);
+  Exit(id, 0, 0, 1, 0, "error: out of memory");
+  EXPECT_TRUE(HasEvent(id, "rank_exit",
+                       "rank 0 on node n1 exited with code 1; last output:\nerror: out of memory"))
+      << (Events(id).empty() ? "" : Events(id).back().message());
+}
+
+// With the progress timeout off, a frozen rank trips the heartbeat timeout
+// (30 s), whose message names the phase it was last in.
+TEST_F(SchedulerTest, TheHeartbeatTimeoutNamesTheLastPhase) {
+  Connect();
+  const std::string id = Submit("name: t\ntrain: {steps: 10, progress_timeout_s: 0}\n"
+                                "resources: {ranks: 2, device: cpu}\n");
+  sched_->Tick();
+  ASSERT_EQ(TakeLaunches().size(), 2u);
+  sched_->RankHeartbeat(PhaseBeat(id, 1, v1::RANK_PHASE_CHECKPOINT, 5, 1.2));
+  for (int i = 1; i <= 3; ++i) {  // rank 0 in the barrier for minutes: no progress timeout
+    clock_.Advance(i < 3 ? 10 : 10.5);
+    sched_->RankHeartbeat(PhaseBeat(id, 0, v1::RANK_PHASE_CHECKPOINT_BARRIER, 5, 10.0 * i));
+    sched_->Tick();
+  }
+  EXPECT_EQ(CountStops(), 1);
+  EXPECT_TRUE(HasEvent(id, "rank_exit",
+                       "rank 1 on node n1 made no progress for 30 s (no heartbeat or step; timeout "
+                       "30 s), last writing the checkpoint of step 5 (no progress for 32 s)"))
+      << (Events(id).empty() ? "" : Events(id).back().message());
+}
+
 TEST_F(SchedulerTest, CancelStopsTheRanksAndEndsCancelled) {
   const std::string id = RunningJob();
   auto c = sched_->Cancel(id, std::chrono::milliseconds(0));

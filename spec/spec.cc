@@ -242,6 +242,17 @@ void Parser::ParseTop(const YAML::Node& root, v1::JobSpec* spec) {
            return;
          }
          int32_t x = train->keep_checkpoints(); Int(v, p, 0, kI32, false, &x); train->set_keep_checkpoints(x); }},
+      {"progress_timeout_s", [&](const YAML::Node& v, const std::string& p) {
+         double x = -1; Num(v, p, 0, 86400, false, false, &x);
+         if (x < 0) return;  // refused above
+         // Ranks report their phase every 2 s: a shorter timeout would
+         // fail healthy ranks between two heartbeats.
+         if (x > 0 && x < 1) {
+           Problem(v, p, absl::StrCat("must be 0 (no progress timeout) or at least 1 (seconds; "
+                                      "ranks report their phase every 2 s), got ", Quote(v.Scalar())));
+           return;
+         }
+         train->set_progress_timeout_s(x); }},
     });
   };
 
@@ -535,6 +546,11 @@ int KeepCheckpointsOf(const v1::TrainSpec& train) {
   return train.has_keep_checkpoints() ? train.keep_checkpoints() : kDefaultKeepCheckpoints;
 }
 
+double ProgressTimeoutOf(const v1::TrainSpec& train) {
+  return train.has_progress_timeout_s() ? train.progress_timeout_s()
+                                        : kDefaultProgressTimeoutSeconds;
+}
+
 v1::JobSpec DefaultJobSpec() {
   v1::JobSpec s;
   s.set_name("job");
@@ -571,6 +587,7 @@ v1::JobSpec DefaultJobSpec() {
   t->set_seed(42);
   t->set_max_restarts(0);
   t->set_keep_checkpoints(kDefaultKeepCheckpoints);
+  t->set_progress_timeout_s(kDefaultProgressTimeoutSeconds);
   s.mutable_resources()->set_ranks(0);
   s.mutable_resources()->set_device("auto");
   s.mutable_resources()->set_threads_per_rank(0);

@@ -75,6 +75,20 @@ inline constexpr int kDefaultKeepCheckpoints = 3;
 // range-checked: ParseJobSpec does that (0 = keep every checkpoint).
 int KeepCheckpointsOf(const v1::TrainSpec& train);
 
+// train.progress_timeout_s when the spec leaves it out: five minutes, well
+// past a healthy rank's longest phase without progress (a first CUDA step
+// with its autotuning, a large checkpoint write; an eval advances with
+// every batch), yet long before an operator gives up on a silent job.
+// Larger than comm.timeout_s (60 s) it usually is: a collective that hangs
+// fails there first, by the communicator's timeout, on the ranks waiting
+// in it; this timeout catches the rank that never reaches it (a stuck
+// loader, a frozen process, a hung GPU kernel) and names it.
+inline constexpr double kDefaultProgressTimeoutSeconds = 300;
+
+// A train spec's progress_timeout_s, kDefaultProgressTimeoutSeconds when
+// unset (0 = no progress timeout). Not range-checked: ParseJobSpec does that.
+double ProgressTimeoutOf(const v1::TrainSpec& train);
+
 struct SpecParseResult {
   v1::JobSpec spec;
   std::vector<v1::SpecProblem> problems;

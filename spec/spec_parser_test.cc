@@ -177,6 +177,34 @@ TEST(SpecParser, TrainAttention) {
             "job.yaml:2:14: train.attention: expected one of auto | fused | gemm, got 'flash'\n");
 }
 
+TEST(SpecParser, TrainProgressTimeout) {
+  // Default 300 s (spec/spec.h kDefaultProgressTimeoutSeconds), set
+  // explicitly so a stored spec says what it ran with.
+  SpecParseResult d = Parse("name: x\n");
+  EXPECT_TRUE(d.spec.train().has_progress_timeout_s());
+  EXPECT_DOUBLE_EQ(ProgressTimeoutOf(d.spec.train()), 300);
+  EXPECT_DOUBLE_EQ(ProgressTimeoutOf(v1::TrainSpec()), 300);  // unset: stored before the field
+  SpecParseResult off = Parse("train: {progress_timeout_s: 0}\n");
+  ASSERT_TRUE(off.ok()) << FormatProblems(off.problems);
+  EXPECT_DOUBLE_EQ(ProgressTimeoutOf(off.spec.train()), 0);
+  SpecParseResult short_one = Parse("train:\n  progress_timeout_s: 7.5\n");
+  ASSERT_TRUE(short_one.ok()) << FormatProblems(short_one.problems);
+  EXPECT_DOUBLE_EQ(ProgressTimeoutOf(short_one.spec.train()), 7.5);
+  SpecParseResult tiny = Parse("train:\n  progress_timeout_s: 0.5\n");
+  ASSERT_EQ(tiny.problems.size(), 1u) << FormatProblems(tiny.problems);
+  EXPECT_EQ(FormatProblem(tiny.problems[0]),
+            "job.yaml:2:23: train.progress_timeout_s: must be 0 (no progress timeout) or at least "
+            "1 (seconds; ranks report their phase every 2 s), got '0.5'\n");
+  SpecParseResult neg = Parse("train:\n  progress_timeout_s: -3\n");
+  ASSERT_EQ(neg.problems.size(), 1u) << FormatProblems(neg.problems);
+  EXPECT_EQ(FormatProblem(neg.problems[0]),
+            "job.yaml:2:23: train.progress_timeout_s: must be between 0 and 86400, got '-3'\n");
+  SpecParseResult word = Parse("train:\n  progress_timeout_s: soon\n");
+  ASSERT_EQ(word.problems.size(), 1u) << FormatProblems(word.problems);
+  EXPECT_EQ(FormatProblem(word.problems[0]),
+            "job.yaml:2:23: train.progress_timeout_s: expected a number, got 'soon'\n");
+}
+
 TEST(SpecParser, TrainKeepCheckpoints) {
   // Default 3 (spec/spec.h kDefaultKeepCheckpoints), set explicitly so a
   // stored spec says what it ran with.

@@ -69,7 +69,7 @@ void GradientBuckets::MarkBackwardEnd() {
   if (comm_ != nullptr) backward_end_ = comm_->Now();
 }
 
-StatusOr<CommStats> GradientBuckets::WaitAll() {
+StatusOr<CommStats> GradientBuckets::WaitAll(PhaseTracker* phases, int64_t step) {
   CommStats stats;
   stats.backward_end = backward_end_;
   if (!enabled_) return stats;
@@ -78,6 +78,11 @@ StatusOr<CommStats> GradientBuckets::WaitAll() {
   Status first = error_;
   for (size_t b = 0; b < handles_.size(); ++b) {
     if (!handles_[b]) continue;
+    if (phases != nullptr) {
+      phases->Enter(TrainPhase::kAllReduce, step, static_cast<int32_t>(b + 1),
+                    static_cast<int32_t>(handles_.size()),
+                    buckets_[b].numel * static_cast<int64_t>(sizeof(float)));
+    }
     Status st = handles_[b]->Wait();
     if (!st.ok()) {
       if (first.ok()) first = st;

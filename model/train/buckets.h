@@ -26,6 +26,7 @@
 #include "model/comm/communicator.h"
 #include "model/core/status.h"
 #include "model/nn/params.h"
+#include "model/train/train_phase.h"
 
 namespace dgca {
 
@@ -74,7 +75,9 @@ class GradientBuckets {
   void OnGradReady(int first_complete_param);
   void MarkBackwardEnd();
   // Starts the remaining buckets (when enabled) and waits for all of them.
-  StatusOr<CommStats> WaitAll();
+  // With `phases`, each wait is recorded as all-reduce k/K of optimizer step
+  // `step` with the bucket's bytes (k = the bucket waited for, 1-based).
+  StatusOr<CommStats> WaitAll(PhaseTracker* phases = nullptr, int64_t step = 0);
 
  private:
   void StartBucket(int b);

@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <functional>
+#include <memory>
 #include <thread>
 
 #include "gloo/rendezvous/file_store.h"
@@ -123,6 +124,53 @@ TEST(GradientBucketsTest, StartsOnlyCompleteBucketsAndOnlyWhenEnabled) {
   EXPECT_DOUBLE_EQ(s->allreduce_seconds, 2.0);
   // busbw = bytes / seconds * 2(n-1)/n with n = 2.
   EXPECT_DOUBLE_EQ(s->bus_bandwidth, 256.0 / 2.0);
+}
+
+// While WaitAll waits for bucket b, the phase says all-reduce b+1/K of the
+// step, with that bucket's bytes (what a hang message names).
+class PhaseSeeingComm : public RecordingComm {
+ public:
+  explicit PhaseSeeingComm(const PhaseTracker* t) : tracker(t) {}
+  struct SeeingH : CollectiveHandle {
+    PhaseSeeingComm* comm;
+    Status Wait() override {
+      comm->seen.push_back(comm->tracker->Read());
+      return OkStatus();
+    }
+    double start_time() const override { return 1; }
+    double end_time() const override { return 2; }
+  };
+  StatusOr<std::unique_ptr<CollectiveHandle>> StartAllReduce(float*, size_t, ReduceOp) override {
+    auto h = std::make_unique<SeeingH>();
+    h->comm = this;
+    return std::unique_ptr<CollectiveHandle>(std::move(h));
+  }
+  const PhaseTracker* tracker;
+  std::vector<PhaseSnapshot> seen;
+};
+
+TEST(GradientBucketsTest, WaitAllRecordsWhichAllReduceItWaitsFor) {
+  ParamStore ps = MakeStore({16, 16, 16, 16, 16, 16});
+  PhaseTracker phases;
+  PhaseSeeingComm comm(&phases);
+  GradientBuckets gb(&comm, &ps, 32 * 4 / (1024.0 * 1024.0));  // 32 floats per bucket
+  ASSERT_EQ(gb.buckets().size(), 3u);
+  gb.BeginStep(true);
+  auto s = gb.WaitAll(&phases, 17);
+  ASSERT_TRUE(s.ok());
+  ASSERT_EQ(comm.seen.size(), 3u);
+  for (int k = 0; k < 3; ++k) {
+    EXPECT_EQ(comm.seen[k].phase, TrainPhase::kAllReduce);
+    EXPECT_EQ(comm.seen[k].step, 17);
+    EXPECT_EQ(comm.seen[k].index, k + 1);
+    EXPECT_EQ(comm.seen[k].count, 3);
+    EXPECT_EQ(comm.seen[k].bytes, 32 * 4);
+  }
+  EXPECT_EQ(phases.Read().progress, 3);
+  // Without a tracker (or with nothing to communicate) nothing is recorded.
+  gb.BeginStep(false);
+  ASSERT_TRUE(gb.WaitAll(&phases, 18).ok());
+  EXPECT_EQ(phases.Read().progress, 3);
 }
 
 // A communicator whose collectives fail (as after a lost peer).

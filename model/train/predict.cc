@@ -11,7 +11,8 @@ StatusOr<std::vector<std::vector<int32_t>>> PredictExamples(DgcaModel* model,
                                                             const std::vector<Example>& examples,
                                                             const ConfusionSet* confusion,
                                                             const BatchOptions& opts, int batch_size,
-                                                            int64_t max_samples) {
+                                                            int64_t max_samples,
+                                                            const std::function<void(int64_t, int64_t)>& on_batch) {
   if (batch_size < 1) {
     return InvalidArgumentError("predict: batch size must be >= 1, got " + std::to_string(batch_size));
   }
@@ -19,7 +20,9 @@ StatusOr<std::vector<std::vector<int32_t>>> PredictExamples(DgcaModel* model,
                                     : static_cast<int64_t>(examples.size());
   std::vector<std::vector<int32_t>> out;
   out.reserve(static_cast<size_t>(n));
+  const int64_t batches = (n + batch_size - 1) / batch_size;
   for (int64_t begin = 0; begin < n; begin += batch_size) {
+    if (on_batch) on_batch(begin / batch_size, batches);
     std::vector<int64_t> idx;
     for (int64_t i = begin; i < std::min<int64_t>(n, begin + batch_size); ++i) idx.push_back(i);
     Batch batch = BuildBatch(examples, idx, opts, confusion, /*mft=*/false, /*epoch=*/0);

@@ -13,6 +13,7 @@
 #define DGCA_MODEL_TRAIN_PREDICT_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -30,11 +31,12 @@ class ConfusionSet;
 // the example's row (its source cut to MaxCharsForSeqLen(opts.seq_len,
 // opts.prompt_length)). batch_size must not exceed the model's max_batch.
 // INTERNAL when Predict returns another number of ids than target slots.
-StatusOr<std::vector<std::vector<int32_t>>> PredictExamples(DgcaModel* model,
-                                                            const std::vector<Example>& examples,
-                                                            const ConfusionSet* confusion,
-                                                            const BatchOptions& opts, int batch_size,
-                                                            int64_t max_samples = 0);
+// `on_batch`, when set, is called before each batch with its index (0-based)
+// and the number of batches (the trainer's eval reports it as progress).
+StatusOr<std::vector<std::vector<int32_t>>> PredictExamples(
+    DgcaModel* model, const std::vector<Example>& examples, const ConfusionSet* confusion,
+    const BatchOptions& opts, int batch_size, int64_t max_samples = 0,
+    const std::function<void(int64_t batch, int64_t batches)>& on_batch = nullptr);
 
 // The evaluation metrics (model/core/eval_metrics.h) of `predictions` (as
 // PredictExamples returns them) against examples' targets, each pair cut

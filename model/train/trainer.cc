@@ -94,9 +94,20 @@ Status ValidateConfig(const TrainConfig& c) {
 // identical on all ranks, so no reduction is needed.
 StatusOr<EvalReport> Evaluate(DgcaModel* model, const std::vector<Example>& examples,
                               const ConfusionSet* confusion, const BatchOptions& opts,
-                              int batch_size, int64_t max_samples, int64_t step) {
-  DGCA_ASSIGN_OR_RETURN(std::vector<std::vector<int32_t>> pred,
-                        PredictExamples(model, examples, confusion, opts, batch_size, max_samples));
+                              int batch_size, int64_t max_samples, int64_t step,
+                              PhaseTracker* phases) {
+  // Every batch is progress: a long eval is not a hang.
+  auto on_batch = [&](int64_t b, int64_t batches) {
+    if (phases == nullptr) return;
+    if (b == 0) {
+      phases->Enter(TrainPhase::kEval, step, batches > 0 ? 1 : 0, static_cast<int32_t>(batches));
+    } else {
+      phases->Progress(static_cast<int32_t>(b + 1));
+    }
+  };
+  DGCA_ASSIGN_OR_RETURN(
+      std::vector<std::vector<int32_t>> pred,
+      PredictExamples(model, examples, confusion, opts, batch_size, max_samples, on_batch));
   EvalReport report;
   report.step = step;
   report.metrics = ScorePredictions(examples, pred);
@@ -139,6 +150,12 @@ StatusOr<TrainResult> Train(const TrainConfig& config, Communicator* comm,
   const int world = comm->world_size();
   Logger log(observer, rank);
   const auto run_start = Clock::now();
+  // Where this thread is, for hang diagnosis (model/train/train_phase.h).
+  PhaseTracker* const phases = observer ? observer->phases() : nullptr;
+  auto enter = [phases](TrainPhase p, int64_t step) {
+    if (phases) phases->Enter(p, step);
+  };
+  enter(TrainPhase::kStarting, 0);
 
   // Vocabulary: given, or the one saved next to the checkpoints (so a resumed
   // run keeps its ids), or built from the training data.
@@ -256,7 +273,9 @@ StatusOr<TrainResult> Train(const TrainConfig& config, Communicator* comm,
   }
   if (world > 1) {
     bool changed = false;
+    enter(TrainPhase::kBroadcast, 0);
     DGCA_RETURN_IF_ERROR(device->AdoptRankZeroChoices(comm, &changed));
+    enter(TrainPhase::kStarting, 0);
     if (changed) log("device (rank 0's timed choices adopted): " + device->Describe());
   }
 
@@ -287,6 +306,7 @@ StatusOr<TrainResult> Train(const TrainConfig& config, Communicator* comm,
   }
   if (world > 1) {
     // Every rank starts from rank 0's weights (and optimizer state).
+    enter(TrainPhase::kBroadcast, start_step);
     const auto tb = Clock::now();
     const size_t n = static_cast<size_t>(params.total_numel());
     DGCA_RETURN_IF_ERROR(comm->Broadcast(device->value_buffer(), n, 0));
@@ -350,7 +370,7 @@ StatusOr<TrainResult> Train(const TrainConfig& config, Communicator* comm,
     if (eval_examples.empty()) return OkStatus();
     DGCA_ASSIGN_OR_RETURN(EvalReport er,
                           Evaluate(model, eval_examples, confusion.get(), bopt,
-                                   config.micro_batch, config.max_eval_samples, step));
+                                   config.micro_batch, config.max_eval_samples, step, phases));
     log(EvalLine(er));
     if (observer) observer->OnEval(er);
     result.eval = er.metrics;
@@ -373,6 +393,7 @@ StatusOr<TrainResult> Train(const TrainConfig& config, Communicator* comm,
     if (config.checkpoint_dir.empty() || last_ckpt == step) return OkStatus();
     std::string dir;
     if (rank == 0) {
+      enter(TrainPhase::kCheckpoint, step);
       DGCA_RETURN_IF_ERROR(device->PullToHost());
       CheckpointState st;
       st.step = step;
@@ -389,6 +410,7 @@ StatusOr<TrainResult> Train(const TrainConfig& config, Communicator* comm,
       prune();  // after `latest` names the new one: that one is never deleted
     }
     last_ckpt = step;
+    enter(TrainPhase::kCheckpointBarrier, step);
     return comm->Barrier();  // nobody runs ahead of a half-written checkpoint
   };
 
@@ -409,15 +431,37 @@ StatusOr<TrainResult> Train(const TrainConfig& config, Communicator* comm,
     for (int a = 0; a < acc; ++a) {
       const bool last = a == acc - 1;
       double wait = 0;
+      enter(TrainPhase::kData, step + 1);
       DGCA_ASSIGN_OR_RETURN(Batch batch, loader->Next(&wait));
       rep.data_wait_seconds += wait;
       rep.samples += batch.batch_size;
       if (observer) observer->OnBatch(batch, step + 1, a);
       buckets.BeginStep(last);
       GradReadyFn ready;
-      if (last && config.overlap && world > 1) {
-        ready = [&buckets](int first) { buckets.OnGradReady(first); };
+      const bool overlap = last && config.overlap && world > 1;
+      // Backward's first gradient-ready callback is where forward ended.
+      // The CPU model takes a callback at no cost; a GPU model gives up its
+      // CUDA graphs for one, so there only overlap's callback says it, and
+      // without overlap the phase is forward/backward.
+      // One reference captured: the std::function holds it without
+      // allocating.
+      struct {
+        GradientBuckets* buckets;
+        PhaseTracker* phases;
+        bool overlap;
+        bool in_backward;
+        int64_t step;
+      } cb{&buckets, phases, overlap, false, step + 1};
+      if (overlap || (phases && !device->device_memory())) {
+        ready = [&cb](int first) {
+          if (cb.phases && !cb.in_backward) {
+            cb.in_backward = true;
+            cb.phases->Enter(TrainPhase::kBackward, cb.step);
+          }
+          if (cb.overlap) cb.buckets->OnGradReady(first);
+        };
       }
+      enter(ready || !phases ? TrainPhase::kForward : TrainPhase::kForwardBackward, step + 1);
       DGCA_ASSIGN_OR_RETURN(LossBreakdown lb, model->ForwardBackward(batch, grad_scale, ready));
       if (!std::isfinite(lb.total)) {
         return InternalError("train: loss is not finite at step " + std::to_string(step + 1) +
@@ -433,7 +477,7 @@ StatusOr<TrainResult> Train(const TrainConfig& config, Communicator* comm,
         // exposed communication below starts at the backward's real end.
         if (device->device_memory()) DGCA_RETURN_IF_ERROR(device->FinishStep());
         buckets.MarkBackwardEnd();
-        auto w = buckets.WaitAll();
+        auto w = buckets.WaitAll(phases, step + 1);
         if (!w.ok()) {
           return w.status().WithPrefix("train: gradient all-reduce at step " +
                                        std::to_string(step + 1));
@@ -441,6 +485,7 @@ StatusOr<TrainResult> Train(const TrainConfig& config, Communicator* comm,
         cs = std::move(w).value();
       }
     }
+    enter(TrainPhase::kOptimizer, step + 1);
     rep.loss = sum.total / acc;
     rep.loss_by_head = {{"fusion", sum.fusion / acc},
                         {"mft", sum.mft / acc},

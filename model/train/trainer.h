@@ -18,6 +18,7 @@
 #include "model/core/config.h"
 #include "model/core/status.h"
 #include "model/train/train_device.h"
+#include "model/train/train_phase.h"
 
 namespace dgca {
 
@@ -74,6 +75,10 @@ class TrainObserver {
   // of checkpoint_every (0 = none). Every rank must return the same step
   // before reaching it (the coordinator picks it far enough ahead).
   virtual int64_t CheckpointAtStep() { return 0; }
+  // Where Train() records its phase (model/train/train_phase.h: data wait,
+  // forward, backward, all-reduce k/K, optimizer, checkpoint, eval), for
+  // another thread to read; null = not recorded. Asked once, at the start.
+  virtual PhaseTracker* phases() { return nullptr; }
 };
 
 struct TrainResult {

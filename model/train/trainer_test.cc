@@ -60,6 +60,66 @@ TEST(TrainerTest, LossFallsOnTrainLaw) {
   EXPECT_TRUE(step_line);
 }
 
+// The phases a single rank goes through, as another thread would read them:
+// data before each micro-batch (OnBatch runs inside it), forward and
+// backward for each (the CPU model's first gradient callback starts
+// backward), the optimizer before the step's report, the checkpoint while
+// rank 0 writes it, eval batch by batch.
+class PhaseRecorder : public Recorder {
+ public:
+  PhaseTracker* phases() override { return &tracker; }
+  void OnBatch(const Batch&, int64_t step, int micro) override {
+    at_batch.push_back(tracker.Read());
+    EXPECT_EQ(at_batch.back().step, step) << micro;
+  }
+  void OnStep(const StepReport& r) override {
+    Recorder::OnStep(r);
+    at_step.push_back(tracker.Read());
+  }
+  void OnEval(const EvalReport& r) override {
+    Recorder::OnEval(r);
+    at_eval.push_back(tracker.Read());
+  }
+  void OnCheckpoint(const std::string&, int64_t) override { at_checkpoint.push_back(tracker.Read()); }
+  PhaseTracker tracker;
+  std::vector<PhaseSnapshot> at_batch, at_step, at_eval, at_checkpoint;
+};
+
+TEST(TrainerTest, PhasesFollowTheStep) {
+  if (!HaveData()) GTEST_SKIP() << "no " << DataDir() << "/ecspell/train_law.txt";
+  TrainConfig c = TinyConfig();
+  c.steps = 4;
+  c.micro_batch = 8;
+  c.accumulation = 2;
+  c.eval_path = DataDir() + "/ecspell/test_law.txt";
+  c.max_eval_samples = 20;  // 3 batches of 8
+  c.checkpoint_dir = TempDir();
+  c.checkpoint_every = 2;
+  PhaseRecorder rec;
+  auto r = Train(c, nullptr, &rec);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(rec.at_batch.size(), 8u);
+  for (const PhaseSnapshot& s : rec.at_batch) EXPECT_EQ(s.phase, TrainPhase::kData);
+  ASSERT_EQ(rec.at_step.size(), 4u);
+  for (size_t i = 0; i < rec.at_step.size(); ++i) {
+    EXPECT_EQ(rec.at_step[i].phase, TrainPhase::kOptimizer);
+    EXPECT_EQ(rec.at_step[i].step, static_cast<int64_t>(i + 1));
+  }
+  // Per micro-batch data, forward, backward; then the optimizer: 7 for
+  // accumulation 2 (steps 2 -> 3: the checkpoint of step 2 and its
+  // barrier come in between).
+  EXPECT_EQ(rec.at_step[1].progress - rec.at_step[0].progress, 7);
+  EXPECT_EQ(rec.at_step[2].progress - rec.at_step[1].progress, 7 + 2);
+  ASSERT_EQ(rec.at_checkpoint.size(), 2u);
+  EXPECT_EQ(rec.at_checkpoint[0].phase, TrainPhase::kCheckpoint);
+  EXPECT_EQ(rec.at_checkpoint[0].step, 2);
+  ASSERT_EQ(rec.at_eval.size(), 1u);
+  EXPECT_EQ(rec.at_eval[0].phase, TrainPhase::kEval);
+  EXPECT_EQ(rec.at_eval[0].step, 4);
+  EXPECT_EQ(rec.at_eval[0].index, 3);  // its last batch
+  EXPECT_EQ(rec.at_eval[0].count, 3);
+}
+
 class ResumeTest : public ::testing::TestWithParam<int> {};
 
 TEST_P(ResumeTest, StopAndResumeIsBitExact) {

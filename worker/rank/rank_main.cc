@@ -33,6 +33,7 @@
 #include "worker/rank/gpu_metrics.h"
 #include "worker/rank/process_memory.h"
 #include "worker/rank/grpc_store.h"
+#include "worker/rank/rank_phase_report.h"
 #include "worker/rank/train_config.h"
 
 namespace dgca {
@@ -230,8 +231,24 @@ class MetricsSender {
 class RankObserver : public TrainObserver {
  public:
   RankObserver(const RankArgs& a, MetricsSender* sender, std::atomic<bool>* stop,
-               std::atomic<int64_t>* step, std::atomic<int64_t>* checkpoint_at, GpuMetrics* gpu)
-      : a_(a), sender_(sender), stop_(stop), step_(step), checkpoint_at_(checkpoint_at), gpu_(gpu) {}
+               std::atomic<int64_t>* step, std::atomic<int64_t>* checkpoint_at, GpuMetrics* gpu,
+               PhaseTracker* phases, DataStallHook stall)
+      : a_(a), sender_(sender), stop_(stop), step_(step), checkpoint_at_(checkpoint_at), gpu_(gpu),
+        phases_(phases), stall_(stall) {}
+
+  PhaseTracker* phases() override { return phases_; }
+  // DGCA_TEST_DATA_STALL (worker/rank/rank_phase_report.h): the trainer
+  // calls OnBatch before it leaves its data phase, so waiting here is a
+  // loader that has not delivered yet.
+  void OnBatch(const Batch&, int64_t step, int micro) override {
+    if (stall_.rank != a_.rank || stall_.step != step || micro != 0) return;
+    Log(a_.rank, "DGCA_TEST_DATA_STALL: holding the data of step %d for %.1f s (test only)", step,
+        stall_.seconds);
+    const auto end = Clock::now() + std::chrono::duration<double>(stall_.seconds);
+    while (Clock::now() < end && !StopRequested()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
 
   void OnStep(const StepReport& r) override {
     step_->store(r.step);
@@ -312,6 +329,8 @@ class RankObserver : public TrainObserver {
   std::atomic<int64_t>* step_;
   std::atomic<int64_t>* checkpoint_at_;  // from the heartbeats (0 = none)
   GpuMetrics* gpu_;
+  PhaseTracker* phases_;
+  DataStallHook stall_;
   // A value read at most once per second (the first call always reads; a
   // reading of -1, unknown, is kept as any other).
   class OncePerSecond {
@@ -339,7 +358,7 @@ class RankObserver : public TrainObserver {
 // as it is measured), every row sent to the coordinator and logged like a
 // line of nccl-tests. Returns the exit code.
 int RunProbe(const RankArgs& a, const v1::JobSpec& spec, Communicator* comm,
-             MetricsSender* sender, RankObserver* observer) {
+             MetricsSender* sender, RankObserver* observer, PhaseTracker* phases) {
   std::vector<size_t> sizes;
   for (int64_t b : spec.probe().sizes_bytes()) sizes.push_back(static_cast<size_t>(b));
   if (sizes.empty()) sizes = DefaultProbeSizes();
@@ -363,7 +382,11 @@ int RunProbe(const RankArgs& a, const v1::JobSpec& spec, Communicator* comm,
   }
   Log(a.rank, "%12s %12s %8s %12s %10s %10s", "size(B)", "count", "iters", "time(us)",
       "algbw GB/s", "busbw GB/s");
-  for (size_t bytes : sizes) {
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const size_t bytes = sizes[i];
+    // Each size is progress: a long sweep is not a hang.
+    phases->Enter(TrainPhase::kAllReduce, 0, static_cast<int32_t>(i + 1),
+                  static_cast<int32_t>(sizes.size()), static_cast<int64_t>(bytes));
     if (observer->StopRequested()) {
       Log(a.rank, "comm probe stopped before %d bytes", bytes);
       return kExitStopped;
@@ -477,6 +500,20 @@ int RunRank(const RankArgs& a) {
       cfg->accumulation, cfg->steps, cfg->threads,
       cfg->resume_from.empty() ? "" : absl::StrCat(", resuming from ", cfg->resume_from));
 
+  // The training thread's phase, sent with every heartbeat (hang diagnosis,
+  // docs/operations.md "Hangs").
+  PhaseTracker phases;
+  phases.Enter(TrainPhase::kStarting, 0);
+  DataStallHook stall;
+  if (const char* v = getenv("DGCA_TEST_DATA_STALL"); v != nullptr && *v) {
+    auto h = ParseDataStallHook(v);
+    if (!h.ok()) {
+      Log(a.rank, "error: %s", h.status().message());
+      return kExitUsage;
+    }
+    stall = *h;
+  }
+
   std::atomic<bool> stop{false};
   std::atomic<bool> done{false};
   std::atomic<bool> unreachable{false};
@@ -518,6 +555,8 @@ int RunRank(const RankArgs& a) {
       req.set_rank(a.rank);
       req.set_attempt(a.attempt);
       req.set_step(step.load());
+      *req.mutable_phase() = RankPhaseOf(phases.Read());
+      req.set_heartbeat_interval_seconds(a.heartbeat_interval_s);
       v1::RankHeartbeatResponse resp;
       grpc::Status s = stub->Heartbeat(&ctx, req, &resp);
       if (s.ok()) {
@@ -587,7 +626,7 @@ int RunRank(const RankArgs& a) {
   if (gpu->device() >= 0 && !gpu->available()) {
     Log(a.rank, "GPU %d metrics unavailable: %s", gpu->device(), gpu->error());
   }
-  RankObserver observer(a, &sender, &stop, &step, &checkpoint_at, gpu.get());
+  RankObserver observer(a, &sender, &stop, &step, &checkpoint_at, gpu.get(), &phases, stall);
 
   // The CUDA trainer's context comes first: NCCL orders its collectives
   // after the model's stream (NcclOptions::compute_stream).
@@ -665,6 +704,7 @@ int RunRank(const RankArgs& a) {
 #endif
     Log(a.rank, "joining the NCCL rendezvous (%d ranks, timeout %.0f s)", world,
         cfg->comm_timeout_s);
+    phases.Enter(TrainPhase::kRendezvous, 0);
     auto c = MakeNcclCommunicator(MakeGlooKeyValueStore(store), a.rank, world, no);
     if (!c.ok()) {
       Log(a.rank, "error: cannot build the NCCL communicator: %s", c.status().ToString());
@@ -696,6 +736,7 @@ int RunRank(const RankArgs& a) {
     }
     Log(a.rank, "joining the Gloo rendezvous (%d ranks, %s, timeout %.0f s)", world,
         go.iface.empty() ? go.hostname : "iface " + go.iface, cfg->comm_timeout_s);
+    phases.Enter(TrainPhase::kRendezvous, 0);
     auto c = MakeGlooCommunicator(store, a.rank, world, go);
     if (!c.ok()) {
       Log(a.rank, "error: cannot build the Gloo communicator: %s", c.status().ToString());
@@ -706,7 +747,7 @@ int RunRank(const RankArgs& a) {
   }
 
   if (probe) {
-    int code = RunProbe(a, asg.spec(), comm.get(), &sender, &observer);
+    int code = RunProbe(a, asg.spec(), comm.get(), &sender, &observer, &phases);
     finish_heartbeat();
     if (code == 0) {
       comm.reset();
@@ -772,12 +813,16 @@ int RunRank(const RankArgs& a) {
     // list it among the ranks that failed.
     code = unreachable.load() ? kExitUnreachable : !reason.empty() && !rejected.load() ? kExitStopped : kExitFailed;
   }
-  finish_heartbeat();
   if (code == 0) {
+    // Heartbeats go on through the teardown barrier: a peer that never
+    // arrives shows this rank "finishing", not silent.
+    phases.Enter(TrainPhase::kFinishing, step.load());
     // The communicator barriers with its peers before closing its sockets.
     comm.reset();
+    finish_heartbeat();
     sender.Close(std::chrono::seconds(10));
   } else {
+    finish_heartbeat();
     // Stopped or failed: the peers may be inside a collective this rank will
     // never join, so the teardown barrier would only wait out the timeout.
     AbandonUntilExit(std::move(comm));
