@@ -296,6 +296,8 @@ int CmdStatus(const GlobalOptions& g, Io io, const std::string& job_id, bool jso
   io.out << "created  " << Age(j.created_unix_ms()) << ", updated " << Age(j.updated_unix_ms())
          << (j.restarts() > 0 ? absl::StrCat(", ", j.restarts(), " restart(s)") : "") << "\n";
   io.out << "progress " << ProgressLine(p) << "\n";
+  io.out << "ran      " << StatusRunLine(j, static_cast<int64_t>(std::time(nullptr)) * 1000) << "\n";
+  if (const std::string loss = StatusLossLine(j); !loss.empty()) io.out << "loss     " << loss << "\n";
   const v1::Plan& plan = resp.plan();
   if (plan.ranks() > 0) {
     io.out << absl::StrFormat("plan     %d rank(s) %s/%s, micro_batch %d x accumulation %d, %s\n",
