@@ -159,7 +159,10 @@ std::string RankRows(const v1::Job& job, const std::map<int, v1::StepMetrics>& l
                                                : "-",
                     p.step_seconds() > 0 ? absl::StrFormat("%.3f", p.step_seconds()) : "-",
                     exited ? "-" : absl::StrFormat("%.1fs", p.heartbeat_age_seconds()),
-                    exited ? absl::StrCat(p.exit_code()) : "-", absl::StrCat(p.restarts())});
+                    !exited          ? "-"
+                    : p.signal() != 0 ? SignalAbbrev(p.signal())
+                                      : absl::StrCat(p.exit_code()),
+                    absl::StrCat(p.restarts())});
   }
   return TextTable(rows);
 }
