@@ -13,6 +13,7 @@
 #include "cli/app.h"
 #include "cli/client.h"
 #include "cli/format.h"
+#include "model/core/json.h"
 
 namespace dgca {
 namespace cli {
@@ -54,7 +55,18 @@ TEST(CliFormatTest, DurationAndProgressLine) {
   p.has_loss = true;
   p.eta_seconds = 30;
   std::string line = ProgressLine(p, 4);
-  EXPECT_EQ(line, "RUNNING  step 5/20 [#...]  25%  12.5 samples/s  loss 3.2500  ETA 30s");
+  EXPECT_EQ(line, "RUNNING  step 5/20 [#...]  25%  12.5 samples/s  last-step loss 3.2500  ETA 30s");
+  // An ended job's final loss wins over its last step's.
+  v1::Job job;
+  job.set_state(v1::SUCCEEDED);
+  job.set_step(20);
+  job.set_total_steps(20);
+  job.set_loss(3.5);
+  job.set_final_loss(3.125);
+  job.set_final_loss_steps(10);
+  job.set_final_loss_ranks(2);
+  EXPECT_EQ(ProgressLine(ComputeProgress(job, {}), 0),
+            "SUCCEEDED  step 20/20 100%  final loss 3.1250 (last 10 steps)");
 }
 
 TEST(CliFormatTest, ProgressFromRankSamples) {
@@ -121,6 +133,44 @@ TEST(CliFormatTest, JsonUsesProtoNamesAndEnumNames) {
   EXPECT_NE(j.find("\"state\": \"SUCCEEDED\""), std::string::npos) << j;
   EXPECT_NE(j.find("\"total_steps\""), std::string::npos) << j;
   EXPECT_NE(j.find("\"restarts\": 0"), std::string::npos) << j;
+}
+
+// 64-bit integers are JSON numbers wherever they are (proto3 JSON prints
+// them as strings); everything else as protobuf prints it.
+TEST(CliFormatTest, JsonPrints64BitIntegersAsNumbers) {
+  v1::Job job;
+  job.set_id("j1");
+  job.set_step(12);
+  job.set_total_steps(40);
+  job.set_created_unix_ms(1'795'876'000'123);
+  job.set_restarts(1);
+  job.set_loss(4.0367125);
+  job.set_message("quote \" and\nnewline");
+  job.mutable_spec()->mutable_train()->set_seed(18'446'744'073'709'551'615ull);  // uint64 max
+  job.mutable_spec()->mutable_probe()->add_sizes_bytes(1024);
+  job.mutable_spec()->mutable_probe()->add_sizes_bytes(1 << 20);
+  (*job.mutable_eval())["sentence_correction_f1"] = 0.5;
+  job.add_loss_curve()->set_step(7);
+  job.mutable_plan_check()->set_samples(-3);
+  const std::string j = ToJson(job);
+  for (const char* want : {"\"step\": 12", "\"total_steps\": 40", "\"created_unix_ms\": 1795876000123",
+                           "\"restarts\": 1", "\"seed\": 18446744073709551615", "\"samples\": -3",
+                           "\"state\": \"JOB_STATE_UNSPECIFIED\"", "\"loss\": 4.0367125",
+                           "\"sentence_correction_f1\": 0.5"}) {
+    EXPECT_NE(j.find(want), std::string::npos) << want << "\n" << j;
+  }
+  EXPECT_EQ(j.find("\"12\""), std::string::npos) << j;
+  auto parsed = ParseJson(j, "ToJson");
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString() << "\n" << j;
+  EXPECT_EQ(parsed->Find("message")->string, "quote \" and\nnewline");
+  const JsonValue* sizes = parsed->Find("spec")->Find("probe")->Find("sizes_bytes");
+  ASSERT_TRUE(sizes && sizes->is_array() && sizes->array.size() == 2) << j;
+  EXPECT_TRUE(sizes->array[1].is_number());
+  EXPECT_EQ(sizes->array[1].integer, 1 << 20);
+  const JsonValue* curve = parsed->Find("loss_curve");
+  ASSERT_TRUE(curve && curve->is_array() && curve->array.size() == 1) << j;
+  EXPECT_TRUE(curve->array[0].Find("step")->is_number()) << j;
+  EXPECT_TRUE(parsed->Find("ranks")->is_array());
 }
 
 TEST(CliExitCodeTest, Mapping) {

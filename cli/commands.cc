@@ -161,7 +161,10 @@ std::string RankRows(const v1::Job& job, const std::map<int, v1::StepMetrics>& l
                                                : "-",
                     p.step_seconds() > 0 ? absl::StrFormat("%.3f", p.step_seconds()) : "-",
                     exited ? "-" : absl::StrFormat("%.1fs", p.heartbeat_age_seconds()),
-                    exited ? absl::StrCat(p.exit_code()) : "-", absl::StrCat(p.restarts())});
+                    !exited          ? "-"
+                    : p.signal() != 0 ? SignalAbbrev(p.signal())
+                                      : absl::StrCat(p.exit_code()),
+                    absl::StrCat(p.restarts())});
   }
   return TextTable(rows);
 }
@@ -298,6 +301,8 @@ int CmdStatus(const GlobalOptions& g, Io io, const std::string& job_id, bool jso
   io.out << "created  " << Age(j.created_unix_ms()) << ", updated " << Age(j.updated_unix_ms())
          << (j.restarts() > 0 ? absl::StrCat(", ", j.restarts(), " restart(s)") : "") << "\n";
   io.out << "progress " << ProgressLine(p) << "\n";
+  io.out << "ran      " << StatusRunLine(j, static_cast<int64_t>(std::time(nullptr)) * 1000) << "\n";
+  if (const std::string loss = StatusLossLine(j); !loss.empty()) io.out << "loss     " << loss << "\n";
   const v1::Plan& plan = resp.plan();
   if (plan.ranks() > 0) {
     io.out << absl::StrFormat("plan     %d rank(s) %s/%s, micro_batch %d x accumulation %d, %s\n",

@@ -3,6 +3,7 @@
 // `dgca status` has it whole).
 #include "cli/list.h"
 
+#include <algorithm>
 #include <ctime>
 
 #include "absl/strings/ascii.h"
@@ -97,20 +98,45 @@ int CmdList(const GlobalOptions& g, Io io, const ListOptions& o) {
     io.out << ToJson(resp);
     return kExitOk;
   }
-  std::vector<std::vector<std::string>> rows = {
-      {"JOB", "NAME", "STATE", "STEP", "LOSS", "SAMPLES/S", "CREATED", "MESSAGE"}};
-  for (const auto& j : resp.jobs()) {
+  io.out << ListTable(resp.jobs(), static_cast<int64_t>(std::time(nullptr)) * 1000);
+  return kExitOk;
+}
+
+std::string ListTable(const google::protobuf::RepeatedPtrField<v1::Job>& jobs,
+                      int64_t now_unix_ms) {
+  std::vector<std::vector<std::string>> rows = {{"JOB", "NAME", "STATE", "STEP", "LOSS", "START",
+                                                 "END", "ELAPSED", "EXIT", "PEAK MEM", "MESSAGE"}};
+  bool marked = false;
+  for (const auto& j : jobs) {
     Progress p = ComputeProgress(j, {});
+    const std::string loss = LossCell(j);
+    marked = marked || (!loss.empty() && loss.back() == '*');
     rows.push_back({j.id(), j.name(), StateName(j.state()),
                     p.total_steps > 0 ? absl::StrCat(p.step, "/", p.total_steps)
                                       : absl::StrCat(p.step),
-                    j.step() > 0 ? absl::StrFormat("%.4f", j.loss()) : "-",
-                    j.samples_per_second() > 0 ? absl::StrFormat("%.1f", j.samples_per_second())
-                                               : "-",
-                    Age(j.created_unix_ms()), OneLine(j.message())});
+                    loss, ShortTime(j.started_unix_ms(), now_unix_ms),
+                    ShortTime(j.ended_unix_ms(), now_unix_ms),
+                    ElapsedCell(j, now_unix_ms), ExitCell(j), HumanBytes(j.peak_memory_bytes()),
+                    j.message()});
   }
-  io.out << TextTable(rows);
-  return kExitOk;
+  // The message gets what is left of kListWidth columns (at least
+  // kMinMessage characters, "..." included), cut to one line: the table
+  // stays one row per job, `dgca status` has the message whole.
+  size_t used = 0;
+  for (size_t c = 0; c + 1 < rows[0].size(); ++c) {
+    size_t widest = 0;
+    for (const auto& row : rows) widest = std::max(widest, row[c].size());  // as TextTable pads
+    used += widest + 2;
+  }
+  const size_t width = used + kMinMessage < kListWidth ? kListWidth - used : kMinMessage;
+  for (size_t r = 1; r < rows.size(); ++r) {
+    std::string& m = rows[r].back();
+    // OneLine adds "..." to what it cuts: cut 3 short of the width.
+    if (OneLine(m, width) != m) m = OneLine(m, width - 3);
+  }
+  std::string out = TextTable(rows);
+  if (marked) absl::StrAppend(&out, kLastStepMark, "\n");
+  return out;
 }
 
 }  // namespace cli

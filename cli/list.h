@@ -2,6 +2,7 @@
 #ifndef DGCA_CLI_LIST_H_
 #define DGCA_CLI_LIST_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -23,6 +24,17 @@ absl::StatusOr<std::vector<v1::JobState>> ParseStates(const std::vector<std::str
 // "2026-11-28T14:05:09"); the unix time in ms it means. INVALID_ARGUMENT
 // saying what would be valid.
 absl::StatusOr<int64_t> ParseSince(const std::string& value, int64_t now_unix_ms);
+
+// The `dgca list` table (docs/cli.md): JOB NAME STATE STEP LOSS START END
+// ELAPSED EXIT "PEAK MEM" MESSAGE, one row per job; the message cut to one
+// line and to what the other columns leave of kListWidth (at least
+// kMinMessage); a legend line after the table when a LOSS cell is a last
+// step's (marked '*'). `now_unix_ms` ends an active job's ELAPSED and
+// decides whether START and END need their date (ShortTime).
+constexpr size_t kListWidth = 120;
+constexpr size_t kMinMessage = 16;
+std::string ListTable(const google::protobuf::RepeatedPtrField<v1::Job>& jobs,
+                      int64_t now_unix_ms);
 
 }  // namespace cli
 }  // namespace dgca

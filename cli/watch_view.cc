@@ -99,7 +99,13 @@ std::string RenderWatch(const WatchInput& in, int bar_width) {
   if (step_s > 0) absl::StrAppendFormat(&out, "  %.3f s/step", step_s / in.ranks.size());
   out += "\n";
 
-  absl::StrAppend(&out, "loss      ", p.has_loss ? absl::StrFormat("%.4f", p.loss) : "-");
+  // The step losses while training; once the job has its final loss
+  // (docs/metrics.md "Final loss"), that one, said as such.
+  absl::StrAppend(&out, "loss      ",
+                  !p.has_loss        ? std::string("-")
+                  : p.loss_is_final ? absl::StrFormat("final %.4f (mean of the last %d steps)", p.loss,
+                                                      p.final_loss_steps)
+                                    : absl::StrFormat("%.4f", p.loss));
   std::string spark = Sparkline(in.losses, 30);
   if (!spark.empty()) {
     absl::StrAppendFormat(&out, "  %s  (last %d steps)", spark,

@@ -143,6 +143,33 @@ void FillProgress(const JobRt& rt, Clock::TimePoint now, v1::Job* job) {
   if (rt.plan_check.samples() > 0) *job->mutable_plan_check() = rt.plan_check;
   job->mutable_loss_curve()->Assign(rt.loss_curve.points().begin(), rt.loss_curve.points().end());
   if (!rt.launcher.kind().empty()) *job->mutable_launcher() = rt.launcher;
+  if (rt.final_loss.has_value()) {
+    job->set_final_loss(*rt.final_loss);
+    job->set_final_loss_steps(rt.final_loss_steps);
+    job->set_final_loss_ranks(rt.final_loss_ranks);
+  } else {
+    job->clear_final_loss();
+  }
+  if (rt.exit.has_value()) {
+    *job->mutable_exit() = *rt.exit;
+  } else {
+    job->clear_exit();
+  }
+  job->set_peak_memory_bytes(rt.peak_memory_bytes);
+}
+
+double RankMemoryOf(const v1::StepMetrics& m, int local_device) {
+  if (local_device >= 0 && m.gpu_memory_used_bytes() > 0) return m.gpu_memory_used_bytes();
+  return m.host_memory_peak_bytes() > 0 ? m.host_memory_peak_bytes() : 0;
+}
+
+v1::JobExit ExitOf(const JobRt& rt, v1::JobState state) {
+  v1::JobExit e;
+  e.set_rank(-1);
+  if (state == v1::SUCCEEDED) return e;
+  if (state == v1::FAILED && rt.rank_failure.has_value()) e = *rt.rank_failure;
+  e.set_failed(true);
+  return e;
 }
 
 }  // namespace dgca

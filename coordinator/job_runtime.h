@@ -144,7 +144,28 @@ struct JobRt {
   // written (coordinator/replan.h); at most once per job (replanned).
   std::optional<v1::Plan> replan;
   bool replanned = false;
+  // Job.final_loss and its N and ranks, from the ranks' TrainFinished.
+  std::optional<double> final_loss;
+  int final_loss_steps = 0;
+  int final_loss_ranks = 0;
+  // The first rank of the current attempt whose end was a failure (not
+  // our own stop): the job's exit if it fails (Job.exit). Cleared by each
+  // launch.
+  std::optional<v1::JobExit> rank_failure;
+  // Job.exit, set when the job ends (ExitOf).
+  std::optional<v1::JobExit> exit;
+  double peak_memory_bytes = 0;  // Job.peak_memory_bytes
 };
+
+// The memory a step sample says its rank holds: the GPU's used memory for
+// a rank with a GPU (local_device >= 0) when reported, else the process's
+// peak resident set; 0 when neither is reported.
+double RankMemoryOf(const v1::StepMetrics& m, int local_device);
+
+// Job.exit of a job ending in `state`: rank -1 code 0 for SUCCEEDED; the
+// recorded rank failure (rt.rank_failure) for FAILED when there is one;
+// else rank -1 with failed set.
+v1::JobExit ExitOf(const JobRt& rt, v1::JobState state);
 
 // Whether the job's ranks run in a Slurm allocation (resources.launcher).
 bool UsesSlurm(const v1::JobSpec& spec);
@@ -178,7 +199,8 @@ std::string StallOf(const JobRt& rt, Clock::TimePoint now, double timeout_s);
 // The job's progress as Job carries it: step = min over ranks,
 // samples_per_second = sum over running ranks, loss = mean,
 // eta = (steps - step) x mean step_seconds, and every rank's progress
-// (heartbeat age and phase against `now`), eval, plan check and loss curve.
+// (heartbeat age and phase against `now`), eval, plan check, loss curve,
+// final loss, exit (once ended) and peak memory.
 void FillProgress(const JobRt& rt, Clock::TimePoint now, v1::Job* job);
 
 }  // namespace dgca

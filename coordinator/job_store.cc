@@ -35,9 +35,15 @@ using store_internal::Txn;
 
 namespace {
 
+// started_ms and ended_ms (Job.started_unix_ms, ended_unix_ms) come from
+// the job's events: its first RUNNING one, its first in a final state. The
+// events are durable and written with each state change, so the two need
+// no column of their own and survive a coordinator restart as they are.
 constexpr char kJobColumns[] =
     "id, name, state, spec, spec_yaml, message, created_ms, updated_ms, restarts, eval, "
-    "last_step, plan";
+    "last_step, plan, "
+    "(SELECT MIN(e.time_ms) FROM events e WHERE e.job_id=jobs.id AND e.state=3), "
+    "(SELECT MIN(e.time_ms) FROM events e WHERE e.job_id=jobs.id AND e.state IN (4,5,6))";
 
 // What to do with a damaged store: its file named, nothing overwritten.
 std::string RecoveryHint(const std::string& path) {
@@ -118,6 +124,15 @@ absl::Status ReadJobRow(Stmt& s, const std::string& path, StoredJob* out) {
   if (eval_holder.has_plan_check()) *j.mutable_plan_check() = eval_holder.plan_check();
   *j.mutable_loss_curve() = eval_holder.loss_curve();
   if (eval_holder.has_launcher()) *j.mutable_launcher() = eval_holder.launcher();
+  if (eval_holder.has_final_loss()) {
+    j.set_final_loss(eval_holder.final_loss());
+    j.set_final_loss_steps(eval_holder.final_loss_steps());
+    j.set_final_loss_ranks(eval_holder.final_loss_ranks());
+  }
+  if (eval_holder.has_exit()) *j.mutable_exit() = eval_holder.exit();
+  j.set_peak_memory_bytes(eval_holder.peak_memory_bytes());
+  j.set_started_unix_ms(s.Int(12));  // NULL (no such event) reads 0
+  j.set_ended_unix_ms(s.Int(13));
   j.set_step(s.Int(10));
   j.set_total_steps(j.spec().train().steps());
   std::string plan = s.Str(11);
@@ -525,6 +540,13 @@ absl::Status JobStore::SetProgress(const std::string& id, const v1::Job& progres
   if (progress.has_plan_check()) *holder.mutable_plan_check() = progress.plan_check();
   *holder.mutable_loss_curve() = progress.loss_curve();
   if (progress.has_launcher()) *holder.mutable_launcher() = progress.launcher();
+  if (progress.has_final_loss()) {
+    holder.set_final_loss(progress.final_loss());
+    holder.set_final_loss_steps(progress.final_loss_steps());
+    holder.set_final_loss_ranks(progress.final_loss_ranks());
+  }
+  if (progress.has_exit()) *holder.mutable_exit() = progress.exit();
+  holder.set_peak_memory_bytes(progress.peak_memory_bytes());
   Stmt upd(db_, "UPDATE jobs SET last_step=?, eval=?, updated_ms=? WHERE id=?");
   upd.Bind(1, progress.step()).Bind(2, holder.SerializeAsString()).Bind(3, NowUnixMs()).BindText(4, id);
   if (upd.Step() != SQLITE_DONE) return Error("storing progress");

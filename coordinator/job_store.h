@@ -49,7 +49,7 @@ struct sqlite3;
 namespace dgca {
 
 struct StoredJob {
-  v1::Job job;      // id, name, state, spec, spec_yaml, times, message, eval, restarts, step
+  v1::Job job;      // id, name, state, spec, spec_yaml, times, message, eval, restarts, step, progress
   v1::Plan plan;    // Empty until planned.
   bool has_plan = false;
 };
@@ -182,8 +182,11 @@ class JobStore {
   // other: it would count the restart twice).
   absl::StatusOr<v1::JobEvent> RecordRestart(const std::string& id, int32_t restarts,
                                              const std::string& message);
-  // Persists progress: step, eval, ranks, loss, samples_per_second and
-  // eta_seconds of `progress` (other fields ignored).
+  // Persists progress: step, eval, ranks, loss, samples_per_second,
+  // eta_seconds, plan_check, loss_curve, launcher, final_loss (with its
+  // steps and ranks), exit and peak_memory_bytes of `progress` (other
+  // fields ignored). GetJob and ListJobs read them back, with
+  // started_unix_ms and ended_unix_ms from the job's events.
   absl::Status SetProgress(const std::string& id, const v1::Job& progress);
 
   absl::StatusOr<StoredJob> GetJob(const std::string& id);

@@ -183,6 +183,70 @@ TEST(JobStore, AllocationsAndLauncherStateSurviveAReopen) {
   EXPECT_EQ(got->job.launcher().state(), "RUNNING");
 }
 
+// The ended job's facts (final loss, exit, peak memory) live in the
+// progress blob, its start and end in its events: all survive a reopen,
+// and a job that never ran nor ended has neither time.
+TEST(JobStore, FinalLossExitPeakAndTimesSurviveAReopen) {
+  const std::string dir = TempDir(), path = dir + "/dgca.db";
+  std::string id, idle;
+  {
+    auto store = JobStore::Open(path);
+    ASSERT_TRUE(store.ok()) << store.status();
+    auto j = (*store)->CreateJob(Spec("done"), "");
+    ASSERT_TRUE(j.ok());
+    id = j->id();
+    idle = (*store)->CreateJob(Spec("queued"), "")->id();
+    ASSERT_TRUE((*store)->SetState(id, v1::PLANNING, "planning").ok());
+    auto running = (*store)->SetState(id, v1::RUNNING, "running 2 ranks");
+    ASSERT_TRUE(running.ok());
+    // A later RUNNING event (a re-adoption) does not move the start.
+    ASSERT_TRUE((*store)->SetState(id, v1::RUNNING, "restarted", "info").ok());
+    v1::Job progress;
+    progress.set_final_loss(4.0367125);
+    progress.set_final_loss_steps(10);
+    progress.set_final_loss_ranks(2);
+    progress.mutable_exit()->set_rank(1);
+    progress.mutable_exit()->set_signal(9);
+    progress.mutable_exit()->set_failed(true);
+    progress.set_peak_memory_bytes(4.5e8);
+    ASSERT_TRUE((*store)->SetProgress(id, progress).ok());
+    auto ended = (*store)->SetState(id, v1::FAILED, "rank 1 was killed");
+    ASSERT_TRUE(ended.ok());
+    auto got = (*store)->GetJob(id);
+    ASSERT_TRUE(got.ok());
+    EXPECT_EQ(got->job.started_unix_ms(), running->time_unix_ms());
+    EXPECT_EQ(got->job.ended_unix_ms(), ended->time_unix_ms());
+  }
+  auto store = JobStore::Open(path);
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto got = (*store)->GetJob(id);
+  ASSERT_TRUE(got.ok()) << got.status();
+  const v1::Job& j = got->job;
+  ASSERT_TRUE(j.has_final_loss());
+  EXPECT_EQ(j.final_loss(), 4.0367125);
+  EXPECT_EQ(j.final_loss_steps(), 10);
+  EXPECT_EQ(j.final_loss_ranks(), 2);
+  EXPECT_EQ(j.exit().rank(), 1);
+  EXPECT_EQ(j.exit().signal(), 9);
+  EXPECT_TRUE(j.exit().failed());
+  EXPECT_EQ(j.peak_memory_bytes(), 4.5e8);
+  EXPECT_GT(j.started_unix_ms(), 0);
+  EXPECT_GE(j.ended_unix_ms(), j.started_unix_ms());
+  // The list reads the same.
+  auto listed = (*store)->ListJobs({v1::FAILED}, 0);
+  ASSERT_TRUE(listed.ok());
+  ASSERT_EQ(listed->size(), 1u);
+  EXPECT_EQ((*listed)[0].started_unix_ms(), j.started_unix_ms());
+  EXPECT_EQ((*listed)[0].ended_unix_ms(), j.ended_unix_ms());
+  EXPECT_EQ((*listed)[0].final_loss(), 4.0367125);
+  auto queued = (*store)->GetJob(idle);
+  ASSERT_TRUE(queued.ok());
+  EXPECT_EQ(queued->job.started_unix_ms(), 0);
+  EXPECT_EQ(queued->job.ended_unix_ms(), 0);
+  EXPECT_FALSE(queued->job.has_final_loss());
+  EXPECT_FALSE(queued->job.has_exit());
+}
+
 // A version-1 store (before model.dropout: its jobs trained without
 // dropout) opened by this coordinator: specs without the field get dropout
 // 0 / 0 (an unset field now means 0.1), a spec that has it keeps it, and

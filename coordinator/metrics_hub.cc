@@ -75,7 +75,13 @@ struct MetricsHub::Families {
         connected(prometheus::BuildGauge().Name("dgca_worker_connected")
                       .Help("1 while the node agent's stream is connected.").Register(r)),
         restarts(prometheus::BuildCounter().Name("dgca_rank_restarts_total")
-                     .Help("Job restarts after a rank failure or stall.").Register(r)) {}
+                     .Help("Job restarts after a rank failure or stall.").Register(r)),
+        final_loss(prometheus::BuildGauge().Name("dgca_job_final_loss")
+                       .Help("An ended job's final loss: the mean over its last 10 steps (fewer "
+                             "when it trained fewer) of the global batch's loss.").Register(r)),
+        peak_mem(prometheus::BuildGauge().Name("dgca_job_peak_memory_bytes")
+                     .Help("The most memory any rank of an ended job held (GPU memory on CUDA "
+                           "ranks, peak resident set on CPU ranks), bytes.").Register(r)) {}
   Family<Gauge>& jobs;
   Family<Gauge>& job_state;
   Family<Gauge>& job_progress;
@@ -103,6 +109,8 @@ struct MetricsHub::Families {
   Family<Gauge>& hb_age;
   Family<Gauge>& connected;
   Family<Counter>& restarts;
+  Family<Gauge>& final_loss;
+  Family<Gauge>& peak_mem;
 };
 
 struct MetricsHub::RankSeries {
@@ -124,7 +132,7 @@ struct MetricsHub::RankSeries {
 };
 
 struct MetricsHub::JobSeries {
-  std::set<Gauge*> state, progress, eta, sps, target, eval_f1, eval_metric;
+  std::set<Gauge*> state, progress, eta, sps, target, eval_f1, eval_metric, final_loss, peak_mem;
   std::set<Counter*> restarts;
 };
 
@@ -321,8 +329,7 @@ void MetricsHub::RemoveRankSeries(RankSeries* r) {
   if (r->host_mem != nullptr) f_->host_mem.Remove(r->host_mem);
 }
 
-void MetricsHub::RemoveJob(const std::string& job) {
-  absl::MutexLock lock(&mu_);
+void MetricsHub::RemoveRanksOf(const std::string& job) {
   for (auto it = ranks_.begin(); it != ranks_.end();) {
     if (it->first.first != job) {
       ++it;
@@ -331,6 +338,33 @@ void MetricsHub::RemoveJob(const std::string& job) {
     RemoveRankSeries(it->second.get());
     it = ranks_.erase(it);
   }
+}
+
+void MetricsHub::EndJob(const std::string& job, std::optional<double> final_loss,
+                        double peak_memory_bytes) {
+  absl::MutexLock lock(&mu_);
+  // A finished job's last samples/s, step time or ETA would read as live
+  // (a dashboard summing throughput, an alert on a rank's step): they go.
+  RemoveRanksOf(job);
+  auto& js = job_series_[job];
+  if (!js) js = std::make_unique<JobSeries>();
+  RemoveAll(f_->job_sps, js->sps);
+  RemoveAll(f_->job_eta, js->eta);
+  if (final_loss.has_value()) {
+    Gauge* g = &f_->final_loss.Add({{"job", job}});
+    js->final_loss.insert(g);
+    g->Set(*final_loss);
+  }
+  if (peak_memory_bytes > 0) {
+    Gauge* g = &f_->peak_mem.Add({{"job", job}});
+    js->peak_mem.insert(g);
+    g->Set(peak_memory_bytes);
+  }
+}
+
+void MetricsHub::RemoveJob(const std::string& job) {
+  absl::MutexLock lock(&mu_);
+  RemoveRanksOf(job);
   auto js = job_series_.find(job);
   if (js == job_series_.end()) return;
   RemoveAll(f_->job_state, js->second->state);
@@ -341,6 +375,8 @@ void MetricsHub::RemoveJob(const std::string& job) {
   RemoveAll(f_->eval_f1, js->second->eval_f1);
   RemoveAll(f_->eval_metric, js->second->eval_metric);
   RemoveAll(f_->restarts, js->second->restarts);
+  RemoveAll(f_->final_loss, js->second->final_loss);
+  RemoveAll(f_->peak_mem, js->second->peak_mem);
   job_series_.erase(js);
 }
 

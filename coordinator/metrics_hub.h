@@ -28,6 +28,16 @@
 //   dgca_eval_metric{job,name}    every eval value
 //   dgca_worker_heartbeat_age_seconds{node}, dgca_worker_connected{node}
 //   dgca_rank_restarts_total{job}               counter, 0 from the first SetJobProgress
+//   dgca_job_final_loss{job}                    gauge, an ended job's final loss (Job.final_loss)
+//   dgca_job_peak_memory_bytes{job}             gauge, an ended job's Job.peak_memory_bytes
+//
+// Ended jobs (EndJob): the live series go, every {job,rank,node} series
+// (dgca_train_*, dgca_data_*, dgca_comm_*, dgca_gpu_*, dgca_rank_memory_*)
+// and dgca_job_samples_per_second and dgca_job_eta_seconds; what is a fact
+// about the ended job stays (dgca_job_state, dgca_job_progress_ratio,
+// dgca_train_target_steps, dgca_eval_*, dgca_rank_restarts_total) and
+// dgca_job_final_loss and dgca_job_peak_memory_bytes appear, until
+// RemoveJob.
 //
 // Thread-safety: all methods are thread-safe.
 #ifndef DGCA_COORDINATOR_METRICS_HUB_H_
@@ -35,6 +45,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 
@@ -82,6 +93,10 @@ class MetricsHub {
   // Drops the node's dgca_worker_* series (a node the scheduler forgot).
   void RemoveNode(const std::string& node);
   void IncRankRestarts(const std::string& job);
+  // The job has ended: drops its live series (see the header comment) and
+  // sets dgca_job_final_loss (when it has one) and dgca_job_peak_memory_bytes
+  // (when > 0).
+  void EndJob(const std::string& job, std::optional<double> final_loss, double peak_memory_bytes);
   // Drops every series labelled with `job` (the scheduler calls it for
   // finished jobs it no longer remembers, so series stay bounded).
   void RemoveJob(const std::string& job);
@@ -94,6 +109,8 @@ class MetricsHub {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops every series of `r` from the registry.
   void RemoveRankSeries(RankSeries* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops every rank series of `job`.
+  void RemoveRanksOf(const std::string& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   std::shared_ptr<prometheus::Registry> registry_;
   std::unique_ptr<Families> f_;

@@ -144,6 +144,61 @@ TEST(MetricsHub, RestartCounterStartsAtZero) {
   EXPECT_FALSE(Has(hub.Serialize(), "dgca_rank_restarts_total{"));
 }
 
+// An ended job keeps no live series (its last samples/s would read as
+// throughput still running), only what is a fact about it, plus its final
+// loss and peak memory; another job's series are untouched.
+TEST(MetricsHub, AnEndedJobLosesItsLiveSeriesAndGainsItsFinalLoss) {
+  MetricsHub hub;
+  v1::StepMetrics m = Step(0, 100);
+  m.set_host_memory_peak_bytes(3e8);
+  hub.IngestStep(m, "n1", -1);
+  hub.IngestStep(Step(1, 100), "n1", -1);
+  v1::StepMetrics other = Step(0, 4);
+  other.set_job_id("j-2");
+  hub.IngestStep(other, "n1", -1);
+  hub.SetJobProgress("j-1", 1.0, 0, 128, 100);
+  hub.SetJobProgress("j-2", 0.04, 60, 64, 100);
+  hub.SetJobState("j-1", v1::SUCCEEDED);
+  v1::EvalMetrics e;
+  e.set_job_id("j-1");
+  (*e.mutable_metrics())["sentence_correction_f1"] = 0.75;
+  hub.IngestEval(e);
+  std::string t = hub.Serialize();
+  ASSERT_TRUE(Has(t, "dgca_job_samples_per_second{job=\"j-1\"} 128")) << t;
+  ASSERT_TRUE(Has(t, "dgca_train_samples_per_second{job=\"j-1\",node=\"n1\",rank=\"0\"} 64")) << t;
+  EXPECT_FALSE(Has(t, "dgca_job_final_loss{")) << t;
+
+  hub.EndJob("j-1", 2.25, 3e8);
+  t = hub.Serialize();
+  for (const char* gone :
+       {"dgca_job_samples_per_second{job=\"j-1\"}", "dgca_job_eta_seconds{job=\"j-1\"}",
+        "dgca_train_samples_per_second{job=\"j-1\"", "dgca_train_step_seconds_count{job=\"j-1\"",
+        "dgca_train_loss{head=\"total\",job=\"j-1\"", "dgca_train_step{job=\"j-1\"",
+        "dgca_rank_memory_peak_bytes{job=\"j-1\""}) {
+    EXPECT_FALSE(Has(t, gone)) << gone << "\n" << t;
+  }
+  for (const char* kept :
+       {"dgca_job_state{job=\"j-1\",state=\"SUCCEEDED\"} 1", "dgca_job_progress_ratio{job=\"j-1\"} 1",
+        "dgca_train_target_steps{job=\"j-1\"} 100",
+        "dgca_eval_f1{job=\"j-1\",kind=\"correction\",level=\"sentence\"} 0.75",
+        "dgca_rank_restarts_total{job=\"j-1\"} 0", "dgca_job_final_loss{job=\"j-1\"} 2.25",
+        "dgca_job_peak_memory_bytes{job=\"j-1\"} 300000000",
+        // the other job runs on
+        "dgca_job_samples_per_second{job=\"j-2\"} 64",
+        "dgca_train_samples_per_second{job=\"j-2\",node=\"n1\",rank=\"0\"} 64"}) {
+    EXPECT_TRUE(Has(t, kept)) << kept << "\n" << t;
+  }
+  // A job that ended with no final loss (failed before its last step) and
+  // no memory reading gets neither gauge.
+  hub.EndJob("j-2", std::nullopt, 0);
+  t = hub.Serialize();
+  EXPECT_FALSE(Has(t, "dgca_job_final_loss{job=\"j-2\"}")) << t;
+  EXPECT_FALSE(Has(t, "dgca_job_peak_memory_bytes{job=\"j-2\"}")) << t;
+  EXPECT_FALSE(Has(t, "dgca_train_step{job=\"j-2\"")) << t;
+  hub.RemoveJob("j-1");
+  EXPECT_FALSE(Has(hub.Serialize(), "job=\"j-1\"")) << hub.Serialize();
+}
+
 TEST(MetricsHub, ExposerServesMetrics) {
   MetricsHub hub;
   auto addr = hub.StartExposer("127.0.0.1:0");

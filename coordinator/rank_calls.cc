@@ -141,6 +141,7 @@ StepApplied ApplyStep(JobRt* rt, const v1::StepMetrics& m, Clock::TimePoint now)
     return out;
   }
   out.use = StepUse::kJob;
+  rt->peak_memory_bytes = std::max(rt->peak_memory_bytes, RankMemoryOf(m, rr.local_device));
   // The plan check skips each rank's first two steps of an attempt
   // (allocation, first-touch, loader warm-up).
   if (++rr.step_samples > 2 && m.step_seconds() > 0) {

@@ -98,6 +98,23 @@ std::unique_ptr<JobRt> RuntimeOf(const v1::Job& j) {
   rt->restarts = j.restarts();
   for (const auto& [k, v] : j.eval()) rt->eval[k] = v;
   rt->loss_curve.Restore(j.loss_curve());
+  if (j.has_final_loss()) {
+    rt->final_loss = j.final_loss();
+    rt->final_loss_steps = j.final_loss_steps();
+    rt->final_loss_ranks = j.final_loss_ranks();
+  }
+  rt->peak_memory_bytes = j.peak_memory_bytes();
+  // A rank failure stored before the coordinator stopped: the first
+  // failed rank (its order among several is not stored).
+  for (const v1::RankProgress& p : j.ranks()) {
+    if (p.state() != "failed") continue;
+    v1::JobExit x;
+    x.set_rank(p.rank());
+    x.set_code(p.exit_code());
+    x.set_signal(p.signal());
+    rt->rank_failure = x;
+    break;
+  }
   return rt;
 }
 

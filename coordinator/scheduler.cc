@@ -328,6 +328,7 @@ void Scheduler::Finish(JobRt* rt, v1::JobState state, const std::string& message
     rt->launcher.set_state("RELEASED");
     rt->launcher.clear_reason();
   }
+  rt->exit = ExitOf(*rt, state);
   Persist(rt);
   Event(rt, state, "state", message, true);
   rendezvous_.ClearJob(rt->id);
@@ -340,6 +341,9 @@ void Scheduler::Finish(JobRt* rt, v1::JobState state, const std::string& message
   // full disk): the job has ended here either way, and a RUNNING series
   // whose steps stopped would read as a stalled job.
   hub_->SetJobState(rt->id, state);
+  // Its live series (steps, samples/s, step time, ETA...) go; its final
+  // loss and peak memory stay as gauges of the ended job (docs/metrics.md).
+  hub_->EndJob(rt->id, rt->final_loss, rt->peak_memory_bytes);
   if (UsesSlurm(rt->spec)) {
     ReleaseAllocation(rt, absl::StrCat("job ", rt->id, " is ", v1::JobState_Name(state)));
   }
@@ -690,6 +694,10 @@ bool Scheduler::Launch(JobRt* rt, const v1::Plan& plan, Outbox* out, std::string
     out->emplace_back(nodes_.ConnectionOf(rr.node), c);
   }
   rt->ranks = std::move(ranks);
+  // A new attempt: the last one's failure is history, and its final loss
+  // is this attempt's to report.
+  rt->rank_failure.reset();
+  rt->final_loss.reset();
   rt->launched = now;
   rt->last_persist = now;
   // The attempt and placement are durable from here (pids follow as the

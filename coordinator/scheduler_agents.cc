@@ -162,6 +162,7 @@ void Scheduler::RankExited(const std::string& node, const v1::RankExited& e) {
     rr.exited = true;
     const bool clean = e.exit_code() == 0 && e.signal() == 0 && !e.status_unknown();
     rr.progress.set_exit_code(e.exit_code());
+    rr.progress.set_signal(e.signal());
     // A rank that ended because this coordinator stopped it did not fail:
     // "cancelled" after `dgca cancel`, "stopped" for a restart or re-plan.
     const bool stopped_by_us = rt->stop.action != StopAction::kNone && !clean &&
@@ -181,6 +182,16 @@ void Scheduler::RankExited(const std::string& node, const v1::RankExited& e) {
       if (!clean && rt->trials->failure.empty()) rt->trials->failure = with_output(2000);
       trial_cv_.SignalAll();
       return;
+    }
+    // The job's exit should it fail (Job.exit): the first rank of the
+    // attempt that failed on its own, not by our stop.
+    if (!clean && !stopped_by_us && !rt->rank_failure.has_value()) {
+      v1::JobExit x;
+      x.set_rank(e.rank());
+      x.set_code(e.exit_code());
+      x.set_signal(e.signal());
+      x.set_status_unknown(e.status_unknown());
+      rt->rank_failure = x;
     }
     // Stored at once, before what it leads to: a coordinator restarted from
     // here on neither waits for this rank again nor reports its end twice.

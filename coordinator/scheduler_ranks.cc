@@ -41,6 +41,7 @@ std::string Scheduler::IngestSample(const v1::MetricSample& s, const std::string
   if (s.has_step()) job = s.step().job_id();
   if (s.has_eval()) job = s.eval().job_id();
   if (s.has_probe_row()) job = s.probe_row().job_id();
+  if (s.has_finished()) job = s.finished().job_id();
   JobRt* rt = FindJob(job);
   if (rt == nullptr) return job;
   if (s.has_step()) {
@@ -73,6 +74,18 @@ std::string Scheduler::IngestSample(const v1::MetricSample& s, const std::string
                               row.busbw_bytes_per_second() / 1e9),
               false);
       }
+    }
+  } else if (s.has_finished()) {
+    // The job's final loss: every rank sends the same all-reduced figure;
+    // the first of the current attempt's is kept.
+    const v1::TrainFinished& f = s.finished();
+    if (f.attempt() == rt->attempt && f.rank() >= 0 &&
+        f.rank() < static_cast<int>(rt->ranks.size()) && f.final_loss_steps() > 0 &&
+        !TrialRunning(*rt) && !rt->final_loss.has_value()) {
+      rt->final_loss = f.final_loss();
+      rt->final_loss_steps = f.final_loss_steps();
+      rt->final_loss_ranks = f.final_loss_ranks();
+      Persist(rt);
     }
   } else if (s.has_eval()) {
     std::vector<std::string> parts;

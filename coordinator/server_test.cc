@@ -494,15 +494,30 @@ TEST_F(ServerTest, PendingWithoutAgentThenRunsAndSucceeds) {
       m->set_loss(2.0 + r);
       m->set_samples_per_second(100);
       m->set_step_seconds(0.5);
+      m->set_gpu_memory_used_bytes(-1);
+      m->set_host_memory_peak_bytes(r == 0 ? 3e8 : 4e8);
       ASSERT_TRUE(w->Write(s));
     }
     v1::MetricSample e;
     e.mutable_eval()->set_job_id(id);
     (*e.mutable_eval()->mutable_metrics())["sentence_correction_f1"] = 0.5;
     ASSERT_TRUE(w->Write(e));
+    // The final loss each rank sends when training ends (the same
+    // all-reduced figure; another attempt's is ignored).
+    for (int r = 0; r < 2; ++r) {
+      v1::MetricSample f;
+      auto* t = f.mutable_finished();
+      t->set_job_id(id);
+      t->set_rank(r);
+      t->set_attempt(r == 0 ? 7 : 0);  // rank 0's is of no attempt of this job
+      t->set_final_loss(r == 0 ? 9.0 : 1.75);
+      t->set_final_loss_steps(10);
+      t->set_final_loss_ranks(2);
+      ASSERT_TRUE(w->Write(f));
+    }
     w->WritesDone();
     ASSERT_TRUE(w->Finish().ok());
-    EXPECT_EQ(resp.received(), 5);
+    EXPECT_EQ(resp.received(), 7);
     auto g = Get(id);
     EXPECT_EQ(g.job().step(), 4);
     ASSERT_EQ(g.job().loss_curve_size(), 1);
@@ -523,6 +538,23 @@ TEST_F(ServerTest, PendingWithoutAgentThenRunsAndSucceeds) {
   j = Get(id);
   EXPECT_EQ(j.job().ranks_size(), 2);
   EXPECT_EQ(j.job().ranks(0).state(), "exited");
+  // The ended job's facts: its final loss, exit 0, peak memory, its times.
+  ASSERT_TRUE(j.job().has_final_loss());
+  EXPECT_EQ(j.job().final_loss(), 1.75);
+  EXPECT_EQ(j.job().final_loss_steps(), 10);
+  EXPECT_EQ(j.job().exit().rank(), -1);
+  EXPECT_FALSE(j.job().exit().failed());
+  EXPECT_EQ(j.job().peak_memory_bytes(), 4e8);
+  EXPECT_GT(j.job().started_unix_ms(), 0);
+  EXPECT_GE(j.job().ended_unix_ms(), j.job().started_unix_ms());
+  {
+    const std::string text = server_->metrics()->Serialize();
+    EXPECT_NE(text.find("dgca_job_final_loss{job=\"" + id + "\"} 1.75"), std::string::npos) << text;
+    EXPECT_NE(text.find("dgca_job_peak_memory_bytes{job=\"" + id + "\"} 400000000"), std::string::npos)
+        << text;
+    EXPECT_EQ(text.find("dgca_train_step{job=\"" + id), std::string::npos) << text;
+    EXPECT_EQ(text.find("dgca_job_samples_per_second{job=\"" + id), std::string::npos) << text;
+  }
   std::vector<std::string> kinds;
   for (const auto& e : j.events()) kinds.push_back(v1::JobState_Name(e.state()) + ":" + e.kind());
   EXPECT_EQ(kinds.front(), "PENDING:state");
@@ -592,6 +624,13 @@ TEST_F(ServerTest, RankFailureNamesTheRank) {
   bool saw_exit = false;
   for (const auto& e : j.events()) saw_exit |= e.kind() == "rank_exit";
   EXPECT_TRUE(saw_exit);
+  // Its exit: the first rank that failed on its own, with its code.
+  EXPECT_TRUE(j.job().exit().failed());
+  EXPECT_EQ(j.job().exit().rank(), 1);
+  EXPECT_EQ(j.job().exit().code(), 3);
+  EXPECT_EQ(j.job().exit().signal(), 0);
+  EXPECT_EQ(j.job().ranks(0).signal(), SIGSEGV);
+  EXPECT_FALSE(j.job().has_final_loss());
 }
 
 TEST_F(ServerTest, RestartFromCheckpointThenSucceed) {

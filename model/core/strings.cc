@@ -1,6 +1,7 @@
 #include "model/core/strings.h"
 
 #include <algorithm>
+#include <cstdio>
 
 namespace dgca {
 
@@ -51,6 +52,19 @@ std::string TextTable(const std::vector<std::vector<std::string>>& in) {
     out += line + "\n";
   }
   return out;
+}
+
+std::string FinalLossValue(double final_loss) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.4f", final_loss);
+  return buf;
+}
+
+std::string FinalLossText(double final_loss, int steps, int ranks) {
+  if (steps <= 0) return "none (no step trained)";
+  return FinalLossValue(final_loss) + " (mean of the last " + std::to_string(steps) +
+         (steps == 1 ? " step" : " steps") + " over " + std::to_string(ranks) +
+         (ranks == 1 ? " rank)" : " ranks)");
 }
 
 }  // namespace dgca

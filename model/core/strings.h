@@ -24,6 +24,13 @@ std::string ShellQuote(const std::string& s);
 // `dgca list` must not spill into the next rows).
 std::string TextTable(const std::vector<std::vector<std::string>>& rows);
 
+// A job's final loss as the rank's log, `dgca status` and `dgca list` say
+// it (docs/metrics.md "Final loss"): "4.0367 (mean of the last 10 steps over
+// 2 ranks)", the loss at 4 decimals; "none (no step trained)" when `steps`
+// is 0. FinalLossValue is the number alone ("4.0367").
+std::string FinalLossText(double final_loss, int steps, int ranks);
+std::string FinalLossValue(double final_loss);
+
 }  // namespace dgca
 
 #endif  // DGCA_MODEL_CORE_STRINGS_H_

@@ -1,5 +1,6 @@
 #include "model/cuda/cuda_train_device.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <optional>
@@ -122,6 +123,18 @@ class CudaTrainDevice : public TrainDevice {
     }
     attention_.note += std::string("; rank 0 kept ") + (fused ? "the fused kernels" : "GEMM") + ", adopted";
     *changed = true;
+    return OkStatus();
+  }
+  Status AllReduceHost(Communicator* comm, float* host, size_t count, ReduceOp op) override {
+    if (comm->world_size() <= 1) return OkStatus();
+    // NCCL reduces device memory: the values go through a small device
+    // buffer (once per run: the final loss).
+    DeviceArray<float> buf;
+    DGCA_RETURN_IF_ERROR(buf.Upload(std::vector<float>(host, host + count)));
+    DGCA_RETURN_IF_ERROR(comm->AllReduce(buf.get(), count, op));
+    std::vector<float> v;
+    DGCA_RETURN_IF_ERROR(buf.Download(&v));
+    std::copy(v.begin(), v.begin() + count, host);
     return OkStatus();
   }
   std::string attention_kernels() const override { return model_->fused_attention() ? "fused" : "gemm"; }

@@ -301,6 +301,60 @@ TEST(DpEquivalenceTest, OverlapOnAndOffGiveIdenticalWeights) {
   EXPECT_EQ(d.max_abs, 0.0);
 }
 
+// The final loss is one figure for the job: each rank's mean over its last
+// kFinalLossSteps steps, averaged over the ranks, the same on every rank.
+TEST(DpFinalLossTest, EveryRankHoldsTheMeanOverRanksOfItsLastTenSteps) {
+  if (!HaveData()) GTEST_SKIP() << "no train_law.txt under " << DataDir();
+  const std::string dir = TempDir(), store = TempDir();
+  const int steps = 13;  // more than the window: the first 3 steps stay out
+  auto rank = [&](int r) {
+    TrainConfig c = EqConfig("", steps);
+    c.micro_batch = 2;
+    c.checkpoint_every = 0;
+    auto st = std::make_shared<gloo::rendezvous::FileStore>(store);
+    GlooOptions o;
+    o.timeout = std::chrono::milliseconds(30000);
+    auto comm = MakeGlooCommunicator(st, r, 2, o);
+    if (!comm.ok()) return 2;
+    auto res = Train(c, comm->get(), nullptr);
+    if (!res.ok()) {
+      fprintf(stderr, "rank %d: %s\n", r, res.status().ToString().c_str());
+      return 3;
+    }
+    FILE* f = fopen((dir + "/rank" + std::to_string(r) + ".txt").c_str(), "w");
+    fprintf(f, "%.9g %d %d\n", res->final_loss, res->final_loss_steps, res->final_loss_ranks);
+    for (double l : res->losses) fprintf(f, "%.9g\n", l);
+    fclose(f);
+    return 0;
+  };
+  ASSERT_EQ(RunChildren({[&] { return rank(0); }, [&] { return rank(1); }}),
+            (std::vector<int>{0, 0}));
+  double final_loss[2];
+  double mean_of_means = 0;
+  for (int r = 0; r < 2; ++r) {
+    FILE* f = fopen((dir + "/rank" + std::to_string(r) + ".txt").c_str(), "r");
+    ASSERT_NE(f, nullptr);
+    int n = 0, ranks = 0;
+    ASSERT_EQ(fscanf(f, "%lf %d %d", &final_loss[r], &n, &ranks), 3);
+    EXPECT_EQ(n, kFinalLossSteps);
+    EXPECT_EQ(ranks, 2);
+    std::vector<double> losses;
+    double x;
+    while (fscanf(f, "%lf", &x) == 1) losses.push_back(x);
+    fclose(f);
+    ASSERT_EQ(losses.size(), static_cast<size_t>(steps));
+    double sum = 0;
+    for (int i = steps - kFinalLossSteps; i < steps; ++i) sum += losses[i];
+    mean_of_means += sum / kFinalLossSteps / 2;
+  }
+  // The same value on both ranks (one all-reduce), and the mean over ranks
+  // of their 10-step means to float precision.
+  EXPECT_EQ(final_loss[0], final_loss[1]);
+  EXPECT_NEAR(final_loss[0], mean_of_means, 1e-5 * mean_of_means);
+  printf("final loss %.6f, mean over ranks of the 10-step means %.6f\n", final_loss[0],
+         mean_of_means);
+}
+
 // With buckets smaller than the model, bucket all-reduces start
 // running before backward ends, and the exposed (blocking) communication is
 // smaller than the total all-reduce time.

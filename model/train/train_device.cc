@@ -49,6 +49,15 @@ class CpuTrainDevice : public TrainDevice {
 
 }  // namespace
 
+Status TrainDevice::AllReduceHost(Communicator* comm, float* host, size_t count, ReduceOp op) {
+  if (device_memory() && comm->world_size() > 1) {
+    return FailedPreconditionError(
+        "AllReduceHost: this device's communicator works on device memory and the device does "
+        "not stage host values through it");
+  }
+  return comm->AllReduce(host, count, op);
+}
+
 StatusOr<std::unique_ptr<TrainDevice>> MakeCpuTrainDevice(const TrainDeviceSpec& spec) {
   if (spec.precision != Precision::kFp32) {
     return UnimplementedError(

@@ -24,6 +24,7 @@
 #include <memory>
 #include <string>
 
+#include "model/comm/communicator.h"
 #include "model/core/config.h"
 #include "model/core/status.h"
 #include "model/nn/model.h"
@@ -33,7 +34,6 @@
 
 namespace dgca {
 
-class Communicator;  // model/comm/communicator.h
 
 class TrainDevice {
  public:
@@ -103,6 +103,12 @@ class TrainDevice {
     *changed = false;
     return OkStatus();
   }
+
+  // All-reduces `count` floats of host memory over `comm` (a figure every
+  // rank must agree on, e.g. the final loss): directly where the
+  // communicator works on host memory; a device whose communicator works on
+  // device memory (NCCL) stages them through it. Every rank must call it.
+  virtual Status AllReduceHost(Communicator* comm, float* host, size_t count, ReduceOp op);
 
   virtual Status PullToHost() = 0;   // device values + moments + step -> params()/adam()
   virtual Status PushFromHost() = 0; // params()/adam() -> device

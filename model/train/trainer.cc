@@ -10,6 +10,7 @@
 
 #include "model/core/confusion.h"
 #include "model/core/data.h"
+#include "model/core/strings.h"
 #include "model/core/tokenizer.h"
 #include "model/nn/model.h"
 #include "model/train/buckets.h"
@@ -571,18 +572,29 @@ StatusOr<TrainResult> Train(const TrainConfig& config, Communicator* comm,
   }
   DGCA_RETURN_IF_ERROR(run_eval(config.steps));
   result.steps = config.steps;
-  // final_loss: mean of the last (up to) 10 step losses, less noisy than one.
+  // The final loss, one figure for the whole job: this rank's mean over its
+  // last steps (less noisy than one step), averaged over the ranks, so each
+  // rank's log and the coordinator say the same number. Every rank has
+  // trained the same steps, so all take this branch, or none.
   if (!result.losses.empty()) {
-    const size_t k = std::min<size_t>(10, result.losses.size());
+    const size_t k = std::min<size_t>(kFinalLossSteps, result.losses.size());
     double s = 0;
     for (size_t i = result.losses.size() - k; i < result.losses.size(); ++i) s += result.losses[i];
-    result.final_loss = s / k;
+    float mean = static_cast<float>(s / k);
+    if (world > 1) {
+      DGCA_RETURN_IF_ERROR(device->AllReduceHost(comm, &mean, 1, ReduceOp::kAverage));
+    }
+    result.final_loss = mean;
+    result.final_loss_steps = static_cast<int>(k);
+    result.final_loss_ranks = world;
   }
   result.samples_per_second = train_seconds > 0 ? train_samples / train_seconds : 0;
   if (const std::string summary = device->Summary(); !summary.empty()) log(summary);
+  char sps[32];
+  std::snprintf(sps, sizeof(sps), "%.1f", result.samples_per_second);
   log("done: " + std::to_string(result.steps) + " steps in " + FormatDuration(Since(run_start)) +
-      ", " + std::to_string(result.samples_per_second) + " samples/s, final loss " +
-      std::to_string(result.final_loss));
+      ", " + sps + " samples/s, final loss " +
+      FinalLossText(result.final_loss, result.final_loss_steps, result.final_loss_ranks));
   return result;
 }
 

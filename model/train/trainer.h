@@ -81,9 +81,20 @@ class TrainObserver {
   virtual PhaseTracker* phases() { return nullptr; }
 };
 
+// How many of the last steps the final loss averages (TrainResult).
+constexpr int kFinalLossSteps = 10;
+
 struct TrainResult {
   int64_t steps = 0;
+  // The run's final loss: each rank's mean loss over its last
+  // final_loss_steps steps (kFinalLossSteps, fewer when this run trained
+  // fewer), averaged over the final_loss_ranks ranks by an all-reduce at
+  // the end of training, so every rank holds the same value: the mean over
+  // those steps of the global batch's loss. 0 with final_loss_steps 0 when
+  // the run trained no step (resumed at or past its last).
   double final_loss = 0;
+  int final_loss_steps = 0;
+  int final_loss_ranks = 0;
   double samples_per_second = 0;        // whole run, this rank
   std::vector<double> losses;           // per step (this rank)
   std::map<std::string, double> eval;   // final evaluation
@@ -123,7 +134,10 @@ struct TrainResult {
 //   per run and at least every 10 s ("step s/T loss L (fusion .. mft .. det
 //   .. cand ..) lr .. gnorm .. X samples/s data D% comm C% exposed E% eta
 //   1m05s"), "eval step s (...)", "checkpoint DIR", "done: ...".
-// - TrainResult.final_loss is the mean of the last (up to) 10 step losses.
+// - TrainResult.final_loss: the mean over ranks (one all-reduce after the
+//   final eval, every rank taking part) of each rank's mean loss over its
+//   last kFinalLossSteps steps; "done: ..." logs it (model/core/strings.h
+//   FinalLossText).
 // - Device: the factory's (CPU by default); its Describe() is logged.
 // Errors: bad config (INVALID_ARGUMENT naming the field), data and
 // checkpoint errors as their readers report them, a non-finite loss

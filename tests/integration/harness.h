@@ -117,7 +117,8 @@ inline Result Exec(const std::vector<std::string>& argv,
 
 inline StatusOr<JsonValue> Json(const std::string& text) { return ParseJson(text, "cli output"); }
 
-// A proto3-JSON integer: int64 fields are strings, int32 fields numbers.
+// An integer of our CLI's JSON (a number; a string, as proto3 JSON writes
+// int64, is read too).
 inline int64_t JsonInt(const JsonValue* v) {
   if (v == nullptr) return 0;
   if (v->is_number()) return static_cast<int64_t>(v->number);

@@ -2,7 +2,10 @@
 // Prometheus server:
 //   - a coordinator (port 0) runs a 2-rank CPU job while Prometheus scrapes
 //     its /metrics every second (honor_labels, the repository's recording
-//     rules evaluated every second);
+//     rules evaluated every second); the checks run while it trains (a
+//     job's live series leave /metrics when it ends), then it is cancelled
+//     and its series must be gone, and a short job runs to its end under
+//     `dgca watch`, its final loss a gauge;
 //   - `promtool check metrics` accepts /metrics fetched while the job runs;
 //   - through Prometheus's HTTP API (/api/v1/query), every PromQL expression
 //     of the Grafana dashboard (deploy/grafana/dashboards/dgca.json, $job and
@@ -22,12 +25,14 @@
 #include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <map>
 #include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_replace.h"
 #include "tests/integration/harness.h"
 
 namespace dgca {
@@ -309,8 +314,23 @@ TEST(PrometheusTest, EveryDashboardExpressionAndRecordingRuleHasSeries) {
   ASSERT_TRUE(WaitUntil([&] { return prom.Scalar("up{job=\"dgca-coordinator\"}") == 1; }, 20s))
       << "Prometheus never scraped the coordinator at " << coord.metrics() << "\n" << prom.Log();
 
-  const int kSteps = 200;
-  Result sub = Dgca(coord, {"submit", WriteTinySpec(dir, "prom", kSteps)});
+  // A job's series are live series: they leave /metrics when it ends
+  // (docs/metrics.md). So the dashboard and the rules are checked against a
+  // job that trains all along (far more steps than the checks take), which
+  // is cancelled after; a short job then runs to its end under `dgca watch`.
+  const int kSteps = 100000;
+  // It evaluates every 20 steps (on a few sentences), for the eval panels.
+  TinySpecOptions o;
+  o.eval_file = dir + "/eval.txt";
+  {
+    std::ifstream in(SharedData() + "/ecspell/test_law.txt");
+    std::ofstream out(o.eval_file);
+    std::string line;
+    for (int i = 0; i < 16 && std::getline(in, line); ++i) out << line << "\n";
+  }
+  const std::string spec = WriteTinySpec(dir, "prom", kSteps, o);
+  WriteFile(spec, absl::StrReplaceAll(ReadFile(spec), {{"eval_every: 0", "eval_every: 20"}}));
+  Result sub = Dgca(coord, {"submit", spec});
   ASSERT_EQ(sub.code, 0) << sub.out << sub.err;
   std::string job = Trim(sub.out);
 
@@ -332,18 +352,6 @@ TEST(PrometheusTest, EveryDashboardExpressionAndRecordingRuleHasSeries) {
   Result lint = Exec({"/bin/sh", "-c", promtool + " check metrics < " + dir + "/metrics.txt"}, 30s);
   EXPECT_EQ(lint.code, 0) << "promtool check metrics rejected /metrics:\n"
                           << lint.out << lint.err << "\n" << metrics.substr(0, 3000);
-
-  // Follow it to the end with `dgca watch` (not a TTY: plain periodic lines).
-  Result watch = Dgca(coord, {"watch", job}, 120s);
-  ASSERT_EQ(watch.code, 0) << watch.out << watch.err << coord.Log();
-  EXPECT_NE(watch.out.find("SUCCEEDED"), std::string::npos) << watch.out;
-  // The final screen: full bar, the loss sparkline, comm share, rank rows.
-  EXPECT_NE(watch.err.find("100%  step " + std::to_string(kSteps) + "/" + std::to_string(kSteps)),
-            std::string::npos) << watch.err;
-  EXPECT_NE(watch.err.find("(last 30 steps)"), std::string::npos) << watch.err;
-  EXPECT_NE(watch.err.find("comm      exposed"), std::string::npos) << watch.err;
-  EXPECT_NE(watch.err.find("exit 0"), std::string::npos) << watch.err;
-  std::fprintf(stderr, "dgca watch (stderr, not a TTY):\n%s\n", watch.err.c_str());
 
   // Every dashboard expression and recording rule: at least one series
   // (rate() over [1m] needs two scrapes; rules need an evaluation after).
@@ -404,6 +412,7 @@ TEST(PrometheusTest, EveryDashboardExpressionAndRecordingRuleHasSeries) {
   EXPECT_TRUE(left.empty()) << "no series after 40 s for:\n" << why << "Prometheus log:\n"
                             << prom.Log();
   for (const auto& [expr, err] : errors) ADD_FAILURE() << "query failed: " << expr << ": " << err;
+  ASSERT_EQ(Status(coord, job).state, "RUNNING") << "the checks above need a job that trains";
 
   // Prometheus scraped the job while it trained (a step below the last one).
   double first = prom.Scalar("min(min_over_time(dgca_train_step{job=\"" + job + "\"}[5m]))");
@@ -412,14 +421,10 @@ TEST(PrometheusTest, EveryDashboardExpressionAndRecordingRuleHasSeries) {
   EXPECT_EQ(prom.Query("dgca_train_step{job=\"" + job + "\"}"), 2);
   EXPECT_GE(prom.Query("dgca_worker_heartbeat_age_seconds"), 1);
   EXPECT_EQ(prom.Scalar("max(dgca_train_target_steps{job=\"" + job + "\"})"), kSteps);
-  // The job's state series followed it: RUNNING while it trained, then
-  // SUCCEEDED (the alerts watch only RUNNING jobs through it).
+  // The job's state series says RUNNING while it trains (the alerts watch
+  // only RUNNING jobs through it).
   EXPECT_NE(metrics.find("dgca_job_state{job=\"" + job + "\",state=\"RUNNING\"} 1"), std::string::npos)
       << metrics.substr(0, 3000);
-  // (watch returns at the SUCCEEDED event; Prometheus sees it at its next scrape.)
-  EXPECT_TRUE(WaitUntil(
-      [&] { return prom.Query("dgca_job_state{job=\"" + job + "\",state=\"SUCCEEDED\"} == 1") >= 1; }, 10s))
-      << "dgca_job_state never said SUCCEEDED";
   // Every alerting rule of rules.yml was evaluated against the real series
   // without an error, and none fires for this healthy job. (Pending is
   // possible: this tiny 2-rank CPU model can expose more than 25% of its
@@ -445,12 +450,58 @@ TEST(PrometheusTest, EveryDashboardExpressionAndRecordingRuleHasSeries) {
     EXPECT_GE(alerting, 6) << "the alerting rules of rules.yml were not loaded";
   }
   // A misspelled metric in an alert evaluates to nothing without an error:
-  // every metric rules.yml names must have a series (the job's, now ended,
-  // are still exported).
+  // every metric rules.yml names must have a series (the job still trains).
   for (const std::string& name : MetricNames(rules)) {
     std::string err;
     EXPECT_GE(prom.Query(name, &err), 1) << "rules.yml names " << name << ", which has no series " << err;
   }
+
+  // Cancelled, the job's live series go from /metrics, so from Prometheus
+  // too (a stale marker at the next scrape); its state series says so.
+  Result cancel = Dgca(coord, {"cancel", job}, 60s);
+  ASSERT_EQ(cancel.code, 0) << cancel.out << cancel.err;
+  ASSERT_TRUE(WaitUntil([&] { return Status(coord, job).state == "CANCELLED"; }, 30s))
+      << Status(coord, job).raw;
+  metrics = HttpGet(coord.metrics(), "/metrics");
+  EXPECT_EQ(metrics.find("dgca_train_step{job=\"" + job + "\""), std::string::npos) << metrics.substr(0, 3000);
+  EXPECT_EQ(metrics.find("dgca_train_samples_per_second{job=\"" + job + "\""), std::string::npos);
+  EXPECT_EQ(metrics.find("dgca_job_samples_per_second{job=\"" + job + "\""), std::string::npos);
+  EXPECT_NE(metrics.find("dgca_job_state{job=\"" + job + "\",state=\"CANCELLED\"} 1"), std::string::npos);
+  EXPECT_TRUE(WaitUntil([&] { return prom.Query("dgca_train_samples_per_second{job=\"" + job + "\"}") == 0; }, 10s))
+      << "Prometheus still has the cancelled job's samples/s";
+  EXPECT_TRUE(WaitUntil(
+      [&] { return prom.Query("job:dgca_train_samples_per_second:sum{job=\"" + job + "\"}") == 0; }, 10s))
+      << "the job-throughput rule still sums the cancelled job";
+
+  // A short job followed to its end with `dgca watch` (not a TTY: plain
+  // periodic lines).
+  const int kShort = 60;
+  Result sub2 = Dgca(coord, {"submit", WriteTinySpec(dir, "prom-short", kShort)});
+  ASSERT_EQ(sub2.code, 0) << sub2.out << sub2.err;
+  const std::string done = Trim(sub2.out);
+  Result watch = Dgca(coord, {"watch", done}, 120s);
+  ASSERT_EQ(watch.code, 0) << watch.out << watch.err << coord.Log();
+  EXPECT_NE(watch.out.find("SUCCEEDED"), std::string::npos) << watch.out;
+  // The final screen: full bar, the final loss and the loss sparkline, comm
+  // share, rank rows.
+  EXPECT_NE(watch.err.find("100%  step " + std::to_string(kShort) + "/" + std::to_string(kShort)),
+            std::string::npos) << watch.err;
+  EXPECT_NE(watch.err.find("loss      final "), std::string::npos) << watch.err;
+  EXPECT_NE(watch.err.find("(last 30 steps)"), std::string::npos) << watch.err;
+  EXPECT_NE(watch.err.find("comm      exposed"), std::string::npos) << watch.err;
+  EXPECT_NE(watch.err.find("exit 0"), std::string::npos) << watch.err;
+  std::fprintf(stderr, "dgca watch (stderr, not a TTY):\n%s\n", watch.err.c_str());
+  // (watch returns at the SUCCEEDED event; Prometheus sees it at its next scrape.)
+  EXPECT_TRUE(WaitUntil(
+      [&] { return prom.Query("dgca_job_state{job=\"" + done + "\",state=\"SUCCEEDED\"} == 1") >= 1; }, 10s))
+      << "dgca_job_state never said SUCCEEDED";
+  // Its final loss is a gauge of the ended job, the figure `dgca status` says.
+  EXPECT_TRUE(WaitUntil([&] { return prom.Query("dgca_job_final_loss{job=\"" + done + "\"}") == 1; }, 10s));
+  auto st = Json(Dgca(coord, {"status", "--json", done}).out);
+  ASSERT_TRUE(st.ok());
+  const JsonValue* fl = st->Find("job") ? st->Find("job")->Find("final_loss") : nullptr;
+  ASSERT_NE(fl, nullptr);
+  EXPECT_NEAR(prom.Scalar("dgca_job_final_loss{job=\"" + done + "\"}"), fl->number, 1e-9);
 
   prom.Stop();
   coord.Stop();

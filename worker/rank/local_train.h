@@ -6,6 +6,9 @@
 // stdout at the end:
 //   {"final_loss":..., "steps":..., "samples_per_second":..., "seconds":...,
 //    "eval": {"sentence_correction_f1": ..., ...}}
+// final_loss is the trainer's (model/train/trainer.h TrainResult; docs/
+// metrics.md "Final loss"): the mean loss over the last 10 steps (fewer when
+// the run trained fewer), of this one process here.
 // Exit codes: 0 trained, 1 training failed, 2 bad usage or invalid spec.
 //
 // Thread-safety: meant to be the only thing its process does.

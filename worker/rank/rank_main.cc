@@ -28,6 +28,7 @@
 #include "model/cuda/cuda_context.h"
 #include "model/cuda/cuda_train_device.h"
 #endif
+#include "model/core/strings.h"
 #include "model/train/trainer.h"
 #include "proto/rpc/rpc_util.h"
 #include "worker/rank/gpu_metrics.h"
@@ -790,12 +791,27 @@ int RunRank(const RankArgs& a) {
   double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   int code = 0;
   if (result.ok()) {
-    Log(a.rank, "finished: %d steps in %.1f s, final loss %.4f, %.1f samples/s", result->steps,
-        seconds, result->final_loss, result->samples_per_second);
+    const std::string final_loss = FinalLossText(result->final_loss, result->final_loss_steps,
+                                                 result->final_loss_ranks);
+    Log(a.rank, "finished: %d steps in %.1f s, final loss %s, %.1f samples/s", result->steps,
+        seconds, final_loss, result->samples_per_second);
     v1::MetricSample s;
-    s.set_log_line(absl::StrFormat("rank %d finished: %d steps, final loss %.4f", a.rank,
-                                   result->steps, result->final_loss));
+    s.set_log_line(absl::StrFormat("rank %d finished: %d steps, final loss %s", a.rank,
+                                   result->steps, final_loss));
     sender.Push(std::move(s), false);
+    // The job's final loss for the coordinator (Job.final_loss): the same
+    // all-reduced figure on every rank, sent before the exit so it is
+    // stored before the job ends (Close below waits for it to be read).
+    v1::MetricSample f;
+    v1::TrainFinished* tf = f.mutable_finished();
+    tf->set_job_id(a.job_id);
+    tf->set_rank(a.rank);
+    tf->set_attempt(a.attempt);
+    tf->set_steps(result->steps);
+    tf->set_final_loss(result->final_loss);
+    tf->set_final_loss_steps(result->final_loss_steps);
+    tf->set_final_loss_ranks(result->final_loss_ranks);
+    sender.Push(std::move(f), false);
   } else {
     std::string reason;
     {
