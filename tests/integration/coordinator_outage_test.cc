@@ -36,19 +36,6 @@ std::string WriteSpec(const std::string& dir, const std::string& name, int steps
   return path;
 }
 
-JobView WaitFor(const CoordinatorProcess& coord, const std::string& job,
-                const std::function<bool(const JobView&)>& done, std::chrono::seconds limit) {
-  JobView v;
-  bool ok = WaitUntil(
-      [&] {
-        v = Status(coord, job);
-        return v.ok && done(v);
-      },
-      limit);
-  EXPECT_TRUE(ok) << v.raw << coord.Log();
-  return v;
-}
-
 int64_t Restarts(const CoordinatorProcess& coord, const std::string& job) {
   auto j = Json(Dgca(coord, {"status", "--json", job}, 20s).out);
   if (!j.ok() || j->Find("job") == nullptr) return -1;
@@ -57,13 +44,6 @@ int64_t Restarts(const CoordinatorProcess& coord, const std::string& job) {
 
 std::string RankLog(const CoordinatorProcess& coord, const std::string& job, int rank) {
   return Dgca(coord, {"logs", job, "--rank", std::to_string(rank)}, 20s).out;
-}
-
-void KillRanks(const std::vector<pid_t>& pids, const std::string& job) {
-  for (pid_t p : pids) {
-    std::string cmdline = ReadFile("/proc/" + std::to_string(p) + "/cmdline");
-    if (ProcessAlive(p) && cmdline.find(job) != std::string::npos) kill(p, SIGKILL);
-  }
 }
 
 TEST(CoordinatorOutageTest, ALongOutageIsRiddenOutWithoutARestart) {
@@ -78,7 +58,7 @@ TEST(CoordinatorOutageTest, ALongOutageIsRiddenOutWithoutARestart) {
   Result sub = Dgca(coord, {"submit", WriteSpec(dir, "ride-out", 1000000)});
   ASSERT_EQ(sub.code, 0) << sub.err;
   const std::string job = Trim(sub.out);
-  JobView before = WaitFor(
+  JobView before = WaitForJob(
       coord, job, [](const JobView& v) { return v.state == "RUNNING" && v.pids.size() == 2 && v.step >= 5; },
       60s);
   ASSERT_EQ(before.pids.size(), 2u) << before.raw;
@@ -92,7 +72,7 @@ TEST(CoordinatorOutageTest, ALongOutageIsRiddenOutWithoutARestart) {
 
   // The ranks trained meanwhile: the job's step catches up past where it was
   // plus what 35 s of training adds, with no restart and the same ranks.
-  JobView after = WaitFor(
+  JobView after = WaitForJob(
       coord, job,
       [&](const JobView& v) {
         return v.state == "RUNNING" && v.step > before.step + 20 &&
@@ -111,9 +91,9 @@ TEST(CoordinatorOutageTest, ALongOutageIsRiddenOutWithoutARestart) {
 
   Result cancel = Dgca(coord, {"cancel", job});
   EXPECT_EQ(cancel.code, 0) << cancel.out << cancel.err;
-  WaitFor(coord, job, [](const JobView& v) { return v.state == "CANCELLED"; }, 60s);
+  WaitForJob(coord, job, [](const JobView& v) { return v.state == "CANCELLED"; }, 60s);
   coord.Stop();
-  KillRanks(before.pids, job);
+  KillJobLeftovers(before.pids, job);
 }
 
 TEST(CoordinatorOutageTest, RanksPastTheOutageLimitResumeWithoutCountingAFailure) {
@@ -126,7 +106,7 @@ TEST(CoordinatorOutageTest, RanksPastTheOutageLimitResumeWithoutCountingAFailure
   Result sub = Dgca(coord, {"submit", WriteSpec(dir, "resume", 400)});
   ASSERT_EQ(sub.code, 0) << sub.err;
   const std::string job = Trim(sub.out);
-  JobView before = WaitFor(
+  JobView before = WaitForJob(
       coord, job,
       [](const JobView& v) { return v.state == "RUNNING" && v.pids.size() == 2 && v.step >= 25; },
       60s);
@@ -141,7 +121,7 @@ TEST(CoordinatorOutageTest, RanksPastTheOutageLimitResumeWithoutCountingAFailure
   ASSERT_EQ(kill(coord.pid(), SIGCONT), 0);
   EXPECT_TRUE(stopped) << "the ranks did not stop past their outage limit";
 
-  JobView end = WaitFor(
+  JobView end = WaitForJob(
       coord, job, [](const JobView& v) { return v.state != "RUNNING"; }, 180s);
   EXPECT_EQ(end.state, "SUCCEEDED") << end.raw << coord.Log();
   EXPECT_NE(end.raw.find("after losing the coordinator for longer than its outage limit "
@@ -157,7 +137,7 @@ TEST(CoordinatorOutageTest, RanksPastTheOutageLimitResumeWithoutCountingAFailure
   EXPECT_NE(log.find("its outage limit"), std::string::npos) << log;
   EXPECT_NE(log.find("resuming from"), std::string::npos) << log;
   coord.Stop();
-  KillRanks(before.pids, job);
+  KillJobLeftovers(before.pids, job);
 }
 
 }  // namespace

@@ -99,15 +99,6 @@ bool HasEvent(const JobView& v, const std::string& text) {
   return v.raw.find(text) != std::string::npos;
 }
 
-// Kills what is left of the job's rank processes: only pids whose command
-// line still names the job (a pid may have been reused since).
-void KillLeftovers(const std::vector<pid_t>& pids, const std::string& job) {
-  for (pid_t p : pids) {
-    std::string cmdline = ReadFile("/proc/" + std::to_string(p) + "/cmdline");
-    if (ProcessAlive(p) && cmdline.find(job) != std::string::npos) kill(p, SIGKILL);
-  }
-}
-
 // --restart-node-wait (how long a restart waits for a node of its plan;
 // the wait itself: server_test's ARestart* tests) is listed and checked.
 TEST(CoordinatorRestartTest, RestartNodeWaitFlagIsCheckedAtStart) {
@@ -197,7 +188,7 @@ TEST(CoordinatorRestartTest, Kill9ThenRestartReadoptsRunningRanks) {
       << ReadFile(dir + "/watch.log");
 
   coord.Stop();
-  KillLeftovers(before.pids, run_id);
+  KillJobLeftovers(before.pids, run_id);
 }
 
 // SIGTERM (systemctl stop/restart) with --on-shutdown keep-jobs: a clean
@@ -232,7 +223,7 @@ TEST(CoordinatorRestartTest, SigtermWithKeepJobsLeavesTheJobForTheNextCoordinato
   EXPECT_FALSE(HasEvent(end, "restart 1 of")) << end.raw;
   EXPECT_FALSE(HasEvent(end, "coordinator shut down")) << end.raw;
   coord.Stop();
-  KillLeftovers(before.pids, job);
+  KillJobLeftovers(before.pids, job);
 }
 
 // The default (--on-shutdown stop-jobs, a coordinator run in a terminal):
@@ -263,7 +254,7 @@ TEST(CoordinatorRestartTest, SigtermByDefaultStopsRanksAndFailsTheJob) {
   for (const std::string& s : after.rank_states) EXPECT_NE(s, "running") << after.raw;
   EXPECT_FALSE(HasEvent(after, "re-adopting")) << after.raw;
   coord.Stop();
-  KillLeftovers(before.pids, job);
+  KillJobLeftovers(before.pids, job);
 }
 
 TEST(CoordinatorRestartTest, RankKilledWhileCoordinatorIsDownRestartsFromCheckpoint) {
@@ -301,7 +292,7 @@ TEST(CoordinatorRestartTest, RankKilledWhileCoordinatorIsDownRestartsFromCheckpo
             std::string::npos)
       << logs.out;
   coord.Stop();
-  KillLeftovers(before.pids, job);
+  KillJobLeftovers(before.pids, job);
 }
 
 TEST(CoordinatorRestartTest, ExternalAgentKeepsItsRanksThroughARestart) {
@@ -330,7 +321,7 @@ TEST(CoordinatorRestartTest, ExternalAgentKeepsItsRanksThroughARestart) {
   EXPECT_EQ(CountOccurrences(agent_log, "agent n1: connected to"), 2) << agent_log;
   agent.Stop();
   coord.Stop();
-  KillLeftovers(before.pids, job);
+  KillJobLeftovers(before.pids, job);
 }
 
 }  // namespace

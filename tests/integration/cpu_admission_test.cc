@@ -29,19 +29,6 @@ std::string WriteSpec(const std::string& dir, const std::string& name, int threa
   return path;
 }
 
-JobView WaitFor(const CoordinatorProcess& coord, const std::string& job,
-                const std::function<bool(const JobView&)>& done) {
-  JobView v;
-  bool ok = WaitUntil(
-      [&] {
-        v = Status(coord, job);
-        return v.ok && done(v);
-      },
-      90s);
-  EXPECT_TRUE(ok) << v.raw << coord.Log();
-  return v;
-}
-
 TEST(CpuAdmissionTest, ASecondJobWaitsForTheCpusTheFirstHolds) {
   if (!HavePrograms()) GTEST_SKIP() << "programs not built under " << BuildDir();
   if (!HaveSharedData()) GTEST_SKIP() << "no ECSpell data under " << SharedData();
@@ -61,15 +48,15 @@ TEST(CpuAdmissionTest, ASecondJobWaitsForTheCpusTheFirstHolds) {
   Result a = Dgca(coord, {"submit", WriteSpec(dir, "first", cpus)});
   ASSERT_EQ(a.code, 0) << a.err;
   const std::string first = Trim(a.out);
-  WaitFor(coord, first, [](const JobView& v) { return v.state == "RUNNING"; });
+  WaitForJob(coord, first, [](const JobView& v) { return v.state == "RUNNING"; }, 90s);
 
   Result b = Dgca(coord, {"submit", WriteSpec(dir, "second", cpus)});
   ASSERT_EQ(b.code, 0) << b.err;
   const std::string second = Trim(b.out);
   const std::string why = "job " + first + " holds " + std::to_string(cpus) + " thread";
-  JobView waiting = WaitFor(coord, second, [&](const JobView& v) {
+  JobView waiting = WaitForJob(coord, second, [&](const JobView& v) {
     return v.message.find(why) != std::string::npos;
-  });
+  }, 90s);
   EXPECT_EQ(waiting.state, "PLANNING") << waiting.raw;
   EXPECT_NE(waiting.message.find("waiting for capacity: node "), std::string::npos)
       << waiting.message;
@@ -87,9 +74,9 @@ TEST(CpuAdmissionTest, ASecondJobWaitsForTheCpusTheFirstHolds) {
   EXPECT_EQ(Status(coord, second).state, "PLANNING");
 
   ASSERT_EQ(Dgca(coord, {"cancel", first}).code, 0);
-  WaitFor(coord, second, [](const JobView& v) { return v.state == "RUNNING"; });
+  WaitForJob(coord, second, [](const JobView& v) { return v.state == "RUNNING"; }, 90s);
   ASSERT_EQ(Dgca(coord, {"cancel", second}).code, 0);
-  WaitFor(coord, second, [](const JobView& v) { return v.state == "CANCELLED"; });
+  WaitForJob(coord, second, [](const JobView& v) { return v.state == "CANCELLED"; }, 90s);
   coord.Stop();
 }
 

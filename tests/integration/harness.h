@@ -446,6 +446,32 @@ inline JobView Status(const CoordinatorProcess& c, const std::string& job) {
   return v;
 }
 
+// Polls the job's status (Status) until `done` holds or `limit` passes; the
+// last view. A timeout is a test failure that shows the view and the
+// coordinator's log.
+inline JobView WaitForJob(const CoordinatorProcess& coord, const std::string& job,
+                          const std::function<bool(const JobView&)>& done,
+                          std::chrono::milliseconds limit) {
+  JobView v;
+  bool ok = WaitUntil(
+      [&] {
+        v = Status(coord, job);
+        return v.ok && done(v);
+      },
+      limit);
+  EXPECT_TRUE(ok) << v.raw << coord.Log();
+  return v;
+}
+
+// SIGKILL to what is left of a job's rank processes: only pids whose command
+// line still names the job (a pid may have been reused since).
+inline void KillJobLeftovers(const std::vector<pid_t>& pids, const std::string& job) {
+  for (pid_t p : pids) {
+    std::string cmdline = ReadFile("/proc/" + std::to_string(p) + "/cmdline");
+    if (ProcessAlive(p) && cmdline.find(job) != std::string::npos) kill(p, SIGKILL);
+  }
+}
+
 // Polls `job` until it is RUNNING with `ranks` rank pids and at step
 // `min_step` or later; returns whether it got there, *last = the last view.
 inline bool WaitRunning(const CoordinatorProcess& c, const std::string& job, size_t ranks,
