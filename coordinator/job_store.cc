@@ -2,6 +2,7 @@
 
 #include <sqlite3.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -44,6 +45,22 @@ constexpr char kJobColumns[] =
     "last_step, plan, "
     "(SELECT MIN(e.time_ms) FROM events e WHERE e.job_id=jobs.id AND e.state=3), "
     "(SELECT MIN(e.time_ms) FROM events e WHERE e.job_id=jobs.id AND e.state IN (4,5,6))";
+
+// "" unless the file system holding `path` is (nearly) full, then what that
+// means for the store: SQLite needs room for its journal and WAL index even
+// to read, so a full disk looks like an I/O error, not like a damaged file.
+std::string DiskFull(const std::string& path) {
+  const std::string dir = path.substr(0, path.rfind('/') == std::string::npos ? 0 : path.rfind('/'));
+  struct statvfs st;
+  if (statvfs(dir.empty() ? "." : dir.c_str(), &st) != 0) return "";
+  const double free_bytes = static_cast<double>(st.f_bavail) * st.f_frsize;
+  if (free_bytes >= 1024.0 * 1024) return "";
+  return absl::StrFormat(
+      "the file system holding %s has %.0f KiB free: free space there and start again (%s "
+      "itself was not changed; do not move it aside or start with --new-store, which would "
+      "lose the job history)",
+      dir.empty() ? "." : dir, free_bytes / 1024, path);
+}
 
 // What to do with a damaged store: its file named, nothing overwritten.
 std::string RecoveryHint(const std::string& path) {
@@ -199,6 +216,9 @@ absl::Status JobStore::Exec(const char* sql) {
   if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) != SQLITE_OK) {
     std::string msg = err ? err : "unknown error";
     sqlite3_free(err);
+    if (const std::string full = DiskFull(path_); !full.empty()) {
+      return absl::ResourceExhaustedError(absl::StrCat("job database ", path_, ": ", msg, ": ", full));
+    }
     return absl::FailedPreconditionError(absl::StrCat("job database ", path_, ": ", msg));
   }
   return absl::OkStatus();
@@ -216,6 +236,10 @@ absl::Status JobStore::Init() {
       if (sqlite3_errcode(db_) == SQLITE_CORRUPT) {
         return absl::DataLossError(absl::StrCat("job database ", path_, " is damaged (",
                                                 sqlite3_errmsg(db_), "): ", RecoveryHint(path_)));
+      }
+      if (const std::string full = DiskFull(path_); !full.empty()) {
+        return absl::ResourceExhaustedError(
+            absl::StrCat("job database ", path_, ": ", sqlite3_errmsg(db_), ": ", full));
       }
       return absl::FailedPreconditionError(absl::StrCat(
           "job database ", path_, ": ", sqlite3_errmsg(db_), " (", path_,

@@ -576,8 +576,13 @@ absl::Status WriteCoordinatorJson(const std::string& state_dir, const std::strin
       << "\", \"pid\": " << getpid() << "}\n";
   out.close();
   if (!out || rename(tmp.c_str(), (state_dir + "/coordinator.json").c_str()) != 0) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot write ", state_dir, "/coordinator.json"));
+    const int err = errno;
+    unlink(tmp.c_str());
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot write ", state_dir, "/coordinator.json: ", std::strerror(err),
+        err == ENOSPC ? " (the state dir's file system is full: free space there and start "
+                        "again; nothing stored was changed)"
+                      : ""));
   }
   return absl::OkStatus();
 }
