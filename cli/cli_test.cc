@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cli/app.h"
+#include "cli/cli_test_util.h"
 #include "cli/client.h"
 #include "cli/format.h"
 #include "model/core/json.h"
@@ -18,19 +19,6 @@
 namespace dgca {
 namespace cli {
 namespace {
-
-struct CliRun {
-  int code;
-  std::string out, err;
-};
-
-CliRun Cli(std::vector<std::string> args) {
-  std::vector<const char*> argv = {"dgca"};
-  for (auto& a : args) argv.push_back(a.c_str());
-  std::ostringstream out, err;
-  int code = RunCli(static_cast<int>(argv.size()), argv.data(), out, err, false);
-  return {code, out.str(), err.str()};
-}
 
 std::string TempFile(const std::string& content) {
   char tmpl[] = "/tmp/cli_test.XXXXXX";

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cli/app.h"
+#include "cli/cli_test_util.h"
 #include "model/core/core_test_util.h"
 #include "model/core/json.h"
 #include "model/core/tokenizer.h"
@@ -24,19 +25,6 @@ namespace {
 
 using testutil::MakeTempDir;
 using testutil::WriteFile;
-
-struct CliRun {
-  int code;
-  std::string out, err;
-};
-
-CliRun Cli(std::vector<std::string> args) {
-  std::vector<const char*> argv = {"dgca"};
-  for (auto& a : args) argv.push_back(a.c_str());
-  std::ostringstream out, err;
-  int code = RunCli(static_cast<int>(argv.size()), argv.data(), out, err, false);
-  return {code, out.str(), err.str()};
-}
 
 // DIR/ckpt with one step directory of a small random model, its
 // vocab.txt beside it, and DIR/confusion.json.
