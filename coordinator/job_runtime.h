@@ -51,6 +51,15 @@ struct RankRt {
   // every 2 s: a rank frozen between two heartbeats finished steps its last
   // phase report does not know of).
   Clock::TimePoint last_step_at;
+
+  // Moves every "last heard of" time above `gap` later (those set): the
+  // coordinator itself did not run for that long (Scheduler::ExcuseOwnPause),
+  // so neither the stall check nor the hang check counts it against the rank.
+  void Excuse(std::chrono::steady_clock::duration gap) {
+    for (Clock::TimePoint* t : {&last_progress, &phase_at, &last_step_at}) {
+      if (*t != Clock::TimePoint()) *t += gap;
+    }
+  }
 };
 
 // A stop of the job's ranks under way (cancel, failure, restart).

@@ -497,11 +497,10 @@ void Scheduler::ExcuseOwnPause(std::chrono::steady_clock::duration gap) {
   spdlog::warn("the coordinator did not run for {:.1f} s (stopped or starved); ranks' and "
                "agents' silence over that time is not counted",
                s);
-  const auto excuse = gap;
   for (auto& [id, rt] : jobs_) {
-    for (RankRt& rr : rt->ranks) rr.last_progress += excuse;
+    for (RankRt& rr : rt->ranks) rr.Excuse(gap);
   }
-  nodes_.Excuse(excuse);
+  nodes_.Excuse(gap);
 }
 
 void Scheduler::Tick() {
