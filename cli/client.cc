@@ -13,6 +13,7 @@ int ExitCodeFor(const absl::Status& s) {
     case absl::StatusCode::kUnavailable:
     case absl::StatusCode::kDeadlineExceeded:
     case absl::StatusCode::kUnauthenticated:
+    case absl::StatusCode::kPermissionDenied:  // a token of another role
       return kExitUnreachable;
     case absl::StatusCode::kInvalidArgument:
     case absl::StatusCode::kNotFound:
@@ -35,6 +36,11 @@ int ReportError(std::ostream& err, const GlobalOptions& g, const absl::Status& s
     case absl::StatusCode::kUnauthenticated:
       err << "hint: the token must match the coordinator's STATE_DIR/token (--token-file / "
              "DGCA_TOKEN_FILE; now "
+          << g.token_file << ")\n";
+      break;
+    case absl::StatusCode::kPermissionDenied:
+      err << "hint: dgca takes the user token, the coordinator's STATE_DIR/token, not its "
+             "agent-token or a rank's (--token-file / DGCA_TOKEN_FILE; now "
           << g.token_file << ")\n";
       break;
     default:

@@ -28,8 +28,9 @@ struct GlobalOptions {
   std::string tls_ca_file;    // "" = plaintext
 };
 
-// The exit code for a failed RPC: UNAVAILABLE, DEADLINE_EXCEEDED and
-// UNAUTHENTICATED (and a missing token file) -> 3; INVALID_ARGUMENT,
+// The exit code for a failed RPC: UNAVAILABLE, DEADLINE_EXCEEDED,
+// UNAUTHENTICATED and PERMISSION_DENIED (a token of another role; and a
+// missing token file) -> 3; INVALID_ARGUMENT,
 // NOT_FOUND, FAILED_PRECONDITION, ALREADY_EXISTS -> 2; anything else -> 1.
 int ExitCodeFor(const absl::Status& s);
 

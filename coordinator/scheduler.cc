@@ -486,6 +486,21 @@ bool Scheduler::IsTerminal(const std::string& id) {
   return FindJob(id) == nullptr;
 }
 
+absl::Status Scheduler::CheckCurrentAttempt(const std::string& id, int32_t attempt) {
+  absl::MutexLock l(&mu_);
+  const JobRt* rt = FindJob(id);
+  if (rt == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", id, " is not running; its rendezvous store is gone"));
+  }
+  if (rt->attempt != attempt) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "attempt ", attempt, " of job ", id, " is over (the job runs attempt ", rt->attempt,
+        "); its rendezvous store is gone"));
+  }
+  return absl::OkStatus();
+}
+
 // --- The tick ----------------------------------------------------------------
 
 void Scheduler::ExcuseOwnPause(std::chrono::steady_clock::duration gap) {
@@ -690,6 +705,7 @@ bool Scheduler::Launch(JobRt* rt, const v1::Plan& plan, Outbox* out, std::string
     for (const auto& [k, v] : env) (*l->mutable_env())[k] = v;
     l->set_local_device(rr.local_device);
     for (const v1::InputFile& f : rt->inputs) *l->add_inputs() = f;
+    if (opt_.rank_token) l->set_rank_token(opt_.rank_token(rt->id, rt->attempt));
     out->emplace_back(nodes_.ConnectionOf(rr.node), c);
   }
   rt->ranks = std::move(ranks);

@@ -40,6 +40,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -106,6 +107,10 @@ struct SchedulerOptions {
   // Either way every agent checks them again before it starts a rank
   // (LaunchRank.inputs).
   std::string input_check_node;
+  // The credential each LaunchRank carries for its rank (LaunchRank.
+  // rank_token; coordinator/credentials.h): called with the job id and the
+  // attempt. Null = none sent (scheduler tests with a fake agent).
+  std::function<std::string(const std::string& job_id, int32_t attempt)> rank_token;
 };
 
 // What the agents a cluster scheduler starts on other machines need to call
@@ -172,6 +177,11 @@ class Scheduler {
   absl::StatusOr<std::string> LogPath(const std::string& id, int rank);
   // True when the job is SUCCEEDED, FAILED or CANCELLED (or unknown).
   bool IsTerminal(const std::string& id);
+  // OK when `id` is running at `attempt`: the rendezvous store serves only
+  // the current attempt (a stopped attempt's ranks, and whoever holds their
+  // token, cannot open namespaces of their own). FAILED_PRECONDITION naming
+  // the job's state or its current attempt otherwise.
+  absl::Status CheckCurrentAttempt(const std::string& id, int32_t attempt);
 
   // --- AgentService.
   absl::Status AgentRegistered(const v1::RegisterAgent& reg, const std::string& peer,

@@ -16,6 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "coordinator/credentials.h"
 #include "coordinator/job_store.h"
 #include "dgca/v1/agent.grpc.pb.h"
 #include "dgca/v1/coordinator.grpc.pb.h"
@@ -36,9 +37,25 @@ using Clock = std::chrono::steady_clock;
 
 constexpr size_t kMaxTrailerBytes = 3000;
 
-#define DGCA_AUTH(ctx)                                                    \
-  do {                                                                    \
-    if (!IsAuthorized(*(ctx), token_)) return Unauthenticated();          \
+// The call's bearer token must be of `role` (credentials.h): otherwise
+// UNAUTHENTICATED (none of ours) or PERMISSION_DENIED (another role's).
+#define DGCA_AUTH(ctx, role)                                                          \
+  do {                                                                                \
+    if (absl::Status st_ = RequireRole(creds_->Identify(BearerToken(*(ctx))), role);  \
+        !st_.ok()) {                                                                  \
+      return ToGrpc(st_);                                                             \
+    }                                                                                 \
+  } while (0)
+
+// A RankService call: the bearer must be the rank token of this job and
+// attempt.
+#define DGCA_RANK_AUTH(ctx, job, attempt)                                             \
+  do {                                                                                \
+    if (absl::Status st_ =                                                            \
+            RequireRankOf(creds_->Identify(BearerToken(*(ctx))), job, attempt);       \
+        !st_.ok()) {                                                                  \
+      return ToGrpc(st_);                                                             \
+    }                                                                                 \
   } while (0)
 
 // A job id that cannot name a job (CheckJobId): INVALID_ARGUMENT without
@@ -92,11 +109,11 @@ Status ProblemsStatus(const Resp& full) {
 
 class CoordinatorServiceImpl final : public v1::Coordinator::Service {
  public:
-  CoordinatorServiceImpl(Scheduler* s, std::string token) : s_(s), token_(std::move(token)) {}
+  CoordinatorServiceImpl(Scheduler* s, const Credentials* creds) : s_(s), creds_(creds) {}
 
   Status SubmitJob(ServerContext* ctx, const v1::SubmitJobRequest* req,
                    v1::SubmitJobResponse* resp) override {
-    DGCA_AUTH(ctx);
+    DGCA_AUTH(ctx, Role::kUser);
     auto r = s_->Submit(*req);
     if (!r.ok()) return ToGrpc(r.status());
     if (r->problems_size() > 0) return ProblemsStatus(*r);
@@ -106,7 +123,7 @@ class CoordinatorServiceImpl final : public v1::Coordinator::Service {
 
   Status GetJob(ServerContext* ctx, const v1::GetJobRequest* req,
                 v1::GetJobResponse* resp) override {
-    DGCA_AUTH(ctx);
+    DGCA_AUTH(ctx, Role::kUser);
     DGCA_JOB_ID(req->job_id());
     auto r = s_->GetJob(req->job_id());
     if (!r.ok()) return ToGrpc(r.status());
@@ -116,7 +133,7 @@ class CoordinatorServiceImpl final : public v1::Coordinator::Service {
 
   Status ListJobs(ServerContext* ctx, const v1::ListJobsRequest* req,
                   v1::ListJobsResponse* resp) override {
-    DGCA_AUTH(ctx);
+    DGCA_AUTH(ctx, Role::kUser);
     auto r = s_->ListJobs(*req);
     if (!r.ok()) return ToGrpc(r.status());
     for (auto& j : *r) {
@@ -129,7 +146,7 @@ class CoordinatorServiceImpl final : public v1::Coordinator::Service {
 
   Status CancelJob(ServerContext* ctx, const v1::CancelJobRequest* req,
                    v1::CancelJobResponse* resp) override {
-    DGCA_AUTH(ctx);
+    DGCA_AUTH(ctx, Role::kUser);
     DGCA_JOB_ID(req->job_id());
     bool already_ended = false;
     auto r = s_->Cancel(req->job_id(), UntilDeadline(ctx, std::chrono::milliseconds(8000)),
@@ -142,7 +159,7 @@ class CoordinatorServiceImpl final : public v1::Coordinator::Service {
 
   Status WatchJob(ServerContext* ctx, const v1::WatchJobRequest* req,
                   grpc::ServerWriter<v1::WatchJobResponse>* writer) override {
-    DGCA_AUTH(ctx);
+    DGCA_AUTH(ctx, Role::kUser);
     DGCA_JOB_ID(req->job_id());
     auto sub = s_->Watch(req->job_id(), req->after_event_seq());
     if (!sub.ok()) return ToGrpc(sub.status());
@@ -163,7 +180,7 @@ class CoordinatorServiceImpl final : public v1::Coordinator::Service {
 
   Status GetLogs(ServerContext* ctx, const v1::GetLogsRequest* req,
                  grpc::ServerWriter<v1::GetLogsResponse>* writer) override {
-    DGCA_AUTH(ctx);
+    DGCA_AUTH(ctx, Role::kUser);
     DGCA_JOB_ID(req->job_id());
     auto path = s_->LogPath(req->job_id(), req->rank());
     if (!path.ok()) return ToGrpc(path.status());
@@ -217,14 +234,14 @@ class CoordinatorServiceImpl final : public v1::Coordinator::Service {
 
   Status ListNodes(ServerContext* ctx, const v1::ListNodesRequest*,
                    v1::ListNodesResponse* resp) override {
-    DGCA_AUTH(ctx);
+    DGCA_AUTH(ctx, Role::kUser);
     for (auto& n : s_->ListNodes()) *resp->add_nodes() = std::move(n);
     return Status::OK;
   }
 
   Status ForgetNode(ServerContext* ctx, const v1::ForgetNodeRequest* req,
                     v1::ForgetNodeResponse*) override {
-    DGCA_AUTH(ctx);
+    DGCA_AUTH(ctx, Role::kUser);
     if (req->node().empty()) {
       return Status(StatusCode::INVALID_ARGUMENT, "ForgetNode: node is empty (a name from dgca nodes)");
     }
@@ -233,7 +250,7 @@ class CoordinatorServiceImpl final : public v1::Coordinator::Service {
 
   Status DeleteJob(ServerContext* ctx, const v1::DeleteJobRequest* req,
                    v1::DeleteJobResponse* resp) override {
-    DGCA_AUTH(ctx);
+    DGCA_AUTH(ctx, Role::kUser);
     if (req->job_id().empty()) {
       return Status(StatusCode::INVALID_ARGUMENT, "DeleteJob: job_id is empty (a job from dgca list)");
     }
@@ -246,7 +263,7 @@ class CoordinatorServiceImpl final : public v1::Coordinator::Service {
 
   Status DiagnoseJob(ServerContext* ctx, const v1::DiagnoseJobRequest* req,
                      v1::DiagnoseJobResponse* resp) override {
-    DGCA_AUTH(ctx);
+    DGCA_AUTH(ctx, Role::kUser);
     if (req->job_id().empty()) {
       return Status(StatusCode::INVALID_ARGUMENT, "DiagnoseJob: job_id is empty (a job from dgca list)");
     }
@@ -259,7 +276,7 @@ class CoordinatorServiceImpl final : public v1::Coordinator::Service {
 
   Status PlanJob(ServerContext* ctx, const v1::PlanJobRequest* req,
                  v1::PlanJobResponse* resp) override {
-    DGCA_AUTH(ctx);
+    DGCA_AUTH(ctx, Role::kUser);
     auto r = s_->PlanJob(*req);
     if (!r.ok()) return ToGrpc(r.status());
     if (r->problems_size() > 0) return ProblemsStatus(*r);
@@ -269,7 +286,7 @@ class CoordinatorServiceImpl final : public v1::Coordinator::Service {
 
   Status GetTopology(ServerContext* ctx, const v1::GetTopologyRequest* req,
                      v1::GetTopologyResponse* resp) override {
-    DGCA_AUTH(ctx);
+    DGCA_AUTH(ctx, Role::kUser);
     bool found = false;
     for (auto& n : s_->ListNodes()) {
       if (!req->node().empty() && n.name() != req->node()) continue;
@@ -287,16 +304,16 @@ class CoordinatorServiceImpl final : public v1::Coordinator::Service {
 
  private:
   Scheduler* s_;
-  std::string token_;
+  const Credentials* creds_;
 };
 
 class AgentServiceImpl final : public v1::AgentService::Service {
  public:
-  AgentServiceImpl(Scheduler* s, std::string token) : s_(s), token_(std::move(token)) {}
+  AgentServiceImpl(Scheduler* s, const Credentials* creds) : s_(s), creds_(creds) {}
 
   Status Connect(ServerContext* ctx,
                  grpc::ServerReaderWriter<v1::CoordinatorCommand, v1::AgentMessage>* stream) override {
-    DGCA_AUTH(ctx);
+    DGCA_AUTH(ctx, Role::kAgent);
     v1::AgentMessage first;
     if (!stream->Read(&first)) {
       return Status(StatusCode::INVALID_ARGUMENT, "the agent stream closed before RegisterAgent");
@@ -339,16 +356,16 @@ class AgentServiceImpl final : public v1::AgentService::Service {
 
  private:
   Scheduler* s_;
-  std::string token_;
+  const Credentials* creds_;
 };
 
 class RankServiceImpl final : public v1::RankService::Service {
  public:
-  RankServiceImpl(Scheduler* s, std::string token) : s_(s), token_(std::move(token)) {}
+  RankServiceImpl(Scheduler* s, const Credentials* creds) : s_(s), creds_(creds) {}
 
   Status GetAssignment(ServerContext* ctx, const v1::GetAssignmentRequest* req,
                        v1::GetAssignmentResponse* resp) override {
-    DGCA_AUTH(ctx);
+    DGCA_RANK_AUTH(ctx, req->job_id(), req->attempt());
     auto r = s_->GetAssignment(*req);
     if (!r.ok()) return ToGrpc(r.status());
     *resp = std::move(*r);
@@ -356,15 +373,19 @@ class RankServiceImpl final : public v1::RankService::Service {
   }
 
   Status StoreSet(ServerContext* ctx, const v1::StoreSetRequest* req, v1::StoreSetResponse*) override {
-    DGCA_AUTH(ctx);
-    if (Status s = Running(req->job_id()); !s.ok()) return s;
+    DGCA_RANK_AUTH(ctx, req->job_id(), req->attempt());
+    if (absl::Status st = s_->CheckCurrentAttempt(req->job_id(), req->attempt()); !st.ok()) {
+      return ToGrpc(st);
+    }
     return ToGrpc(s_->rendezvous().Set(req->job_id(), req->attempt(), req->key(), req->value()));
   }
 
   Status StoreGet(ServerContext* ctx, const v1::StoreGetRequest* req,
                   v1::StoreGetResponse* resp) override {
-    DGCA_AUTH(ctx);
-    if (Status s = Running(req->job_id()); !s.ok()) return s;
+    DGCA_RANK_AUTH(ctx, req->job_id(), req->attempt());
+    if (absl::Status st = s_->CheckCurrentAttempt(req->job_id(), req->attempt()); !st.ok()) {
+      return ToGrpc(st);
+    }
     auto r = s_->rendezvous().Get(req->job_id(), req->attempt(), req->key());
     if (!r.ok()) return ToGrpc(r.status());
     resp->set_found(r->has_value());
@@ -374,8 +395,10 @@ class RankServiceImpl final : public v1::RankService::Service {
 
   Status StoreWait(ServerContext* ctx, const v1::StoreWaitRequest* req,
                    v1::StoreWaitResponse*) override {
-    DGCA_AUTH(ctx);
-    if (Status s = Running(req->job_id()); !s.ok()) return s;
+    DGCA_RANK_AUTH(ctx, req->job_id(), req->attempt());
+    if (absl::Status st = s_->CheckCurrentAttempt(req->job_id(), req->attempt()); !st.ok()) {
+      return ToGrpc(st);
+    }
     double t = req->timeout_seconds() > 0 ? std::min(req->timeout_seconds(), 3600.0) : 300.0;
     auto timeout = UntilDeadline(ctx, std::chrono::milliseconds(static_cast<int64_t>(t * 1000)));
     std::vector<std::string> keys(req->keys().begin(), req->keys().end());
@@ -386,8 +409,10 @@ class RankServiceImpl final : public v1::RankService::Service {
 
   Status StoreAdd(ServerContext* ctx, const v1::StoreAddRequest* req,
                   v1::StoreAddResponse* resp) override {
-    DGCA_AUTH(ctx);
-    if (Status s = Running(req->job_id()); !s.ok()) return s;
+    DGCA_RANK_AUTH(ctx, req->job_id(), req->attempt());
+    if (absl::Status st = s_->CheckCurrentAttempt(req->job_id(), req->attempt()); !st.ok()) {
+      return ToGrpc(st);
+    }
     auto r = s_->rendezvous().Add(req->job_id(), req->attempt(), req->key(), req->delta());
     if (!r.ok()) return ToGrpc(r.status());
     resp->set_value(*r);
@@ -396,19 +421,22 @@ class RankServiceImpl final : public v1::RankService::Service {
 
   Status Heartbeat(ServerContext* ctx, const v1::RankHeartbeatRequest* req,
                    v1::RankHeartbeatResponse* resp) override {
-    DGCA_AUTH(ctx);
+    DGCA_RANK_AUTH(ctx, req->job_id(), req->attempt());
     *resp = s_->RankHeartbeat(*req);
     return Status::OK;
   }
 
   Status StreamMetrics(ServerContext* ctx, grpc::ServerReader<v1::MetricSample>* reader,
                        v1::StreamMetricsResponse* resp) override {
-    DGCA_AUTH(ctx);
+    const Caller caller = creds_->Identify(BearerToken(*ctx));
+    if (absl::Status st = RequireRole(caller, Role::kRank); !st.ok()) return ToGrpc(st);
     v1::MetricSample m;
-    std::string job;
     int64_t n = 0;
     while (reader->Read(&m)) {
-      job = s_->IngestSample(m, job);
+      // Every sample must be of the caller's own job and attempt: a rank
+      // token cannot feed another job's numbers.
+      if (absl::Status st = CheckSampleOf(caller, m); !st.ok()) return ToGrpc(st);
+      s_->IngestSample(m, caller.job_id);
       ++n;
     }
     resp->set_received(n);
@@ -416,15 +444,24 @@ class RankServiceImpl final : public v1::RankService::Service {
   }
 
  private:
-  Status Running(const std::string& job) {
-    if (s_->IsTerminal(job)) {
-      return Status(StatusCode::FAILED_PRECONDITION,
-                    absl::StrCat("job ", job, " is not running; its rendezvous store is gone"));
+  // The job (and, where the sample carries one, the attempt) a metric
+  // sample speaks for must be the caller's.
+  static absl::Status CheckSampleOf(const Caller& caller, const v1::MetricSample& m) {
+    switch (m.kind_case()) {
+      case v1::MetricSample::kStep:
+        return RequireRankOf(caller, m.step().job_id(), m.step().attempt());
+      case v1::MetricSample::kFinished:
+        return RequireRankOf(caller, m.finished().job_id(), m.finished().attempt());
+      case v1::MetricSample::kEval:
+        return RequireRankOf(caller, m.eval().job_id(), caller.attempt);
+      case v1::MetricSample::kProbeRow:
+        return RequireRankOf(caller, m.probe_row().job_id(), caller.attempt);
+      default:
+        return absl::OkStatus();  // a log line: the caller's job
     }
-    return Status::OK;
   }
   Scheduler* s_;
-  std::string token_;
+  const Credentials* creds_;
 };
 
 std::string DefaultWorkerBinary() {
@@ -518,22 +555,22 @@ std::string EarlierUse(const std::string& dir) {
   return absl::StrCat(dir, "/jobs holds job folders (", first, ", ...)");
 }
 
-// Group or other access to the state dir (job store, rank logs) or to the
-// token is said at every start, loudly, and left as it is: a state dir on a
-// shared filesystem may be opened to a group on purpose, and tightening it
-// behind the operator's back would lock out agents reading the token.
-void WarnIfOpenToOthers(const std::string& path, bool is_token) {
+// Group or other access to the state dir (job store, rank logs) or to a
+// secret in it is said at every start, loudly, and left as it is: a state
+// dir on a shared filesystem may be opened to a group on purpose, and
+// tightening it behind the operator's back would lock out agents reading
+// their token. `grants` says what a reader of the file can do.
+void WarnIfOpenToOthers(const std::string& path, const char* grants) {
   struct stat st;
   if (stat(path.c_str(), &st) != 0 || (st.st_mode & 077) == 0) return;
   const std::string mode = absl::StrFormat("%04o", st.st_mode & 07777);
-  if (is_token) {
+  if (grants != nullptr) {
     spdlog::warn("WARNING: token file {} has mode {}: other users on this machine can read it and "
-                 "act as the CLI, an agent or a rank (submit and cancel jobs, run code as this "
-                 "coordinator's ranks); `chmod 600 {}` fixes it",
-                 path, mode, path);
+                 "{}; `chmod 600 {}` fixes it",
+                 path, mode, grants, path);
   } else {
     spdlog::warn("WARNING: state dir {} has mode {}: other users on this machine can reach its job "
-                 "store, rank logs and token; `chmod 700 {}` fixes it",
+                 "store, rank logs and tokens; `chmod 700 {}` fixes it",
                  path, mode, path);
   }
 }
@@ -607,11 +644,16 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
                    used);
     }
   }
-  WarnIfOpenToOthers(s->state_dir_, /*is_token=*/false);
-  auto token = LoadOrCreateToken(s->state_dir_);
-  if (!token.ok()) return token.status();
-  s->token_ = *token;
-  WarnIfOpenToOthers(s->state_dir_ + "/token", /*is_token=*/true);
+  WarnIfOpenToOthers(s->state_dir_, /*grants=*/nullptr);
+  auto credentials = Credentials::Load(s->state_dir_);
+  if (!credentials.ok()) return credentials.status();
+  s->creds_ = std::make_unique<Credentials>(std::move(*credentials));
+  WarnIfOpenToOthers(absl::StrCat(s->state_dir_, "/", kUserTokenFile),
+                     "act as the CLI (submit, cancel and delete jobs)");
+  WarnIfOpenToOthers(absl::StrCat(s->state_dir_, "/", kAgentTokenFile),
+                     "act as a node agent (take ranks, report their exits)");
+  WarnIfOpenToOthers(absl::StrCat(s->state_dir_, "/", kRankKeyFile),
+                     "mint any job's rank tokens (join and disturb its rendezvous)");
 
   s->hub_ = std::make_unique<MetricsHub>();
   SchedulerOptions so;
@@ -623,6 +665,9 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   so.restart_node_wait_s = options.restart_node_wait_s;
   so.link_prior_busbw = options.link_prior_busbw;
   so.slurm.bin_dir = options.slurm_bin_dir;
+  so.rank_token = [c = s->creds_.get()](const std::string& job, int32_t attempt) {
+    return c->RankToken(job, attempt);
+  };
   if (options.local_agent) {
     // Ranks run on this node: submissions are checked for their files here
     // (the embedded agent registers under this name, StartLocalAgent).
@@ -653,7 +698,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     LauncherOptions lo;
     lo.advertise_address = options.advertise.empty() ? AdvertisedAddress(host, *port)
                                                      : options.advertise;
-    lo.token_file = s->state_dir_ + "/token";
+    lo.token_file = absl::StrCat(s->state_dir_, "/", kAgentTokenFile);
     lo.tls_ca_file = options.slurm_tls_ca;
     lo.worker_binary =
         options.worker_binary.empty() ? DefaultWorkerBinary() : options.worker_binary;
@@ -682,9 +727,9 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
 
 absl::StatusOr<int> CoordinatorServer::Serve(std::shared_ptr<grpc::ServerCredentials> creds,
                                              const std::string& unix_socket) {
-  services_.push_back(std::make_unique<CoordinatorServiceImpl>(scheduler_.get(), token_));
-  services_.push_back(std::make_unique<AgentServiceImpl>(scheduler_.get(), token_));
-  services_.push_back(std::make_unique<RankServiceImpl>(scheduler_.get(), token_));
+  services_.push_back(std::make_unique<CoordinatorServiceImpl>(scheduler_.get(), creds_.get()));
+  services_.push_back(std::make_unique<AgentServiceImpl>(scheduler_.get(), creds_.get()));
+  services_.push_back(std::make_unique<RankServiceImpl>(scheduler_.get(), creds_.get()));
   grpc::ServerBuilder builder;
   // gRPC sets SO_REUSEPORT by default: a second coordinator on the same
   // port would start and take half the connections. One owner per port.
@@ -711,8 +756,7 @@ absl::StatusOr<int> CoordinatorServer::Serve(std::shared_ptr<grpc::ServerCredent
 absl::Status CoordinatorServer::StartLocalAgent(const std::string& coordinator_address) {
   AgentOptions ao;
   ao.coordinator_address = coordinator_address;
-  ao.token = token_;
-  ao.token_file = state_dir_ + "/token";
+  ao.token = creds_->agent_token();
   ao.node_name = opt_.node_name;
   ao.state_dir = state_dir_;
   ao.worker_binary = opt_.worker_binary.empty() ? DefaultWorkerBinary() : opt_.worker_binary;

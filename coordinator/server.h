@@ -6,9 +6,14 @@
 // left running on this node (Scheduler::RecoveredRanks).
 //
 // Behaviour at the edge (what clients can rely on):
-//  - Every RPC requires "authorization: Bearer <token>" where the token is
-//    STATE_DIR/token (created at first start, mode 0600): otherwise
-//    UNAUTHENTICATED. Messages are limited to 4 MiB both ways.
+//  - Every RPC requires "authorization: Bearer <token>" of its service's
+//    role (coordinator/credentials.h): the Coordinator service takes
+//    STATE_DIR/token, AgentService STATE_DIR/agent-token, RankService the
+//    rank token of the request's own job and attempt (minted into each
+//    LaunchRank). A token none of ours: UNAUTHENTICATED; another role's, or
+//    a rank token for another job or attempt: PERMISSION_DENIED. The
+//    rendezvous calls (Store*) serve only the job's current attempt
+//    (FAILED_PRECONDITION). Messages are limited to 4 MiB both ways.
 //  - SubmitJob / PlanJob with a bad spec: INVALID_ARGUMENT; the status
 //    message is "invalid job spec (N problems):\n" + one
 //    "file:line:col: field: message" line per problem (capped at ~3 KB), and
@@ -47,7 +52,7 @@
 //    file in a state dir used before (STATE_DIR/coordinator.json, or job
 //    folders in STATE_DIR/jobs) unless new_store. Damaged rows found later
 //    fail their RPC with DATA_LOSS (coordinator/job_store.h).
-//  - A state dir or token open to group or others (mode & 077) is warned
+//  - A state dir or token file open to group or others (mode & 077) is warned
 //    about at every start, with the chmod that fixes it; not changed.
 //  - One coordinator per state dir: STATE_DIR/coordinator.lock is flock()ed
 //    for the server's life (released by the kernel on kill -9); a second
@@ -67,6 +72,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "coordinator/credentials.h"
 #include "coordinator/metrics_hub.h"
 #include "coordinator/scheduler.h"
 
@@ -132,7 +138,13 @@ class CoordinatorServer {
 
   const std::string& address() const { return address_; }          // bound host:port
   const std::string& metrics_address() const { return metrics_address_; }  // "" when none
-  const std::string& token() const { return token_; }
+  // The user token (STATE_DIR/token), the agent token, and the token a
+  // rank of `job_id`'s attempt `attempt` is given.
+  const std::string& token() const { return creds_->user_token(); }
+  const std::string& agent_token() const { return creds_->agent_token(); }
+  std::string RankToken(const std::string& job_id, int attempt) const {
+    return creds_->RankToken(job_id, attempt);
+  }
   const std::string& state_dir() const { return state_dir_; }
   Scheduler* scheduler() { return scheduler_.get(); }
   MetricsHub* metrics() { return hub_.get(); }
@@ -149,7 +161,7 @@ class CoordinatorServer {
 
   CoordinatorServerOptions opt_;
   std::string state_dir_;
-  std::string token_;
+  std::unique_ptr<Credentials> creds_;
   std::string address_;
   std::string metrics_address_;
   std::unique_ptr<MetricsHub> hub_;

@@ -253,7 +253,7 @@ class ServerTest : public ::testing::Test {
   // takes n1's agent away before rank 1 reports: the restart comes due with
   // its node gone. Returns the job id.
   std::string LoseANodeWithARestartDue() {
-    FakeAgent agent(server_->address(), server_->token(), "n1", /*auto_exit_on_stop=*/false);
+    FakeAgent agent(server_->address(), server_->agent_token(), "n1", /*auto_exit_on_stop=*/false);
     const std::string id = Submit(Spec(1));
     EXPECT_TRUE(WaitUntil([&] { return agent.Launches(id, 0).size() == 2; }));
     agent.Exit(id, 0, 0, -1, SIGKILL);
@@ -350,6 +350,165 @@ TEST_F(ServerTest, TokenRequiredOnEveryService) {
   EXPECT_NE(json.find("\"listen\": \"" + server_->address() + "\""), std::string::npos) << json;
 }
 
+// Three roles (coordinator/credentials.h), each refused outside its
+// service: the user token is not a rank's or an agent's, the agent token
+// not the user's, and a rank token speaks for its own job and attempt only.
+TEST_F(ServerTest, EachTokenIsRefusedOutsideItsRole) {
+  StartServer();
+  for (const char* f : {"/agent-token", "/rank-key"}) {
+    struct stat st;
+    ASSERT_EQ(stat((dir_ + f).c_str(), &st), 0) << f;
+    EXPECT_EQ(st.st_mode & 0777, 0600) << f;
+  }
+  EXPECT_NE(server_->agent_token(), server_->token());
+  FakeAgent agent(server_->address(), server_->agent_token(), "n1", /*auto_exit_on_stop=*/false);
+  const std::string id = Submit(Spec());
+  const std::string other = Submit(Spec());
+  ASSERT_TRUE(WaitUntil([&] { return agent.Launches(id, 0).size() == 2; }));
+  // Each launch carries the rank token of its job and attempt.
+  for (const auto& l : agent.Launches(id, 0)) EXPECT_EQ(l.rank_token(), server_->RankToken(id, 0));
+  const std::string rank_token = server_->RankToken(id, 0);
+
+  auto code_and_message = [](const grpc::Status& st) {
+    return std::make_pair(st.error_code(), st.error_message());
+  };
+  {  // the agent's and a rank's tokens on the CLI's service
+    for (const std::string& t : {server_->agent_token(), rank_token}) {
+      auto ctx = Ctx(t);
+      v1::ListJobsResponse resp;
+      auto [code, msg] = code_and_message(coord_->ListJobs(ctx.get(), v1::ListJobsRequest(), &resp));
+      EXPECT_EQ(code, grpc::StatusCode::PERMISSION_DENIED) << msg;
+      EXPECT_NE(msg.find("this call takes the user token (the coordinator's STATE_DIR/token"),
+                std::string::npos) << msg;
+    }
+  }
+  {  // the user's and a rank's tokens on the agents' service
+    for (const std::string& t : {server_->token(), rank_token}) {
+      auto stub = v1::AgentService::NewStub(channel_);
+      grpc::ClientContext ctx;
+      AddAuth(&ctx, t);
+      auto stream = stub->Connect(&ctx);
+      v1::AgentMessage m;
+      m.mutable_register_()->set_node("intruder");
+      stream->Write(m);
+      stream->WritesDone();
+      v1::CoordinatorCommand c;
+      EXPECT_FALSE(stream->Read(&c));
+      auto [code, msg] = code_and_message(stream->Finish());
+      EXPECT_EQ(code, grpc::StatusCode::PERMISSION_DENIED) << msg;
+      EXPECT_NE(msg.find("STATE_DIR/agent-token"), std::string::npos) << msg;
+    }
+  }
+  v1::RankHeartbeatRequest hb;
+  hb.set_job_id(id);
+  hb.set_rank(0);
+  v1::RankHeartbeatResponse hr;
+  {  // the user's and the agent's tokens on the ranks' service
+    for (const std::string& t : {server_->token(), server_->agent_token()}) {
+      auto ctx = Ctx(t);
+      auto [code, msg] = code_and_message(rank_->Heartbeat(ctx.get(), hb, &hr));
+      EXPECT_EQ(code, grpc::StatusCode::PERMISSION_DENIED) << msg;
+      EXPECT_NE(msg.find("this call takes a rank token"), std::string::npos) << msg;
+    }
+  }
+  {  // the rank token itself: its job and attempt only
+    auto ctx = Ctx(rank_token);
+    EXPECT_TRUE(rank_->Heartbeat(ctx.get(), hb, &hr).ok());
+    for (const auto& [job, attempt] : {std::make_pair(other, 0), std::make_pair(id, 1)}) {
+      v1::RankHeartbeatRequest h = hb;
+      h.set_job_id(job);
+      h.set_attempt(attempt);
+      auto c = Ctx(rank_token);
+      auto [code, msg] = code_and_message(rank_->Heartbeat(c.get(), h, &hr));
+      EXPECT_EQ(code, grpc::StatusCode::PERMISSION_DENIED) << msg;
+      EXPECT_NE(msg.find("the rank token of job " + id + " attempt 0 speaks only for that job and "
+                         "attempt, not for job " + job + " attempt " + std::to_string(attempt)),
+                std::string::npos) << msg;
+    }
+  }
+  {  // a forged MAC, and a token another coordinator would mint
+    std::string forged = rank_token;
+    forged.back() = forged.back() == '0' ? '1' : '0';
+    Credentials elsewhere("u", "a", "another key");
+    for (const std::string& t : {forged, elsewhere.RankToken(id, 0)}) {
+      auto ctx = Ctx(t);
+      EXPECT_EQ(rank_->Heartbeat(ctx.get(), hb, &hr).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+    }
+  }
+  {  // metrics for another job on a rank token's stream end it
+    auto ctx = Ctx(rank_token);
+    v1::StreamMetricsResponse resp;
+    auto w = rank_->StreamMetrics(ctx.get(), &resp);
+    v1::MetricSample sample;
+    sample.mutable_step()->set_job_id(other);
+    sample.mutable_step()->set_step(1);
+    w->Write(sample);
+    w->WritesDone();
+    auto [code, msg] = code_and_message(w->Finish());
+    EXPECT_EQ(code, grpc::StatusCode::PERMISSION_DENIED) << msg;
+    EXPECT_EQ(Get(other).job().step(), 0);
+  }
+  {  // a validly minted token of an attempt the job is not at: no store
+    auto ctx = Ctx(server_->RankToken(id, 3));
+    v1::StoreSetRequest set;
+    set.set_job_id(id);
+    set.set_attempt(3);
+    set.set_key("k");
+    v1::StoreSetResponse sr;
+    auto [code, msg] = code_and_message(rank_->StoreSet(ctx.get(), set, &sr));
+    EXPECT_EQ(code, grpc::StatusCode::FAILED_PRECONDITION) << msg;
+    EXPECT_NE(msg.find("attempt 3 of job " + id + " is over (the job runs attempt 0)"),
+              std::string::npos) << msg;
+  }
+}
+
+// Issue 28's flood: anyone with the one token could open 4,095 rendezvous
+// namespaces with made-up attempt numbers, and the next job's rendezvous
+// failed RESOURCE_EXHAUSTED. A rank token of job A now opens none of job
+// B's, nor another attempt of A's, and B's rendezvous works after it.
+TEST_F(ServerTest, ARankTokenCannotFloodAnotherJobsRendezvous) {
+  StartServer();
+  FakeAgent agent(server_->address(), server_->agent_token(), "n1", /*auto_exit_on_stop=*/false,
+                  {}, 0, 512ull << 30);
+  const std::string attacker = Submit(Spec());
+  const std::string victim = Submit(Spec());
+  ASSERT_TRUE(WaitUntil([&] { return agent.Launches(victim, 0).size() == 2; }));
+  const std::string token = server_->RankToken(attacker, 0);
+  int refused = 0;
+  for (int attempt = 0; attempt < 5000; ++attempt) {
+    // Even attempts at the victim, odd ones (never its own 0) at the
+    // attacker's job.
+    const std::string job = attempt % 2 == 0 ? victim : attacker;
+    auto ctx = Ctx(token);
+    v1::StoreSetRequest set;
+    set.set_job_id(job);
+    set.set_attempt(attempt);
+    set.set_key("k");
+    set.set_value("v");
+    v1::StoreSetResponse sr;
+    if (rank_->StoreSet(ctx.get(), set, &sr).error_code() == grpc::StatusCode::PERMISSION_DENIED) {
+      ++refused;
+    }
+  }
+  EXPECT_EQ(refused, 5000);
+  // The victim's own ranks still meet.
+  auto set_ctx = Ctx(server_->RankToken(victim, 0));
+  v1::StoreSetRequest set;
+  set.set_job_id(victim);
+  set.set_key("addr0");
+  set.set_value("127.0.0.1:1");
+  v1::StoreSetResponse sr;
+  grpc::Status st = rank_->StoreSet(set_ctx.get(), set, &sr);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  auto get_ctx = Ctx(server_->RankToken(victim, 0));
+  v1::StoreGetRequest g;
+  g.set_job_id(victim);
+  g.set_key("addr0");
+  v1::StoreGetResponse gr;
+  ASSERT_TRUE(rank_->StoreGet(get_ctx.get(), g, &gr).ok());
+  EXPECT_EQ(gr.value(), "127.0.0.1:1");
+}
+
 TEST_F(ServerTest, InvalidSpecGivesProblems) {
   StartServer();
   v1::SubmitJobRequest req;
@@ -404,7 +563,7 @@ TEST_F(ServerTest, PendingWithoutAgentThenRunsAndSucceeds) {
   EXPECT_EQ(j.job().state(), v1::PENDING);
   EXPECT_EQ(j.job().message(), "waiting for a node agent");
 
-  FakeAgent agent(server_->address(), server_->token(), "n1");
+  FakeAgent agent(server_->address(), server_->agent_token(), "n1");
   ASSERT_TRUE(WaitState(id, v1::RUNNING));
   ASSERT_TRUE(WaitUntil([&] { return agent.Launches(id, 0).size() == 2; }));
   auto launches = agent.Launches(id, 0);
@@ -418,7 +577,7 @@ TEST_F(ServerTest, PendingWithoutAgentThenRunsAndSucceeds) {
 
   // Rank calls: assignment, rendezvous, heartbeat, metrics.
   {
-    auto ctx = Ctx();
+    auto ctx = Ctx(server_->RankToken(id, 0));
     v1::GetAssignmentRequest req;
     req.set_job_id(id);
     req.set_rank(1);
@@ -430,19 +589,19 @@ TEST_F(ServerTest, PendingWithoutAgentThenRunsAndSucceeds) {
     EXPECT_EQ(a.resume_from(), "");
     EXPECT_EQ(a.spec().train().steps(), 10);
     req.set_attempt(1);
-    auto ctx2 = Ctx();
+    auto ctx2 = Ctx(server_->RankToken(id, 1));
     EXPECT_EQ(rank_->GetAssignment(ctx2.get(), req, &a).error_code(),
               grpc::StatusCode::FAILED_PRECONDITION);
   }
   {
-    auto c1 = Ctx();
+    auto c1 = Ctx(server_->RankToken(id, 0));
     v1::StoreSetRequest set;
     set.set_job_id(id);
     set.set_key("uid");
     set.set_value("xyz");
     v1::StoreSetResponse sr;
     ASSERT_TRUE(rank_->StoreSet(c1.get(), set, &sr).ok());
-    auto c2 = Ctx();
+    auto c2 = Ctx(server_->RankToken(id, 0));
     v1::StoreWaitRequest w;
     w.set_job_id(id);
     w.add_keys("uid");
@@ -450,9 +609,9 @@ TEST_F(ServerTest, PendingWithoutAgentThenRunsAndSucceeds) {
     v1::StoreWaitResponse wr;
     ASSERT_TRUE(rank_->StoreWait(c2.get(), w, &wr).ok());
     w.add_keys("never");
-    auto c3 = Ctx();
+    auto c3 = Ctx(server_->RankToken(id, 0));
     EXPECT_EQ(rank_->StoreWait(c3.get(), w, &wr).error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
-    auto c4 = Ctx();
+    auto c4 = Ctx(server_->RankToken(id, 0));
     v1::StoreAddRequest add;
     add.set_job_id(id);
     add.set_key("n");
@@ -460,7 +619,7 @@ TEST_F(ServerTest, PendingWithoutAgentThenRunsAndSucceeds) {
     v1::StoreAddResponse ar;
     ASSERT_TRUE(rank_->StoreAdd(c4.get(), add, &ar).ok());
     EXPECT_EQ(ar.value(), 2);
-    auto c5 = Ctx();
+    auto c5 = Ctx(server_->RankToken(id, 0));
     v1::StoreGetRequest g;
     g.set_job_id(id);
     g.set_key("uid");
@@ -470,7 +629,7 @@ TEST_F(ServerTest, PendingWithoutAgentThenRunsAndSucceeds) {
     EXPECT_EQ(gr.value(), "xyz");
   }
   {
-    auto ctx = Ctx();
+    auto ctx = Ctx(server_->RankToken(id, 0));
     v1::StreamMetricsResponse resp;
     auto w = rank_->StreamMetrics(ctx.get(), &resp);
     // Step 3 from both ranks: a point of the loss curve (their mean);
@@ -503,21 +662,32 @@ TEST_F(ServerTest, PendingWithoutAgentThenRunsAndSucceeds) {
     (*e.mutable_eval()->mutable_metrics())["sentence_correction_f1"] = 0.5;
     ASSERT_TRUE(w->Write(e));
     // The final loss each rank sends when training ends (the same
-    // all-reduced figure; another attempt's is ignored).
-    for (int r = 0; r < 2; ++r) {
+    // all-reduced figure; another attempt's is ignored). Rank 0's is of an
+    // attempt this job never ran, on that attempt's own stream and token
+    // (a rank token speaks for one attempt).
+    auto finished = [&](int rank, int attempt, double loss) {
       v1::MetricSample f;
       auto* t = f.mutable_finished();
       t->set_job_id(id);
-      t->set_rank(r);
-      t->set_attempt(r == 0 ? 7 : 0);  // rank 0's is of no attempt of this job
-      t->set_final_loss(r == 0 ? 9.0 : 1.75);
+      t->set_rank(rank);
+      t->set_attempt(attempt);
+      t->set_final_loss(loss);
       t->set_final_loss_steps(10);
       t->set_final_loss_ranks(2);
-      ASSERT_TRUE(w->Write(f));
+      return f;
+    };
+    {
+      auto other_ctx = Ctx(server_->RankToken(id, 7));
+      v1::StreamMetricsResponse other_resp;
+      auto other = rank_->StreamMetrics(other_ctx.get(), &other_resp);
+      ASSERT_TRUE(other->Write(finished(0, 7, 9.0)));
+      other->WritesDone();
+      ASSERT_TRUE(other->Finish().ok());
     }
+    ASSERT_TRUE(w->Write(finished(1, 0, 1.75)));
     w->WritesDone();
     ASSERT_TRUE(w->Finish().ok());
-    EXPECT_EQ(resp.received(), 7);
+    EXPECT_EQ(resp.received(), 6);
     auto g = Get(id);
     EXPECT_EQ(g.job().step(), 4);
     ASSERT_EQ(g.job().loss_curve_size(), 1);
@@ -560,14 +730,14 @@ TEST_F(ServerTest, PendingWithoutAgentThenRunsAndSucceeds) {
   EXPECT_EQ(kinds.front(), "PENDING:state");
   EXPECT_EQ(kinds.back(), "SUCCEEDED:state");
   // The rendezvous store is gone once the job ended.
-  auto c = Ctx();
+  auto c = Ctx(server_->RankToken(id, 0));
   v1::StoreGetRequest g;
   g.set_job_id(id);
   g.set_key("uid");
   v1::StoreGetResponse gr;
   EXPECT_EQ(rank_->StoreGet(c.get(), g, &gr).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   // Heartbeats now say stop.
-  auto hc = Ctx();
+  auto hc = Ctx(server_->RankToken(id, 0));
   v1::RankHeartbeatRequest hb;
   hb.set_job_id(id);
   v1::RankHeartbeatResponse hr;
@@ -580,7 +750,7 @@ TEST_F(ServerTest, PendingWithoutAgentThenRunsAndSucceeds) {
 // of ours) is named as stopped.
 TEST_F(ServerTest, AStoppedRankIsNotAFailedOne) {
   StartServer();
-  FakeAgent agent(server_->address(), server_->token(), "n1", /*auto_exit_on_stop=*/false);
+  FakeAgent agent(server_->address(), server_->agent_token(), "n1", /*auto_exit_on_stop=*/false);
   const std::string id = Submit(Spec(0, 3));
   ASSERT_TRUE(WaitUntil([&] { return agent.Launches(id, 0).size() == 3; }));
   agent.Exit(id, 2, 0, 1, 0, "RuntimeError: boom\n");
@@ -605,7 +775,7 @@ TEST_F(ServerTest, AStoppedRankIsNotAFailedOne) {
 
 TEST_F(ServerTest, RankFailureNamesTheRank) {
   StartServer();
-  FakeAgent agent(server_->address(), server_->token(), "n1", /*auto_exit_on_stop=*/false);
+  FakeAgent agent(server_->address(), server_->agent_token(), "n1", /*auto_exit_on_stop=*/false);
   std::string id = Submit(Spec(0));
   ASSERT_TRUE(WaitUntil([&] { return agent.Launches(id, 0).size() == 2; }));
   ASSERT_TRUE(WaitState(id, v1::RUNNING));
@@ -635,7 +805,7 @@ TEST_F(ServerTest, RankFailureNamesTheRank) {
 
 TEST_F(ServerTest, RestartFromCheckpointThenSucceed) {
   StartServer();
-  FakeAgent agent(server_->address(), server_->token(), "n1");
+  FakeAgent agent(server_->address(), server_->agent_token(), "n1");
   std::string id = Submit(Spec(1));
   ASSERT_TRUE(WaitUntil([&] { return agent.Launches(id, 0).size() == 2; }));
   // A checkpoint exists: the restarted attempt resumes from it.
@@ -648,7 +818,7 @@ TEST_F(ServerTest, RestartFromCheckpointThenSucceed) {
   auto j = Get(id);
   EXPECT_EQ(j.job().state(), v1::RUNNING);
   EXPECT_EQ(j.job().restarts(), 1);
-  auto ctx = Ctx();
+  auto ctx = Ctx(server_->RankToken(id, 1));
   v1::GetAssignmentRequest req;
   req.set_job_id(id);
   req.set_attempt(1);
@@ -676,12 +846,12 @@ TEST_F(ServerTest, ARestartedAgentIsAskedToAdoptItsRanks) {
   StartServer();
   std::string id;
   {
-    FakeAgent first(server_->address(), server_->token(), "n1");
+    FakeAgent first(server_->address(), server_->agent_token(), "n1");
     id = Submit(Spec(0, 2));
     ASSERT_TRUE(WaitUntil([&] { return first.Launches(id, 0).size() == 2; }));
     EXPECT_TRUE(first.Adopts(id).empty());
   }
-  FakeAgent again(server_->address(), server_->token(), "n1");
+  FakeAgent again(server_->address(), server_->agent_token(), "n1");
   ASSERT_TRUE(WaitUntil([&] { return again.Adopts(id).size() == 2; }));
   for (const auto& r : again.Adopts(id)) EXPECT_EQ(r.attempt(), 0);
   EXPECT_EQ(State(id), v1::RUNNING);
@@ -691,7 +861,7 @@ TEST_F(ServerTest, ARestartedAgentIsAskedToAdoptItsRanks) {
   r0.set_rank(0);
   r1.set_job_id(id);
   r1.set_rank(1);
-  FakeAgent listed(server_->address(), server_->token(), "n1", true, {r0, r1});
+  FakeAgent listed(server_->address(), server_->agent_token(), "n1", true, {r0, r1});
   std::this_thread::sleep_for(milliseconds(300));
   EXPECT_TRUE(listed.Adopts(id).empty());
   listed.Exit(id, 0, 0, 0);
@@ -721,7 +891,7 @@ TEST_F(ServerTest, ARestartWaitsForItsNodeToComeBack) {
     ASSERT_TRUE(store.ok());
     EXPECT_EQ((*store)->GetJob(id)->job.restarts(), 1);
   }
-  FakeAgent back(server_->address(), server_->token(), "n1");
+  FakeAgent back(server_->address(), server_->agent_token(), "n1");
   ASSERT_TRUE(WaitUntil([&] { return back.Launches(id, 1).size() == 2; }));
   // Rank 1 of attempt 0 never reported its end: the agent is asked to adopt
   // it and to stop that attempt.
@@ -762,7 +932,7 @@ TEST_F(ServerTest, ARestartGivesUpOnANodeThatStaysAway) {
 
 TEST_F(ServerTest, StalledRankFailsTheJob) {
   StartServer(/*heartbeat_timeout_s=*/1.0);
-  FakeAgent agent(server_->address(), server_->token(), "n1");
+  FakeAgent agent(server_->address(), server_->agent_token(), "n1");
   std::string id = Submit(Spec(0, 1));
   ASSERT_TRUE(WaitState(id, v1::RUNNING));
   ASSERT_TRUE(WaitState(id, v1::FAILED, milliseconds(8000)));
@@ -773,7 +943,7 @@ TEST_F(ServerTest, StalledRankFailsTheJob) {
 
 TEST_F(ServerTest, CancelStopsRanksAndWatchEnds) {
   StartServer();
-  FakeAgent agent(server_->address(), server_->token(), "n1");
+  FakeAgent agent(server_->address(), server_->agent_token(), "n1");
   std::string id = Submit(Spec());
   ASSERT_TRUE(WaitState(id, v1::RUNNING));
   // Watch from the start in a thread.
@@ -935,7 +1105,7 @@ TEST_F(ServerTest, ForgetNodeDropsOnlyAGoneNode) {
     return resp;
   };
   const std::string series = "dgca_worker_connected{node=\"n1\"}";
-  auto agent = std::make_unique<FakeAgent>(server_->address(), server_->token(), "n1");
+  auto agent = std::make_unique<FakeAgent>(server_->address(), server_->agent_token(), "n1");
   std::string id = Submit(Spec());
   ASSERT_TRUE(WaitState(id, v1::RUNNING));
   ASSERT_TRUE(WaitUntil([&] { return server_->metrics()->Serialize().find(series) !=
@@ -981,7 +1151,7 @@ TEST_F(ServerTest, ForgetNodeDropsOnlyAGoneNode) {
   EXPECT_EQ(forget("n1").error_code(), grpc::StatusCode::NOT_FOUND);
 
   // An agent of that name that comes back registers afresh.
-  FakeAgent again(server_->address(), server_->token(), "n1");
+  FakeAgent again(server_->address(), server_->agent_token(), "n1");
   ASSERT_TRUE(WaitUntil([&] {
     auto r = nodes();
     return r.nodes_size() == 1 && r.nodes(0).connected();
@@ -990,7 +1160,7 @@ TEST_F(ServerTest, ForgetNodeDropsOnlyAGoneNode) {
 
 TEST_F(ServerTest, LogsNodesTopology) {
   StartServer();
-  FakeAgent agent(server_->address(), server_->token(), "n1");
+  FakeAgent agent(server_->address(), server_->agent_token(), "n1");
   std::string id = Submit(Spec());
   ASSERT_TRUE(WaitState(id, v1::RUNNING));
   std::string logdir = server_->state_dir() + "/jobs/" + id;
@@ -1341,7 +1511,7 @@ TEST_F(ServerTest, RestartReadoptsARunningJobThatThenFinishes) {
     hb.set_attempt(attempt);
     hb.set_step(step);
     v1::RankHeartbeatResponse hr;
-    auto ctx = Ctx();
+    auto ctx = Ctx(server_->RankToken(id, attempt));
     EXPECT_TRUE(rank_->Heartbeat(ctx.get(), hb, &hr).ok());
     return hr;
   };
@@ -1350,7 +1520,7 @@ TEST_F(ServerTest, RestartReadoptsARunningJobThatThenFinishes) {
   EXPECT_EQ(Get(id).job().ranks(0).state(), "running");
   EXPECT_EQ(Get(id).job().ranks(0).step(), 8);
 
-  FakeAgent agent(server_->address(), server_->token(), "n1", true, Running(id, 1, {0, 1}));
+  FakeAgent agent(server_->address(), server_->agent_token(), "n1", true, Running(id, 1, {0, 1}));
   ASSERT_TRUE(WaitUntil([&] { return Get(id).job().ranks(1).pid() == 4201; }));
   EXPECT_EQ(agent.Stops(id), 0);
   EXPECT_TRUE(agent.Launches(id, 1).empty());
@@ -1372,7 +1542,7 @@ TEST_F(ServerTest, RestartDoesNotWaitForARankThatHadExited) {
   const std::string id = StoreRunningJob(dir_, 0, 0, {}, {"running", "exited"});
   StartServer();
   EXPECT_EQ(Get(id).job().ranks(1).state(), "exited");
-  FakeAgent agent(server_->address(), server_->token(), "n1", true, Running(id, 0, {0}));
+  FakeAgent agent(server_->address(), server_->agent_token(), "n1", true, Running(id, 0, {0}));
   agent.Exit(id, 0, 0, 0);
   ASSERT_TRUE(WaitUntil([&] { return Get(id).job().state() == v1::SUCCEEDED; }))
       << Get(id).job().message();
@@ -1382,7 +1552,7 @@ TEST_F(ServerTest, RestartDoesNotWaitForARankThatHadExited) {
 // a live server's store shows it before the other rank ends.
 TEST_F(ServerTest, ACleanRankExitIsStoredAtOnce) {
   StartServer();
-  FakeAgent agent(server_->address(), server_->token(), "n1");
+  FakeAgent agent(server_->address(), server_->agent_token(), "n1");
   const std::string id = Submit(Spec(0, 2));
   ASSERT_TRUE(WaitUntil([&] { return agent.Launches(id, 0).size() == 2; }));
   agent.Exit(id, 1, 0, 0);
@@ -1447,10 +1617,10 @@ TEST_F(ServerTest, RestartCarriesOnAnInterruptedCancel) {
   hb.set_job_id(id);
   hb.set_rank(0);
   v1::RankHeartbeatResponse hr;
-  auto ctx = Ctx();
+  auto ctx = Ctx(server_->RankToken(id, 0));
   ASSERT_TRUE(rank_->Heartbeat(ctx.get(), hb, &hr).ok());
   EXPECT_TRUE(hr.stop());
-  FakeAgent agent(server_->address(), server_->token(), "n1", true, Running(id, 0, {0, 1}));
+  FakeAgent agent(server_->address(), server_->agent_token(), "n1", true, Running(id, 0, {0, 1}));
   ASSERT_TRUE(WaitUntil([&] { return Get(id).job().state() == v1::CANCELLED; }))
       << Get(id).job().message();
   EXPECT_EQ(Get(id).job().message(), "cancelled by user");
@@ -1469,7 +1639,7 @@ TEST_F(ServerTest, RestartCarriesOnAnInterruptedRestart) {
                        {"stop", "stopping ranks on n1 (restart)"}},
                       {"running", "failed"});
   StartServer();
-  FakeAgent agent(server_->address(), server_->token(), "n1", true, Running(id, 1, {0}));
+  FakeAgent agent(server_->address(), server_->agent_token(), "n1", true, Running(id, 1, {0}));
   ASSERT_TRUE(WaitUntil([&] { return agent.Launches(id, 2).size() == 2; }))
       << Get(id).job().message();
   auto j = Get(id);
@@ -1491,7 +1661,7 @@ TEST_F(ServerTest, RestartCarriesOnAnInterruptedRestart) {
 TEST_F(ServerTest, RestartStartsTheStopOfAStoredFailure) {
   const std::string id = StoreRunningJob(dir_, 3, 0, {}, {"running", "failed"});
   StartServer();
-  FakeAgent agent(server_->address(), server_->token(), "n1", true, Running(id, 0, {0}));
+  FakeAgent agent(server_->address(), server_->agent_token(), "n1", true, Running(id, 0, {0}));
   ASSERT_TRUE(WaitUntil([&] { return agent.Launches(id, 1).size() == 2; }))
       << Get(id).job().message();
   auto j = Get(id);
@@ -1505,7 +1675,7 @@ TEST_F(ServerTest, RestartStartsTheStopOfAStoredFailure) {
 TEST_F(ServerTest, RestartRestartsAJobWhoseRanksAreGone) {
   const std::string id = StoreRunningJob(dir_, 2, 1);
   StartServer(/*heartbeat_timeout_s=*/1);
-  FakeAgent agent(server_->address(), server_->token(), "n1");
+  FakeAgent agent(server_->address(), server_->agent_token(), "n1");
   ASSERT_TRUE(WaitUntil([&] { return agent.Launches(id, 2).size() == 2; }, milliseconds(15000)))
       << Get(id).job().message();
   bool stalled = false;
@@ -1521,7 +1691,7 @@ TEST_F(ServerTest, RestartRestartsAJobWhoseRanksAreGone) {
 TEST_F(ServerTest, AnAdoptedRankWithNoExitStatusFailsTheJobClearly) {
   const std::string id = StoreRunningJob(dir_, 0, 0);
   StartServer();
-  FakeAgent agent(server_->address(), server_->token(), "n1", true, Running(id, 0, {0, 1}));
+  FakeAgent agent(server_->address(), server_->agent_token(), "n1", true, Running(id, 0, {0, 1}));
   agent.ExitUnknown(id, 0, 0);
   ASSERT_TRUE(WaitUntil([&] { return Get(id).job().state() == v1::FAILED; }));
   EXPECT_EQ(Get(id).job().message().rfind(
@@ -1551,7 +1721,7 @@ TEST_F(ServerTest, RestartQueuesAPlanningJobAgain) {
   auto j = Get(id);
   EXPECT_EQ(j.job().state(), v1::PENDING);
   EXPECT_EQ(j.job().message(), "coordinator restarted; queued again");
-  FakeAgent agent(server_->address(), server_->token(), "n1");
+  FakeAgent agent(server_->address(), server_->agent_token(), "n1");
   ASSERT_TRUE(WaitUntil([&] { return agent.Launches(id, 0).size() == 2; }));
   EXPECT_EQ(Get(id).job().state(), v1::RUNNING);
 }
@@ -1614,14 +1784,14 @@ std::string TrialSpecYaml(int ranks) {
 // runs it at the next attempt, its trials in the stored plan.
 TEST_F(ServerTest, TrialModeTimesCandidatesOnTheRanksAndKeepsTheFastest) {
   StartServer();
-  FakeAgent agent(server_->address(), server_->token(), "n1");
+  FakeAgent agent(server_->address(), server_->agent_token(), "n1");
   const std::string id = Submit(TrialSpecYaml(2));
   std::vector<v1::Plan> candidates;
   int attempt = 0;
   for (; attempt < 10; ++attempt) {
     ASSERT_TRUE(WaitUntil([&] { return agent.Launches(id, attempt).size() == 2; }))
         << "attempt " << attempt << ": " << Get(id).job().message();
-    v1::GetAssignmentResponse a = Assignment(rank_.get(), server_->token(), id, attempt);
+    v1::GetAssignmentResponse a = Assignment(rank_.get(), server_->RankToken(id, attempt), id, attempt);
     if (a.spec().train().steps() == 10) break;  // the job itself
     EXPECT_EQ(Get(id).job().state(), v1::PLANNING);
     EXPECT_EQ(a.spec().train().steps(), 6);
@@ -1630,7 +1800,7 @@ TEST_F(ServerTest, TrialModeTimesCandidatesOnTheRanksAndKeepsTheFastest) {
     EXPECT_TRUE(a.checkpoint_dir().empty());
     candidates.push_back(a.plan());
     // The second candidate is the fastest.
-    StreamSteps(rank_.get(), server_->token(), id, attempt, 2, 6, attempt == 1 ? 0.1 : 0.4);
+    StreamSteps(rank_.get(), server_->RankToken(id, attempt), id, attempt, 2, 6, attempt == 1 ? 0.1 : 0.4);
     agent.Exit(id, 0, attempt, 0);
     agent.Exit(id, 1, attempt, 0);
   }
@@ -1645,7 +1815,7 @@ TEST_F(ServerTest, TrialModeTimesCandidatesOnTheRanksAndKeepsTheFastest) {
   EXPECT_EQ(j.plan().micro_batch(), candidates[1].micro_batch());
   EXPECT_EQ(j.plan().accumulation(), candidates[1].accumulation());
   EXPECT_EQ(j.plan().bucket_mb(), candidates[1].bucket_mb());
-  v1::GetAssignmentResponse real = Assignment(rank_.get(), server_->token(), id, attempt);
+  v1::GetAssignmentResponse real = Assignment(rank_.get(), server_->RankToken(id, attempt), id, attempt);
   EXPECT_EQ(real.plan().micro_batch(), candidates[1].micro_batch());
   EXPECT_FALSE(real.checkpoint_dir().empty());
   int trial_events = 0;
@@ -1674,18 +1844,18 @@ TEST_F(ServerTest, TrialModeTimesCandidatesOnTheRanksAndKeepsTheFastest) {
 // logged as failed with the rank's last output, and the others go on.
 TEST_F(ServerTest, AFailedTrialIsLoggedAndSkipped) {
   StartServer();
-  FakeAgent agent(server_->address(), server_->token(), "n1");
+  FakeAgent agent(server_->address(), server_->agent_token(), "n1");
   const std::string id = Submit(TrialSpecYaml(2));
   int attempt = 0;
   for (; attempt < 10; ++attempt) {
     ASSERT_TRUE(WaitUntil([&] { return agent.Launches(id, attempt).size() == 2; }))
         << Get(id).job().message();
-    if (Assignment(rank_.get(), server_->token(), id, attempt).spec().train().steps() == 10) break;
+    if (Assignment(rank_.get(), server_->RankToken(id, attempt), id, attempt).spec().train().steps() == 10) break;
     if (attempt == 0) {
       agent.Exit(id, 1, attempt, 1, 0, "error: cudaMalloc: out of memory");
       continue;  // the trial stops rank 0 (FakeAgent exits it on StopRanks)
     }
-    StreamSteps(rank_.get(), server_->token(), id, attempt, 2, 6, 0.2);
+    StreamSteps(rank_.get(), server_->RankToken(id, attempt), id, attempt, 2, 6, 0.2);
     agent.Exit(id, 0, attempt, 0);
     agent.Exit(id, 1, attempt, 0);
   }
@@ -1702,7 +1872,7 @@ TEST_F(ServerTest, AFailedTrialIsLoggedAndSkipped) {
 // Cancelling while a trial runs stops its ranks; no more trials, no launch.
 TEST_F(ServerTest, CancelDuringATrialStopsItsRanks) {
   StartServer();
-  FakeAgent agent(server_->address(), server_->token(), "n1");
+  FakeAgent agent(server_->address(), server_->agent_token(), "n1");
   const std::string id = Submit(TrialSpecYaml(2));
   ASSERT_TRUE(WaitUntil([&] { return agent.Launches(id, 0).size() == 2; }));
   v1::CancelJobRequest req;
@@ -1732,7 +1902,7 @@ TEST_F(ServerTest, CancelDuringATrialStopsItsRanks) {
 TEST_F(ServerTest, LiveCheckSaysWhatWouldMeetTheCommTarget) {
   StartServer();
   // Its jobs run side by side: a node big enough for all their plans' memory.
-  FakeAgent agent(server_->address(), server_->token(), "n1", true, {}, 0, 512ull << 30);
+  FakeAgent agent(server_->address(), server_->agent_token(), "n1", true, {}, 0, 512ull << 30);
   auto live = [&](const std::string& id) {
     const v1::GetJobResponse j = Get(id);
     for (const auto& e : j.events()) {
@@ -1745,9 +1915,9 @@ TEST_F(ServerTest, LiveCheckSaysWhatWouldMeetTheCommTarget) {
   const v1::Plan plan = Get(slow).plan();
   const int global = 2 * plan.micro_batch() * plan.accumulation();
   // 20 one-second steps per rank: 36 steady rank-steps, under the 40 needed.
-  StreamSteps(rank_.get(), server_->token(), slow, 0, 2, 20, 1.0, 0.4);
+  StreamSteps(rank_.get(), server_->RankToken(slow, 0), slow, 0, 2, 20, 1.0, 0.4);
   EXPECT_EQ(live(slow), "");
-  StreamSteps(rank_.get(), server_->token(), slow, 0, 2, 5, 1.0, 0.4);
+  StreamSteps(rank_.get(), server_->RankToken(slow, 0), slow, 0, 2, 5, 1.0, 0.4);
   ASSERT_TRUE(WaitUntil([&] { return !live(slow).empty(); }));
   const std::string text = live(slow);
   EXPECT_NE(text.find("step 1.0000 s; exposed communication 40.0% of the step (target 10%)"),
@@ -1758,7 +1928,7 @@ TEST_F(ServerTest, LiveCheckSaysWhatWouldMeetTheCommTarget) {
             std::string::npos)
       << text;
   // Once per job.
-  StreamSteps(rank_.get(), server_->token(), slow, 0, 2, 30, 1.0, 0.4);
+  StreamSteps(rank_.get(), server_->RankToken(slow, 0), slow, 0, 2, 30, 1.0, 0.4);
   int checks = 0;
   const v1::GetJobResponse after = Get(slow);
   for (const auto& e : after.events()) checks += e.message().rfind("live check", 0) == 0;
@@ -1769,10 +1939,10 @@ TEST_F(ServerTest, LiveCheckSaysWhatWouldMeetTheCommTarget) {
   // 100 more steps per rank make 12.3 s.
   const std::string fine = Submit(Spec(0, 2));
   ASSERT_TRUE(WaitUntil([&] { return agent.Launches(fine, 0).size() == 2; }));
-  StreamSteps(rank_.get(), server_->token(), fine, 0, 2, 25, 0.1, 0.005);
+  StreamSteps(rank_.get(), server_->RankToken(fine, 0), fine, 0, 2, 25, 0.1, 0.005);
   std::this_thread::sleep_for(milliseconds(300));
   EXPECT_EQ(live(fine), "");
-  StreamSteps(rank_.get(), server_->token(), fine, 0, 2, 100, 0.1, 0.005);
+  StreamSteps(rank_.get(), server_->RankToken(fine, 0), fine, 0, 2, 100, 0.1, 0.005);
   ASSERT_TRUE(WaitUntil([&] { return !live(fine).empty(); }));
   EXPECT_NE(live(fine).find("exposed communication 5.0% of the step (target 10%), data wait "
                             "0.0%; compute-bound: the plan holds"),
@@ -1782,7 +1952,7 @@ TEST_F(ServerTest, LiveCheckSaysWhatWouldMeetTheCommTarget) {
   // A starved loader: the live check names it, not "the plan holds".
   const std::string starved = Submit(Spec(0, 2));
   ASSERT_TRUE(WaitUntil([&] { return agent.Launches(starved, 0).size() == 2; }));
-  StreamSteps(rank_.get(), server_->token(), starved, 0, 2, 25, 1.0, 0.05, 0.3);
+  StreamSteps(rank_.get(), server_->RankToken(starved, 0), starved, 0, 2, 25, 1.0, 0.05, 0.3);
   ASSERT_TRUE(WaitUntil([&] { return !live(starved).empty(); }));
   EXPECT_NE(live(starved).find("data wait 30.0%; limiting stage: data; fix: "), std::string::npos)
       << live(starved);
@@ -1799,7 +1969,7 @@ TEST_F(ServerTest, LiveCheckSaysWhatWouldMeetTheCommTarget) {
   ASSERT_TRUE(WaitUntil([&] { return agent.Launches(swollen, 0).size() == 2; }));
   const v1::Plan sp = Get(swollen).plan();
   ASSERT_GT(sp.memory_target_bytes(), 0);
-  StreamSteps(rank_.get(), server_->token(), swollen, 0, 2, 25, 1.0, 0.05, 0,
+  StreamSteps(rank_.get(), server_->RankToken(swollen, 0), swollen, 0, 2, 25, 1.0, 0.05, 0,
               1.5 * sp.memory_target_bytes());
   ASSERT_TRUE(WaitUntil([&] { return !live(swollen).empty(); }));
   EXPECT_NE(live(swollen).find("; memory above its target: rank 0"), std::string::npos)
@@ -1811,13 +1981,13 @@ TEST_F(ServerTest, LiveCheckSaysWhatWouldMeetTheCommTarget) {
 // that ran out of memory died before reporting what it needed).
 TEST_F(ServerTest, OnlyAJobThatDidNotFailTeachesThePlannerItsMemory) {
   StartServer();
-  FakeAgent agent(server_->address(), server_->token(), "n1");
+  FakeAgent agent(server_->address(), server_->agent_token(), "n1");
   auto plan_memory_reason = [&] { return PlanReason(Spec(0, 2), "predicted.memory_bytes"); };
   auto plan_event = [&](const std::string& id) { return EventText(id, "plan"); };
   // 25 steps of both ranks (enough to store), then rank 1 fails.
   const std::string failed = Submit(Spec(0, 2));
   ASSERT_TRUE(WaitUntil([&] { return agent.Launches(failed, 0).size() == 2; }));
-  StreamSteps(rank_.get(), server_->token(), failed, 0, 2, 25, 0.1, 0.01, 0, 3e8);
+  StreamSteps(rank_.get(), server_->RankToken(failed, 0), failed, 0, 2, 25, 0.1, 0.01, 0, 3e8);
   agent.Exit(failed, 1, 0, 1, 0, "error: out of memory");
   ASSERT_TRUE(WaitState(failed, v1::FAILED));
   ASSERT_TRUE(WaitUntil([&] { return !plan_event(failed).empty(); }));
@@ -1828,7 +1998,7 @@ TEST_F(ServerTest, OnlyAJobThatDidNotFailTeachesThePlannerItsMemory) {
 
   const std::string done = Submit(Spec(0, 2));
   ASSERT_TRUE(WaitUntil([&] { return agent.Launches(done, 0).size() == 2; }));
-  StreamSteps(rank_.get(), server_->token(), done, 0, 2, 10, 0.1, 0.01, 0, 3e8);
+  StreamSteps(rank_.get(), server_->RankToken(done, 0), done, 0, 2, 10, 0.1, 0.01, 0, 3e8);
   agent.Exit(done, 0, 0, 0);
   agent.Exit(done, 1, 0, 0);
   ASSERT_TRUE(WaitState(done, v1::SUCCEEDED));
@@ -1847,7 +2017,7 @@ TEST_F(ServerTest, OnlyAJobThatDidNotFailTeachesThePlannerItsMemory) {
 // through it; a plan with the GEMM attention set reads it too.
 TEST_F(ServerTest, AnAutoJobsPeakIsFiledUnderTheAttentionItsRanksKept) {
   StartServer();
-  FakeAgent agent(server_->address(), server_->token(), "n1", true, {}, /*gpus=*/1);
+  FakeAgent agent(server_->address(), server_->agent_token(), "n1", true, {}, /*gpus=*/1);
   auto spec = [](const std::string& attention) {
     return "name: g\ntrain: {steps: 10, global_batch: 64, precision: bf16, attention: " + attention +
            "}\nresources: {ranks: 1, device: cuda}\n";
@@ -1856,7 +2026,7 @@ TEST_F(ServerTest, AnAutoJobsPeakIsFiledUnderTheAttentionItsRanksKept) {
   const std::string id = Submit(spec("auto"));
   ASSERT_TRUE(WaitUntil([&] { return agent.Launches(id, 0).size() == 1; }));
   ASSERT_EQ(Get(id).plan().attention(), "auto") << Get(id).plan().ShortDebugString();
-  StreamSteps(rank_.get(), server_->token(), id, 0, 1, 10, 0.1, 0, 0, -1, 12e9, "gemm");
+  StreamSteps(rank_.get(), server_->RankToken(id, 0), id, 0, 1, 10, 0.1, 0, 0, -1, 12e9, "gemm");
   agent.Exit(id, 0, 0, 0);
   ASSERT_TRUE(WaitState(id, v1::SUCCEEDED));
   const std::string events = EventText(id);
@@ -1879,8 +2049,8 @@ TEST_F(ServerTest, AnAutoJobsPeakIsFiledUnderTheAttentionItsRanksKept) {
   // attention again and kept the other): its peak is neither's, not stored.
   const std::string mixed = Submit(spec("auto"));
   ASSERT_TRUE(WaitUntil([&] { return agent.Launches(mixed, 0).size() == 1; }));
-  StreamSteps(rank_.get(), server_->token(), mixed, 0, 1, 6, 0.1, 0, 0, -1, 20e9, "gemm");
-  StreamSteps(rank_.get(), server_->token(), mixed, 0, 1, 6, 0.1, 0, 0, -1, 9e9, "fused");
+  StreamSteps(rank_.get(), server_->RankToken(mixed, 0), mixed, 0, 1, 6, 0.1, 0, 0, -1, 20e9, "gemm");
+  StreamSteps(rank_.get(), server_->RankToken(mixed, 0), mixed, 0, 1, 6, 0.1, 0, 0, -1, 9e9, "fused");
   agent.Exit(mixed, 0, 0, 0);
   ASSERT_TRUE(WaitState(mixed, v1::SUCCEEDED));
   const std::string mixed_events = EventText(mixed);
@@ -1894,7 +2064,7 @@ TEST_F(ServerTest, AnAutoJobsPeakIsFiledUnderTheAttentionItsRanksKept) {
 // "failed" in dgca status (it used to turn "running" again).
 TEST_F(ServerTest, ALateSampleDoesNotReviveAnExitedRank) {
   StartServer();
-  FakeAgent agent(server_->address(), server_->token(), "n1", /*auto_exit_on_stop=*/false);
+  FakeAgent agent(server_->address(), server_->agent_token(), "n1", /*auto_exit_on_stop=*/false);
   const std::string id = Submit(Spec(0, 2));
   ASSERT_TRUE(WaitUntil([&] { return agent.Launches(id, 0).size() == 2; }));
   agent.Exit(id, 0, 0, -1, SIGKILL);
@@ -1902,7 +2072,7 @@ TEST_F(ServerTest, ALateSampleDoesNotReviveAnExitedRank) {
     const auto j = Get(id).job();
     return j.ranks_size() == 2 && j.ranks(0).state() == "failed";
   }));
-  StreamSteps(rank_.get(), server_->token(), id, 0, 1, 3, 0.1);  // rank 0, steps 1..3
+  StreamSteps(rank_.get(), server_->RankToken(id, 0), id, 0, 1, 3, 0.1);  // rank 0, steps 1..3
   ASSERT_TRUE(WaitUntil([&] { return Get(id).job().ranks(0).step() == 3; }));
   EXPECT_EQ(Get(id).job().ranks(0).state(), "failed");
 }
@@ -1924,7 +2094,7 @@ TEST_F(ServerTest, DiagnoseJobLiveAndAfterARestart) {
   EXPECT_EQ(diagnose("j-none", &d).error_code(), grpc::StatusCode::NOT_FOUND);
   std::string id;
   {
-    FakeAgent agent(server_->address(), server_->token(), "n1");
+    FakeAgent agent(server_->address(), server_->agent_token(), "n1");
     id = Submit(Spec(0, 2));
     ASSERT_TRUE(WaitUntil([&] { return agent.Launches(id, 0).size() == 2; }));
     grpc::Status early = diagnose(id, &d);
@@ -1932,7 +2102,7 @@ TEST_F(ServerTest, DiagnoseJobLiveAndAfterARestart) {
     EXPECT_NE(early.error_message().find("0 steady-state rank-step(s) so far"), std::string::npos)
         << early.error_message();
     // 0.1 s steps: 0.03 s waiting for data, 0.01 s exposed all-reduce.
-    StreamSteps(rank_.get(), server_->token(), id, 0, 2, 8, 0.1, 0.01, 0.03);
+    StreamSteps(rank_.get(), server_->RankToken(id, 0), id, 0, 2, 8, 0.1, 0.01, 0.03);
     ASSERT_TRUE(WaitUntil([&] { return diagnose(id, &d).ok() && d.breakdown().samples() == 12; }))
         << d.ShortDebugString();
     EXPECT_TRUE(d.live());
@@ -1968,7 +2138,7 @@ TEST_F(ServerTest, DiagnoseJobLiveAndAfterARestart) {
 // the newest 20000 rank-steps (a ring), not the first.
 TEST_F(ServerTest, DiagnoseReadsTheLatestSteps) {
   StartServer();
-  FakeAgent agent(server_->address(), server_->token(), "n1");
+  FakeAgent agent(server_->address(), server_->agent_token(), "n1");
   const std::string id = Submit(Spec(0, 2));
   ASSERT_TRUE(WaitUntil([&] { return agent.Launches(id, 0).size() == 2; }));
   auto diagnose = [&](v1::DiagnoseJobResponse* out) {
@@ -1979,12 +2149,12 @@ TEST_F(ServerTest, DiagnoseReadsTheLatestSteps) {
   };
   // 2 x 10002 steps at 0.1 s (20000 kept), then 2 x 6000 at 0.3 s: the
   // newest 20000 are 12000 at 0.3 s and 8000 at 0.1 s.
-  StreamSteps(rank_.get(), server_->token(), id, 0, 2, 10002, 0.1);
+  StreamSteps(rank_.get(), server_->RankToken(id, 0), id, 0, 2, 10002, 0.1);
   v1::DiagnoseJobResponse d;
   ASSERT_TRUE(WaitUntil([&] { return diagnose(&d) && d.breakdown().samples() == 20000; }))
       << d.ShortDebugString();
   EXPECT_DOUBLE_EQ(d.breakdown().step_seconds(), 0.1);
-  StreamSteps(rank_.get(), server_->token(), id, 0, 2, 6000, 0.3);
+  StreamSteps(rank_.get(), server_->RankToken(id, 0), id, 0, 2, 6000, 0.3);
   ASSERT_TRUE(WaitUntil([&] { return diagnose(&d) && d.breakdown().step_seconds() == 0.3; }))
       << d.breakdown().ShortDebugString();
   EXPECT_EQ(d.breakdown().samples(), 20000);
@@ -2026,7 +2196,7 @@ TEST_F(ServerTest, RestartKillsOrphanedTrialRanksAndTimesAgain) {
     EXPECT_EQ((*rows)[0].attempt, 1);
     EXPECT_EQ((*rows)[0].pid, 0);
   }
-  FakeAgent agent(server_->address(), server_->token(), "n1");
+  FakeAgent agent(server_->address(), server_->agent_token(), "n1");
   ASSERT_TRUE(WaitUntil([&] { return agent.Launches(id, 2).size() == 2; }))
       << Get(id).job().message();
   EXPECT_TRUE(agent.Launches(id, 0).empty());
@@ -2037,7 +2207,7 @@ TEST_F(ServerTest, RestartKillsOrphanedTrialRanksAndTimesAgain) {
 // and the job goes on with the model's plan.
 TEST_F(ServerTest, ATrialIsStoppedAtTheBudget) {
   StartServer();
-  FakeAgent agent(server_->address(), server_->token(), "n1");
+  FakeAgent agent(server_->address(), server_->agent_token(), "n1");
   const std::string id = Submit(
       "name: slow\ntrain: {steps: 10, global_batch: 64}\nresources: {ranks: 2, device: cpu}\n"
       "tuning: {mode: trial, budget_s: 1}\n");

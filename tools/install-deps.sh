@@ -9,6 +9,8 @@ PKGS=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libyaml-cpp-dev libabsl-dev prometheus-cpp-dev libgloo-dev libsqlite3-dev
   libspdlog-dev libcli11-dev libopenblas-dev libgtest-dev
+  # libcrypto's HMAC for the rank tokens (coordinator/credentials.h).
+  libssl-dev
   prometheus docker-compose bzip2 gzip
   # systemd-analyze, for the deploy check of deploy/systemd (not run as init here).
   systemd

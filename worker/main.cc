@@ -56,7 +56,6 @@ int RunAgent(dgca::AgentOptions opt, const std::string& token_file) {
     return dgca::kExitUnreachable;
   }
   opt.token = *token;
-  opt.token_file = token_file;
   // Block the stop signals in every thread; this one waits for them. A
   // bound agent also takes SIGUSR1 (Slurm's warning before the time limit,
   // docs/slurm.md) and asks for a checkpoint; released, it stops as on
@@ -94,14 +93,17 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
 
   dgca::AgentOptions agent_opt;
-  std::string agent_token_file = EnvOr("DGCA_TOKEN_FILE", ".dgca/token");
+  // The agent's own credential (the coordinator's STATE_DIR/agent-token);
+  // DGCA_TOKEN_FILE names the user's, which agents are refused with.
+  std::string agent_token_file = EnvOr("DGCA_AGENT_TOKEN_FILE", ".dgca/agent-token");
   agent_opt.coordinator_address = EnvOr("DGCA_COORDINATOR", "127.0.0.1:7600");
   agent_opt.state_dir = ".dgca";
   auto* agent = app.add_subcommand("agent", "run the node agent (one per node)");
   agent->add_option("--coordinator", agent_opt.coordinator_address, "coordinator HOST:PORT")
       ->capture_default_str()
       ->check(CoordinatorAddress());
-  agent->add_option("--token-file", agent_token_file, "file holding the bearer token")
+  agent->add_option("--token-file", agent_token_file,
+                    "a copy of the coordinator's STATE_DIR/agent-token (env DGCA_AGENT_TOKEN_FILE)")
       ->capture_default_str();
   agent->add_option("--node-name", agent_opt.node_name, "name to register as (default: hostname)");
   agent->add_option("--state-dir", agent_opt.state_dir, "where rank logs go")->capture_default_str();
@@ -124,7 +126,8 @@ int main(int argc, char** argv) {
   rank->add_option("--coordinator", rank_args.coordinator, "coordinator HOST:PORT")
       ->required()
       ->check(CoordinatorAddress());
-  rank->add_option("--token-file", rank_args.token_file, "file holding the bearer token")
+  rank->add_option("--token-file", rank_args.token_file,
+                   "file holding the rank token (the agent writes it for each attempt)")
       ->required();
   rank->add_option("--job", rank_args.job_id, "job id")->required();
   rank->add_option("--rank", rank_args.rank, "rank")->required();

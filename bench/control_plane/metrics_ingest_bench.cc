@@ -1,7 +1,8 @@
 // dgca-bench-metrics-ingest: coordinator CPU time per 1,000 metric samples
 // ingested through RankService.StreamMetrics (the API ranks use).
 //
-// Drives a REAL coordinator with its bearer token: streams N StepMetrics
+// Drives a REAL coordinator with the rank token of the job's rank 0 (the
+// file its agent wrote, STATE_DIR/jobs/JOB/rank-0.0.token): streams N StepMetrics
 // samples for a RUNNING job (rank 0), the way a rank does, and reads the
 // coordinator's utime+stime from /proc/PID/stat before and after. The job's
 // own ranks also stream while this runs, so the coordinator's background CPU

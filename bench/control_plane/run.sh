@@ -42,9 +42,13 @@ for _ in $(seq 1 300); do
 done
 sleep 3  # let both ranks reach their first steps
 echo "   job $JOB: $("$B/cli/dgca" --coordinator "$ADDR" --token-file "$TOK" status "$JOB" 2>&1 | head -n 3 | tr '\n' ' ')"
+# Samples go in as the job's rank 0 would send them, with its own token
+# (a rank token speaks for its job and attempt only; tuning is off, so the
+# job runs attempt 0).
+RTOK="$DIR/state/jobs/$JOB/rank-0.0.token"
 for i in 1 2 3; do
   echo "   run $i, load $(cut -d' ' -f1-3 /proc/loadavg)"
-  flock "$LOCK" "$B/bench/dgca-bench-metrics-ingest" --coordinator "$ADDR" --token-file "$TOK" \
+  flock "$LOCK" "$B/bench/dgca-bench-metrics-ingest" --coordinator "$ADDR" --token-file "$RTOK" \
     --job "$JOB" --pid "$CPID" --samples "$SAMPLES"
 done
 echo "   after: $("$B/cli/dgca" --coordinator "$ADDR" --token-file "$TOK" status "$JOB" 2>&1 | head -n 3 | tr '\n' ' ')"

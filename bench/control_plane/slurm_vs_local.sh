@@ -37,7 +37,7 @@ mkdir -p "$DIR/state"
 CPID=$!
 for _ in $(seq 1 300); do [ -f "$DIR/state/coordinator.json" ] && break; sleep 0.1; done
 TOK="$DIR/state/token"
-"$B/worker/dgca-worker" agent --coordinator "$ADDR" --token-file "$TOK" --node-name local \
+"$B/worker/dgca-worker" agent --coordinator "$ADDR" --token-file "$DIR/state/agent-token" --node-name local \
   --state-dir "$DIR/agent" > "$DIR/agent.log" 2>&1 &
 APID=$!
 for _ in $(seq 1 100); do

@@ -20,4 +20,4 @@ COPY --from=build /src/build/worker/dgca-worker /usr/local/bin/
 COPY --from=build /src/build/cli/dgca /usr/local/bin/
 VOLUME /var/lib/dgca
 ENTRYPOINT ["dgca-worker"]
-CMD ["agent", "--coordinator", "coordinator:7600", "--token-file", "/var/lib/dgca/token"]
+CMD ["agent", "--coordinator", "coordinator:7600", "--token-file", "/var/lib/dgca/agent-token"]

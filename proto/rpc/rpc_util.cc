@@ -117,8 +117,7 @@ absl::StatusOr<std::string> ReadTlsCaFile(const std::string& path) {
   return r.data;
 }
 
-absl::StatusOr<std::string> LoadOrCreateToken(const std::string& state_dir) {
-  const std::string path = state_dir + "/token";
+absl::StatusOr<std::string> LoadOrCreateTokenFile(const std::string& path) {
   if (access(path.c_str(), F_OK) == 0) return ReadTokenFile(path);
   std::random_device rd;
   static const char* kHex = "0123456789abcdef";
@@ -128,14 +127,28 @@ absl::StatusOr<std::string> LoadOrCreateToken(const std::string& state_dir) {
     token += kHex[v >> 4];
     token += kHex[v & 15];
   }
-  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
-  if (fd < 0) return absl::PermissionDeniedError(absl::StrCat("cannot create token file ", path));
+  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0 && errno == EEXIST) return ReadTokenFile(path);  // made meanwhile by another
+  if (fd < 0) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot create token file ", path, ": ", strerror(errno)));
+  }
   std::string line = token + "\n";
   bool ok = write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size());
   fchmod(fd, 0600);
   close(fd);
   if (!ok) return absl::InternalError(absl::StrCat("cannot write token file ", path));
   return token;
+}
+
+std::string BearerToken(const grpc::ServerContextBase& ctx) {
+  const auto& md = ctx.client_metadata();
+  auto it = md.find("authorization");
+  if (it == md.end()) return "";
+  const absl::string_view got(it->second.data(), it->second.size());
+  constexpr absl::string_view kBearer = "Bearer ";
+  if (!absl::StartsWith(got, kBearer)) return "";
+  return std::string(got.substr(kBearer.size()));
 }
 
 bool IsAuthorized(const grpc::ServerContextBase& ctx, const std::string& token) {

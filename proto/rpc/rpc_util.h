@@ -48,9 +48,13 @@ absl::StatusOr<std::string> ReadTokenFile(const std::string& path);
 // the limit, or one that holds no "-----BEGIN CERTIFICATE-----".
 inline constexpr size_t kMaxTlsCaBytes = 1 << 20;
 absl::StatusOr<std::string> ReadTlsCaFile(const std::string& path);
-// Reads DIR/token, or creates it (32 random bytes, hex, mode 0600).
-absl::StatusOr<std::string> LoadOrCreateToken(const std::string& state_dir);
+// Reads the token file at `path`, or creates it (32 random bytes as hex,
+// mode 0600, never overwriting one another process made meanwhile).
+absl::StatusOr<std::string> LoadOrCreateTokenFile(const std::string& path);
 
+// Server side: the token of the call's "authorization: Bearer TOKEN"
+// metadata; "" when there is none or it is not of that form.
+std::string BearerToken(const grpc::ServerContextBase& ctx);
 // Server side: true when the call's "authorization" metadata is
 // "Bearer <token>". Compares in constant time.
 bool IsAuthorized(const grpc::ServerContextBase& ctx, const std::string& token);

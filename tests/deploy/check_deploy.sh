@@ -78,7 +78,7 @@ fi
 if ! command -v systemd-analyze >/dev/null; then
   say "SKIP systemd units: systemd-analyze not installed (apt-get install systemd)"
 elif [ -e "$inst/lib/systemd/system/dgca-coordinator.service" ]; then
-  echo "check-token" > "$inst/token"
+  echo "check-token" > "$inst/agent-token"
   for unit in "$inst"/lib/systemd/system/*.service; do
     name=$(basename "$unit")
     rc=0
@@ -89,7 +89,7 @@ elif [ -e "$inst/lib/systemd/system/dgca-coordinator.service" ]; then
       say "systemd-analyze verify $name: ok"
     fi
     exec_start=$(sed -n 's/^ExecStart=//p' "$unit")
-    cmd=$(sed -e "s#\${DGCA_COORDINATOR}#127.0.0.1:1#g" -e "s#%d/token#$inst/token#g" \
+    cmd=$(sed -e "s#\${DGCA_COORDINATOR}#127.0.0.1:1#g" -e "s#%d/agent-token#$inst/agent-token#g" \
               -e "s#/var/lib/dgca-agent#$inst/agent-state#g" -e "s#/var/lib/dgca#$inst/state#g" \
               -e "s#\(--listen\|--metrics-listen\) [0-9.]*:[0-9]*#\1 127.0.0.1:0#g" <<<"$exec_start")
     if grep -q '[$%]' <<<"$cmd"; then

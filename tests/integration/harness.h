@@ -214,7 +214,9 @@ class CoordinatorProcess {
   const std::string& address() const { return address_; }
   const std::string& metrics() const { return metrics_; }
   const std::string& state_dir() const { return state_dir_; }
-  std::string token_file() const { return state_dir_ + "/token"; }
+  std::string token_file() const { return state_dir_ + "/token"; }              // the user's
+  std::string agent_token_file() const { return state_dir_ + "/agent-token"; }  // agents'
+
   pid_t pid() const { return pid_; }
 
  private:
@@ -264,7 +266,7 @@ class AgentProcess {
     Stop();
     state_dir_ = state_dir;
     mkdir(state_dir.c_str(), 0755);
-    argv_ = {bin, "agent", "--coordinator", coord.address(), "--token-file", coord.token_file(),
+    argv_ = {bin, "agent", "--coordinator", coord.address(), "--token-file", coord.agent_token_file(),
              "--node-name", node, "--state-dir", state_dir, "--heartbeat-interval", "0.5"};
     argv_.insert(argv_.end(), extra.begin(), extra.end());
     return Restart();

@@ -381,7 +381,7 @@ TEST_F(SlurmTest, AgentsInAnAllocationOfYourOwnRunOrdinaryJobs) {
   // sbatch passes this environment to the script (--export=ALL).
   const std::vector<std::pair<std::string, std::string>> env = {
       {"DGCA_COORDINATOR", Listen()},
-      {"DGCA_TOKEN_FILE", coord_->state_dir() + "/token"},
+      {"DGCA_AGENT_TOKEN_FILE", coord_->state_dir() + "/agent-token"},
       {"DGCA_WORKER", WorkerBin()},
       {"DGCA_AGENT_STATE_DIR", agent_dir}};
   for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);

@@ -90,7 +90,7 @@ class Soak:
         os.makedirs(os.path.join(self.dir, "agent"), exist_ok=True)
         self.agent = subprocess.Popen(
             [self.worker_bin, "agent", "--coordinator", self.address, "--token-file",
-             os.path.join(self.state, "token"), "--node-name", "soak-b", "--state-dir",
+             os.path.join(self.state, "agent-token"), "--node-name", "soak-b", "--state-dir",
              os.path.join(self.dir, "agent"), "--heartbeat-interval", "0.5"],
             stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
 

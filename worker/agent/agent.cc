@@ -96,21 +96,6 @@ absl::Status Agent::Impl::Start() {
                                                   opt_.allocation_id.empty() ? opt_.bound_job
                                                                              : opt_.allocation_id);
   worker_binary_ = ResolveWorkerBinary(opt_.worker_binary);
-  rank_token_file_ = opt_.token_file;
-  if (rank_token_file_.empty()) {
-    rank_token_file_ = opt_.state_dir + "/agent-token";
-    std::string tmp = rank_token_file_ + ".tmp";
-    int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (fd < 0)
-      return absl::PermissionDeniedError(absl::StrCat("cannot write ", tmp, ": ", strerror(errno)));
-    std::string line = opt_.token + "\n";
-    bool ok = write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size());
-    fchmod(fd, 0600);
-    close(fd);
-    if (!ok || rename(tmp.c_str(), rank_token_file_.c_str()) != 0)
-      return absl::InternalError(absl::StrCat("cannot write ", rank_token_file_));
-  }
-
   ProbeOptions po;
   po.root = opt_.topology_root;
   po.node_name = node_;
@@ -185,6 +170,19 @@ void Agent::Impl::Stop(bool stop_ranks) {
     }
     stopping_ = true;
     cv_.SignalAll();
+  }
+  // Half-close first and give the coordinator a moment to end the call: a
+  // cancel right after the last Write (an exit report written as the stop
+  // began) could drop what gRPC had not sent yet.
+  bool half_closed = false;
+  {
+    absl::MutexLock l(&stream_mu_);
+    if (stream_ != nullptr && connected_.load()) half_closed = stream_->WritesDone();
+  }
+  if (half_closed) {
+    auto ended = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(stream_mu_) { return stream_ == nullptr; };
+    absl::MutexLock l(&stream_mu_);
+    stream_mu_.AwaitWithTimeout(absl::Condition(&ended), absl::Seconds(2));
   }
   {
     absl::MutexLock l(&stream_mu_);
@@ -337,8 +335,11 @@ void Agent::Impl::ConnectLoop() {
     spdlog::warn("agent {}: stream to {} closed ({}: {}); reconnecting in {:.1f} s", node_,
                  opt_.coordinator_address, static_cast<int>(st.error_code()),
                  st.error_message(), backoff);
-    if (st.error_code() == grpc::StatusCode::UNAUTHENTICATED) {
-      spdlog::error("agent {}: the coordinator rejected the token; check --token-file", node_);
+    if (st.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
+        st.error_code() == grpc::StatusCode::PERMISSION_DENIED) {
+      spdlog::error("agent {}: the coordinator rejected the token; --token-file must be a copy of "
+                    "the coordinator's STATE_DIR/agent-token (not STATE_DIR/token, the user's)",
+                    node_);
     }
     if (!SleepFor(backoff)) return;
     backoff = std::min(backoff * 2, 5.0);

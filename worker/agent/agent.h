@@ -11,6 +11,10 @@
 // Ranks are started with fork/exec of
 //   <worker_binary> rank --coordinator ADDR --token-file F --job J --rank R
 //                   --attempt A
+// where F is LOG_DIR/rank-R.A.token (mode 0600), holding the LaunchRank's
+// rank_token: the rank's own credential, good for that job and attempt
+// only; it is removed when the rank has exited. A LaunchRank without one is
+// refused (exit 127, "sent no rank token").
 // in their own process group, with the agent's environment plus the
 // allow-listed LaunchRank.env entries (NCCL_*, CUDA_*, OMP_*, DGCA_*; others
 // are refused and logged), plus DGCA_LOCAL_DEVICE (LaunchRank.local_device,
@@ -56,7 +60,7 @@ namespace dgca {
 
 struct AgentOptions {
   std::string coordinator_address;   // "host:port"
-  std::string token;                 // bearer token
+  std::string token;                 // the agent token (coordinator's STATE_DIR/agent-token)
   std::string node_name;             // "" = hostname
   std::string state_dir;             // logs go to STATE_DIR/jobs/J/rank-R.log
   std::string worker_binary;         // path of dgca-worker ("" = /proc/self/exe)
@@ -66,9 +70,6 @@ struct AgentOptions {
   // "" = plaintext (loopback, unix socket, trusted network).
   std::string tls_ca_file;
 
-  // Passed to ranks as --token-file. "" = the agent writes the token to
-  // STATE_DIR/agent-token (mode 0600) and passes that.
-  std::string token_file;
   // Ranks to supervise again (see the header comment); entries of other
   // nodes are ignored. Their logs are STATE_DIR/jobs/J/rank-R.log.
   struct AdoptRank {

@@ -93,7 +93,6 @@ class Agent::Impl {
   AgentOptions opt_;
   std::string node_;
   std::string worker_binary_;
-  std::string rank_token_file_;
   v1::Topology topology_;
 
   // Lock order: stream_mu_ before mu_.

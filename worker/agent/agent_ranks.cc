@@ -169,10 +169,23 @@ void Agent::Impl::Launch(const v1::LaunchRank& l) {
       return;
     }
   }
+  if (l.rank_token().empty()) {
+    return fail("the coordinator sent no rank token (LaunchRank.rank_token), which the rank needs "
+                "to reach it; is the coordinator older than this agent?");
+  }
   if (auto s = MakeDirs(log_dir); !s.ok()) return fail(std::string(s.message()));
+  // The rank's own credential, good for this job and attempt only
+  // (coordinator/credentials.h); removed when the rank has exited.
+  const std::string token_file = RankTokenPath(log_dir, l.rank(), l.attempt());
+  if (auto s = WriteRankToken(token_file, l.rank_token()); !s.ok()) {
+    return fail(std::string(s.message()));
+  }
   std::string log_path = absl::StrCat(log_dir, "/rank-", l.rank(), ".log");
   int log_fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (log_fd < 0) return fail(absl::StrCat("cannot open ", log_path, ": ", strerror(errno)));
+  if (log_fd < 0) {
+    unlink(token_file.c_str());
+    return fail(absl::StrCat("cannot open ", log_path, ": ", strerror(errno)));
+  }
 
   // Environment: ours plus the allow-listed entries of the command.
   std::map<std::string, std::string> env;
@@ -226,11 +239,11 @@ void Agent::Impl::Launch(const v1::LaunchRank& l) {
       argv_s.push_back(absl::StrReplaceAll(
           a, {{"{job}", l.job_id()}, {"{rank}", absl::StrCat(l.rank())},
               {"{attempt}", absl::StrCat(l.attempt())}, {"{coordinator}", coordinator},
-              {"{token_file}", rank_token_file_}}));
+              {"{token_file}", token_file}}));
     }
   } else {
     argv_s = {worker_binary_, "rank", "--coordinator", coordinator, "--token-file",
-              rank_token_file_, "--job", l.job_id(), "--rank", absl::StrCat(l.rank()),
+              token_file, "--job", l.job_id(), "--rank", absl::StrCat(l.rank()),
               "--attempt", absl::StrCat(l.attempt())};
     if (!opt_.tls_ca_file.empty()) {
       argv_s.push_back("--tls-ca");
@@ -301,7 +314,10 @@ void Agent::Impl::Launch(const v1::LaunchRank& l) {
     }
   }
   close(log_fd);
-  if (pid < 0) return fail(absl::StrCat("fork: ", strerror(fork_errno)));
+  if (pid < 0) {
+    unlink(token_file.c_str());
+    return fail(absl::StrCat("fork: ", strerror(fork_errno)));
+  }
   spdlog::info("agent {}: job {} rank {} attempt {} started, pid {}, log {}", node_, l.job_id(),
                l.rank(), l.attempt(), pid, log_path);
 }
@@ -368,6 +384,8 @@ void Agent::Impl::Adopt(const v1::RunningRank& r) {
 
 v1::RankExited Agent::Impl::ExitReport(const Child& c, std::optional<int> wait_status,
                                        bool leaving) {
+  // The rank's credential is of no use to anyone once it has ended.
+  unlink(RankTokenPath(c.log_path.substr(0, c.log_path.rfind('/')), c.rank, c.attempt).c_str());
   v1::RankExited e;
   e.set_job_id(c.job_id);
   e.set_rank(c.rank);

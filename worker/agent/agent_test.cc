@@ -8,6 +8,8 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
@@ -188,6 +190,7 @@ class AgentTest : public ::testing::Test {
     c.mutable_launch()->set_job_id(job);
     c.mutable_launch()->set_rank(rank);
     c.mutable_launch()->set_world_size(1);
+    c.mutable_launch()->set_rank_token("dgca-rank:" + job + ":0:test");
     return c;
   }
 
@@ -317,6 +320,46 @@ TEST_F(AgentTest, LaunchReportsExitCodeAndLogTail) {
   EXPECT_NE(log.find("LD_PRELOAD"), std::string::npos) << log;
   EXPECT_NE(log.find("exited with code 3"), std::string::npos) << log;
   EXPECT_TRUE(agent.Running().empty());
+  agent.Stop();
+}
+
+// The rank's credential (LaunchRank.rank_token) reaches the rank through a
+// 0600 file of its own attempt, given as --token-file, and is gone once the
+// rank has exited.
+TEST_F(AgentTest, TheRankTokenIsAFileOfItsOwnGoneAfterTheExit) {
+  Agent agent(Options({"/bin/sh", "-c",
+                       "echo file={token_file}; echo token=$(cat {token_file}); "
+                       "stat -c mode=%a {token_file}"}));
+  ASSERT_TRUE(agent.Start().ok());
+  auto cmd = Launch("job-t", 1);
+  cmd.mutable_launch()->set_attempt(3);
+  cmd.mutable_launch()->set_rank_token("dgca-rank:job-t:3:abc123");
+  agent.Execute(cmd);
+  auto e = fake_->WaitExit("job-t", 1);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->exit_code(), 0);
+  const std::string file = dir_ + "/jobs/job-t/rank-1.3.token";
+  std::string log = ReadFile(dir_ + "/jobs/job-t/rank-1.log");
+  EXPECT_NE(log.find("file=" + file + "\n"), std::string::npos) << log;
+  EXPECT_NE(log.find("token=dgca-rank:job-t:3:abc123\n"), std::string::npos) << log;
+  EXPECT_NE(log.find("mode=600\n"), std::string::npos) << log;
+  EXPECT_FALSE(std::filesystem::exists(file)) << "left behind after the rank exited";
+  agent.Stop();
+}
+
+// A LaunchRank without a rank token (a coordinator older than the agent) is
+// refused with why, rather than starting a rank that cannot reach it.
+TEST_F(AgentTest, ALaunchWithoutARankTokenIsRefused) {
+  Agent agent(Options({"/bin/sh", "-c", "echo started"}));
+  ASSERT_TRUE(agent.Start().ok());
+  auto cmd = Launch("job-n", 0);
+  cmd.mutable_launch()->clear_rank_token();
+  agent.Execute(cmd);
+  auto e = fake_->WaitExit("job-n", 0);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->exit_code(), 127);
+  EXPECT_NE(e->message().find("sent no rank token"), std::string::npos) << e->message();
+  EXPECT_EQ(ReadFile(dir_ + "/jobs/job-n/rank-0.log").find("started"), std::string::npos);
   agent.Stop();
 }
 

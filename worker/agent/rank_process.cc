@@ -76,6 +76,30 @@ std::string ExitRecordPath(const std::string& log_dir, int rank) {
   return absl::StrCat(log_dir, "/rank-", rank, ".exit");
 }
 
+std::string RankTokenPath(const std::string& log_dir, int rank, int attempt) {
+  return absl::StrCat(log_dir, "/rank-", rank, ".", attempt, ".token");
+}
+
+absl::Status WriteRankToken(const std::string& path, const std::string& token) {
+  const std::string tmp = path + ".tmp";
+  const std::string line = token + "\n";
+  unlink(tmp.c_str());  // O_EXCL below: never write through a planted link
+  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot write the rank token ", tmp, ": ", strerror(errno)));
+  }
+  bool ok = write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size());
+  ok = close(fd) == 0 && ok;
+  if (!ok || rename(tmp.c_str(), path.c_str()) != 0) {
+    int err = errno;
+    unlink(tmp.c_str());
+    return absl::InternalError(
+        absl::StrCat("cannot write the rank token ", path, ": ", strerror(err)));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status WriteExitRecord(const std::string& path, int attempt, int code) {
   const std::string tmp = path + ".tmp";
   const std::string line = absl::StrCat("attempt ", attempt, " code ", code, "\n");

@@ -43,6 +43,14 @@ std::string LogTail(const std::string& path, int lines);
 // Where a rank's exit record goes: LOG_DIR/rank-R.exit.
 std::string ExitRecordPath(const std::string& log_dir, int rank);
 
+// Where the agent puts an attempt's rank token (LaunchRank.rank_token) for
+// the rank to read: LOG_DIR/rank-R.A.token, one per attempt so that the
+// clean-up after an old attempt's exit never removes a newer one's.
+std::string RankTokenPath(const std::string& log_dir, int rank, int attempt);
+// Writes `token` to `path`, mode 0600, atomically (a temporary file renamed
+// over it). Errors name the file.
+absl::Status WriteRankToken(const std::string& path, const std::string& token);
+
 // Writes "attempt A code C\n" to `path` atomically (a temporary file renamed
 // over it). Errors name the file.
 absl::Status WriteExitRecord(const std::string& path, int attempt, int code);

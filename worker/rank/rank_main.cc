@@ -81,7 +81,7 @@ void Log(int rank, const absl::FormatSpec<Args...>& fmt, const Args&... args) {
 
 bool IsAuthOrNetwork(grpc::StatusCode c) {
   return c == grpc::StatusCode::UNAVAILABLE || c == grpc::StatusCode::DEADLINE_EXCEEDED ||
-         c == grpc::StatusCode::UNAUTHENTICATED;
+         c == grpc::StatusCode::UNAUTHENTICATED || c == grpc::StatusCode::PERMISSION_DENIED;
 }
 
 // Streams MetricSamples to the coordinator from its own thread. Push never
@@ -579,6 +579,7 @@ int RunRank(const RankArgs& a) {
           stop = true;
         }
       } else if (s.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
+                 s.error_code() == grpc::StatusCode::PERMISSION_DENIED ||
                  s.error_code() == grpc::StatusCode::NOT_FOUND) {
         absl::MutexLock l(&stop_reason.mu);
         stop_reason.text = absl::StrCat("heartbeat rejected: ", s.error_message());
