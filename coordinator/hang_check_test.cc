@@ -180,5 +180,40 @@ TEST(HangCheckTest, ViewsAgeTheReportedPhaseAndSkipEndedRanks) {
       << m2;
 }
 
+// The coordinator's own pause (SIGSTOP, a paused VM) is excused by moving
+// every time a rank was last heard of (RankRt::Excuse, called by
+// Scheduler::ExcuseOwnPause): a pause longer than the progress timeout
+// does not fail healthy ranks as stuck. Moving only the heartbeat time
+// (before 58a5630) left the phase to age through the pause.
+TEST(HangCheckTest, TheCoordinatorsOwnPauseIsNotARanksHang) {
+  FakeClock clock;
+  JobRt rt;
+  rt.ranks.resize(2);
+  const auto t0 = clock.Now();
+  for (int r = 0; r < 2; ++r) {
+    RankRt& rr = rt.ranks[r];
+    rr.node = "n";
+    rr.last_progress = t0;
+    rr.heartbeat_interval_s = 2;
+    rr.phase.set_kind(r == 0 ? v1::RANK_PHASE_FORWARD : v1::RANK_PHASE_ALL_REDUCE);
+    rr.phase.set_step(12);
+    rr.phase.set_seconds(0.2);
+    rr.phase_at = t0;
+    rr.progress.set_step(11);
+    rr.last_step_at = t0;
+  }
+  clock.Advance(45);  // the coordinator did not run for 45 s
+  const JobRt paused = rt;
+  for (RankRt& rr : rt.ranks) rr.Excuse(Seconds(45));
+  clock.Advance(1);  // its first tick after the pause
+  EXPECT_EQ(ProgressStallOf(rt, clock.Now(), 30), "");
+  for (const RankHangView& v : HangViewsOf(rt, clock.Now())) {
+    EXPECT_FALSE(v.silent) << v.rank;
+    EXPECT_DOUBLE_EQ(v.phase.seconds(), 1.2) << v.rank;
+  }
+  // Unexcused, the same ranks read as frozen for 46 s.
+  EXPECT_NE(ProgressStallOf(paused, clock.Now(), 30), "");
+}
+
 }  // namespace
 }  // namespace dgca
