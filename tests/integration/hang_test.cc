@@ -7,9 +7,18 @@
 //   - a rank frozen with SIGSTOP (it sends no heartbeat either): named as
 //     silent with its last phase, the other rank waiting in an all-reduce;
 //   - a rank whose data does not come (DGCA_TEST_DATA_STALL, the test-only
-//     loader hook): named as waiting for data, the other in the all-reduce.
+//     loader hook): named as waiting for data, the other in the all-reduce;
+//   - a rank hung mid-step: its training thread (the process's main thread)
+//     held in a ptrace stop while its heartbeat thread runs on, as a thread
+//     stuck in a kernel or a library would be: named with the compute phase
+//     it is in, the other in the all-reduce.
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/ptrace.h>
+#include <sys/wait.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <regex>
 
@@ -211,6 +220,89 @@ TEST_F(HangTest, TheCollectiveTimeoutsFailureNamesTheStuckRank) {
   std::smatch m;
   ASSERT_TRUE(std::regex_match(end.message, m, want)) << end.message;
   EXPECT_GE(std::stod(m[1].str()), 14);
+  coord.Stop();
+}
+
+// Holds thread `tid` (of another process) in a ptrace stop: that thread
+// alone stops, the process's other threads run on. "" when it is stopped,
+// else why not (ptrace refused: no CAP_SYS_PTRACE and Yama's
+// ptrace_scope, typically).
+std::string HoldThread(pid_t tid) {
+  if (ptrace(PTRACE_SEIZE, tid, nullptr, nullptr) != 0) {
+    return std::string("PTRACE_SEIZE: ") + std::strerror(errno);
+  }
+  if (ptrace(PTRACE_INTERRUPT, tid, nullptr, nullptr) != 0) {
+    const std::string why = std::string("PTRACE_INTERRUPT: ") + std::strerror(errno);
+    ptrace(PTRACE_DETACH, tid, nullptr, nullptr);
+    return why;
+  }
+  int st = 0;
+  if (waitpid(tid, &st, __WALL) != tid || !WIFSTOPPED(st)) return "the thread did not stop";
+  return "";
+}
+// Lets it go (from its ptrace stop).
+void ReleaseThread(pid_t tid) { ptrace(PTRACE_DETACH, tid, nullptr, nullptr); }
+
+TEST_F(HangTest, ARankHungInItsComputeIsNamedWithThePhaseAndTheOtherWaits) {
+  CoordinatorProcess coord(dir_ + "/state");
+  ASSERT_TRUE(coord.Start());
+  Result sub = Dgca(coord, {"submit", WriteHangSpec(dir_, "compute")});
+  ASSERT_EQ(sub.code, 0) << sub.err;
+  const std::string job = Trim(sub.out);
+  JobView v;
+  ASSERT_TRUE(WaitRunning(coord, job, 2, 5, 120s, &v)) << v.raw << coord.Log();
+  const pid_t rank1 = v.pids[1];  // its main thread trains; heartbeats have their own
+
+  // Held at a random point of its step; kept when its heartbeat says the
+  // point is compute (forward, backward, optimizer), else let go and held
+  // again a moment later (an all-reduce wait would blame the collective).
+  const std::regex compute(R"((forward|backward|optimizer) ([0-9.]+) s)");
+  std::string cell, status;
+  bool held = false;
+  for (int attempt = 0; attempt < 12 && !held; ++attempt) {
+    const std::string why = HoldThread(rank1);
+    if (!why.empty()) {
+      KillAll(v.pids);
+      GTEST_SKIP() << "cannot hold one thread of rank 1 (pid " << rank1 << "): " << why;
+    }
+    // The next heartbeats (every 2 s) say where it is held and for how long.
+    WaitUntil(
+        [&] {
+          status = Dgca(coord, {"status", job}).out;
+          cell = PhaseCell(status, 1);
+          std::smatch m;
+          return std::regex_match(cell, m, std::regex(R"(.* ([0-9.]+) s)")) &&
+                 std::stod(m[1].str()) >= 2.5;
+        },
+        8s);
+    held = std::regex_match(cell, compute);
+    if (!held) {
+      ReleaseThread(rank1);
+      std::this_thread::sleep_for(std::chrono::milliseconds(137 * (attempt + 1)));
+    }
+  }
+  if (!held) ReleaseThread(rank1);
+  ASSERT_TRUE(held) << "never held in compute; last phase '" << cell << "' in\n" << status;
+  std::printf("status while rank 1 is held:\n%s\n", RanksTable(status).c_str());
+
+  JobView end;
+  const bool failed = WaitUntil(
+      [&] {
+        end = Status(coord, job);
+        return end.state == "FAILED";
+      },
+      50s);
+  ReleaseThread(rank1);
+  KillAll(v.pids);
+  ASSERT_TRUE(failed) << end.raw << coord.Log();
+  std::printf("compute hang: %s\n", end.message.c_str());
+  // Its heartbeat thread ran on: named by its phase, not as silent.
+  const std::regex want(
+      R"(^rank 1 \(node [^)]+\) stuck ([0-9.]+) s in (forward|backward|optimizer) of step \d+; rank 0 \(node [^)]+\) waiting [0-9.]+ s in all-reduce \d+/\d+ of step \d+ \([0-9.]+ [KMG]?B\) \(no progress within train\.progress_timeout_s, 10 s\)$)");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_match(end.message, m, want)) << end.message;
+  EXPECT_GE(std::stod(m[1].str()), kProgressTimeoutS);
+  EXPECT_LT(std::stod(m[1].str()), 30);
   coord.Stop();
 }
 
