@@ -313,18 +313,23 @@ void Agent::Impl::ConnectLoop() {
       if (ok) connected_ = true;
     }
     auto connected_at = Clock::now();
+    v1::CoordinatorCommand cmd;
     if (ok) {
       spdlog::info("agent {}: connected to {}", node_, opt_.coordinator_address);
-      v1::CoordinatorCommand cmd;
       while (stream->Read(&cmd)) Execute(cmd);
+    } else {
+      // A failed write: the call is over (a refused token, the coordinator
+      // gone); read to its end so that Finish gives the coordinator's
+      // status, not a cancellation of ours.
+      while (stream->Read(&cmd)) {
+      }
     }
     connected_ = false;
     grpc::Status st;
     {
       absl::MutexLock l(&stream_mu_);
       stream_ = nullptr;
-      ctx_->TryCancel();
-      st = stream->Finish();
+      st = stream->Finish();  // the call has ended: Read returned false
       ctx_.reset();
     }
     {

@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <grpcpp/grpcpp.h>
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -283,7 +285,13 @@ TEST_F(AgentTest, FailedProbeStillRegistersWithTheError) {
   agent.Stop();
 }
 
+// A refused token never connects, and the log says so with the
+// coordinator's own status (the stream's end used to read "CANCELLED", our
+// cancel before Finish, so the refusal was never named).
 TEST_F(AgentTest, WrongTokenNeverConnects) {
+  std::ostringstream log;
+  auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(log);
+  spdlog::default_logger()->sinks().push_back(sink);
   AgentOptions o = Options({});
   o.token = "wrong";
   Agent agent(o);
@@ -291,6 +299,13 @@ TEST_F(AgentTest, WrongTokenNeverConnects) {
   std::this_thread::sleep_for(500ms);
   EXPECT_EQ(fake_->CountRegisters(), 0);
   agent.Stop();
+  spdlog::default_logger()->sinks().pop_back();
+  const std::string text = log.str();
+  EXPECT_NE(text.find("closed (16: missing or wrong bearer token"), std::string::npos) << text;
+  EXPECT_NE(text.find("the coordinator rejected the token; --token-file must be a copy of the "
+                      "coordinator's STATE_DIR/agent-token"),
+            std::string::npos)
+      << text;
 }
 
 TEST_F(AgentTest, LaunchReportsExitCodeAndLogTail) {
