@@ -64,11 +64,25 @@ Credentials::Credentials(std::string user_token, std::string agent_token, std::s
       rank_key_(std::move(rank_key)) {}
 
 absl::StatusOr<Credentials> Credentials::Load(const std::string& state_dir) {
-  auto user = LoadOrCreateTokenFile(absl::StrCat(state_dir, "/", kUserTokenFile));
+  // Each secret: made when missing; one of the files too short to be a
+  // secret (cut short by hand, or by a full disk before 2026-11-29) is
+  // refused rather than trusted.
+  auto load = [&](const char* name) -> absl::StatusOr<std::string> {
+    const std::string path = absl::StrCat(state_dir, "/", name);
+    auto secret = LoadOrCreateTokenFile(path);
+    if (secret.ok() && secret->size() < kMinSecretChars) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          path, " holds ", secret->size(), " characters; a token needs at least ",
+          kMinSecretChars, " (remove it and start again to have a new one made: copies of it, "
+          "with dgca users or agents, then need the new one)"));
+    }
+    return secret;
+  };
+  auto user = load(kUserTokenFile);
   if (!user.ok()) return user.status();
-  auto agent = LoadOrCreateTokenFile(absl::StrCat(state_dir, "/", kAgentTokenFile));
+  auto agent = load(kAgentTokenFile);
   if (!agent.ok()) return agent.status();
-  auto key = LoadOrCreateTokenFile(absl::StrCat(state_dir, "/", kRankKeyFile));
+  auto key = load(kRankKeyFile);
   if (!key.ok()) return key.status();
   if (*user == *agent) {
     // Copied over one another by hand: the roles would be one again.
@@ -110,7 +124,7 @@ Caller Credentials::Identify(absl::string_view token) const {
     c.role = Role::kAgent;
     return c;
   }
-  if (!absl::StartsWith(token, kRankPrefix)) return c;
+  if (rank_key_.empty() || !absl::StartsWith(token, kRankPrefix)) return c;
   // JOB:ATTEMPT:MAC; job ids hold no ':' (CheckJobId).
   std::vector<absl::string_view> parts =
       absl::StrSplit(token.substr(kRankPrefix.size()), absl::MaxSplits(':', 2));

@@ -9,24 +9,31 @@
 //  - rank:  minted per (job, attempt) and handed to the agent inside each
 //           LaunchRank; the agent writes it to a 0600 file the rank reads.
 //           RankService only, and only for that job and that attempt: its
-//           rendezvous store, heartbeats and metrics. A rank (or whoever
-//           reads its token file) cannot touch another job, nor open
-//           rendezvous namespaces of other attempts of its own.
+//           rendezvous store, heartbeats and metrics. Whoever reads a
+//           rank's token file cannot touch another job, nor open rendezvous
+//           namespaces of other attempts of its own. The token is the
+//           attempt's, not one rank's: it can speak for any rank of it.
+//           Ranks run as their agent's user and are not told where the
+//           agent's token is; keeping them from the state dir's files
+//           altogether takes another uid.
 //
 // A rank token is "dgca-rank:JOB:ATTEMPT:MAC" where MAC is the hex
-// HMAC-SHA256 of "JOB\nATTEMPT" under STATE_DIR/rank-key (32 random bytes,
-// 0600, made at first start). Nothing per job is stored: a coordinator
+// HMAC-SHA256 of "JOB\nATTEMPT" under STATE_DIR/rank-key (32 random bytes
+// written as 64 hex characters, 0600, made at first start; an empty key
+// verifies no rank token). Nothing per job is stored: a coordinator
 // restarted on the same state dir accepts the tokens of ranks it adopts,
 // and a job's tokens need no clean-up when it ends (the scheduler refuses
 // calls for jobs that are not running).
 //
-// Every file is created once (O_EXCL, 0600) and read as it is afterwards.
+// Every file is created once (written whole, then linked into place, 0600)
+// and read as it is afterwards; one shorter than kMinSecretChars is refused.
 //
 // Thread-safety: immutable after Load; all methods are const and safe to
 // call from any thread.
 #ifndef DGCA_COORDINATOR_CREDENTIALS_H_
 #define DGCA_COORDINATOR_CREDENTIALS_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -75,6 +82,9 @@ class Credentials {
   std::string agent_token_;
   std::string rank_key_;
 };
+
+// The shortest secret Load accepts in any of its files (it makes 64).
+inline constexpr size_t kMinSecretChars = 16;
 
 // The files Credentials::Load keeps in a state dir.
 inline constexpr char kUserTokenFile[] = "token";

@@ -1,6 +1,7 @@
 #include "coordinator/credentials.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <fstream>
 #include <string>
@@ -99,12 +100,31 @@ TEST(CredentialsTest, LoadMakesEachFileOnceAndKeepsIt) {
 
 TEST(CredentialsTest, ACopiedOverAgentTokenIsRefused) {
   const std::string dir = TempDir();
-  std::ofstream(dir + "/token") << "same\n";
-  std::ofstream(dir + "/agent-token") << "same\n";
+  std::ofstream(dir + "/token") << "the-same-long-token\n";
+  std::ofstream(dir + "/agent-token") << "the-same-long-token\n";
   auto c = Credentials::Load(dir);
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(c.status().message().find(dir + "/agent-token"), std::string::npos) << c.status();
+}
+
+TEST(CredentialsTest, ATokenFileCutShortIsRefused) {
+  const std::string dir = TempDir();
+  std::ofstream(dir + "/agent-token") << "0123456\n";  // 7 characters
+  auto c = Credentials::Load(dir);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(c.status().message().find(dir + "/agent-token holds 7 characters; a token needs at "
+                                      "least 16"),
+            std::string::npos)
+      << c.status();
+  // Nothing half-made beside it.
+  EXPECT_FALSE(std::ifstream(dir + "/token.tmp." + std::to_string(getpid())).good());
+}
+
+TEST(CredentialsTest, AnEmptyKeyVerifiesNoRankToken) {
+  const Credentials c("user-secret", "agent-secret", "");
+  EXPECT_EQ(c.Identify(c.RankToken("job-a", 0)).role, Role::kNone);
 }
 
 TEST(CredentialsTest, AnUnreadableFileIsNamed) {

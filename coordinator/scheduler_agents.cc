@@ -159,6 +159,13 @@ void Scheduler::RankExited(const std::string& node, const v1::RankExited& e) {
     }
     RankRt& rr = rt->ranks[e.rank()];
     if (rr.exited) return;
+    if (rr.node != node) {
+      // Only the agent of the rank's own node speaks for it: an agent token
+      // does not end other nodes' ranks.
+      spdlog::warn("job {}: agent {} reported the exit of rank {}, which runs on node {}; ignored",
+                   rt->id, node, e.rank(), rr.node);
+      return;
+    }
     rr.exited = true;
     const bool clean = e.exit_code() == 0 && e.signal() == 0 && !e.status_unknown();
     rr.progress.set_exit_code(e.exit_code());

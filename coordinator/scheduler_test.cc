@@ -306,6 +306,27 @@ v1::RankHeartbeatRequest PhaseBeat(const std::string& id, int rank, v1::RankPhas
   return hb;
 }
 
+// An agent speaks for the ranks of its own node only: an exit of rank 0
+// (on n1) reported by n2's agent, which holds the same agent token, is
+// ignored; n1's report of it counts.
+TEST_F(SchedulerTest, AnotherNodesAgentCannotEndARank) {
+  const std::string id = RunningJob();
+  v1::RankExited e;
+  e.set_job_id(id);
+  e.set_rank(0);
+  e.set_attempt(0);
+  e.set_exit_code(1);
+  sched_->RankExited("n2", e);
+  sched_->Tick();
+  EXPECT_EQ(Job(id).state(), v1::RUNNING);
+  EXPECT_EQ(Job(id).ranks(0).state(), "starting");
+  EXPECT_EQ(CountStops(), 0);
+  sched_->RankExited("n1", e);
+  sched_->Tick();
+  EXPECT_EQ(Job(id).ranks(0).state(), "failed");
+  EXPECT_GE(CountStops(), 1);
+}
+
 // train.progress_timeout_s: rank 1 waits for its data while its heartbeat
 // thread runs; rank 0 waits in the all-reduce. The attempt fails at the
 // timeout, naming rank 1, and meanwhile the job shows both phases.

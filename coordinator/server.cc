@@ -436,8 +436,16 @@ class RankServiceImpl final : public v1::RankService::Service {
       // Every sample must be of the caller's own job and attempt: a rank
       // token cannot feed another job's numbers.
       if (absl::Status st = CheckSampleOf(caller, m); !st.ok()) return ToGrpc(st);
-      s_->IngestSample(m, caller.job_id);
       ++n;
+      // Evals, comm rows and log lines carry no attempt: those of an
+      // attempt the job is no longer at (a rank being stopped, a leftover
+      // token) are dropped. Steps and final losses carry theirs, and the
+      // scheduler sets stale ones aside itself.
+      if (!m.has_step() && !m.has_finished() &&
+          !s_->CheckCurrentAttempt(caller.job_id, caller.attempt).ok()) {
+        continue;
+      }
+      s_->IngestSample(m, caller.job_id);
     }
     resp->set_received(n);
     return Status::OK;

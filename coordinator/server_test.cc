@@ -448,6 +448,26 @@ TEST_F(ServerTest, EachTokenIsRefusedOutsideItsRole) {
     EXPECT_EQ(code, grpc::StatusCode::PERMISSION_DENIED) << msg;
     EXPECT_EQ(Get(other).job().step(), 0);
   }
+  {  // an eval (no attempt of its own) on the token of an attempt the job
+     // is not at is dropped; on the current attempt's it counts
+    auto eval_on = [&](int attempt, double f1) {
+      auto ctx = Ctx(server_->RankToken(id, attempt));
+      v1::StreamMetricsResponse resp;
+      auto w = rank_->StreamMetrics(ctx.get(), &resp);
+      v1::MetricSample e;
+      e.mutable_eval()->set_job_id(id);
+      (*e.mutable_eval()->mutable_metrics())["sentence_correction_f1"] = f1;
+      w->Write(e);
+      w->WritesDone();
+      EXPECT_TRUE(w->Finish().ok());
+    };
+    eval_on(3, 0.25);
+    eval_on(0, 0.75);
+    ASSERT_TRUE(WaitUntil([&] { return !EventText(id, "eval").empty(); }));
+    const std::string evals = EventText(id, "eval");
+    EXPECT_EQ(evals.find("0.25"), std::string::npos) << evals;
+    EXPECT_NE(evals.find("0.75"), std::string::npos) << evals;
+  }
   {  // a validly minted token of an attempt the job is not at: no store
     auto ctx = Ctx(server_->RankToken(id, 3));
     v1::StoreSetRequest set;

@@ -127,17 +127,31 @@ absl::StatusOr<std::string> LoadOrCreateTokenFile(const std::string& path) {
     token += kHex[v >> 4];
     token += kHex[v & 15];
   }
-  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0 && errno == EEXIST) return ReadTokenFile(path);  // made meanwhile by another
+  // Written whole to a temporary file, synced, then linked into place: a
+  // full disk or a crash leaves no short token behind, and a file another
+  // process linked meanwhile wins (link does not replace).
+  const std::string tmp = absl::StrCat(path, ".tmp.", getpid());
+  unlink(tmp.c_str());
+  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0) {
     return absl::PermissionDeniedError(
         absl::StrCat("cannot create token file ", path, ": ", strerror(errno)));
   }
-  std::string line = token + "\n";
+  const std::string line = token + "\n";
   bool ok = write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size());
-  fchmod(fd, 0600);
-  close(fd);
-  if (!ok) return absl::InternalError(absl::StrCat("cannot write token file ", path));
+  ok = fsync(fd) == 0 && ok;
+  ok = close(fd) == 0 && ok;
+  int err = ok ? 0 : errno;
+  if (ok && link(tmp.c_str(), path.c_str()) != 0) {
+    err = errno;
+    ok = false;
+  }
+  unlink(tmp.c_str());
+  if (!ok && err == EEXIST) return ReadTokenFile(path);  // made meanwhile by another
+  if (!ok) {
+    return absl::InternalError(
+        absl::StrCat("cannot write token file ", path, ": ", strerror(err)));
+  }
   return token;
 }
 

@@ -10,7 +10,9 @@ is done to it and every job is followed to its end, and the run is checked:
   - every job is in a final state (SUCCEEDED, FAILED or CANCELLED);
   - no rank process of the soak's coordinator is left running (an orphan);
   - no job's checkpoint directory holds more than train.keep_checkpoints
-    checkpoints plus the best one retention also keeps.
+    checkpoints plus the best one retention also keeps;
+  - no rank token file (LOG_DIR/rank-R.A.token, the credential an agent
+    hands a rank) of an ended job is left past the agents' sweep (100 s).
 
 Not part of `make test` (it runs for minutes). Usage, from the checkout
 (built: dgca-coordinator, dgca-worker, dgca):
@@ -279,6 +281,20 @@ class Soak:
                 over += 1
                 problems.append(f"retention: {job} keeps {n} checkpoints "
                                 f"(keep_checkpoints {self.keep[job]})")
+        # Rank tokens: the agent removes each when its rank has exited.
+        tokens = 0
+        for root in (self.state, os.path.join(self.dir, "agent")):
+            for job in final:
+                d = os.path.join(root, "jobs", job)
+                if not os.path.isdir(d):
+                    continue
+                for f in os.listdir(d):
+                    path = os.path.join(d, f)
+                    # The agents sweep files a minute old every 30 s.
+                    if (f.startswith("rank-") and f.endswith(".token")
+                            and time.time() - os.path.getmtime(path) > 100):
+                        tokens += 1
+                        problems.append(f"token left: {os.path.join(d, f)} of {job}, which has ended")
         print()
         print("soak summary")
         print(f"  seed {self.args.seed}, {self.args.minutes} min, state {self.dir}")
@@ -286,6 +302,7 @@ class Soak:
         print(f"  jobs submitted {len(self.submitted)}, listed {len(ids)}; "
               + ", ".join(f"{k} {v}" for k, v in sorted(states.items())))
         print(f"  most checkpoints in one job: {most}; over retention: {over}")
+        print(f"  rank token files left of ended jobs: {tokens}")
         print(f"  problems: {len(problems)}")
         for p in problems:
             print("   - " + p)

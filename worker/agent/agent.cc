@@ -28,6 +28,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "dgca/v1/agent.grpc.pb.h"
 #include "model/core/files.h"
@@ -100,6 +101,8 @@ absl::Status Agent::Impl::Start() {
   po.root = opt_.topology_root;
   po.node_name = node_;
   po.gemm_rate_command = {worker_binary_, "gemm-rate"};
+  // Token files left by ranks that ended while no agent watched.
+  SweepRankTokens(opt_.state_dir, kRankTokenMaxAgeSeconds);
   auto topo = ProbeTopology(po);
   if (topo.ok()) {
     topology_ = *topo;
@@ -174,6 +177,17 @@ void Agent::Impl::Stop(bool stop_ranks) {
   // Half-close first and give the coordinator a moment to end the call: a
   // cancel right after the last Write (an exit report written as the stop
   // began) could drop what gRPC had not sent yet.
+  // All of it within 2 s: a watchdog cancels the call should the
+  // half-close itself block (a coordinator that stopped reading).
+  std::shared_ptr<grpc::ClientContext> call;
+  {
+    absl::MutexLock l(&stream_mu_);
+    call = ctx_;
+  }
+  absl::Notification closed;
+  std::thread watchdog([call, &closed] {
+    if (!closed.WaitForNotificationWithTimeout(absl::Seconds(2)) && call) call->TryCancel();
+  });
   bool half_closed = false;
   {
     absl::MutexLock l(&stream_mu_);
@@ -184,6 +198,8 @@ void Agent::Impl::Stop(bool stop_ranks) {
     absl::MutexLock l(&stream_mu_);
     stream_mu_.AwaitWithTimeout(absl::Condition(&ended), absl::Seconds(2));
   }
+  closed.Notify();
+  watchdog.join();
   {
     absl::MutexLock l(&stream_mu_);
     if (ctx_) ctx_->TryCancel();
@@ -200,8 +216,10 @@ void Agent::Impl::Stop(bool stop_ranks) {
     children_.clear();
     return;
   }
-  // Anything the wait above did not see exit is killed now.
+  // Anything the wait above did not see exit is killed now, and its token
+  // goes with it (no exit report will remove it).
   for (auto& [pid, c] : children_) {
+    unlink(RankTokenPath(c.log_path.substr(0, c.log_path.rfind('/')), c.rank, c.attempt).c_str());
     if (c.adopted) {
       if (AdoptedAlive(c)) kill(-pid, SIGKILL);
       continue;
@@ -352,7 +370,15 @@ void Agent::Impl::ConnectLoop() {
 }
 
 void Agent::Impl::HeartbeatLoop() {
+  auto last_sweep = Clock::now();
   while (SleepFor(opt_.heartbeat_interval_s)) {
+    // Rank token files no rank needs any more (rank_process.h), every 30 s.
+    if (Clock::now() - last_sweep > std::chrono::seconds(30)) {
+      last_sweep = Clock::now();
+      if (int n = SweepRankTokens(opt_.state_dir, kRankTokenMaxAgeSeconds); n > 0) {
+        spdlog::info("agent {}: removed {} rank token file(s) past their use", node_, n);
+      }
+    }
     if (!connected_.load()) continue;
     v1::AgentMessage m;
     m.mutable_heartbeat()->set_time_unix_ms(NowUnixMs());

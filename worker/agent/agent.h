@@ -13,9 +13,11 @@
 //                   --attempt A
 // where F is LOG_DIR/rank-R.A.token (mode 0600), holding the LaunchRank's
 // rank_token: the rank's own credential, good for that job and attempt
-// only; it is removed when the rank has exited. A LaunchRank without one is
+// only; it is removed when the rank has exited, and by a sweep (at start,
+// then every 30 s) once a minute old: a rank reads it only as it starts. A LaunchRank without one is
 // refused (exit 127, "sent no rank token").
-// in their own process group, with the agent's environment plus the
+// in their own process group, with the agent's environment (less where its
+// own token is: CREDENTIALS_DIRECTORY, DGCA_AGENT_TOKEN_FILE, DGCA_TOKEN_FILE) plus the
 // allow-listed LaunchRank.env entries (NCCL_*, CUDA_*, OMP_*, DGCA_*; others
 // are refused and logged), plus DGCA_LOCAL_DEVICE (LaunchRank.local_device,
 // -1 = CPU), DGCA_WORLD_SIZE, DGCA_NODE, and DGCA_RANK_ID / DGCA_EXIT_FILE

@@ -193,6 +193,12 @@ void Agent::Impl::Launch(const v1::LaunchRank& l) {
     const char* eq = strchr(*e, '=');
     if (eq) env[std::string(*e, eq - *e)] = eq + 1;
   }
+  // Not the agent's own credentials: where its token is (systemd's
+  // LoadCredential directory, the token file variables). A rank has its
+  // own token, good for its job and attempt only.
+  for (const char* name : {"CREDENTIALS_DIRECTORY", "DGCA_AGENT_TOKEN_FILE", "DGCA_TOKEN_FILE"}) {
+    env.erase(name);
+  }
   // The GPU this rank uses on the node (-1 = CPU), for the rank runtime.
   env["DGCA_LOCAL_DEVICE"] = absl::StrCat(l.local_device());
   env["DGCA_WORLD_SIZE"] = absl::StrCat(l.world_size());

@@ -342,15 +342,22 @@ TEST_F(AgentTest, LaunchReportsExitCodeAndLogTail) {
 // 0600 file of its own attempt, given as --token-file, and is gone once the
 // rank has exited.
 TEST_F(AgentTest, TheRankTokenIsAFileOfItsOwnGoneAfterTheExit) {
+  // Where the agent's own token is does not reach the rank.
+  setenv("CREDENTIALS_DIRECTORY", "/run/credentials/dgca-agent.service", 1);
+  setenv("DGCA_AGENT_TOKEN_FILE", "/etc/dgca/agent-token", 1);
   Agent agent(Options({"/bin/sh", "-c",
                        "echo file={token_file}; echo token=$(cat {token_file}); "
-                       "stat -c mode=%a {token_file}"}));
-  ASSERT_TRUE(agent.Start().ok());
+                       "stat -c mode=%a {token_file}; "
+                       "echo \"creds=$CREDENTIALS_DIRECTORY agent=$DGCA_AGENT_TOKEN_FILE.\""}));
+  const bool started = agent.Start().ok();
   auto cmd = Launch("job-t", 1);
   cmd.mutable_launch()->set_attempt(3);
   cmd.mutable_launch()->set_rank_token("dgca-rank:job-t:3:abc123");
-  agent.Execute(cmd);
-  auto e = fake_->WaitExit("job-t", 1);
+  if (started) agent.Execute(cmd);  // the environment is read at launch
+  auto e = started ? fake_->WaitExit("job-t", 1) : std::nullopt;
+  unsetenv("CREDENTIALS_DIRECTORY");
+  unsetenv("DGCA_AGENT_TOKEN_FILE");
+  ASSERT_TRUE(started);
   ASSERT_TRUE(e.has_value());
   EXPECT_EQ(e->exit_code(), 0);
   const std::string file = dir_ + "/jobs/job-t/rank-1.3.token";
@@ -358,6 +365,7 @@ TEST_F(AgentTest, TheRankTokenIsAFileOfItsOwnGoneAfterTheExit) {
   EXPECT_NE(log.find("file=" + file + "\n"), std::string::npos) << log;
   EXPECT_NE(log.find("token=dgca-rank:job-t:3:abc123\n"), std::string::npos) << log;
   EXPECT_NE(log.find("mode=600\n"), std::string::npos) << log;
+  EXPECT_NE(log.find("creds= agent=.\n"), std::string::npos) << log;
   EXPECT_FALSE(std::filesystem::exists(file)) << "left behind after the rank exited";
   agent.Stop();
 }

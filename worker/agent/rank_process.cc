@@ -7,10 +7,12 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <ctime>
 #include <fstream>
 #include <sstream>
 #include "absl/strings/string_view.h"
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -98,6 +100,34 @@ absl::Status WriteRankToken(const std::string& path, const std::string& token) {
         absl::StrCat("cannot write the rank token ", path, ": ", strerror(err)));
   }
   return absl::OkStatus();
+}
+
+int SweepRankTokens(const std::string& state_dir, double max_age_s) {
+  const std::string jobs = state_dir + "/jobs";
+  DIR* d = opendir(jobs.c_str());
+  if (d == nullptr) return 0;
+  const time_t cutoff = time(nullptr) - static_cast<time_t>(max_age_s);
+  int removed = 0;
+  while (dirent* j = readdir(d)) {
+    if (j->d_name[0] == '.') continue;
+    const std::string dir = jobs + "/" + j->d_name;
+    DIR* jd = opendir(dir.c_str());
+    if (jd == nullptr) continue;
+    while (dirent* f = readdir(jd)) {
+      const absl::string_view name(f->d_name);
+      if (!absl::StartsWith(name, "rank-") ||
+          !(absl::EndsWith(name, ".token") || absl::StrContains(name, ".token.tmp"))) {
+        continue;
+      }
+      const std::string path = dir + "/" + f->d_name;
+      struct stat st;
+      if (lstat(path.c_str(), &st) != 0 || st.st_mtime > cutoff) continue;
+      if (unlink(path.c_str()) == 0) ++removed;
+    }
+    closedir(jd);
+  }
+  closedir(d);
+  return removed;
 }
 
 absl::Status WriteExitRecord(const std::string& path, int attempt, int code) {

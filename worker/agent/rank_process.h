@@ -50,6 +50,13 @@ std::string RankTokenPath(const std::string& log_dir, int rank, int attempt);
 // Writes `token` to `path`, mode 0600, atomically (a temporary file renamed
 // over it). Errors name the file.
 absl::Status WriteRankToken(const std::string& path, const std::string& token);
+// Removes the rank token files (rank-R.A.token, and temporaries of them)
+// under STATE_DIR/jobs/*/ last written more than `max_age_s` ago. A rank
+// reads its token once, as it starts, so an older file serves no one: its
+// rank has read it, or ended while no agent watched (killed along with
+// its agent, say), and nothing else would remove it. Returns how many.
+inline constexpr double kRankTokenMaxAgeSeconds = 60;
+int SweepRankTokens(const std::string& state_dir, double max_age_s);
 
 // Writes "attempt A code C\n" to `path` atomically (a temporary file renamed
 // over it). Errors name the file.

@@ -1,6 +1,7 @@
 #include "worker/agent/rank_process.h"
 
 #include <signal.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -9,6 +10,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <ctime>
 #include <fstream>
 #include <thread>
 
@@ -62,6 +64,34 @@ TEST(ExitRecord, RoundTripsForItsAttemptOnly) {
   absl::Status s = WriteExitRecord(dir + "/no/such/dir/rank-0.exit", 0, 1);
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.message().find(dir + "/no/such/dir/rank-0.exit"), std::string::npos) << s;
+}
+
+// Token files a minute old go; fresh ones (a rank about to read its own)
+// and other files stay.
+TEST(SweepRankTokens, RemovesOnlyTokenFilesPastTheirAge) {
+  const std::string dir = testutil::MakeTempDir("token-sweep");
+  ASSERT_EQ(mkdir((dir + "/jobs").c_str(), 0755), 0);
+  ASSERT_EQ(mkdir((dir + "/jobs/j-1").c_str(), 0755), 0);
+  auto make = [&](const std::string& name, int age_s) {
+    const std::string path = dir + "/jobs/j-1/" + name;
+    std::ofstream(path) << "x\n";
+    const time_t t = time(nullptr) - age_s;
+    struct timespec times[2] = {{t, 0}, {t, 0}};
+    EXPECT_EQ(utimensat(AT_FDCWD, path.c_str(), times, 0), 0) << path;
+    return path;
+  };
+  const std::string old_token = make("rank-0.0.token", 120);
+  const std::string old_tmp = make("rank-1.2.token.tmp", 120);
+  const std::string fresh = make("rank-1.3.token", 5);
+  const std::string log = make("rank-0.log", 120);
+  const std::string exit_record = make("rank-0.exit", 120);
+  EXPECT_EQ(SweepRankTokens(dir, kRankTokenMaxAgeSeconds), 2);
+  EXPECT_FALSE(std::ifstream(old_token).good());
+  EXPECT_FALSE(std::ifstream(old_tmp).good());
+  EXPECT_TRUE(std::ifstream(fresh).good());
+  EXPECT_TRUE(std::ifstream(log).good());
+  EXPECT_TRUE(std::ifstream(exit_record).good());
+  EXPECT_EQ(SweepRankTokens(dir + "/none", 60), 0);  // no jobs folder: nothing
 }
 
 TEST(RankIdEntry, NamesJobRankAndAttempt) {
