@@ -101,17 +101,27 @@ StatusOr<std::string> ReadTextFile(const std::string& path, size_t max_bytes,
   return text;
 }
 
-Status WriteFileAtomically(const std::string& path, const std::string& text) {
+Status WriteFileAtomically(const std::string& path, const std::string& text, mode_t mode) {
   const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) return InternalError("cannot write " + tmp + ": " + std::strerror(errno));
-    f << text;
-    f.flush();
-    if (!f) return InternalError("write failed: " + tmp);
+  unlink(tmp.c_str());  // made anew below (O_EXCL): never through a planted link
+  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode);
+  if (fd < 0) return InternalError("cannot write " + tmp + ": " + std::strerror(errno));
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = write(fd, text.data() + done, text.size() - done);
+    if (n <= 0) break;
+    done += static_cast<size_t>(n);
+  }
+  const bool ok = close(fd) == 0 && done == text.size();
+  if (!ok) {
+    const int err = errno;
+    unlink(tmp.c_str());
+    return InternalError("write failed: " + tmp + ": " + std::strerror(err));
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    return InternalError("cannot rename " + tmp + " to " + path + ": " + std::strerror(errno));
+    const int err = errno;
+    unlink(tmp.c_str());
+    return InternalError("cannot rename " + tmp + " to " + path + ": " + std::strerror(err));
   }
   return OkStatus();
 }

@@ -7,6 +7,8 @@
 #define DGCA_MODEL_CORE_FILES_H_
 
 #include <cstdint>
+#include <sys/types.h>
+
 #include <string>
 
 #include "model/core/status.h"
@@ -47,9 +49,11 @@ StatusOr<std::string> ReadTextFile(const std::string& path, size_t max_bytes,
                                    const std::string& expected);
 
 // Writes `text` to PATH.tmp, then renames it to `path`: a reader sees the
-// old file or the whole new one, never a half-written one. INTERNAL naming
-// the file on a failed write or rename.
-Status WriteFileAtomically(const std::string& path, const std::string& text);
+// old file or the whole new one, never a half-written one. PATH.tmp is
+// made anew with `mode` (less the umask), never written through a link
+// planted there. INTERNAL naming the file on a failed write or rename.
+Status WriteFileAtomically(const std::string& path, const std::string& text,
+                           mode_t mode = 0666);
 
 }  // namespace dgca
 

@@ -17,6 +17,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "model/core/files.h"
+#include "proto/rpc/rpc_util.h"
 
 namespace dgca {
 namespace {
@@ -83,23 +85,7 @@ std::string RankTokenPath(const std::string& log_dir, int rank, int attempt) {
 }
 
 absl::Status WriteRankToken(const std::string& path, const std::string& token) {
-  const std::string tmp = path + ".tmp";
-  const std::string line = token + "\n";
-  unlink(tmp.c_str());  // O_EXCL below: never write through a planted link
-  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
-  if (fd < 0) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("cannot write the rank token ", tmp, ": ", strerror(errno)));
-  }
-  bool ok = write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size());
-  ok = close(fd) == 0 && ok;
-  if (!ok || rename(tmp.c_str(), path.c_str()) != 0) {
-    int err = errno;
-    unlink(tmp.c_str());
-    return absl::InternalError(
-        absl::StrCat("cannot write the rank token ", path, ": ", strerror(err)));
-  }
-  return absl::OkStatus();
+  return ToAbsl(WriteFileAtomically(path, token + "\n", 0600));
 }
 
 int SweepRankTokens(const std::string& state_dir, double max_age_s) {
@@ -131,22 +117,8 @@ int SweepRankTokens(const std::string& state_dir, double max_age_s) {
 }
 
 absl::Status WriteExitRecord(const std::string& path, int attempt, int code) {
-  const std::string tmp = path + ".tmp";
-  const std::string line = absl::StrCat("attempt ", attempt, " code ", code, "\n");
-  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("cannot write the exit record ", tmp, ": ", strerror(errno)));
-  }
-  bool ok = write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size());
-  ok = close(fd) == 0 && ok;
-  if (!ok || rename(tmp.c_str(), path.c_str()) != 0) {
-    int err = errno;
-    unlink(tmp.c_str());
-    return absl::InternalError(absl::StrCat("cannot write the exit record ", path, ": ",
-                                            strerror(err)));
-  }
-  return absl::OkStatus();
+  return ToAbsl(
+      WriteFileAtomically(path, absl::StrCat("attempt ", attempt, " code ", code, "\n"), 0644));
 }
 
 std::optional<int> ReadExitRecord(const std::string& path, int attempt) {
